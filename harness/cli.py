@@ -1,0 +1,168 @@
+"""``python -m harness {list,check,bench,report}``.
+
+User mistakes (unknown names, impossible configs, unreadable files) print one line and
+exit 2; a check whose verdicts contradict their declarations exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from .config import Config
+from .errors import HarnessError, UnknownName
+
+VARIANTS_ENV = "HARNESS_VARIANTS"
+
+
+def _variant_files(args) -> list[str]:
+    files = list(getattr(args, "variants", None) or [])
+    env = os.environ.get(VARIANTS_ENV, "")
+    files += [p for p in env.split(os.pathsep) if p]
+    return files
+
+
+def _load(args) -> None:
+    from .registry import load_all
+
+    load_all(_variant_files(args))
+
+
+def _families(args) -> list[str]:
+    from .families import FAMILIES, get_family
+
+    names = args.family or list(FAMILIES)
+    for name in names:
+        get_family(name)
+    return names
+
+
+def resolve_device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name not in ("cpu", "cuda"):
+        raise UnknownName(f"unknown device '{name}'; devices: cpu, cuda, auto")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UnknownName("device 'cuda' asked for, but torch sees no CUDA device")
+    return name
+
+
+def write_json(path: str, payload) -> None:
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    except OSError as exc:
+        raise HarnessError(f"cannot write '{path}': {exc.strerror}") from None
+
+
+def cmd_list(args) -> int:
+    from .registry import REGISTRY
+    from .tables import variants_table
+
+    _load(args)
+    families = set(_families(args))
+    variants = [v for v in REGISTRY.values() if v.family in families]
+    print(variants_table(variants))
+    if args.json:
+        write_json(args.json, [
+            {"id": v.id, "family": v.family, "source": v.source, "reference": v.reference,
+             "summary": v.summary, "traits": dict(v.traits), "origin": v.origin}
+            for v in variants
+        ])
+    return 0
+
+
+def run_check(families: list[str], cfg: Config, device: str, dtypes: list[str] | None = None,
+              progress=None):
+    """Every pair of every family asked for; returns (pair results, path results)."""
+    from .compare import CPU_DTYPES, CUDA_DTYPES, Checker, check_family
+
+    dtypes = dtypes or list(CUDA_DTYPES if device == "cuda" else CPU_DTYPES)
+    checker = Checker(cfg, device)
+    results, paths = [], []
+    for family in families:
+        r, p = check_family(family, cfg, dtypes, device, checker, on_result=progress)
+        results += r
+        paths += p
+    return results, paths
+
+
+def cmd_check(args) -> int:
+    from .compare import dtype_of, skipped_variants
+    from .families import get_family
+    from .tables import LEGEND, differences_table, paths_table, verdict_matrix
+
+    _load(args)
+    families = _families(args)
+    cfg = Config.parse(args.set)
+    device = resolve_device(args.device)
+    for d in args.dtype or []:
+        dtype_of(d)
+    results, paths = run_check(families, cfg, device, args.dtype)
+    print(LEGEND)
+    for family in families:
+        fam = get_family(family)
+        print(f"\n== {family}: {fam.call}")
+        print("   cases, one symbol each: " + ", ".join(c.name for c in fam.cases))
+        for vid, why in skipped_variants(family, cfg):
+            print(f"   skipped {vid}: {why}")
+        for dtype in sorted({r.dtype for r in results if r.family == family}):
+            print(f"\n-- {dtype} on {device}")
+            print(verdict_matrix(results, family, dtype))
+    print("\n== Differences (declared and measured)")
+    print(differences_table(results))
+    print("\n== Kernel paths: autograd vs torch.no_grad() (eval mode)")
+    print(paths_table(paths))
+    bad = [r for r in results if not r.ok]
+    if args.json:
+        write_json(args.json, [r.as_dict() for r in results])
+    print(f"\n{len(results)} comparisons, {len(results) - len(bad)} as declared, {len(bad)} contradict")
+    return 1 if bad else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p, families=True):
+        p.add_argument("--variants", action="append", metavar="FILE",
+                       help=f"also load variants from this file (repeatable; or ${VARIANTS_ENV})")
+        if families:
+            p.add_argument("--family", action="append", metavar="F", help="only this family (repeatable)")
+
+    p = sub.add_parser("list", help="print every registered variant and its traits")
+    common(p)
+    p.add_argument("--json", metavar="PATH", help="also write the list as JSON")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("check", help="verdict matrix of every pair; exit 1 on a contradiction")
+    common(p)
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+    p.add_argument("--dtype", action="append", help="only this dtype (repeatable)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. d_model=128")
+    p.add_argument("--json", metavar="PATH", help="also write one object per compared pair")
+    p.set_defaults(func=cmd_check)
+
+    from . import bench_cli  # noqa: F401  (adds bench and report)
+
+    bench_cli.add_commands(sub, common)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
