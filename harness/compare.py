@@ -375,14 +375,10 @@ class Checker:
             self._runs[key] = inference_run(*args) if mode == "inference" else run_variant(*args)
         return self._runs[key]
 
-    def applicable(self, variant: Variant, case: str) -> bool:
-        cases = variant.traits.get("cases")
-        return cases is None or case in cases
-
     def compare(self, a: Variant, b: Variant, case: str, dtype_name: str) -> PairResult | None:
         """Compare one pair on one case; None when the case does not apply to both."""
         family = get_family(a.family)
-        if not (self.applicable(a, case) and self.applicable(b, case)):
+        if not (applicable(a, case) and applicable(b, case)):
             return None
         for v in (a, b):
             reason = v.supports(self.cfg)
@@ -421,7 +417,7 @@ class Checker:
 
     def compare_paths(self, variant: Variant, case: str, dtype_name: str) -> PathResult | None:
         family = get_family(variant.family)
-        if not family.differentiable or not self.applicable(variant, case) or variant.supports(self.cfg):
+        if not family.differentiable or not applicable(variant, case) or variant.supports(self.cfg):
             return None
         dtype = dtype_of(dtype_name)
         zero = self.zero_names(variant)
@@ -436,6 +432,16 @@ class Checker:
             verdict, max_abs = tv.verdict, tv.max_abs
         return PathResult(family.name, variant.id, case, dtype_name, self.device,
                           grad_run.path or "-", inf_run.path or "-", verdict, max_abs)
+
+
+def applicable(variant: Variant, case: str) -> bool:
+    """Whether a family case applies to a variant (``traits["cases"]`` limits it)."""
+    cases = variant.traits.get("cases")
+    return cases is None or case in cases
+
+
+def common_cases(a: Variant, b: Variant) -> list[str]:
+    return [c.name for c in get_family(a.family).cases if applicable(a, c.name) and applicable(b, c.name)]
 
 
 def pairs(family: str, only: Iterable[str] | None = None) -> list[tuple[Variant, Variant]]:
@@ -487,7 +493,7 @@ def reference_error(family_name: str, cfg: Config, checker: Checker, case: str) 
         return {}
     out = {}
     for v in variants_of(family_name):
-        if v.supports(cfg) or not (checker.applicable(v, case) and checker.applicable(ref, case)):
+        if v.supports(cfg) or not (applicable(v, case) and applicable(ref, case)):
             continue
         zero = checker.zero_names(v) | checker.zero_names(ref)
         rv = checker.run(v, case, zero, torch.float64, "cpu")

@@ -8,6 +8,7 @@ everything else iterates over ``REGISTRY``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
@@ -102,10 +103,11 @@ def load_file(path: str | Path) -> list[Variant]:
     path = Path(path)
     if not path.is_file():
         raise VariantFileError(f"variant file '{path}' does not exist")
+    already = [v for v in REGISTRY.values() if v.origin == str(path)]
+    if already:  # loaded already (e.g. by pytest's --variants and a test in one process)
+        return already
     before = set(REGISTRY)
     name = f"user_variants_{abs(hash(str(path.resolve())))}"
-    if name in sys.modules:  # loaded already (e.g. by pytest and the CLI in one process)
-        return [v for v in REGISTRY.values() if v.origin == str(path)]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise VariantFileError(f"variant file '{path}' is not a Python file")
@@ -130,6 +132,17 @@ def load_file(path: str | Path) -> list[Variant]:
     if not added:
         raise VariantFileError(f"variant file '{path}' registered no variant (call harness.register)")
     return added
+
+
+@contextlib.contextmanager
+def scratch():
+    """Registrations made inside are undone on exit (tests of deliberately wrong variants)."""
+    saved = dict(REGISTRY)
+    try:
+        yield REGISTRY
+    finally:
+        REGISTRY.clear()
+        REGISTRY.update(saved)
 
 
 def load_all(files: list[str] | None = None) -> None:
