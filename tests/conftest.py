@@ -1,32 +1,20 @@
 """The registry drives the tests: every registered variant (the project's and any
-``--variants FILE`` / $HARNESS_VARIANTS file) is compared with every other of its family."""
+``--variants FILE`` / $HARNESS_VARIANTS file, loaded by the root conftest.py) is compared
+with every other of its family."""
 
 from __future__ import annotations
 
 import itertools
-import os
 
 import pytest
 import torch
 
-from harness.cli import VARIANTS_ENV
 from harness.compare import CPU_DTYPES, CUDA_DTYPES, Checker, common_cases
 from harness.config import Config
 from harness.families import FAMILIES
-from harness.registry import load_all, variants_of
+from harness.registry import variants_of
 
 CUDA_SKIP = "no CUDA device: bfloat16/float16/float32 CUDA comparisons run on a GPU machine"
-
-
-def pytest_addoption(parser):
-    parser.addoption("--variants", action="append", default=[], metavar="FILE",
-                     help="also test the variants registered by this file (repeatable)")
-
-
-def pytest_configure(config):
-    files = list(config.getoption("--variants") or [])
-    files += [p for p in os.environ.get(VARIANTS_ENV, "").split(os.pathsep) if p]
-    load_all(files)
 
 
 def pair_params():

@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     fused_qkv,
     per_head,
     postnorm_blog,
+    targets,
     tensor2tensor_prenorm,
     torch_reference,
 )

@@ -55,12 +55,21 @@ MHA_MAP = {**fused_entries("in_proj_weight", "in_proj_bias", ("q", "k", "v")),
            **linear_entries({"o": "out_proj"})}
 FFN_MAP = linear_entries({"w1": "linear1", "w2": "linear2"})
 
+def _mha(m, i):
+    """A pure causal mask goes in as (T, T) with the is_causal hint, as torch's docs advise;
+    anything else as the per-head (B*H, T, S) mask, True = not allowed."""
+    if i.get("causal"):
+        future = masked(i["mask"][0])  # (T, T) True = not allowed
+        return m(i["query"], i["key"], i["value"], attn_mask=future, is_causal=True, need_weights=False)[0]
+    return m(i["query"], i["key"], i["value"],
+             attn_mask=per_head(masked(i["mask"]), m.num_heads), need_weights=False)[0]
+
+
 register(
     id="torch_mha", family="attention", source=SOURCE, reference=True,
     summary="nn.MultiheadAttention(batch_first=True)",
     build=lambda cfg: nn.MultiheadAttention(cfg.d_model, cfg.heads, dropout=cfg.dropout, batch_first=True),
-    call=lambda m, i: m(i["query"], i["key"], i["value"],
-                        attn_mask=per_head(masked(i["mask"]), m.num_heads), need_weights=False)[0],
+    call=_mha,
     param_map=MHA_MAP,
     traits={"sublayer": "attention", "qkv_layout": "in_proj_weight (3D, D)", "bias": True,
             "scale": "inside SDPA (autograd path)", "mask_convention": "bool True = not allowed",
