@@ -120,7 +120,7 @@ PROFILES: dict[str, dict[str, list[Sweep]]] = {
     "full": {
         "cpu": [
             Sweep(("attention",), batch=(8,), seq=(512,), d_model=512, heads=8),
-            Sweep(("attention",), batch=(1, 8), seq=(64, 128, 256, 512, 1024), d_model=256, heads=8),
+            Sweep(("attention",), batch=(2, 8), seq=(64, 128, 256, 512, 1024), d_model=256, heads=8),
             Sweep(("attention",), batch=(8,), seq=(256,), d_model=256, heads=8, compiled=(True,)),
             Sweep(LAYERS, batch=(8,), seq=(64, 256, 1024), d_model=512, heads=8),
         ],

@@ -194,7 +194,8 @@ class LiveStorages(TorchDispatchMode):
         return out
 
 
-CPU_PEAK_METHOD = "peak live tensor storages created during the call (dispatcher + weakrefs)"
+CPU_PEAK_METHOD = ("peak of the live tensor storages created during the call (dispatcher + weakrefs); "
+                   "a fused kernel's internal buffers (torch's fast paths, SDPA) are not seen")
 CUDA_PEAK_METHOD = "torch.cuda.max_memory_allocated above the allocation before the call"
 
 

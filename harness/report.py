@@ -83,53 +83,58 @@ def _sweeps(cases: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
     return [(k, g) for k, g in ok.groupby(keys) if g["seq"].nunique() > 1]
 
 
-def plot_time(cases: pd.DataFrame, out: Path) -> list[str]:
+def _seq_plot(out: Path, name: str, title: str, ylabel: str, draw) -> str:
+    """One log-log figure against sequence length; ``draw(ax)`` adds the lines."""
     plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    draw(ax)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("sequence length T")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
+def plot_time(cases: pd.DataFrame, out: Path) -> list[str]:
     files = []
     for (family, batch, d, dtype, mode, comp), g in _sweeps(cases):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for variant, v in g.groupby("variant"):
-            v = v.sort_values("seq")
-            ax.errorbar(v["seq"], v["median_s"] * 1e3, yerr=v["iqr_s"] * 1e3 / 2, marker="o", ms=3,
-                        capsize=2, label=variant)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length T")
-        ax.set_ylabel("median time (ms), bars = IQR")
-        ax.set_title(f"{family}: {mode}, B={batch} D={d} {dtype}{' compiled' if comp else ''}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
-        name = f"time_{family}_{mode.replace('+', '_')}_B{batch}_D{d}_{dtype}{'_compiled' if comp else ''}.png"
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-        files.append(name)
+        def draw(ax, g=g):
+            for variant, v in g.groupby("variant"):
+                v = v.sort_values("seq")
+                ax.errorbar(v["seq"], v["median_s"] * 1e3, yerr=v["iqr_s"] * 1e3 / 2, marker="o", ms=3,
+                            capsize=2, label=variant)
+
+        suffix = "_compiled" if comp else ""
+        files.append(_seq_plot(
+            out, f"time_{family}_{mode.replace('+', '_')}_B{batch}_D{d}_{dtype}{suffix}.png",
+            f"{family}: {mode}, B={batch} D={d} {dtype}{suffix.replace('_', ' ')}",
+            "median time (ms), bars = IQR", draw))
     return files
 
 
 def plot_memory(cases: pd.DataFrame, out: Path) -> list[str]:
-    plt = _plt()
     files = []
     for (family, batch, d, dtype, mode, comp), g in _sweeps(cases):
         if mode != "fwd+bwd" or g["saved_bytes"].isna().all():
             continue
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for variant, v in g.groupby("variant"):
-            v = v.sort_values("seq")
-            exp = growth_exponent(v, "saved_bytes")
-            ax.plot(v["seq"], v["saved_bytes"] / 2**20, marker="o", ms=3, label=f"{variant} (T^{exp:.2f})")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
-        ax.set_xlabel("sequence length T")
-        ax.set_ylabel("bytes saved for backward (MiB)")
-        ax.set_title(f"{family}: saved for backward, B={batch} D={d} {dtype}; legend: fitted exponent")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
-        name = f"memory_{family}_B{batch}_D{d}_{dtype}{'_compiled' if comp else ''}.png"
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-        files.append(name)
+
+        def draw(ax, g=g):
+            for variant, v in g.groupby("variant"):
+                v = v.sort_values("seq")
+                exp = growth_exponent(v, "saved_bytes")
+                ax.plot(v["seq"], v["saved_bytes"] / 2**20, marker="o", ms=3, label=f"{variant} (T^{exp:.2f})")
+
+        suffix = "_compiled" if comp else ""
+        files.append(_seq_plot(
+            out, f"memory_{family}_B{batch}_D{d}_{dtype}{suffix}.png",
+            f"{family}: saved for backward, B={batch} D={d} {dtype}; legend: fitted exponent",
+            "bytes saved for backward (MiB)", draw))
     return files
 
 
