@@ -289,10 +289,11 @@ def environment(device: str) -> dict[str, Any]:
     return env
 
 
-def device_dir(device: str) -> str:
+def device_dir(device: str, device_name: str | None = None) -> str:
+    """``cpu``, or ``cuda-<gpu>`` (e.g. ``cuda-h100-80gb-hbm3``) from the GPU's name."""
     if not device.startswith("cuda"):
         return "cpu"
-    name = torch.cuda.get_device_name(0).lower()
+    name = (device_name or torch.cuda.get_device_name(0)).lower()
     slug = "".join(ch if ch.isalnum() else "-" for ch in name).strip("-")
     while "--" in slug:
         slug = slug.replace("--", "-")

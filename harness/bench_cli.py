@@ -112,8 +112,6 @@ def _measure(args, device, log: Path) -> tuple[list, bool]:
 
 
 def cmd_bench(args) -> int:
-    import json
-
     from .bench import device_dir, read_log
 
     device = _setup(args)
@@ -127,7 +125,6 @@ def cmd_bench(args) -> int:
         from .cli import write_json
 
         write_json(args.json, [r for r in read_log(log) if r.get("kind") == "peak"] + rows)
-        json.dumps(rows[:1], default=str)
     return 130 if interrupted else 0
 
 
@@ -165,6 +162,8 @@ def cmd_report(args) -> int:
     if args.from_file:
         rows = load_rows(Path(args.from_file))
         note = f"Rows from `{args.from_file}`."
+        measured = next((r for r in rows if r.get("kind", "case") == "case"), {})
+        out = Path(args.out) / device_dir(measured.get("device", device), measured.get("device_name"))
     else:
         log = out / f"bench-{args.profile}.jsonl"
         if not args.skip_check:

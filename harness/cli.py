@@ -52,11 +52,24 @@ def resolve_device(name: str) -> str:
     return name
 
 
+def strict_json(value):
+    """NaN becomes null and infinities the strings "inf"/"-inf": valid JSON for any parser."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
 def write_json(path: str, payload) -> None:
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+        target.write_text(json.dumps(strict_json(payload), indent=2, default=str, allow_nan=False) + "\n")
     except OSError as exc:
         raise HarnessError(f"cannot write '{path}': {exc.strerror}") from None
 

@@ -242,9 +242,11 @@ def write_report(
     device = str(first["device"])
 
     payload_rows = cases.replace({np.nan: None}).to_dict("records")
-    (out / "results.json").write_text(json.dumps(
+    from .cli import strict_json
+
+    (out / "results.json").write_text(json.dumps(strict_json(
         {"environment": env, "profile": profile, "peaks": peaks.replace({np.nan: None}).to_dict("records"),
-         "rows": payload_rows, "agreement": agreement}, indent=1, default=str) + "\n")
+         "rows": payload_rows, "agreement": agreement}), indent=1, default=str, allow_nan=False) + "\n")
     cases.to_csv(out / "results.csv", index=False)
 
     plots = plot_time(cases, out) + plot_memory(cases, out)
@@ -271,9 +273,11 @@ def write_report(
         headers="keys", tablefmt="github", showindex=False), ""]
 
     lines += ["## Method", "",
-              "- Time: warm-up calls, then each call timed alone until both a minimum count and a minimum "
-              "time are reached; median and interquartile range. CPU: `time.perf_counter`, threads fixed "
-              f"at {env.get('threads')}; CUDA: events around each call, synchronized.",
+              "- Time: warm-up calls, then samples until both a minimum count and a minimum time are "
+              "reached; a sample is one call, or a block of calls for calls under 1 ms (as "
+              "`torch.utils.benchmark` does); median and interquartile range of the per-call times. "
+              f"CPU: `time.perf_counter`, threads fixed at {env.get('threads')}; CUDA: events around "
+              "each sample, synchronized.",
               "- `fwd` runs under `torch.no_grad()` in eval mode (where torch's fused fast paths run); "
               "`fwd+bwd` runs forward with autograd and `backward` with a seeded gradient, eval mode "
               "(dropout off), gradients reset before each call.",
