@@ -76,12 +76,15 @@ def write_json(path: str, payload) -> None:
 
 def cmd_list(args) -> int:
     from .registry import REGISTRY
-    from .tables import variants_table
+    from .tables import traits_table, variants_table
 
     _load(args)
-    families = set(_families(args))
-    variants = [v for v in REGISTRY.values() if v.family in families]
-    print(variants_table(variants))
+    families = _families(args)
+    variants = [v for v in REGISTRY.values() if v.family in set(families)]
+    if len(families) == 1:  # one family: its traits side by side, a column per trait
+        print(traits_table(families[0]))
+    else:
+        print(variants_table(variants))
     if args.json:
         write_json(args.json, [
             {"id": v.id, "family": v.family, "source": v.source, "reference": v.reference,

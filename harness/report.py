@@ -22,7 +22,7 @@ from .errors import HarnessError, ResultsFileError
 from .families import get_family
 from .measure import CPU_PEAK_METHOD, CUDA_PEAK_METHOD
 from .registry import reference_of, variants_of
-from .tables import LEGEND, SYMBOL, differences_table, paths_table, verdict_matrix
+from .tables import LEGEND, SYMBOL, differences_table, paths_table, traits_table, verdict_matrix
 from .targets import TARGETS, evaluate, growth_exponent
 
 GROUP = ["family", "batch", "seq", "d_model", "heads", "dtype", "device", "mode", "compiled"]
@@ -310,7 +310,8 @@ def write_report(
         for family in dict.fromkeys(r.family for r in results):
             fam = get_family(family)
             dtypes = sorted({r.dtype for r in results if r.family == family})
-            lines += [f"### {family}", "", f"Cases, one symbol each: {', '.join(c.name for c in fam.cases)}.", ""]
+            lines += [f"### {family}", "", "Declared traits, side by side:", "", traits_table(family, "github"), "",
+                      f"Cases, one symbol each: {', '.join(c.name for c in fam.cases)}.", ""]
             for dt in dtypes:
                 lines += [f"{dt}:", "", verdict_matrix(results, family, dt, "github"), ""]
         one = [r for r in results if r.dtype in ("float32", "bool", "bfloat16")]

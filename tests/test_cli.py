@@ -26,6 +26,12 @@ def test_list_prints_and_writes_json(tmp_path, capsys):
     assert all(r["source"] == "torch" or r["source"] for r in rows)
 
 
+def test_list_one_family_shows_traits_side_by_side(capsys):
+    assert main(["list", "--family", "norm"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "norm_formula" in header and "eps" in header  # a column per trait
+
+
 def test_check_one_family_json(tmp_path, capsys):
     out = tmp_path / "check.json"
     assert main(["check", "--family", "norm", "--json", str(out)]) == 0
