@@ -27,7 +27,7 @@ from .compare import OpRecorder, cast_inputs, cotangent, dtype_of, unique_grad_i
 from .config import Config
 from .errors import ConfigError, HarnessError, ResultsFileError, UnknownName
 from .families import get_family
-from .registry import Variant, get_variant, reference_of, variants_of
+from .registry import get_variant, variants_of
 from .seeding import build
 
 MODES = ("fwd", "fwd+bwd")
@@ -101,12 +101,11 @@ class Sweep:
 
 
 LAYERS = ("norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block")
-# The target shape of the report: B=8, T=512, D=512, H=8, causal, float32.
-TARGET = dict(batch=8, seq=512, d_model=512, heads=8)
 
 PROFILES: dict[str, dict[str, list[Sweep]]] = {
     "quick": {  # under two minutes on a 2-core CPU, with the check
         "cpu": [
+            # the targets' shape (variants/targets.py): B=8, T=512, D=512, H=8, causal
             Sweep(("attention",), batch=(8,), seq=(512,), d_model=512, heads=8, modes=("fwd",)),
             Sweep(("attention",), batch=(2,), seq=(64, 128, 256, 512), d_model=256, heads=8),
             Sweep(LAYERS, batch=(4,), seq=(128,), d_model=256, heads=8),
@@ -398,6 +397,3 @@ def rows_from_pytest_benchmark(data: dict) -> list[dict]:
         rows.append(row)
     return rows
 
-
-def baseline_of(family: str) -> Variant | None:
-    return reference_of(family)

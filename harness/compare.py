@@ -9,10 +9,10 @@ Verdicts, for one tensor of two variants run on the same ported weights and inpu
 - different:  otherwise (or NaN in one and not in the other);
 - error:      a variant raised while running.
 
-Each variant is measured against its own float64 run, not only the family reference's:
-a variant that computes something else (an unbiased std, say) would otherwise count
-its semantic difference as "noise" and hide it. The error of each variant against the
-family reference in float64 is reported beside (``ref_max_abs``).
+Each variant is measured against its own float64 run, not the family reference's: a
+variant that computes something else (an unbiased std, say) would otherwise count its
+semantic difference as "noise" and hide it. The measured error of a variant against the
+family's reference is the max_abs of that pair.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .config import Config
 from .errors import ConfigError, HarnessError, InputError
 from .families import Family, get_family
 from .porting import Zero
-from .registry import Variant, reference_of, variants_of
+from .registry import Variant, variants_of
 from .seeding import build
 
 # torch.testing.assert_close's default (rtol, atol) per dtype (its documentation's table).
@@ -444,14 +444,6 @@ def common_cases(a: Variant, b: Variant) -> list[str]:
     return [c.name for c in get_family(a.family).cases if applicable(a, c.name) and applicable(b, c.name)]
 
 
-def pairs(family: str, only: Iterable[str] | None = None) -> list[tuple[Variant, Variant]]:
-    members = variants_of(family)
-    if only:
-        wanted = set(only)
-        members = [v for v in members if v.id in wanted]
-    return list(itertools.combinations(members, 2))
-
-
 def check_family(
     family_name: str,
     cfg: Config,
@@ -484,22 +476,3 @@ def check_family(
 def skipped_variants(family_name: str, cfg: Config) -> list[tuple[str, str]]:
     return [(v.id, r) for v in variants_of(family_name) if (r := v.supports(cfg))]
 
-
-def reference_error(family_name: str, cfg: Config, checker: Checker, case: str) -> dict[str, float]:
-    """Each variant's max |output - reference output| in float64 on the same weights."""
-    ref = reference_of(family_name)
-    family = get_family(family_name)
-    if ref is None or not family.differentiable:
-        return {}
-    out = {}
-    for v in variants_of(family_name):
-        if v.supports(cfg) or not (applicable(v, case) and applicable(ref, case)):
-            continue
-        zero = checker.zero_names(v) | checker.zero_names(ref)
-        rv = checker.run(v, case, zero, torch.float64, "cpu")
-        rr = checker.run(ref, case, zero, torch.float64, "cpu")
-        if rv.error or rr.error:
-            continue
-        d = (rv.tensors["output"] - rr.tensors["output"]).abs()
-        out[v.id] = float(d[~d.isnan()].max()) if (~d.isnan()).any() else math.nan
-    return out

@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from torch import nn
-
 from .config import Config
 from .errors import RegistryError, UnknownName, VariantFileError
 from .families import FAMILIES, get_family
@@ -164,25 +162,7 @@ def get_variant(family: str, variant_id: str) -> Variant:
     return REGISTRY[key]
 
 
-def find_variant(spec: str) -> Variant:
-    """``family/id`` or a bare id that is unique across families."""
-    if "/" in spec:
-        family, variant_id = spec.split("/", 1)
-        return get_variant(family, variant_id)
-    matches = [v for v in REGISTRY.values() if v.id == spec]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise UnknownName(f"unknown variant '{spec}'; see `python -m harness list`")
-    raise UnknownName(
-        f"variant id '{spec}' is ambiguous; use one of {[v.key for v in matches]}"
-    )
-
-
 def reference_of(family: str) -> Variant | None:
     refs = [v for v in variants_of(family) if v.reference]
     return refs[0] if refs else None
 
-
-def is_module(obj: Any) -> bool:
-    return isinstance(obj, nn.Module)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from .compare import RANK, PairResult, PathResult
+from .compare import PairResult, PathResult
 from .errors import HarnessError, ResultsFileError
 from .families import get_family
 from .measure import CPU_PEAK_METHOD, CUDA_PEAK_METHOD
@@ -101,40 +101,32 @@ def _seq_plot(out: Path, name: str, title: str, ylabel: str, draw) -> str:
     return name
 
 
-def plot_time(cases: pd.DataFrame, out: Path) -> list[str]:
+def plot_sweeps(cases: pd.DataFrame, out: Path) -> list[str]:
+    """Per sweep: time against T (bars = IQR) and, for fwd+bwd, saved bytes against T
+    with each variant's fitted growth exponent in the legend."""
     files = []
     for (family, batch, d, dtype, mode, comp), g in _sweeps(cases):
-        def draw(ax, g=g):
-            for variant, v in g.groupby("variant"):
-                v = v.sort_values("seq")
+        suffix = "_compiled" if comp else ""
+        tag = f"B{batch}_D{d}_{dtype}{suffix}"
+        by_variant = [(variant, v.sort_values("seq")) for variant, v in g.groupby("variant")]
+
+        def draw_time(ax):
+            for variant, v in by_variant:
                 ax.errorbar(v["seq"], v["median_s"] * 1e3, yerr=v["iqr_s"] * 1e3 / 2, marker="o", ms=3,
                             capsize=2, label=variant)
 
-        suffix = "_compiled" if comp else ""
-        files.append(_seq_plot(
-            out, f"time_{family}_{mode.replace('+', '_')}_B{batch}_D{d}_{dtype}{suffix}.png",
-            f"{family}: {mode}, B={batch} D={d} {dtype}{suffix.replace('_', ' ')}",
-            "median time (ms), bars = IQR", draw))
-    return files
-
-
-def plot_memory(cases: pd.DataFrame, out: Path) -> list[str]:
-    files = []
-    for (family, batch, d, dtype, mode, comp), g in _sweeps(cases):
-        if mode != "fwd+bwd" or g["saved_bytes"].isna().all():
-            continue
-
-        def draw(ax, g=g):
-            for variant, v in g.groupby("variant"):
-                v = v.sort_values("seq")
+        def draw_saved(ax):
+            for variant, v in by_variant:
                 exp = growth_exponent(v, "saved_bytes")
                 ax.plot(v["seq"], v["saved_bytes"] / 2**20, marker="o", ms=3, label=f"{variant} (T^{exp:.2f})")
 
-        suffix = "_compiled" if comp else ""
-        files.append(_seq_plot(
-            out, f"memory_{family}_B{batch}_D{d}_{dtype}{suffix}.png",
-            f"{family}: saved for backward, B={batch} D={d} {dtype}; legend: fitted exponent",
-            "bytes saved for backward (MiB)", draw))
+        files.append(_seq_plot(out, f"time_{family}_{mode.replace('+', '_')}_{tag}.png",
+                               f"{family}: {mode}, B={batch} D={d} {dtype}{suffix.replace('_', ' ')}",
+                               "median time (ms), bars = IQR", draw_time))
+        if mode == "fwd+bwd" and g["saved_bytes"].notna().any():
+            files.append(_seq_plot(out, f"memory_{family}_{tag}.png",
+                                   f"{family}: saved for backward, B={batch} D={d} {dtype}; legend: fitted exponent",
+                                   "bytes saved for backward (MiB)", draw_saved))
     return files
 
 
@@ -249,7 +241,7 @@ def write_report(
          "rows": payload_rows, "agreement": agreement}), indent=1, default=str, allow_nan=False) + "\n")
     cases.to_csv(out / "results.csv", index=False)
 
-    plots = plot_time(cases, out) + plot_memory(cases, out)
+    plots = plot_sweeps(cases, out)
     verdict_png = plot_verdicts(results, "float32" if device == "cpu" else "bfloat16", out) if results else None
 
     lines = [f"# Benchmark report: {env.get('device_name', device)}", ""]

@@ -24,10 +24,6 @@ def seed_everything(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
-def unsupported_reason(variant: Variant, cfg: Config) -> str | None:
-    return variant.supports(cfg)
-
-
 def build(
     variant: Variant,
     cfg: Config,

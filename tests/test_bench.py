@@ -4,7 +4,6 @@ No speed target is asserted here; targets live in the report."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
