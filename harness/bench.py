@@ -27,6 +27,7 @@ from .compare import OpRecorder, cast_inputs, cotangent, dtype_of, unique_grad_i
 from .config import Config
 from .errors import ConfigError, HarnessError, ResultsFileError, UnknownName
 from .families import get_family
+from .porting import zero_unrepresented
 from .registry import get_variant, variants_of
 from .seeding import build
 
@@ -171,7 +172,6 @@ class Prepared:
     forward: Callable[[], torch.Tensor]
     step: Callable[[], object]          # the timed callable of the case's mode
     resident: list[torch.Tensor]
-    module: Any
 
 
 def prepare(case: BenchCase) -> Prepared:
@@ -181,10 +181,8 @@ def prepare(case: BenchCase) -> Prepared:
     cfg = case.config()
     dtype = dtype_of(case.dtype)
     module, portmap = build(variant, cfg, dtype=dtype, device=case.device)
-    zero = portmap.zero_names() if portmap else frozenset()
-    weights = {n: (torch.zeros_like(t) if n in zero else t) for n, t in family.canonical_weights(cfg).items()}
     if portmap is not None:
-        portmap.load(weights)
+        portmap.load(zero_unrepresented(family.canonical_weights(cfg), portmap.zero_names()))
     train = case.mode == "fwd+bwd"
     inputs = cast_inputs(family.inputs(case.case, cfg), dtype, case.device, family.grad_inputs if train else ())
     call_module = torch.compile(module) if case.compiled else module
@@ -199,7 +197,7 @@ def prepare(case: BenchCase) -> Prepared:
         def step():
             with torch.no_grad():
                 return forward()
-        return Prepared(forward, step, resident, module)
+        return Prepared(forward, step, resident)
     probe = forward()
     grad_out = cotangent(probe.shape, cfg.seed).to(case.device, dtype)
     del probe
@@ -211,7 +209,7 @@ def prepare(case: BenchCase) -> Prepared:
         out.backward(grad_out)
         return out
 
-    return Prepared(forward, step, resident, module)
+    return Prepared(forward, step, resident)
 
 
 def measure_case(case: BenchCase, *, min_time: float, min_reps: int, peak_flops: float) -> dict:

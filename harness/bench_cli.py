@@ -95,11 +95,10 @@ def _summary(rows) -> str:
     return tabulate(pd.DataFrame(out), headers="keys", tablefmt="simple", showindex=False) if out else "(no rows)"
 
 
-def _measure(args, device, log: Path) -> tuple[list, bool]:
-    """Run the sweep; returns (new rows, interrupted)."""
+def _measure(args, cases, log: Path) -> tuple[list, bool]:
+    """Run the sweep over ``cases``; returns (new rows, interrupted)."""
     from .bench import run_sweep
 
-    cases = _plan(args, device)
     rows, interrupted = [], False
     try:
         for row in run_sweep(cases, log, fresh=args.fresh, min_time=args.min_time, progress=not args.no_progress):
@@ -116,8 +115,9 @@ def cmd_bench(args) -> int:
 
     device = _setup(args)
     log = Path(args.log) if args.log else Path("reports") / device_dir(device) / f"bench-{args.profile}.jsonl"
-    _, interrupted = _measure(args, device, log)
-    wanted = {c.key for c in _plan(args, device)}
+    cases = _plan(args, device)
+    _, interrupted = _measure(args, cases, log)
+    wanted = {c.key for c in cases}
     rows = [r for r in read_log(log) if r.get("key") in wanted]
     print(_summary(rows))
     print(f"\n{len(rows)} case(s) in {log}")
@@ -169,13 +169,14 @@ def cmd_report(args) -> int:
         if not args.skip_check:
             print("check: every pair of every family ...", file=sys.stderr)
             results, paths = run_check(args.family or list(FAMILIES), Config(), device)
-        _, interrupted = _measure(args, device, log)
-        wanted = {c.key for c in _plan(args, device)}
+        cases = _plan(args, device)
+        _, interrupted = _measure(args, cases, log)
+        wanted = {c.key for c in cases}
         rows = [r for r in read_log(log) if r.get("kind") == "peak" or r.get("key") in wanted]
         if interrupted:
             note = "Interrupted: the sweep is incomplete."
         else:
-            agreement = _agreement(_plan(args, device))
+            agreement = _agreement(cases)
     report = write_report(rows, out, results=results, paths=paths, old_rows=old, threshold=args.threshold,
                           profile=args.profile, note=note, agreement=agreement)
     print(f"wrote {report} (+ results.csv, results.json, plots)")

@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .config import Config
 from .errors import ConfigError, HarnessError, InputError
 from .families import Family, get_family
-from .porting import Zero
+from .porting import Zero, zero_unrepresented
 from .registry import Variant, variants_of
 from .seeding import build
 
@@ -359,8 +359,7 @@ class Checker:
     def weights(self, family: Family, zero: frozenset[str]) -> dict[str, torch.Tensor]:
         if family.name not in self._weights:
             self._weights[family.name] = family.canonical_weights(self.cfg)
-        base = self._weights[family.name]
-        return {n: (torch.zeros_like(t) if n in zero else t) for n, t in base.items()}
+        return zero_unrepresented(self._weights[family.name], zero)
 
     def zero_names(self, variant: Variant) -> frozenset[str]:
         return frozenset(n for n, e in variant.map_for(self.cfg).items() if isinstance(e, Zero))

@@ -235,6 +235,13 @@ class PortMap:
                     offset += size or 0
 
 
+def zero_unrepresented(weights: Mapping[str, torch.Tensor], names: Iterable[str]) -> dict[str, torch.Tensor]:
+    """``weights`` with the canonical tensors in ``names`` set to zero: what a variant
+    (or a pair of variants) whose map has ``Zero()`` there can be compared on."""
+    names = set(names)
+    return {n: (torch.zeros_like(t) if n in names else t) for n, t in weights.items()}
+
+
 def port_weights(src: PortMap, dst: PortMap) -> None:
     """Copy every canonical parameter from ``src``'s module into ``dst``'s module."""
     dst.load(src.export())

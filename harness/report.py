@@ -8,7 +8,6 @@ check's pair results.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 from pathlib import Path
 from typing import Iterable
@@ -234,11 +233,11 @@ def write_report(
     device = str(first["device"])
 
     payload_rows = cases.replace({np.nan: None}).to_dict("records")
-    from .cli import strict_json
+    from .cli import write_json
 
-    (out / "results.json").write_text(json.dumps(strict_json(
-        {"environment": env, "profile": profile, "peaks": peaks.replace({np.nan: None}).to_dict("records"),
-         "rows": payload_rows, "agreement": agreement}), indent=1, default=str, allow_nan=False) + "\n")
+    write_json(str(out / "results.json"),
+               {"environment": env, "profile": profile, "peaks": peaks.replace({np.nan: None}).to_dict("records"),
+                "rows": payload_rows, "agreement": agreement})
     cases.to_csv(out / "results.csv", index=False)
 
     plots = plot_sweeps(cases, out)

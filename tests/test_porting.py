@@ -11,7 +11,7 @@ from torch import nn
 from harness import Chunk, Concat, Param, PortingError, Zero
 from harness.config import Config
 from harness.families import FAMILIES, get_family
-from harness.porting import PortMap, port_weights
+from harness.porting import PortMap, port_weights, zero_unrepresented
 from harness.registry import get_variant, variants_of
 from harness.seeding import build
 
@@ -40,7 +40,7 @@ def test_round_trip_through_canonical(family, a, b):
             map_b.load(weights)
     _, map_a = build(va, CFG, dtype=torch.float64)
     zero = map_a.zero_names() | map_b.zero_names()
-    weights = {n: (torch.zeros_like(t) if n in zero else t) for n, t in weights.items()}
+    weights = zero_unrepresented(weights, zero)
     _, map_a = build(va, CFG, dtype=torch.float64, weights=weights)
     port_weights(map_a, map_b)
     back = map_b.export()
