@@ -75,7 +75,7 @@ def write_json(path: str, payload) -> None:
 
 
 def cmd_list(args) -> int:
-    from .registry import REGISTRY
+    from .registry import PACK_NOTES, REGISTRY
     from .tables import traits_table, variants_table
 
     _load(args)
@@ -85,6 +85,8 @@ def cmd_list(args) -> int:
         print(traits_table(families[0]))
     else:
         print(variants_table(variants))
+    for pack, note in sorted(PACK_NOTES.items()):
+        print(f"\nsource ({pack}): {note}")
     if args.json:
         write_json(args.json, [
             {"id": v.id, "family": v.family, "source": v.source, "reference": v.reference,
@@ -142,9 +144,16 @@ def cmd_check(args) -> int:
     return 1 if bad else 0
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line on stderr and exit 2 (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = OneLineParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     def common(p, families=True):
         p.add_argument("--variants", action="append", metavar="FILE",

@@ -8,6 +8,7 @@ Shape legend, used in comments everywhere in the project:
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 from .errors import ConfigError
@@ -30,6 +31,8 @@ class Config:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a positive integer")
+        if self.vocab < 2:
+            raise ConfigError(f"vocab={self.vocab} must be at least 2 (token 0 is the padding token)")
         if self.d_model % self.heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by heads={self.heads}"
@@ -54,19 +57,45 @@ class Config:
 
     @classmethod
     def parse(cls, items: list[str] | None, base: "Config | None" = None) -> "Config":
-        """Build from ``["d_model=128", "heads=4"]`` (the CLI's ``--set``)."""
+        """Build from ``["d_model=128", "heads=4"]`` (the CLI's ``--set``); refuses a
+        config that cannot work or cannot fit in this machine's memory."""
         base = base or cls()
         changes: dict[str, object] = {}
         types = {f.name: f.type for f in dataclasses.fields(cls)}
         for item in items or []:
             key, sep, raw = item.partition("=")
-            key = key.strip()
+            key, raw = key.strip(), raw.strip()
             if not sep or key not in types:
                 raise ConfigError(
                     f"bad --set {item!r}: expected KEY=VALUE with KEY one of {sorted(types)}"
                 )
+            kind = "a number" if types[key] == "float" else "an integer"
             try:
                 changes[key] = float(raw) if types[key] == "float" else int(raw)
             except ValueError:
-                raise ConfigError(f"bad --set {item!r}: {raw!r} is not a number") from None
-        return base.replace(**changes)
+                raise ConfigError(f"bad --set {item!r}: {key} takes {kind}, got {raw!r}") from None
+        cfg = base.replace(**changes)
+        need = cfg.estimated_bytes()
+        have = physical_memory()
+        if have and need > have:
+            raise ConfigError(
+                f"config {', '.join(items or [])} needs about {need / 2**30:,.0f} GiB "
+                f"(attention scores B*H*T*max(T,S) in float64, with autograd's copies), "
+                f"more than this machine's {have / 2**30:.0f} GiB"
+            )
+        return cfg
+
+    def estimated_bytes(self) -> int:
+        """A lower bound of one check's peak memory: the largest family's activations in
+        float64 (attention scores, their softmax and gradients: about 6 copies)."""
+        rows = self.batch * max(self.tgt_len, self.src_len)
+        scores = self.batch * self.heads * self.tgt_len * max(self.tgt_len, self.src_len)
+        return 8 * (6 * scores + 16 * rows * max(self.d_model, self.d_ff))
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM, or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
