@@ -18,7 +18,7 @@ CUDA_SKIP = "no CUDA device: bfloat16/float16/float32 CUDA comparisons run on a 
 
 
 def pair_params():
-    """One param per (family, pair, dtype, device), id ``family/a~b[dtype-device]``."""
+    """One param per (family, pair, dtype, device), id ``family/a-vs-b[dtype-device]`` (usable in ``pytest -k``)."""
     params = []
     cfg = Config()
     for family in FAMILIES.values():
@@ -35,7 +35,7 @@ def pair_params():
                     marks.append(pytest.mark.skip(reason=CUDA_SKIP))
                 params.append(pytest.param(
                     family.name, a.id, b.id, dtype, device, marks=marks,
-                    id=f"{family.name}/{a.id}~{b.id}[{dtype}-{device}]",
+                    id=f"{family.name}/{a.id}-vs-{b.id}[{dtype}-{device}]",
                 ))
     return params
 
