@@ -65,6 +65,25 @@ def strict_json(value):
     return value
 
 
+def ensure_writable(path: str | None, what: str = "--json") -> None:
+    """Refuse an output path before a long run, not after it: create it (then remove it
+    again if it was not there), so a folder, a missing permission or /proc is found now."""
+    if not path:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise HarnessError(f"cannot write {what} '{path}': it is a directory")
+    existed = target.exists()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "a"):
+            pass
+    except OSError as exc:
+        raise HarnessError(f"cannot write {what} '{path}': {exc.strerror}") from None
+    if not existed:
+        target.unlink(missing_ok=True)
+
+
 def write_json(path: str, payload) -> None:
     target = Path(path)
     try:
@@ -80,6 +99,7 @@ def cmd_list(args) -> int:
 
     _load(args)
     families = _families(args)
+    ensure_writable(args.json)
     variants = [v for v in REGISTRY.values() if v.family in set(families)]
     if len(families) == 1:  # one family: its traits side by side, a column per trait
         print(traits_table(families[0]))
@@ -121,7 +141,12 @@ def cmd_check(args) -> int:
     cfg = Config.parse(args.set)
     device = resolve_device(args.device)
     for d in args.dtype or []:
-        dtype_of(d)
+        if not dtype_of(d).is_floating_point:
+            fixed = [f for f in families if not get_family(f).dtypes]
+            if fixed:
+                raise UnknownName(f"dtype '{d}' does not apply to family '{fixed[0]}' "
+                                  "(it takes float16, bfloat16, float32 or float64)")
+    ensure_writable(args.json)
     results, paths = run_check(families, cfg, device, args.dtype)
     print(LEGEND)
     for family in families:

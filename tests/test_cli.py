@@ -166,43 +166,11 @@ def test_pytest_variants_from_an_empty_directory_outside_the_repository(tmp_path
     assert run.returncode == 1
 
 
-@pytest.mark.parametrize("content,message", [
-    (None, "ERROR: variant file 'gone.py' does not exist"),
-    ("x = (\n", "ERROR: variant file 'gone.py' has a syntax error at line 1: '(' was never closed"),
-    ("import torch\n\nraise RuntimeError('boom')\n", "failed to import: RuntimeError: boom (line 3)"),
-])
-def test_pytest_with_a_broken_variant_file_is_a_usage_error(tmp_path, content, message):
-    if content is not None:
-        (tmp_path / "gone.py").write_text(content)
-    run = _pytest(["--variants", "gone.py"], tmp_path)
-    assert run.returncode == 4, run.stdout + run.stderr
-    assert message in run.stderr and "INTERNALERROR" not in run.stdout + run.stderr
-    assert run.stderr.strip().count("\n") == 0, run.stderr
-
-
 def test_check_exits_1_on_a_contradiction(capsys, own):
     wrong = ROOT / "tests" / "wrong_variants.py"
     with scratch():
         assert main(["check", "--family", "norm", "--dtype", "float32", "--variants", str(wrong)]) == 1
     assert "contradict" in capsys.readouterr().out
-
-
-def test_variant_file_that_fails_to_import(tmp_path, capsys):
-    broken = tmp_path / "broken.py"
-    broken.write_text("import torch\nraise RuntimeError('boom')\n")
-    with scratch():
-        assert main(["list", "--variants", str(broken)]) == 2
-    err = capsys.readouterr().err
-    assert "failed to import: RuntimeError: boom (line 2)" in err
-
-
-def test_variant_file_with_a_bad_registration(tmp_path, capsys):
-    bad = tmp_path / "bad.py"
-    bad.write_text("from harness import register\nregister(id='x', family='nope', source='s', "
-                   "build=None, call=None)\n")
-    with scratch():
-        assert main(["list", "--variants", str(bad)]) == 2
-    assert "unknown family 'nope'" in capsys.readouterr().err
 
 
 def test_unsupported_config_skips_variants_with_a_reason(capsys, own):
