@@ -5,9 +5,10 @@ package is installed).
     HARNESS_VARIANTS=mine.py pytest      # the same (os.pathsep-separated list)
 
 Each file is loaded before collection (with every installed variant pack) and collected
-as tests of its own: one per (variant, dtype, device), named ``family/id[dtype-device]``
-(``pytest -k my_einsum``), comparing the variant with its family's reference on every
-case that applies to it. A file that cannot be loaded is a usage error (exit 4), with one
+as tests of its own: one per (variant, device), named ``family/id[device]``
+(``pytest -k my_einsum``), checking the variant against the spec its declared traits
+define (``harness.compare.check_variant``: float64 semantics and the precision dtypes over
+the config matrix, gradcheck, dropout) on every case that applies to it. A file that cannot be loaded is a usage error (exit 4), with one
 line naming the problem. Without ``--variants`` the plugin does nothing (and imports
 nothing: pytest runs of other projects do not pay for torch).
 """
@@ -22,10 +23,11 @@ import pytest
 # harness.cli.VARIANTS_ENV, spelled out so that a pytest run without variants imports
 # neither the harness nor torch (tests/test_cli.py checks the two agree).
 VARIANTS_ENV = "HARNESS_VARIANTS"
-CUDA_SKIP = "no CUDA device: the CUDA comparisons run on a GPU machine"
+CUDA_SKIP = "no CUDA device: the CUDA checks run on a GPU machine"
+# Precision dtypes per device (float64 always runs, for semantics), as in the project's suite.
+DTYPES = {"cpu": ("float32",), "cuda": ("float32", "bfloat16", "float16")}
 
 _FILES = pytest.StashKey[frozenset]()
-_CHECKERS = pytest.StashKey[dict]()
 
 
 def pytest_addoption(parser):
@@ -45,7 +47,6 @@ def variant_files(config) -> list[str]:
 
 def pytest_configure(config):
     config.stash[_FILES] = frozenset()
-    config.stash[_CHECKERS] = {}
     files = variant_files(config)
     if not files:
         return
@@ -71,26 +72,18 @@ def pytest_collect_file(file_path: Path, parent):
 
 
 class VariantFile(pytest.File):
-    """A user's variant file: one test per (variant it registers, dtype, device)."""
+    """A user's variant file: one test per (variant it registers, device)."""
 
     def collect(self):
         import torch
 
-        from harness.compare import CPU_DTYPES, CUDA_DTYPES
-        from harness.families import get_family
         from harness.registry import REGISTRY
 
         origin = str(self.path.resolve())
         for variant in [v for v in REGISTRY.values() if v.origin == origin]:
-            family = get_family(variant.family)
-            targets = [(d, "cpu") for d in (family.dtypes or CPU_DTYPES)]
-            if not family.dtypes:
-                targets += [(d, "cuda") for d in CUDA_DTYPES]
-            for dtype, device in targets:
-                item = VariantItem.from_parent(
-                    self, name=f"{variant.family}/{variant.id}[{dtype}-{device}]",
-                    key=variant.key, dtype=dtype, device=device,
-                )
+            for device in DTYPES:
+                item = VariantItem.from_parent(self, name=f"{variant.family}/{variant.id}[{device}]",
+                                               key=variant.key, device=device)
                 if device == "cuda" and not torch.cuda.is_available():
                     item.add_marker(pytest.mark.skip(reason=CUDA_SKIP))
                 yield item
@@ -101,22 +94,26 @@ class VariantMismatch(Exception):
 
 
 class VariantItem(pytest.Item):
-    def __init__(self, *, key: str, dtype: str, device: str, **kwargs):
+    def __init__(self, *, key: str, device: str, **kwargs):
         super().__init__(**kwargs)
-        self.key, self.dtype, self.device = key, dtype, device
+        self.key, self.device = key, device
 
     def runtest(self):
-        from harness.registry import REGISTRY
-        from harness.tables import differences_table, equivalences_table
+        from types import SimpleNamespace
 
-        results = _check_one(REGISTRY[self.key], self.dtype, self.device, self.config)
+        from harness.registry import REGISTRY
+        from harness.spec import GradcheckResult, SpecResult
+        from harness.tables import failures_table
+
+        results = _check_one(REGISTRY[self.key], self.device)
         wrong = [r for r in results if not r.ok]
         if wrong:
-            raise VariantMismatch(
-                "verdicts contradict the declarations:\n" + differences_table(wrong)
-                + "\n\nthe other cases:\n" + equivalences_table(results)
-                + "\n" + differences_table([r for r in results if r.ok])
-            )
+            by_kind = SimpleNamespace(
+                specs=[r for r in wrong if isinstance(r, SpecResult)],
+                gradchecks=[r for r in wrong if isinstance(r, GradcheckResult)],
+                dropouts=[r for r in wrong if not isinstance(r, (SpecResult, GradcheckResult))])
+            raise VariantMismatch(f"{self.key} contradicts its declaration "
+                                  f"({len(wrong)} of {len(results)} checks):\n" + failures_table(by_kind))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, VariantMismatch):
@@ -124,33 +121,16 @@ class VariantItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
-        return self.path, 0, f"{self.key} [{self.dtype}-{self.device}]"
+        return self.path, 0, f"{self.key} [{self.device}]"
 
 
-def _check_one(variant, dtype: str, device: str, config) -> list:
-    """The one place that decides a user's variant: compared with its family's reference
-    on every case that applies to both. Returns the results (each with ``.ok``)."""
-    from harness.compare import Checker
-    from harness.config import Config
-    from harness.families import get_family
-    from harness.registry import reference_of
+def _check_one(variant, device: str) -> list:
+    """The one place that decides a user's variant: its spec over the config matrix (the
+    lead's ``check_variant``). Returns every result; each has ``.ok``."""
+    from harness.compare import check_variant
 
-    cfg = Config()
-    reason = variant.supports(cfg)
-    if reason:
-        pytest.skip(f"{variant.key} cannot be built for the default config: {reason}")
-    reference = reference_of(variant.family)
-    if reference is None or reference.key == variant.key:
-        pytest.skip(f"family '{variant.family}' has no other reference to compare {variant.id} with")
-    checkers = config.stash[_CHECKERS]
-    if device not in checkers:
-        checkers[device] = Checker(cfg, device)
-    checker = checkers[device]
-    results = [
-        r for case in get_family(variant.family).cases
-        if (r := checker.compare(variant, reference, case.name, dtype)) is not None
-    ]
+    results = check_variant(variant, dtypes=DTYPES[device], device=device)
     if not results:
-        pytest.fail(f"no case of {variant.family} applies to both {variant.id} and {reference.id} "
-                    f"(check traits['cases'])", pytrace=False)
+        pytest.fail(f"{variant.key} was checked on no config and case (check traits['cases'] "
+                    "and supports)", pytrace=False)
     return results

@@ -78,6 +78,9 @@ def register(**fields: Any) -> Variant:
             f"variant '{variant.id}' names unknown family '{variant.family}'; "
             f"families: {sorted(FAMILIES)}"
         )
+    problems = FAMILIES[variant.family].validate_traits(variant.id, variant.traits)
+    if problems:
+        raise RegistryError(f"variant '{variant.key}': " + "; ".join(problems))
     if not variant.id or not variant.id.replace("_", "").replace("-", "").isalnum():
         raise RegistryError(f"variant id {variant.id!r} must be letters, digits, '_' or '-'")
     if variant.key in REGISTRY:
@@ -91,6 +94,7 @@ def register(**fields: Any) -> Variant:
 
 PACK_GROUP = "attention_harness.variants"
 _loaded_packs: dict[str, str] = {}   # entry-point name -> what it loaded (module)
+_user_files: set[str] = set()         # origins of the user files loaded (resolved paths)
 PACK_NOTES: dict[str, str] = {}      # pack name -> where its ``source`` files come from
 
 
@@ -113,8 +117,7 @@ def load_packs() -> list[str]:
     for ep in pack_entry_points():
         if ep.name in _loaded_packs:
             continue
-        origin = f"pack {ep.name} ({ep.value})"
-        _loading_origin.append(origin)
+        _loading_origin.append(ep.value)  # a pack's variants have its module as origin
         try:
             module = ep.load()
         except RegistryError as exc:
@@ -168,6 +171,7 @@ def load_file(path: str | Path) -> list[Variant]:
         raise VariantFileError(f"variant file '{given}' is not a Python file")
     module = importlib.util.module_from_spec(spec)
     _loading_origin.append(origin)
+    _user_files.add(origin)
     try:
         sys.modules[name] = module
         spec.loader.exec_module(module)
@@ -203,7 +207,7 @@ def _undo(module_name: str, before: set[str]) -> None:
 
 def from_user_file(variant: Variant) -> bool:
     """Registered by a user's file (``--variants``), not by an installed pack."""
-    return bool(variant.origin) and not variant.origin.startswith("pack ")
+    return variant.origin in _user_files
 
 
 @contextlib.contextmanager
