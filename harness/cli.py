@@ -149,6 +149,7 @@ def _check_dtypes(names: list[str] | None, families: list[str], device: str) -> 
 def cmd_check(args) -> int:
     from .config import config_matrix
     from .families import get_family
+    from .registry import variants_of
     from .spec import check_all
     from .tables import (LEGEND, classes_table, differences_table, failures_table, paths_table,
                          spec_matrix, verdict_matrix)
@@ -175,6 +176,13 @@ def cmd_check(args) -> int:
         for fam_name, vid, config, why in report.skipped:
             if fam_name == family:
                 print(f"   {vid} skips config {config}: {why}")
+        for v in variants_of(family):
+            limited = v.traits.get("cases")
+            if limited is not None:
+                left_out = [c.name for c in fam.cases if c.name not in limited]
+                if left_out:
+                    print(f"   {v.id} does not apply to {', '.join(left_out)} (declared traits['cases']"
+                          + (f": {v.traits['note']}" if v.traits.get("note") else "") + ")")
         for dtype in fam.dtypes or report.dtypes:
             what = ("semantics: each variant against the float64 oracle of its declared traits"
                     if dtype == "float64" else

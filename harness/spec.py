@@ -112,7 +112,7 @@ class GradcheckResult:
 class DropoutResult:
     family: str
     variant: str
-    check: str            # "eval: output unchanged" | "train: draws per call"
+    check: str            # "eval: output unchanged (p=...)" | "train: draws per call (p=...)"
     expected: str
     measured: str
     ok: bool
@@ -490,15 +490,17 @@ def expected_draws(variant: Variant, cfg: Config) -> int:
 
 
 def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
-    """With dropout > 0: eval mode gives the dropout-0 output; train mode draws once per
-    declared site."""
+    """Built with dropout p (``cfg.dropout``, or 0.5 when it is 0): eval mode gives the
+    dropout-0 output and draws nothing; train mode draws once per declared site."""
     family = get_family(variant.family)
     if not family.differentiable or variant.supports(cfg):
         return []
     case = next((c.name for c in family.cases if applicable(variant, c.name)), None)
     if case is None:
         return []
-    dropped = cfg.replace(dropout=DROPOUT_P)
+    p = cfg.dropout if cfg.dropout > 0 else DROPOUT_P  # --set dropout=p chooses it
+    cfg = cfg.replace(dropout=0.0)
+    dropped = cfg.replace(dropout=p)
     weights = family.canonical_weights(cfg)
     inputs = family.inputs(case, cfg)
     out = []
@@ -531,15 +533,16 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
         same = P.gap(evald, base.to(torch.float64)).comparable and P.within(evald, base.to(torch.float64), 0.0, 0.0)
         measured = ("unchanged" if same else f"changed by {P.gap(evald, base).max_abs:.3g}") + (
             f", {draws} random draw(s) in eval mode" if draws else "")
-        out.append(DropoutResult(family.name, variant.id, "eval: output unchanged", "unchanged", measured,
-                                 same and not draws))
+        out.append(DropoutResult(family.name, variant.id, f"eval: output unchanged (p={p:g})", "unchanged",
+                                 measured, same and not draws))
     _, train_ops, err2 = forward(dropped, True)
     want = expected_draws(variant, cfg)
     if err2:
-        out.append(DropoutResult(family.name, variant.id, "train: draws per call", str(want), err2, False))
+        out.append(DropoutResult(family.name, variant.id, f"train: draws per call (p={p:g})", str(want), err2, False))
     else:
         draws = sum(op in DRAW_OPS for op in train_ops)
-        out.append(DropoutResult(family.name, variant.id, "train: draws per call", str(want), str(draws), draws == want))
+        out.append(DropoutResult(family.name, variant.id, f"train: draws per call (p={p:g})", str(want), str(draws),
+                                 draws == want))
     return out
 
 
