@@ -19,6 +19,7 @@ from harness.registry import scratch
 ROOT = Path(__file__).resolve().parents[1]
 NORM = ["check", "--family", "norm", "--dtype", "float64"]
 
+LN = "traits={'norm_formula': 'layernorm', 'eps': 1e-5}"
 # A variant file's text -> the message it must produce (written to tmp_path/<name>.py).
 FILES = {
     "syntax": ("from harness import register\n\nx = (\n", "has a syntax error at line 3: '(' was never closed"),
@@ -29,11 +30,11 @@ FILES = {
                    "unknown family 'nope'"),
     "bad_field": ("from harness import register\nregister(id='x', family='norm', source='s', build=None, call=None, colour=1)\n",
                   "bad register(...) call"),
-    "bad_id": ("from harness import register\nregister(id='a b', family='norm', source='s', build=None, call=None)\n",
+    "bad_id": (f"from harness import register\nregister(id='a b', family='norm', source='s', build=None, call=None, {LN})\n",
                "variant id 'a b' must be letters, digits"),
-    "taken_id": ("from harness import register\nregister(id='torch_layernorm', family='norm', source='s', build=None, call=None)\n",
+    "taken_id": (f"from harness import register\nregister(id='torch_layernorm', family='norm', source='s', build=None, call=None, {LN})\n",
                  "variant 'norm/torch_layernorm' is registered twice"),
-    "twice": ("from harness import register\nfor _ in range(2):\n    register(id='mine', family='norm', source='s', build=None, call=None)\n",
+    "twice": (f"from harness import register\nfor _ in range(2):\n    register(id='mine', family='norm', source='s', build=None, call=None, {LN})\n",
               "variant 'norm/mine' is registered twice"),
 }
 
@@ -54,7 +55,10 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["list", "--family", "nope"], "unknown family 'nope'"),
         (["check", "--family", "nope"], "unknown family 'nope'"),
         ([*NORM[:3], "--dtype", "float8"], "unknown dtype 'float8'"),
-        (["check", "--family", "attention", "--dtype", "bool"], "dtype 'bool' does not apply to family 'attention'"),
+        (["check", "--family", "attention", "--dtype", "bool"], "dtype 'bool' is not a floating dtype"),
+        ([*NORM, "--precision-factor", "0"], "--precision-factor 0.0 must be positive"),
+        ([*NORM, "--precision-factor", "x"], "argument --precision-factor: invalid float value: 'x'"),
+        ([*NORM, "--pairs", "some"], "argument --pairs: invalid choice: 'some'"),
         ([*NORM, "--device", "tpu"], "unknown device 'tpu'"),
         # impossible configs
         ([*NORM, "--set", "d_model=65", "--set", "heads=5"], "d_model=65 must be even"),
@@ -108,7 +112,7 @@ def test_each_bad_input_gets_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
 def test_a_broken_file_leaves_no_half_registration(tmp_path, capsys):
     half = tmp_path / "half.py"
     half.write_text("from harness import register\n"
-                    "register(id='first', family='norm', source='s', build=None, call=None)\n"
+                    f"register(id='first', family='norm', source='s', build=None, call=None, {LN})\n"
                     "raise ValueError('second half broken')\n")
     with scratch() as reg:
         assert main(["list", "--variants", str(half)]) == 2
