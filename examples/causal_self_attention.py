@@ -72,6 +72,9 @@ register(
         "v.weight": Param("v_proj.weight"), "v.bias": Zero(),
         "o.weight": Param("o_proj.weight"), "o.bias": Zero(),
     },
-    traits={"sublayer": "attention", "cases": ["causal_only"], "bias": False,
+    traits={"sublayer": "attention", "cases": ["causal_only"],
+            "note": "self-attention only, no mask argument: causal inside",
+            # SDPA's behaviour on a row with no key (never reached with is_causal=True)
+            "fully_masked_row": "zeros", "bias": False,
             "mask_convention": "none: causal inside (is_causal=True)", "fill": "sdpa"},
 )
