@@ -15,6 +15,7 @@ nothing: pytest runs of other projects do not pay for torch).
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 
@@ -65,9 +66,27 @@ def pytest_configure(config):
     config.args.extend(str(p) for p in sorted(resolved) if str(p) not in config.args)
 
 
+def _is_variant_file(path: Path, config) -> bool:
+    return path.resolve() in config.stash.get(_FILES, frozenset())
+
+
 def pytest_collect_file(file_path: Path, parent):
-    if file_path.resolve() in parent.config.stash.get(_FILES, frozenset()):
-        return VariantFile.from_parent(parent, path=file_path)
+    """A variant file found while walking a folder (pytest's Python collector skips it:
+    its name is not a test file's)."""
+    if not _is_variant_file(file_path, parent.config):
+        return None
+    python_names = parent.config.getini("python_files")
+    if parent.session.isinitpath(file_path) or any(fnmatch.fnmatch(file_path.name, p) for p in python_names):
+        return None  # pytest's Python collector asks pytest_pycollect_makemodule below
+    return VariantFile.from_parent(parent, path=file_path)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path: Path, parent):
+    """A variant file named on the command line (as --variants adds it) or named like a
+    test file: collected as its variants' tests, never imported a second time as a module."""
+    if _is_variant_file(module_path, parent.config):
+        return VariantFile.from_parent(parent, path=module_path)
     return None
 
 

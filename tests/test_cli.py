@@ -182,3 +182,12 @@ def test_unsupported_config_skips_variants_with_a_reason(capsys, own):
                  "--set", "d_ff=128"]) == 0
     out = capsys.readouterr().out
     assert "simple_decoder_layer skips config custom: the FFN is fixed at 4*d_model=192" in out
+
+
+def test_a_variant_file_named_on_the_command_line_or_like_a_test_is_imported_once(tmp_path):
+    """pytest imports a file named as an argument (or test_*.py) as a test module: the plugin
+    collects it as its variants' tests instead, so it never registers twice."""
+    (tmp_path / "test_mine.py").write_text(EXAMPLE.read_text())
+    run = _pytest(["--collect-only", "-q", "--variants", "test_mine.py", "test_mine.py"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "test_mine.py::attention/my_einsum[cpu]" in run.stdout and "2 tests collected" in run.stdout
