@@ -129,8 +129,8 @@ def cmd_check(args) -> int:
     from .families import get_family
     from .registry import variants_of
     from .spec import check_all
-    from .tables import (LEGEND, classes_table, differences_table, failures_table, paths_table,
-                         spec_matrix, verdict_matrix)
+    from .tables import (LEGEND, classes_table, compiled_table, differences_table, failures_table,
+                         paths_table, spec_matrix, verdict_matrix)
 
     _load(args)
     families = _families(args)
@@ -140,7 +140,8 @@ def cmd_check(args) -> int:
     if args.precision_factor <= 0:
         raise HarnessError(f"--precision-factor {args.precision_factor} must be positive")
     report = check_all(families, configs, device, dtypes, factor=args.precision_factor,
-                       strict=args.strict_precision, pairs=args.pairs)
+                       strict=args.strict_precision, pairs=args.pairs,
+                       compile_backend=args.compile_backend if args.compiled else None)
     print(LEGEND)
     print("\nconfigs (one symbol per config in each spec cell, in this order):")
     for name, cfg in configs.items():
@@ -175,6 +176,9 @@ def cmd_check(args) -> int:
     print(differences_table(report.pairs))
     print("\n== Kernel paths: autograd vs torch.no_grad() (eval mode)")
     print(paths_table(report.paths))
+    if args.compiled:
+        print(f"\n== torch.compile (backend {args.compile_backend}) against eager, first config")
+        print(compiled_table(report.compiled))
     print("\n== Contradictions")
     print(failures_table(report))
     if args.json:
@@ -216,6 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a variant may have this many times the baseline's error (default 2)")
     p.add_argument("--strict-precision", action="store_true",
                    help="'less precise' in bfloat16/float16 is a contradiction too")
+    p.add_argument("--compiled", action="store_true",
+                   help="also check each attention/layer variant under torch.compile against itself eager (slow)")
+    p.add_argument("--compile-backend", default="inductor", metavar="NAME",
+                   help="torch.compile backend for --compiled (default inductor; aot_eager skips code generation)")
     p.add_argument("--json", metavar="PATH", help="also write every spec, pair, path, gradcheck and dropout result")
     p.set_defaults(func=cmd_check)
 
