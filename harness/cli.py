@@ -139,7 +139,16 @@ def cmd_check(args) -> int:
     dtypes = _check_dtypes(args.dtype, families, device)
     if args.precision_factor <= 0:
         raise HarnessError(f"--precision-factor {args.precision_factor} must be positive")
-    report = check_all(families, configs, device, dtypes, factor=args.precision_factor,
+    wanted = None
+    if args.variant:
+        wanted = []
+        for vid in args.variant:
+            matches = [v.key for f in families for v in variants_of(f) if v.id == vid]
+            if not matches:
+                known = sorted({v.id for f in families for v in variants_of(f)})
+                raise UnknownName(f"no variant '{vid}' in {families if args.family else 'any family'}; known: {known}")
+            wanted += matches
+    report = check_all(families, configs, device, dtypes, factor=args.precision_factor, variants=wanted,
                        strict=args.strict_precision, pairs=args.pairs,
                        compile_backend=args.compile_backend if args.compiled else None)
     print(LEGEND)
@@ -214,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="precision dtype (repeatable; default float32 on CPU; float64 always runs, for semantics)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="config override, e.g. d_model=128 (replaces the default config matrix by one config)")
+    p.add_argument("--variant", action="append", metavar="ID",
+                   help="check only this variant (repeatable; its family's reference still runs, as the baseline)")
     p.add_argument("--pairs", choices=("derived", "all"), default="derived",
                    help="derive the pair matrix from the equivalence classes (default), or measure every pair")
     p.add_argument("--precision-factor", type=float, default=2.0,
