@@ -64,7 +64,7 @@ class Config:
     @classmethod
     def parse(cls, items: list[str] | None, base: "Config | None" = None) -> "Config":
         """Build from ``["d_model=128", "heads=4"]`` (the CLI's ``--set``); refuses a
-        config that cannot work or cannot fit in this machine's memory."""
+        config that cannot work, naming the key and the value."""
         base = base or cls()
         changes: dict[str, object] = {}
         types = {f.name: f.type for f in dataclasses.fields(cls)}
@@ -80,23 +80,16 @@ class Config:
                 changes[key] = float(raw) if types[key] == "float" else int(raw)
             except ValueError:
                 raise ConfigError(f"bad --set {item!r}: {key} takes {kind}, got {raw!r}") from None
-        cfg = base.replace(**changes)
-        need = cfg.estimated_bytes()
-        have = physical_memory()
-        if have and need > have:
-            raise ConfigError(
-                f"config {', '.join(items or [])} needs about {need / 2**30:,.0f} GiB "
-                f"(attention scores B*H*T*max(T,S) in float64, with autograd's copies), "
-                f"more than this machine's {have / 2**30:.0f} GiB"
-            )
-        return cfg
+        return base.replace(**changes)
 
-    def estimated_bytes(self) -> int:
-        """A lower bound of one check's peak memory: the largest family's activations in
-        float64 (attention scores, their softmax and gradients: about 6 copies)."""
-        rows = self.batch * max(self.tgt_len, self.src_len)
-        scores = self.batch * self.heads * self.tgt_len * max(self.tgt_len, self.src_len)
-        return 8 * (6 * scores + 16 * rows * max(self.d_model, self.d_ff))
+    def estimate_bytes(self) -> int:
+        """A generous estimate of a check's peak memory on this config: the largest
+        intermediate (attention scores B*H*T*S, the FFN hidden B*T*F, an embedding table
+        V*D) in float64, times 16 for its copies, gradients and the oracle's."""
+        length = max(self.tgt_len, self.src_len)
+        largest = max(self.batch * self.heads * self.tgt_len * length, self.batch * length * self.d_ff,
+                      self.batch * length * self.d_model, self.vocab * self.d_model)
+        return 16 * 8 * largest
 
     def describe(self) -> str:
         return (f"B={self.batch} T={self.tgt_len} S={self.src_len} D={self.d_model} "
@@ -114,15 +107,22 @@ CONFIG_MATRIX: dict[str, Config] = {
 
 
 def config_matrix(overrides: list[str] | None = None) -> dict[str, Config]:
-    """The default matrix; with ``--set`` overrides, the one default config changed by them."""
-    if overrides:
-        return {"custom": Config.parse(overrides)}
-    return dict(CONFIG_MATRIX)
+    """The default matrix; with ``--set`` overrides, the one default config changed by them.
+    A config whose check cannot fit in this machine's memory is refused with the estimate."""
+    configs = {"custom": Config.parse(overrides)} if overrides else dict(CONFIG_MATRIX)
+    for name, cfg in configs.items():
+        need, have = cfg.estimate_bytes(), physical_memory()
+        if have and need > have / 2:
+            raise ConfigError(
+                f"config {name} ({cfg.describe()}) needs about {need / 2**30:.3g} GiB to check "
+                f"(B*H*T*S scores and B*T*F activations in float64, with gradients); "
+                f"this machine has {have / 2**30:.3g} GiB")
+    return configs
 
 
-def physical_memory() -> int | None:
-    """Bytes of RAM, or None where the OS does not say."""
+def physical_memory() -> int:
+    """Bytes of RAM, or 0 when the platform does not say."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
-        return None
+        return 0

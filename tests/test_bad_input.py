@@ -72,7 +72,8 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         ([*NORM, "--set", "batch=-2"], "batch=-2 must be a positive integer"),
         ([*NORM, "--set", "vocab=1"], "vocab=1 must be at least 2"),
         ([*NORM, "--set", "dropout=1.5"], "dropout=1.5 must be in [0, 1)"),
-        ([*NORM, "--set", "batch=100000", "--set", "tgt_len=100000"], "GiB (attention scores"),
+        ([*NORM, "--set", "batch=100000", "--set", "tgt_len=100000"], "needs about"),
+        ([*NORM, "--variant", "nope"], "no variant 'nope' in"),
         # output paths, refused before the run
         ([*NORM, "--json", "/proc/x.json"], "cannot write --json '/proc/x.json'"),
         ([*NORM, "--json", str(folder)], f"cannot write --json '{folder}': it is a directory"),
