@@ -7,10 +7,11 @@ package is installed).
 Each file is loaded before collection (with every installed variant pack) and collected
 as tests of its own: one per (variant, device), named ``family/id[device]``
 (``pytest -k my_einsum``), checking the variant against the spec its declared traits
-define (``harness.compare.check_variant``: float64 semantics and the precision dtypes over
-the config matrix, gradcheck, dropout) on every case that applies to it. A file that cannot be loaded is a usage error (exit 4), with one
-line naming the problem. Without ``--variants`` the plugin does nothing (and imports
-nothing: pytest runs of other projects do not pay for torch).
+define (``harness.compare.check_variant``: float64 semantics and the precision dtypes
+over the config matrix, gradcheck, dropout) on every case that applies to it. A file
+that cannot be loaded is a usage error (exit 4), with one line naming the problem.
+Without ``--variants`` the plugin does nothing (and imports nothing: pytest runs of
+other projects do not pay for torch).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ def pytest_addoption(parser):
     group = parser.getgroup("attention-harness")
     group.addoption(
         "--variants", action="append", default=[], metavar="FILE",
-        help=f"load the variants this file registers and test each against its family's "
-             f"reference (repeatable; or ${VARIANTS_ENV}, {os.pathsep}-separated)",
+        help=f"load the variants this file registers and test each against the spec of its "
+             f"declared traits (repeatable; or ${VARIANTS_ENV}, {os.pathsep}-separated)",
     )
 
 
