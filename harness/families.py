@@ -375,3 +375,6 @@ def get_family(name: str) -> Family:
         return FAMILIES[name]
     except KeyError:
         raise UnknownName(f"unknown family '{name}'; families: {sorted(FAMILIES)}") from None
+
+
+from . import model_families  # noqa: E402,F401  (registers the whole-model families)

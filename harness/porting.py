@@ -9,6 +9,9 @@ variant's own module. The entries are data:
     Concat(["heads.0.q.weight", ...])         per-head rows h*d_k:(h+1)*d_k, stacked
     Zero()                                    not represented (a bias-free Linear):
                                               reads as zeros, accepts only zeros
+    Tied("embed.weight")                      the same tensor as another canonical
+                                              parameter (weight tying): reads as it,
+                                              accepts only a value equal to it
 
 Porting is strict: a map must cover every canonical parameter and every parameter of
 the module exactly once (parameters outside the family are listed in ``fixed`` with a
@@ -73,7 +76,19 @@ class Zero:
         return []
 
 
-MapEntry = Union[Param, Chunk, Concat, Zero]
+@dataclass(frozen=True)
+class Tied:
+    """A canonical parameter that the variant holds in the same tensor as the canonical
+    parameter ``to`` (a tied output projection, a shared embedding). It covers no module
+    parameter of its own; its gradient accumulates on ``to``'s."""
+
+    to: str
+
+    def regions(self) -> list:
+        return []
+
+
+MapEntry = Union[Param, Chunk, Concat, Zero, Tied]
 ParamMap = Mapping[str, MapEntry]
 
 
@@ -88,6 +103,8 @@ def nest(param_map: ParamMap, canonical_prefix: str, module_prefix: str) -> dict
             entry = Chunk(module_prefix + entry.path, entry.index, entry.chunks, entry.dim)
         elif isinstance(entry, Concat):
             entry = Concat([module_prefix + p for p in entry.paths], entry.dim)
+        elif isinstance(entry, Tied):
+            entry = Tied(canonical_prefix + entry.to)
         out[canonical_prefix + name] = entry
     return out
 
@@ -141,6 +158,8 @@ class PortMap:
                         f"canonical '{canonical}' maps to '{path}', which the module does not have"
                     )
                 _view(coverage[path], region, dim).add_(1)
+            if isinstance(entry, Tied) and not isinstance(self.entries.get(entry.to), (Param, Chunk, Concat)):
+                raise self._fail(f"canonical '{canonical}' is tied to '{entry.to}', which is not held by a parameter")
             if not isinstance(entry, Zero):
                 shape = tuple(self.read(canonical).shape)
                 want = tuple(self.canonical_shapes[canonical])
@@ -175,6 +194,8 @@ class PortMap:
     def read(self, canonical: str, grad: bool = False) -> torch.Tensor | None:
         """The canonical tensor (a view into the module), or its gradient."""
         entry = self.entries[canonical]
+        if isinstance(entry, Tied):
+            return None if grad else self.read(entry.to)
         if isinstance(entry, Zero):
             if grad:
                 return None
@@ -214,6 +235,13 @@ class PortMap:
                         f"canonical '{name}' has shape {tuple(value.shape)}, expected {want}"
                     )
                 entry = self.entries[name]
+                if isinstance(entry, Tied):
+                    if not torch.equal(value, canonical[entry.to]):
+                        raise self._fail(
+                            f"holds '{name}' in the same tensor as '{entry.to}' (tied) and cannot "
+                            f"take a different value"
+                        )
+                    continue
                 if isinstance(entry, Zero):
                     if value.count_nonzero():
                         raise self._fail(

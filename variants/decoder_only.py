@@ -182,3 +182,64 @@ register(
     call=lambda m, i: torch.ones(i["tokens"].shape[1], i["tokens"].shape[1]).tril() != 0,
     traits={"cases": ("causal",), "mask_convention": "1 = keep", "causal_mask": "tril"},
 )
+
+
+# == The whole model (issue 11) ==============================================================
+# The write-up's ``Decoder``: ``nn.Embedding`` (no scale, **no positional encoding**), a
+# stack of ``SimpleDecoderLayer`` blocks sharing one (B, H, T, T) mask, a ``Linear`` head
+# and a **softmax** (probabilities; the adapter takes their log). Deviations: the write-up
+# fixes 12 tokens, 64 dims, 8 heads and 5 layers; here vocabulary, width, heads and the
+# layer count come from the config; its ``print(x.shape)`` is dropped. ``block`` builds
+# the same stack from the write-up's other block, ``SimpleDecoder`` (fill -1e20). It has
+# no cache: the harness re-runs the prefix for each token.
+
+from harness.model_families import layers, register_decoding  # noqa: E402
+from harness.porting import Param, Zero, nest  # noqa: E402
+from harness.registry import get_variant  # noqa: E402
+
+
+class Decoder(nn.Module):
+    def __init__(self, vocab: int = 12, hidden_dim: int = 64, head_num: int = 8, n_layers: int = 5,
+                 dropout: float = 0.1, block=SimpleDecoderLayer):
+        super().__init__()
+        self.head_num = head_num
+        self.layer_list = nn.ModuleList([block(hidden_dim, head_num, dropout) for _ in range(n_layers)])
+        self.emb = nn.Embedding(vocab, hidden_dim)
+        self.out = nn.Linear(hidden_dim, vocab)
+
+    def forward(self, x, mask=None):
+        x = self.emb(x)                                  # (B, T, D)
+        for layer in self.layer_list:
+            x = layer(x, mask)
+        output = self.out(x)
+        return torch.softmax(output, dim=-1)             # probabilities (B, T, V)
+
+
+def _decoder_map(cfg, block_id):
+    block = get_variant("decoder_only_block", block_id).map_for(cfg)
+    out = {"embed.weight": Param("emb.weight"), "pos.weight": Zero(),
+           "norm.weight": Zero(), "norm.bias": Zero(),
+           "head.weight": Param("out.weight"), "head.bias": Param("out.bias")}
+    for i in range(layers(cfg)):
+        out.update(nest(block, f"blocks.{i}.", f"layer_list.{i}."))
+    return out
+
+
+def _decoder_step(model, state, ys):
+    return model(ys, None)[:, -1].log()  # no mask: each block builds its tril of ones
+
+
+MODEL_TRAITS = {**BLOCK_TRAITS, "final_norm": False, "embedding_scale": "1", "tied_output": False,
+                "positional_encoding": "none", "generator": "Linear + softmax (log by the adapter)",
+                "cache": "none"}
+for vid, block_cls, block_id, fill in (("decoder_only", SimpleDecoderLayer, "simple_decoder_layer", float("-inf")),
+                                       ("decoder_only_1e20", SimpleDecoder, "simple_decoder", -1e20)):
+    register(
+        id=vid, family="decoder_only_model", source=SEED,
+        summary=f"Decoder: embedding, {block_cls.__name__} stack (fill {fill:g}), Linear, softmax",
+        build=lambda cfg, b=block_cls: Decoder(cfg.vocab, cfg.d_model, cfg.heads, layers(cfg), cfg.dropout, block=b),
+        call=lambda m, i: m(i["tokens"], block_mask(i["pad"], m.head_num)).log(),
+        param_map=lambda cfg, b=block_id: _decoder_map(cfg, b),
+        traits={**MODEL_TRAITS, "fill": fill}, supports=FOUR_X,
+    )
+    register_decoding("decoder_only_model", vid, prepare=lambda m, i, c: None, step=_decoder_step)

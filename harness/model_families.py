@@ -1,0 +1,180 @@
+"""Families for whole models: the write-ups as systems, not only as layers.
+
+- ``encoder_decoder``: (src tokens (B,S), tgt tokens (B,T)) -> log-probabilities (B,T,V);
+  the decoder input is ``tgt`` (starting with the start symbol) and position t predicts
+  the token after tgt[:, :t+1]. A write-up that shifts the target inside its own decode
+  (000) declares it (trait ``target_shift``).
+- ``decoder_only_model``: (tokens (B,T), pad (B,T) bool True = real) -> log-probabilities
+  (B,T,V), causal inside.
+
+Canonical parameters nest the layer families' own (``encoder.0.self_attn.q.weight`` is
+the encoder_layer family's ``self_attn.q.weight`` of layer 0), so a model's map is its
+layers' maps re-rooted with ``harness.porting.nest``. N layers: ``layers(cfg)`` (the
+config's ``layers`` field when it has one, else 2).
+
+Weight tying: a model that holds its target embedding and output projection in one
+tensor (000, nanoGPT) maps the canonical ``generator.weight`` to ``Tied(...)``. So that
+every model can take the same canonical weights, these families draw the tied canonical
+tensors equal (``ties``): src/tgt embeddings and the output projection start from one
+table. Their gradients stay separate canonical tensors, so sharing and tying are
+semantic traits (a shared table's gradient is the sum over its uses).
+
+Decoding is registered beside a model with ``register_decoding``: the write-up's own
+greedy loop, and the step functions that the cache checks compare (one step with the
+model's cache against the same step recomputed over the whole prefix).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from .config import Config
+from .errors import RegistryError
+from .families import FAMILIES, Case, Family, ParamSpec, _norm_params, get_family, right_pad
+
+PAD, START = 0, 1  # token ids shared by every model family case (content tokens are 2..V-1)
+DEFAULT_LAYERS = 2
+
+
+def layers(cfg: Config) -> int:
+    """N, the number of layers per stack: ``cfg.layers`` when the config has the field."""
+    return int(getattr(cfg, "layers", DEFAULT_LAYERS))
+
+
+@dataclass(frozen=True)
+class ModelFamily(Family):
+    """A family whose canonical weights tie some tensors (``ties``: (name, equal to))."""
+
+    ties: tuple[tuple[str, str], ...] = ()
+
+    def canonical_weights(self, cfg: Config, seed: int | None = None) -> dict[str, torch.Tensor]:
+        weights = super().canonical_weights(cfg, seed)
+        for name, source in self.ties:
+            weights[name] = weights[source].clone()
+        return weights
+
+
+def _nested(family: str, prefix: str, cfg: Config) -> ParamSpec:
+    return {prefix + name: spec for name, spec in get_family(family).params(cfg).items()}
+
+
+def _vocab_table(cfg: Config) -> tuple[tuple[int, ...], str]:
+    return ((cfg.vocab, cfg.d_model), "weight")
+
+
+def encoder_decoder_params(cfg: Config) -> ParamSpec:
+    spec: ParamSpec = {"src_embed.weight": _vocab_table(cfg), "tgt_embed.weight": _vocab_table(cfg)}
+    for i in range(layers(cfg)):
+        spec.update(_nested("encoder_layer", f"encoder.{i}.", cfg))
+    spec.update(_norm_params("encoder.norm.", cfg.d_model))
+    for i in range(layers(cfg)):
+        spec.update(_nested("decoder_layer", f"decoder.{i}.", cfg))
+    spec.update(_norm_params("decoder.norm.", cfg.d_model))
+    spec["generator.weight"] = _vocab_table(cfg)
+    spec["generator.bias"] = ((cfg.vocab,), "bias")
+    return spec
+
+
+def decoder_only_params(cfg: Config) -> ParamSpec:
+    spec: ParamSpec = {"embed.weight": _vocab_table(cfg), "pos.weight": ((cfg.tgt_len, cfg.d_model), "weight")}
+    for i in range(layers(cfg)):
+        spec.update(_nested("decoder_only_block", f"blocks.{i}.", cfg))
+    spec.update(_norm_params("norm.", cfg.d_model))
+    spec["head.weight"] = _vocab_table(cfg)
+    spec["head.bias"] = ((cfg.vocab,), "bias")
+    return spec
+
+
+def content_tokens(gen: torch.Generator, cfg: Config, batch: int, length: int) -> torch.Tensor:
+    if cfg.vocab < 3:
+        raise RegistryError(f"vocab={cfg.vocab}: model families need pad, start and a content token")
+    return torch.randint(START + 1, cfg.vocab, (batch, length), generator=gen)
+
+
+def _seq2seq(cfg: Config, gen: torch.Generator, tgt_padded: bool) -> dict:
+    src = content_tokens(gen, cfg, cfg.batch, cfg.src_len)
+    src[~right_pad(gen, cfg.batch, cfg.src_len)] = PAD
+    tgt = content_tokens(gen, cfg, cfg.batch, cfg.tgt_len)
+    tgt[:, 0] = START
+    if tgt_padded:
+        pad = right_pad(gen, cfg.batch, cfg.tgt_len)
+        pad[:, 0] = True
+        tgt[~pad] = PAD
+    return {"src": src, "tgt": tgt, "pad_idx": PAD, "start": START}
+
+
+ENCODER_DECODER = ModelFamily(
+    name="encoder_decoder",
+    call="(src (B,S) int, tgt (B,T) int starting with the start symbol; pad 0) -> log-probabilities (B,T,V)",
+    doc="A whole encoder-decoder: embeddings, positional encoding, N encoder and decoder layers, generator.",
+    params=encoder_decoder_params,
+    cases=(
+        Case("src_padded", "source right-padded, target full length", lambda c, g: _seq2seq(c, g, False)),
+        Case("tgt_padded", "source and target right-padded", lambda c, g: _seq2seq(c, g, True)),
+    ),
+    semantic=("norm_placement", "norm_formula", "eps", "activation", "final_norm", "embedding_scale",
+              "shared_embeddings", "tied_output", "positional_encoding", "target_shift"),
+    case_semantic={"tgt_padded": ("target_pad",)},
+    ties=(("tgt_embed.weight", "src_embed.weight"), ("generator.weight", "src_embed.weight")),
+)
+
+
+def _tokens(cfg: Config, gen: torch.Generator, padded: bool) -> dict:
+    tokens = content_tokens(gen, cfg, cfg.batch, cfg.tgt_len)
+    pad = right_pad(gen, cfg.batch, cfg.tgt_len) if padded else torch.ones_like(tokens, dtype=torch.bool)
+    tokens[~pad] = PAD
+    return {"tokens": tokens, "pad": pad}
+
+
+DECODER_ONLY_MODEL = ModelFamily(
+    name="decoder_only_model",
+    call="(tokens (B,T) int, pad (B,T) bool True=real token) -> log-probabilities (B,T,V); causal inside",
+    doc="A whole decoder-only language model: embedding, N causal blocks, output head.",
+    params=decoder_only_params,
+    cases=(
+        Case("full", "no padding", lambda c, g: _tokens(c, g, False)),
+        Case("right_pad", "right padding: every query row sees a key", lambda c, g: _tokens(c, g, True)),
+    ),
+    semantic=("norm_placement", "norm_formula", "eps", "activation", "final_norm", "embedding_scale",
+              "tied_output", "positional_encoding"),
+    ties=(("head.weight", "embed.weight"),),
+)
+
+for _family in (ENCODER_DECODER, DECODER_ONLY_MODEL):
+    FAMILIES[_family.name] = _family
+
+
+# -- decoding ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Decoding:
+    """How one registered model decodes.
+
+    prepare  (module, inputs, cached) -> state: encodes the source (encoder-decoder) and
+             sets up the model's cache when ``cached``; ``inputs`` as the family's case
+    step     (module, state, ys (B,n)) -> log-probabilities (B,V) of the token after ys;
+             with a cached state it may feed only what the cache has not seen
+    greedy   (module, inputs, steps) -> tokens (B, steps): the write-up's own greedy loop
+             (None: the harness's loop over ``step``)
+    cache    what the model's cache holds ("" when it has none)
+    """
+
+    prepare: Callable[[Any, dict, bool], Any]
+    step: Callable[[Any, Any, torch.Tensor], torch.Tensor]
+    greedy: Callable[[Any, dict, int], torch.Tensor] | None = None
+    cache: str = ""
+
+
+DECODINGS: dict[str, Decoding] = {}
+
+
+def register_decoding(family: str, id: str, **fields: Any) -> Decoding:
+    """Declare, beside a model's ``register``, how it decodes (see ``Decoding``)."""
+    if family not in (ENCODER_DECODER.name, DECODER_ONLY_MODEL.name):
+        raise RegistryError(f"decoding is declared for model families only, not '{family}'")
+    decoding = Decoding(**fields)
+    DECODINGS[f"{family}/{id}"] = decoding
+    return decoding
