@@ -160,12 +160,15 @@ class Decoding:
     greedy   (module, inputs, steps) -> tokens (B, steps): the write-up's own greedy loop
              (None: the harness's loop over ``step``)
     cache    what the model's cache holds ("" when it has none)
+    bos      whether the decoder input starts with the start symbol (False: the model
+             builds its own start, as 000's shift inserts a zero vector)
     """
 
     prepare: Callable[[Any, dict, bool], Any]
     step: Callable[[Any, Any, torch.Tensor], torch.Tensor]
     greedy: Callable[[Any, dict, int], torch.Tensor] | None = None
     cache: str = ""
+    bos: bool = True
 
 
 DECODINGS: dict[str, Decoding] = {}

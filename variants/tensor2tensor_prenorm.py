@@ -463,5 +463,5 @@ register(
             "generator": "x @ embedding^T (logits; log_softmax by the adapter)",
             "cache": "encoder-decoder k/v per layer"},
 )
-register_decoding("encoder_decoder", "t2t", prepare=_t2t_prepare, step=_t2t_step, greedy=t2t_greedy,
+register_decoding("encoder_decoder", "t2t", prepare=_t2t_prepare, step=_t2t_step, greedy=t2t_greedy, bos=False,
                   cache="encoder-decoder k/v per layer (decoder self-attention recomputed)")

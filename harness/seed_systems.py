@@ -1,0 +1,287 @@
+"""The seed systems whole: greedy decoding compared, the k/v cache against full
+recomputation, one training step compared, losses and schedules, the copy task, and
+the cache benchmark. Works on any model registered in the model families with
+``register_decoding``; knows no variant by name.
+
+Every comparison ports the same seeded canonical weights into each model (the Zero()
+entries of the pair zeroed for both, as the pairwise check does) and decides with the
+check's own verdict (``compare_tensors``: float32 against each model's float64 run).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from .compare import RANK, Checker, compare_tensors, expectation, matches, worst
+from .config import Config
+from .errors import ConfigError, HarnessError, UnknownName
+from .families import get_family
+from .model_families import DECODINGS, PAD, START, Decoding, layers
+from .porting import zero_unrepresented
+from .registry import Variant, variants_of
+from .seeding import build
+
+MODEL_FAMILIES = ("encoder_decoder", "decoder_only_model")
+DECODE_CASE = {"encoder_decoder": "src_padded", "decoder_only_model": "full"}
+PROMPT = 1  # decoder-only greedy decoding starts from the case's first PROMPT tokens
+
+
+def _model_family(name: str):
+    if name not in MODEL_FAMILIES:
+        raise UnknownName(f"'{name}' is not a model family; model families: {list(MODEL_FAMILIES)}")
+    return get_family(name)
+
+
+def decodable(family: str, cfg: Config) -> list[tuple[Variant, Decoding]]:
+    """The family's models that declare how they decode and can be built for ``cfg``."""
+    _model_family(family)
+    return [(v, DECODINGS[v.key]) for v in variants_of(family) if v.key in DECODINGS and not v.supports(cfg)]
+
+
+class Models:
+    """Builds models with the family's canonical weights, the given names zeroed; caches."""
+
+    def __init__(self, family: str, cfg: Config):
+        self.family = _model_family(family)
+        self.cfg = cfg
+        self.checker = Checker(cfg)
+        self.inputs = self.family.inputs(DECODE_CASE[family], cfg)
+        self._built: dict[tuple, Any] = {}
+
+    def zero(self, *variants: Variant) -> frozenset[str]:
+        return frozenset().union(*(self.checker.zero_names(v) for v in variants))
+
+    def weights(self, zero: frozenset[str]) -> dict[str, torch.Tensor]:
+        return self.checker.weights(self.family, zero)
+
+    def get(self, variant: Variant, zero: frozenset[str], dtype: torch.dtype = torch.float32):
+        key = (variant.key, zero, dtype)
+        if key not in self._built:
+            self._built[key] = build(variant, self.cfg, dtype=dtype, weights=self.weights(zero))[0]
+        return self._built[key]
+
+
+# -- greedy decoding compared ------------------------------------------------------------------
+
+def greedy(variant: Variant, decoding: Decoding, module, inputs: dict, steps: int) -> torch.Tensor:
+    """(B, steps) tokens from the model's own greedy loop, or the harness's loop over
+    ``step`` after ``prefix`` (the start symbol, or the decoder-only prompt)."""
+    with torch.no_grad():
+        if decoding.greedy is not None:
+            return decoding.greedy(module, inputs, steps)
+        state = decoding.prepare(module, inputs, False)
+        ys = prefix(variant, decoding, inputs)
+        start = ys.size(1)
+        for _ in range(steps):
+            ys = torch.cat([ys, decoding.step(module, state, ys).argmax(-1, keepdim=True)], dim=1)
+        return ys[:, start:]
+
+
+def prefix(variant: Variant, decoding: Decoding, inputs: dict) -> torch.Tensor:
+    """What the generated tokens follow: the start symbol (none for a model whose own
+    start is built in, ``bos=False``), or the decoder-only prompt."""
+    if variant.family == "decoder_only_model":
+        return inputs["tokens"][:, :PROMPT]
+    return torch.full((inputs["src"].size(0), 1 if decoding.bos else 0), inputs["start"], dtype=torch.long)
+
+
+def decode_steps(family: str, cfg: Config) -> int:
+    return cfg.tgt_len - 1 if family == "encoder_decoder" else cfg.tgt_len - PROMPT
+
+
+def _upto_pad(row: torch.Tensor) -> list[int]:
+    """Tokens up to and including the first pad: what follows is past the sentence's end
+    (003 masks the query row of a pad, the others do not)."""
+    out = []
+    for tok in row.tolist():
+        out.append(tok)
+        if tok == PAD:
+            break
+    return out
+
+
+@dataclass
+class DecodeResult:
+    family: str
+    a: str
+    b: str
+    expected: str
+    reason: str
+    same_tokens: bool
+    ok: bool
+    first_diff: str        # "row r, step s" or ""
+    margin_a: float        # top-1 minus top-2 log-probability of a at that step
+    margin_b: float
+    tokens_a: list = field(default_factory=list)
+    tokens_b: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _margin(decoding: Decoding, variant: Variant, module, inputs: dict, row: int, generated: list[int]) -> float:
+    """Top-1 minus top-2 log-probability of the model at one step of one row."""
+    one = {k: (v[row:row + 1] if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    ys = torch.cat([prefix(variant, decoding, one), torch.tensor([generated], dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        top = decoding.step(module, decoding.prepare(module, one, False), ys)[0].topk(2).values
+    return float(top[0] - top[1])
+
+
+def compare_greedy(family: str, cfg: Config) -> list[DecodeResult]:
+    """Every pair of decodable models: tokens from each model's own greedy loop, compared;
+    pairs declared equivalent (on the family's decode case) must emit the same tokens."""
+    models = Models(family, cfg)
+    fam = models.family
+    steps = decode_steps(family, cfg)
+    results = []
+    for (va, da), (vb, db) in itertools.combinations(decodable(family, cfg), 2):
+        zero = models.zero(va, vb)
+        ma, mb = models.get(va, zero), models.get(vb, zero)
+        ta, tb = greedy(va, da, ma, models.inputs, steps), greedy(vb, db, mb, models.inputs, steps)
+        rows_a, rows_b = [_upto_pad(r) for r in ta], [_upto_pad(r) for r in tb]
+        expected, reason = expectation(fam, va, vb, DECODE_CASE[family], torch.float32)
+        first, margin_a, margin_b = "", math.nan, math.nan
+        for r, (ra, rb) in enumerate(zip(rows_a, rows_b)):
+            if ra != rb:
+                s = next((i for i, (x, y) in enumerate(zip(ra, rb)) if x != y), min(len(ra), len(rb)))
+                first = f"row {r}, step {s}"
+                margin_a = _margin(da, va, ma, models.inputs, r, ra[:s])
+                margin_b = _margin(db, vb, mb, models.inputs, r, rb[:s])
+                break
+        same = not first
+        ok = same if expected == "equivalent" else True  # different models may still agree
+        results.append(DecodeResult(family, va.id, vb.id, expected, reason, same, ok, first,
+                                    margin_a, margin_b, rows_a, rows_b))
+    return results
+
+
+# -- incremental decoding vs full recomputation -----------------------------------------------
+
+@dataclass
+class CacheResult:
+    family: str
+    variant: str
+    cache: str
+    verdict: str
+    ok: bool
+    max_abs: float
+    noise_ratio: float
+    steps: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def step_logprobs(decoding: Decoding, module, inputs: dict, tokens: torch.Tensor, cached: bool) -> torch.Tensor:
+    """(B, n, V): the log-probabilities after each prefix tokens[:, :k], k = 1..n, from
+    one decoding session (the cache, when ``cached``, carried from step to step)."""
+    with torch.no_grad():
+        state = decoding.prepare(module, inputs, cached)
+        return torch.stack([decoding.step(module, state, tokens[:, :k]) for k in range(1, tokens.size(1) + 1)], 1)
+
+
+def _session_tokens(family: str, inputs: dict) -> torch.Tensor:
+    return inputs["tgt"] if family == "encoder_decoder" else inputs["tokens"]
+
+
+def check_cache(family: str, cfg: Config) -> list[CacheResult]:
+    """For every model with a cache: per-step log-probabilities with the cache against the
+    same steps re-running the whole prefix, float32 with float64 runs for the noise."""
+    models = Models(family, cfg)
+    tokens = _session_tokens(family, models.inputs)
+    results = []
+    for variant, decoding in decodable(family, cfg):
+        if not decoding.cache:
+            continue
+        zero = models.zero(variant)
+        runs = {}
+        for dtype in (torch.float32, torch.float64):
+            module = models.get(variant, zero, dtype)
+            for cached in (True, False):
+                runs[dtype, cached] = step_logprobs(decoding, module, models.inputs, tokens, cached).double()
+        v = compare_tensors(runs[torch.float32, True], runs[torch.float32, False],
+                            runs[torch.float64, True], runs[torch.float64, False], torch.float32)
+        results.append(CacheResult(family, variant.id, decoding.cache, v.verdict,
+                                   matches(v.verdict, "equivalent"), v.max_abs, v.noise_ratio, tokens.size(1)))
+    return results
+
+
+# -- one training step ---------------------------------------------------------------------------
+
+ADAM = {"lr": 1e-3, "betas": (0.9, 0.98), "eps": 1e-9}  # 004's betas and eps; a small rate
+
+
+@dataclass
+class StepResult:
+    family: str
+    a: str
+    b: str
+    expected: str
+    reason: str
+    verdict: str
+    ok: bool
+    worst_param: str
+    max_abs: float
+    noise_ratio: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _labels(family: str, inputs: dict, cfg: Config) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(cfg.seed + 3)
+    tokens = _session_tokens(family, inputs)
+    labels = torch.randint(START + 1, cfg.vocab, tokens.shape, generator=gen)
+    return labels.masked_fill(tokens == PAD, PAD)
+
+
+def train_step(variant: Variant, cfg: Config, weights: dict, inputs: dict, labels: torch.Tensor,
+               dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Canonical parameters after one Adam step on the NLL of the family call (pad ignored),
+    dropout 0, train mode."""
+    module, portmap = build(variant, cfg.replace(dropout=0.0), dtype=dtype, weights=weights)
+    module.train()
+    optimizer = torch.optim.Adam(module.parameters(), **ADAM)
+    logp = variant.call(module, inputs)
+    loss = F.nll_loss(logp.reshape(-1, logp.size(-1)), labels.reshape(-1), ignore_index=PAD)
+    loss.backward()
+    optimizer.step()
+    return {k: t.double() for k, t in portmap.export().items()}
+
+
+def compare_train_step(family: str, cfg: Config) -> list[StepResult]:
+    models = Models(family, cfg)
+    fam = models.family
+    case = DECODE_CASE[family]
+    labels = _labels(family, models.inputs, cfg)
+    usable = [v for v in variants_of(family) if not v.supports(cfg)]
+    after: dict[tuple, dict] = {}
+
+    def run(v, zero, dtype):
+        key = (v.key, zero, dtype)
+        if key not in after:
+            after[key] = train_step(v, cfg, models.weights(zero), models.inputs, labels, dtype)
+        return after[key]
+
+    results = []
+    for a, b in itertools.combinations(usable, 2):
+        zero = models.zero(a, b)
+        pa, pb = run(a, zero, torch.float32), run(b, zero, torch.float32)
+        pa64, pb64 = run(a, zero, torch.float64), run(b, zero, torch.float64)
+        verdicts = {n: compare_tensors(pa[n], pb[n], pa64[n], pb64[n], torch.float32) for n in pa}
+        name = max(verdicts, key=lambda n: (RANK[verdicts[n].verdict], verdicts[n].max_abs))
+        verdict = worst(v.verdict for v in verdicts.values())
+        expected, reason = expectation(fam, a, b, case, torch.float32)
+        results.append(StepResult(family, a.id, b.id, expected, reason, verdict, matches(verdict, expected),
+                                  name, verdicts[name].max_abs, verdicts[name].noise_ratio))
+    return results
