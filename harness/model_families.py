@@ -181,3 +181,6 @@ def register_decoding(family: str, id: str, **fields: Any) -> Decoding:
     decoding = Decoding(**fields)
     DECODINGS[f"{family}/{id}"] = decoding
     return decoding
+
+
+from . import training_families  # noqa: E402,F401  (the loss and lr_schedule families)

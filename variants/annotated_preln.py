@@ -494,3 +494,35 @@ register(
 )
 register_decoding("encoder_decoder", "annotated_preln", prepare=_annotated_prepare, step=_annotated_step,
                   greedy=annotated_greedy)
+
+
+# -- registry entries: the loss and the schedule ---------------------------------------------
+
+from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
+
+from harness.training_families import optimizer_rates  # noqa: E402
+
+
+def _label_smoothing_loss(inputs):
+    """``SimpleLossCompute``: generator log-probabilities into ``LabelSmoothing``, / ntokens."""
+    target = inputs["target"]
+    criterion = LabelSmoothing(inputs["logits"].size(-1), inputs["pad_idx"], inputs["smoothing"])
+    ntokens = (target != inputs["pad_idx"]).sum()
+    return criterion(nn.functional.log_softmax(inputs["logits"], dim=-1), target) / ntokens
+
+
+register(
+    id="annotated_preln", family="loss", source=SEED, summary="LabelSmoothing: KL to a smoothed target, / ntokens",
+    build=lambda cfg: None, call=lambda m, i: _label_smoothing_loss(i),
+    traits={"smoothing_spread": "s/(V-2) off target; pad column and pad rows zeroed",
+            "loss_form": "KL divergence (cross-entropy minus the target's entropy)",
+            "reduction": "sum / ntokens"},
+)
+register(
+    id="annotated_preln", family="lr_schedule", source=SEED, summary="learning_rate through LambdaLR",
+    build=lambda cfg: None,
+    call=lambda m, i: optimizer_rates(lambda opt: LambdaLR(opt, lambda step: learning_rate(
+        step, i["d_model"], i["factor"], i["warmup"])), i["steps"]),
+    traits={"step_count": "LambdaLR's 0-based count, 0 read as 1: updates 1 and 2 share a rate",
+            "scheduler": "LambdaLR(learning_rate)"},
+)

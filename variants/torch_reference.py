@@ -371,3 +371,55 @@ for vid, norm_first, activation, final_norm, learned_pos, tied, ref in LMS:
     )
     register_decoding("decoder_only_model", vid, prepare=lambda m, i, c: None,
                       step=lambda m, s, ys: m(ys)[:, -1])
+
+
+# -- the loss and the schedule ---------------------------------------------------------------
+
+from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
+
+from harness.training_families import optimizer_rates  # noqa: E402
+
+
+def _smoothed_target(target, vocab, pad_idx, smoothing):
+    """The 004 write-up's target distribution: s/(V-2) off target, pad column and rows 0."""
+    dist = torch.full((target.size(0), vocab), smoothing / (vocab - 2), dtype=torch.float64)
+    dist.scatter_(1, target[:, None], 1.0 - smoothing)
+    dist[:, pad_idx] = 0
+    dist[target == pad_idx] = 0
+    return dist
+
+
+register(
+    id="torch_ce", family="loss", source=SOURCE, reference=True,
+    summary="nn.CrossEntropyLoss(label_smoothing=s, ignore_index=pad)",
+    build=lambda cfg: None,
+    call=lambda m, i: nn.CrossEntropyLoss(label_smoothing=i["smoothing"], ignore_index=i["pad_idx"])(
+        i["logits"], i["target"]),
+    traits={"smoothing_spread": "s/V over every class (pad column included); pad rows ignored",
+            "loss_form": "cross-entropy", "reduction": "mean over non-ignored"},
+)
+register(
+    id="torch_ce_soft", family="loss", source=SOURCE,
+    summary="F.cross_entropy with 004's smoothed distribution as probability targets",
+    build=lambda cfg: None,
+    call=lambda m, i: F.cross_entropy(
+        i["logits"], _smoothed_target(i["target"], i["logits"].size(-1), i["pad_idx"], i["smoothing"]).to(
+            i["logits"].dtype), reduction="sum") / (i["target"] != i["pad_idx"]).sum(),
+    traits={"smoothing_spread": "s/(V-2) off target; pad column and pad rows zeroed",
+            "loss_form": "cross-entropy", "reduction": "sum / ntokens"},
+)
+
+
+def paper_noam(step_num, d_model, factor, warmup):
+    """The paper's rate at update ``step_num`` (1-based)."""
+    return factor * d_model ** -0.5 * min(step_num ** -0.5, step_num * warmup ** -1.5)
+
+
+register(
+    id="torch_lambdalr", family="lr_schedule", source=SOURCE, reference=True,
+    summary="LambdaLR with the paper's rate at update = last_epoch + 1",
+    build=lambda cfg: None,
+    call=lambda m, i: optimizer_rates(lambda opt: LambdaLR(opt, lambda epoch: paper_noam(
+        epoch + 1, i["d_model"], i["factor"], i["warmup"])), i["steps"]),
+    traits={"step_count": "update k uses step_num = k", "scheduler": "LambdaLR(paper formula, epoch + 1)"},
+)
