@@ -168,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import bench_cli  # noqa: F401  (adds bench and report)
 
     bench_cli.add_commands(sub, common)
+    from . import models_cli  # noqa: F401  (decode, train-step, copy-task, cache-bench)
+
+    models_cli.add_commands(sub, common)
     return parser
 
 

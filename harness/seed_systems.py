@@ -285,3 +285,233 @@ def compare_train_step(family: str, cfg: Config) -> list[StepResult]:
         results.append(StepResult(family, a.id, b.id, expected, reason, verdict, matches(verdict, expected),
                                   name, verdicts[name].max_abs, verdicts[name].noise_ratio))
     return results
+
+
+# -- the copy task (004) ------------------------------------------------------------------------
+
+COPY_VOCAB = 14  # <pad> 0, <start> 1, the letters a..k 2..12, <end> 13 (the 004 write-up's)
+COPY_END = 13
+
+
+def copy_batch(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
+    """004's ``data_gen``: <start>, random letters, <end>; source and target the same."""
+    data = torch.randint(START + 1, COPY_END, (batch, length), generator=gen)
+    data[:, 0] = START
+    data[:, -1] = COPY_END
+    return data
+
+
+@dataclass
+class CopyRun:
+    variant: str
+    steps: int
+    losses: list[float]
+    exact_match: float
+    token_accuracy: float
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _copy_inputs(decoding: Decoding, data: torch.Tensor) -> dict:
+    """Teacher forcing: the decoder input is the target shifted by the caller (tgt[:, :-1])
+    or, for a model that shifts inside (``bos=False``), the unshifted labels tgt[:, 1:]."""
+    tgt = data[:, :-1] if decoding.bos else data[:, 1:]
+    return {"src": data, "tgt": tgt, "pad_idx": PAD, "start": START}
+
+
+def train_copy(variant: Variant, decoding: Decoding, cfg: Config, steps: int, batch: int = 32,
+               length: int = 8, warmup: int | None = None, eval_batch: int = 64,
+               on_step: Callable[[int, float], None] | None = None) -> CopyRun:
+    """004's recipe on CPU: Adam(betas 0.9/0.98, eps 1e-9), rate 0.5 x Noam(d_model, factor 1,
+    ``warmup``, default steps // 4), dropout 0, loss NLL per real token (004's LabelSmoothing
+    with smoothing 0 is the same, see the ``loss`` family); then the model's own greedy
+    decoding on ``eval_batch`` fresh sequences: exact-match and token accuracy."""
+    cfg = cfg.replace(vocab=COPY_VOCAB, dropout=0.0, src_len=length, tgt_len=length)
+    family = _model_family(variant.family)
+    weights = zero_unrepresented(family.canonical_weights(cfg), Checker(cfg).zero_names(variant))
+    module, _ = build(variant, cfg, weights=weights)
+    module.train()
+    warmup = warmup or max(1, steps // 4)
+    optimizer = torch.optim.Adam(module.parameters(), lr=0.5, betas=(0.9, 0.98), eps=1e-9)
+    noam = lambda s: cfg.d_model ** -0.5 * min(max(s, 1) ** -0.5, max(s, 1) * warmup ** -1.5)  # noqa: E731
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, noam)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    losses = []
+    started = time.perf_counter()
+    for step in range(steps):
+        data = copy_batch(gen, batch, length)
+        logp = variant.call(module, _copy_inputs(decoding, data))
+        loss = F.nll_loss(logp.reshape(-1, logp.size(-1)), data[:, 1:].reshape(-1), ignore_index=PAD)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        losses.append(loss.item())
+        if on_step:
+            on_step(step, losses[-1])
+    seconds = time.perf_counter() - started
+    module.eval()
+    data = copy_batch(torch.Generator().manual_seed(cfg.seed + 99), eval_batch, length)
+    out = greedy(variant, decoding, module, {"src": data, "pad_idx": PAD, "start": START}, length - 1)
+    hits = out == data[:, 1:]
+    return CopyRun(variant.id, steps, losses, float(hits.all(1).float().mean()), float(hits.float().mean()), seconds)
+
+
+def write_copy_task(out_dir: str | Path, cfg: Config | None = None, steps: int = 300, batch: int = 32,
+                    variants: list[str] | None = None) -> list[CopyRun]:
+    """Trains every decodable encoder-decoder model on the copy task for ``steps`` updates;
+    writes copy_task.json (each run as it finishes), copy_task.md and copy_task.png
+    (loss curves; exact-match accuracy)."""
+    cfg = cfg or Config()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs: list[CopyRun] = []
+    for variant, decoding in decodable("encoder_decoder", cfg):
+        if variants and variant.id not in variants:
+            continue
+        runs.append(train_copy(variant, decoding, cfg, steps, batch))
+        (out / "copy_task.json").write_text(json.dumps(
+            {"config": asdict(cfg), "steps": steps, "batch": batch, "runs": [r.as_dict() for r in runs]}, indent=1))
+    if not runs:
+        raise ConfigError(f"no encoder-decoder model to train (asked for {variants})")
+    (out / "copy_task.md").write_text(copy_task_table(runs) + "\n")
+    _plot_copy(runs, out / "copy_task.png")
+    return runs
+
+
+def copy_task_table(runs: list[CopyRun]) -> str:
+    from tabulate import tabulate
+
+    rows = [(r.variant, r.steps, f"{r.losses[0]:.3f}", f"{sum(r.losses[-10:]) / len(r.losses[-10:]):.3f}",
+             f"{r.exact_match:.1%}", f"{r.token_accuracy:.1%}", f"{r.seconds:.1f}") for r in runs]
+    return tabulate(rows, headers=("model", "steps", "first loss", "last-10 loss", "exact match",
+                                   "token accuracy", "train s"), tablefmt="github")
+
+
+def _plot_copy(runs: list[CopyRun], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for r in runs:
+        left.plot(range(1, len(r.losses) + 1), r.losses, label=r.variant, linewidth=1)
+    left.set_xlabel("update")
+    left.set_ylabel("loss per token (NLL)")
+    left.set_yscale("log")
+    left.set_title("copy task: training loss")
+    left.legend(fontsize=8)
+    right.bar([r.variant for r in runs], [100 * r.exact_match for r in runs])
+    right.set_ylabel("exact-match accuracy (%)")
+    right.set_title("greedy decoding, held-out sequences")
+    right.tick_params(axis="x", rotation=30, labelsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- the cache benchmark ------------------------------------------------------------------------
+
+def generate(variant: Variant, decoding: Decoding, module, inputs: dict, steps: int, cached: bool) -> torch.Tensor:
+    """Greedy tokens through ``step``, with or without the model's cache."""
+    with torch.no_grad():
+        state = decoding.prepare(module, inputs, cached)
+        ys = prefix(variant, decoding, inputs)
+        for _ in range(steps):
+            ys = torch.cat([ys, decoding.step(module, state, ys).argmax(-1, keepdim=True)], dim=1)
+        return ys
+
+
+@dataclass
+class CacheBenchRow:
+    family: str
+    variant: str
+    seq: int
+    batch: int
+    cached: bool
+    seconds: float
+    tokens_per_s: float
+    peak_bytes: int
+    load: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def cache_bench(lengths: list[int], cfg: Config | None = None, repeats: int = 3) -> list[CacheBenchRow]:
+    """Tokens/s and peak memory of greedy generation with and without each model's cache,
+    as the generated length T grows. Cached and uncached runs alternate (one window), the
+    median of ``repeats`` is kept; the 1-minute load average is recorded with each row."""
+    import os
+    import statistics
+
+    from .measure import peak_bytes
+
+    cfg = cfg or Config()
+    rows = []
+    for family in MODEL_FAMILIES:
+        for t in lengths:
+            c = cfg.replace(tgt_len=t, src_len=t)
+            models = Models(family, c)
+            for variant, decoding in decodable(family, c):
+                if not decoding.cache:
+                    continue
+                module = models.get(variant, models.zero(variant))
+                steps = t - prefix(variant, decoding, models.inputs).size(1)
+                times = {True: [], False: []}
+                for _ in range(repeats):
+                    for cached in (True, False):
+                        start = time.perf_counter()
+                        generate(variant, decoding, module, models.inputs, steps, cached)
+                        times[cached].append(time.perf_counter() - start)
+                for cached in (True, False):
+                    seconds = statistics.median(times[cached])
+                    peak = peak_bytes(lambda: generate(variant, decoding, module, models.inputs, steps, cached), "cpu")
+                    rows.append(CacheBenchRow(family, variant.id, t, c.batch, cached, seconds,
+                                              c.batch * steps / seconds, peak, os.getloadavg()[0]))
+    return rows
+
+
+def write_cache_bench(out_dir: str | Path, lengths: list[int] | None = None, cfg: Config | None = None) -> list[CacheBenchRow]:
+    """Runs ``cache_bench`` and writes cache_bench.json, cache_bench.md and cache_bench.png."""
+    from tabulate import tabulate
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = cache_bench(lengths or [8, 16, 32, 64], cfg)
+    (out / "cache_bench.json").write_text(json.dumps([r.as_dict() for r in rows], indent=1))
+    table = []
+    for r in rows:
+        if r.cached:
+            base = next(x for x in rows if (x.family, x.variant, x.seq, x.cached) == (r.family, r.variant, r.seq, False))
+            table.append((r.family, r.variant, r.seq, f"{r.tokens_per_s:.0f}", f"{base.tokens_per_s:.0f}",
+                          f"{r.tokens_per_s / base.tokens_per_s:.2f}x", r.peak_bytes, base.peak_bytes, f"{r.load:.1f}"))
+    text = tabulate(table, headers=("family", "model", "T", "tokens/s cached", "tokens/s full", "speed-up",
+                                    "peak B cached", "peak B full", "load avg"), tablefmt="github")
+    (out / "cache_bench.md").write_text(text + "\n")
+    _plot_cache(rows, out / "cache_bench.png")
+    return rows
+
+
+def _plot_cache(rows: list[CacheBenchRow], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key in sorted({(r.variant, r.cached) for r in rows}):
+        pts = sorted((r.seq, r.tokens_per_s) for r in rows if (r.variant, r.cached) == key)
+        ax.plot(*zip(*pts), marker="o", linestyle="-" if key[1] else "--",
+                label=f"{key[0]} {'cache' if key[1] else 'full prefix'}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("generated length T")
+    ax.set_ylabel("tokens/s (greedy, CPU)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
