@@ -40,6 +40,7 @@ def add_commands(sub, common) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="writes copy_task.{json,md,png} here")
     p.add_argument("--steps", type=int, default=300, help="updates per model (default 300)")
     p.add_argument("--batch", type=int, default=32, help="sequences per update (default 32)")
+    p.add_argument("--eval", type=int, default=64, help="held-out sequences decoded for accuracy (default 64)")
     p.add_argument("--variant", action="append", metavar="ID", help="only this model (repeatable)")
     p.set_defaults(func=cmd_copy_task)
 
@@ -123,9 +124,9 @@ def cmd_copy_task(args) -> int:
     from .seed_systems import copy_task_table, write_copy_task
 
     _load(args)
-    if args.steps < 1 or args.batch < 1:
-        raise ConfigError(f"--steps {args.steps} and --batch {args.batch} must be positive")
-    runs = write_copy_task(args.out, Config.parse(args.set), args.steps, args.batch, args.variant)
+    if min(args.steps, args.batch, args.eval) < 1:
+        raise ConfigError(f"--steps {args.steps}, --batch {args.batch} and --eval {args.eval} must be positive")
+    runs = write_copy_task(args.out, Config.parse(args.set), args.steps, args.batch, args.variant, args.eval)
     print(copy_task_table(runs))
     print(f"\nwrote {args.out}/copy_task.json, copy_task.md, copy_task.png")
     return 0

@@ -47,6 +47,19 @@ def decodable(family: str, cfg: Config) -> list[tuple[Variant, Decoding]]:
     return [(v, DECODINGS[v.key]) for v in variants_of(family) if v.key in DECODINGS and not v.supports(cfg)]
 
 
+_MEMO: dict[tuple, Any] = {}
+
+
+def _memo(name: str, family: str, cfg: Config, compute: Callable[[], Any]) -> Any:
+    """One result per (comparison, family, config, registered models and decodings): the
+    CLI and the tests ask for the same comparison in one process; a changed registration
+    (a scratch registry, a patched decoding) is a new key."""
+    key = (name, family, cfg, tuple((v.key, id(v), id(DECODINGS.get(v.key))) for v in variants_of(family)))
+    if key not in _MEMO:
+        _MEMO[key] = compute()
+    return _MEMO[key]
+
+
 class Models:
     """Builds models with the family's canonical weights, the given names zeroed; caches."""
 
@@ -140,14 +153,25 @@ def _margin(decoding: Decoding, variant: Variant, module, inputs: dict, row: int
 def compare_greedy(family: str, cfg: Config) -> list[DecodeResult]:
     """Every pair of decodable models: tokens from each model's own greedy loop, compared;
     pairs declared equivalent (on the family's decode case) must emit the same tokens."""
+    return _memo("compare_greedy", family, cfg, lambda: _compare_greedy(family, cfg))
+
+
+def _compare_greedy(family: str, cfg: Config) -> list[DecodeResult]:
     models = Models(family, cfg)
     fam = models.family
     steps = decode_steps(family, cfg)
     results = []
+    tokens: dict[tuple, torch.Tensor] = {}
+
+    def run(v, d, module, zero):
+        if (v.key, zero) not in tokens:
+            tokens[v.key, zero] = greedy(v, d, module, models.inputs, steps)
+        return tokens[v.key, zero]
+
     for (va, da), (vb, db) in itertools.combinations(decodable(family, cfg), 2):
         zero = models.zero(va, vb)
         ma, mb = models.get(va, zero), models.get(vb, zero)
-        ta, tb = greedy(va, da, ma, models.inputs, steps), greedy(vb, db, mb, models.inputs, steps)
+        ta, tb = run(va, da, ma, zero), run(vb, db, mb, zero)
         rows_a, rows_b = [_upto_pad(r) for r in ta], [_upto_pad(r) for r in tb]
         expected, reason = expectation(fam, va, vb, DECODE_CASE[family], torch.float32)
         first, margin_a, margin_b = "", math.nan, math.nan
@@ -197,6 +221,10 @@ def _session_tokens(family: str, inputs: dict) -> torch.Tensor:
 def check_cache(family: str, cfg: Config) -> list[CacheResult]:
     """For every model with a cache: per-step log-probabilities with the cache against the
     same steps re-running the whole prefix, float32 with float64 runs for the noise."""
+    return _memo("check_cache", family, cfg, lambda: _check_cache(family, cfg))
+
+
+def _check_cache(family: str, cfg: Config) -> list[CacheResult]:
     models = Models(family, cfg)
     tokens = _session_tokens(family, models.inputs)
     results = []
@@ -260,6 +288,12 @@ def train_step(variant: Variant, cfg: Config, weights: dict, inputs: dict, label
 
 
 def compare_train_step(family: str, cfg: Config) -> list[StepResult]:
+    """Every pair: the canonical parameters after one Adam step (``train_step``) compared;
+    the expectation is the pair's, on the family's decode case."""
+    return _memo("compare_train_step", family, cfg, lambda: _compare_train_step(family, cfg))
+
+
+def _compare_train_step(family: str, cfg: Config) -> list[StepResult]:
     models = Models(family, cfg)
     fam = models.family
     case = DECODE_CASE[family]
@@ -360,7 +394,7 @@ def train_copy(variant: Variant, decoding: Decoding, cfg: Config, steps: int, ba
 
 
 def write_copy_task(out_dir: str | Path, cfg: Config | None = None, steps: int = 300, batch: int = 32,
-                    variants: list[str] | None = None) -> list[CopyRun]:
+                    variants: list[str] | None = None, eval_batch: int = 64) -> list[CopyRun]:
     """Trains every decodable encoder-decoder model on the copy task for ``steps`` updates;
     writes copy_task.json (each run as it finishes), copy_task.md and copy_task.png
     (loss curves; exact-match accuracy)."""
@@ -371,7 +405,7 @@ def write_copy_task(out_dir: str | Path, cfg: Config | None = None, steps: int =
     for variant, decoding in decodable("encoder_decoder", cfg):
         if variants and variant.id not in variants:
             continue
-        runs.append(train_copy(variant, decoding, cfg, steps, batch))
+        runs.append(train_copy(variant, decoding, cfg, steps, batch, eval_batch=eval_batch))
         (out / "copy_task.json").write_text(json.dumps(
             {"config": asdict(cfg), "steps": steps, "batch": batch, "runs": [r.as_dict() for r in runs]}, indent=1))
     if not runs:
