@@ -61,7 +61,10 @@ def test_equivalent_models_emit_the_same_greedy_tokens(family):
     assert differing and all(r.first_diff and not math.isnan(r.margin_a) for r in differing)
 
 
-@pytest.mark.parametrize("family,cached", [("encoder_decoder", {"t2t"}), ("decoder_only_model", {"nanogpt"})])
+@pytest.mark.parametrize("family,cached", [
+    ("encoder_decoder", {"t2t"}),
+    ("decoder_only_model", {"decoder_only", "decoder_only_1e20", "nanogpt"}),
+])
 def test_cache_gives_the_log_probabilities_of_full_recomputation(family, cached):
     results = ss.check_cache(family, Config())
     assert {r.variant for r in results} == cached

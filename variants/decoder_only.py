@@ -190,8 +190,9 @@ register(
 # and a **softmax** (probabilities; the adapter takes their log). Deviations: the write-up
 # fixes 12 tokens, 64 dims, 8 heads and 5 layers; here vocabulary, width, heads and the
 # layer count come from the config; its ``print(x.shape)`` is dropped. ``block`` builds
-# the same stack from the write-up's other block, ``SimpleDecoder`` (fill -1e20). It has
-# no cache: the harness re-runs the prefix for each token.
+# the same stack from the write-up's other block, ``SimpleDecoder`` (fill -1e20). The
+# write-up has no cache; ``decode_step`` adds a self-attention k/v cache around the
+# blocks' own projections, norms and FFN (the attention of the new rows computed there).
 
 from harness.model_families import layers, register_decoding  # noqa: E402
 from harness.porting import Param, Zero, nest  # noqa: E402
@@ -214,6 +215,34 @@ class Decoder(nn.Module):
         output = self.out(x)
         return torch.softmax(output, dim=-1)             # probabilities (B, T, V)
 
+    def decode_step(self, x_new, cache):
+        """This file's addition (the write-up has no cache): probabilities (B, V) after
+        feeding ``x_new`` (B, n) on top of what ``cache`` (a list, one (k, v) per layer,
+        empty at first) has seen. A block's keys and values depend only on its input at
+        that position, which later tokens do not change (causal), so they are kept; the
+        new rows attend to every kept key and, among themselves, to the past only."""
+        x = self.emb(x_new)                              # (B, n, D)
+        b, n, _ = x.size()
+        seen = cache[0][0].size(2) if cache else 0
+        allowed = torch.ones(n, seen + n, dtype=torch.bool, device=x.device).tril(seen)
+        for i, layer in enumerate(self.layer_list):
+            heads = lambda z: z.view(b, n, self.head_num, -1).transpose(1, 2)  # noqa: E731  (B, H, n, d_k)
+            q, k, v = heads(layer.q_proj(x)), heads(layer.k_proj(x)), heads(layer.v_proj(x))
+            if len(cache) > i:
+                k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
+                cache[i] = (k, v)
+            else:
+                cache.append((k, v))
+            # the blocks' attention_output would tril() this (n, seen + n) mask as if it
+            # were square, so the step computes the same attention here
+            score = (q @ k.transpose(-1, -2) / math.sqrt(k.size(-1))).masked_fill(~allowed, float("-inf"))
+            out = layer.o_proj((torch.softmax(score, dim=-1) @ v).transpose(1, 2).reshape(b, n, -1))
+            if isinstance(layer, SimpleDecoderLayer):
+                x = layer.ffn(layer.attn_ln(out + x))
+            else:
+                x = layer.ffn_block(layer.layernorm_att(x + out))
+        return torch.softmax(self.out(x[:, -1]), dim=-1)
+
 
 def _decoder_map(cfg, block_id):
     block = get_variant("decoder_only_block", block_id).map_for(cfg)
@@ -225,13 +254,23 @@ def _decoder_map(cfg, block_id):
     return out
 
 
+def _decoder_prepare(model, inputs, cached):
+    return {"cache": [] if cached else None, "fed": 0}
+
+
 def _decoder_step(model, state, ys):
-    return model(ys, None)[:, -1].log()  # no mask: each block builds its tril of ones
+    """Without a cache the whole prefix is re-run (no mask: each block builds its tril of
+    ones); with one, only the tokens it has not seen are fed."""
+    if state["cache"] is None:
+        return model(ys, None)[:, -1].log()
+    probs = model.decode_step(ys[:, state["fed"]:], state["cache"])
+    state["fed"] = ys.size(1)
+    return probs.log()
 
 
 MODEL_TRAITS = {**BLOCK_TRAITS, "final_norm": False, "embedding_scale": "1", "tied_output": False,
                 "positional_encoding": "none", "generator": "Linear + softmax (log by the adapter)",
-                "cache": "none"}
+                "cache": "self-attention k/v per layer (decode_step, added here)"}
 for vid, block_cls, block_id, fill in (("decoder_only", SimpleDecoderLayer, "simple_decoder_layer", float("-inf")),
                                        ("decoder_only_1e20", SimpleDecoder, "simple_decoder", -1e20)):
     register(
@@ -242,4 +281,5 @@ for vid, block_cls, block_id, fill in (("decoder_only", SimpleDecoderLayer, "sim
         param_map=lambda cfg, b=block_id: _decoder_map(cfg, b),
         traits={**MODEL_TRAITS, "fill": fill}, supports=FOUR_X,
     )
-    register_decoding("decoder_only_model", vid, prepare=lambda m, i, c: None, step=_decoder_step)
+    register_decoding("decoder_only_model", vid, prepare=_decoder_prepare, step=_decoder_step,
+                      cache="self-attention k/v per layer (decode_step, this file's addition)")
