@@ -15,8 +15,6 @@ import math
 
 from .config import Config
 
-MODEL_FAMILIES = ("encoder_decoder", "decoder_only_model")
-
 
 def add_commands(sub, common) -> None:
     def with_config(p):
@@ -53,12 +51,10 @@ def add_commands(sub, common) -> None:
 
 
 def _families(args) -> list[str]:
-    from .seed_systems import _model_family
+    """The model families asked for (all by default); any other family is an error."""
+    from .seed_systems import MODEL_FAMILIES, _model_family
 
-    names = args.family or list(MODEL_FAMILIES)
-    for name in names:
-        _model_family(name)
-    return names
+    return [_model_family(name).name for name in args.family or MODEL_FAMILIES]
 
 
 def _fmt(x: float) -> str:

@@ -12,8 +12,9 @@ Faithful to the write-up's code, in the project's names:
 - ``subsequent_mask``: ``triu(diagonal=1) == 0`` (True = keep); ``Batch.make_std_mask``:
   key padding AND subsequent mask;
 - ``Embeddings`` x sqrt(D); ``PositionalEncoding`` interleaved, dropout after.
-Not family members, so not here: the ``Encoder``/``Decoder`` stacks with their final norm,
-``Transformer``, ``Generator``, the Noam schedule, label smoothing and the copy task.
+The whole model (``make_model``: stacks with their final norm, ``Transformer``,
+``Generator``) and the training pieces (Noam rate, ``LabelSmoothing``, ``Batch``, the copy
+task, ``greedy_decode``) are at the end of this file, with their own registrations.
 """
 
 from __future__ import annotations

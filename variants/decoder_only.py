@@ -13,7 +13,8 @@ The write-up's notebook cell that seeds both, runs them in eval mode and calls
 it for every pair (``python -m harness check --family decoder_only_block``).
 Deviations: ``SimpleDecoder`` prints its attention weights on every call in the write-up;
 here the print is kept behind ``verbose`` (off), so checks and benchmarks stay quiet. The
-write-up's 5-layer ``Decoder`` with embedding and vocabulary head is not a family member.
+write-up's 5-layer ``Decoder`` with embedding and vocabulary head is at the end of this file
+(the decoder_only_model family).
 """
 
 from __future__ import annotations

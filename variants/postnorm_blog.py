@@ -16,7 +16,8 @@ Faithful to the blog's code, in the project's names:
 The blog argues that one ``Linear(D, D)`` equals H ``Linear(D, d_k)`` concatenated;
 ``variants/per_head.py`` builds that formulation and the harness checks it numerically.
 Deviations: ``generate_mask`` is a method of the blog's ``Transformer``; here it is a
-function with the same body. The full ``Transformer`` is not a family member.
+function with the same body. The full ``Transformer`` is at the end of this file
+(the encoder_decoder family).
 """
 
 from __future__ import annotations

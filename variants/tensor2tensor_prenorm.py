@@ -7,11 +7,12 @@ file keeps):
 - q is scaled **in place** (``q.mul_(d_k ** -0.5)``) before QK^T;
 - the mask is **True = masked** (pad or future), filled with -1e9;
 - the layers are **pre-norm**, ``nn.LayerNorm(eps=1e-6)`` before each sublayer; the
-  stacks (not compared here) end with one more LayerNorm;
+  stacks end with one more LayerNorm;
 - ``EncoderLayer``/``DecoderLayer`` always build 8 heads (``head_size`` is never passed);
 - positional encoding is ``[sin | cos]`` concatenated (not interleaved) with timescales
   ``exp(-i * ln(1e4) / (D/2 - 1))`` (not the paper's frequencies);
-- embeddings: pad rows zeroed, then scaled by sqrt(D) (weight tying is outside the families);
+- embeddings: pad rows zeroed, then scaled by sqrt(D) (shared + tied in the
+  whole model at the end of this file);
 - the decoder self-attention mask is the future mask only; target padding is handled by
   zeroing pad embeddings, not by the mask.
 Deviations of this file from the write-up: ``get_position_encoding`` and the embedding
