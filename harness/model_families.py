@@ -32,7 +32,7 @@ from typing import Any, Callable
 import torch
 
 from .config import Config
-from .errors import RegistryError
+from .errors import ConfigError, RegistryError
 from .families import FAMILIES, Case, Family, ParamSpec, _norm_params, get_family, right_pad
 
 PAD, START = 0, 1  # token ids shared by every model family case (content tokens are 2..V-1)
@@ -90,7 +90,7 @@ def decoder_only_params(cfg: Config) -> ParamSpec:
 
 def content_tokens(gen: torch.Generator, cfg: Config, batch: int, length: int) -> torch.Tensor:
     if cfg.vocab < 3:
-        raise RegistryError(f"vocab={cfg.vocab}: model families need pad, start and a content token")
+        raise ConfigError(f"vocab={cfg.vocab} is too small: model families need pad, start and a content token")
     return torch.randint(START + 1, cfg.vocab, (batch, length), generator=gen)
 
 

@@ -513,9 +513,12 @@ def write_cache_bench(out_dir: str | Path, lengths: list[int] | None = None, cfg
     """Runs ``cache_bench`` and writes cache_bench.json, cache_bench.md and cache_bench.png."""
     from tabulate import tabulate
 
+    lengths = lengths or [8, 16, 32, 64]
+    if min(lengths) < 2:
+        raise ConfigError(f"impossible sweep: generated lengths {lengths} must be at least 2")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows = cache_bench(lengths or [8, 16, 32, 64], cfg)
+    rows = cache_bench(lengths, cfg)
     (out / "cache_bench.json").write_text(json.dumps([r.as_dict() for r in rows], indent=1))
     table = []
     for r in rows:

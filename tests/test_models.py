@@ -126,9 +126,16 @@ def test_copy_task_loss_falls():
     assert 0.0 <= run.exact_match <= run.token_accuracy <= 1.0
 
 
-def test_decode_rejects_a_family_that_is_not_a_model(capsys):
-    assert main(["decode", "--family", "attention"]) == 2
-    assert "not a model family" in capsys.readouterr().err
+@pytest.mark.parametrize("argv,message", [
+    (["decode", "--family", "attention"], "not a model family"),
+    (["decode", "--family", "decoder_only_model", "--set", "vocab=2"], "vocab=2 is too small"),
+    (["cache-bench", "--out", "unused", "--seq", "1,4"], "must be at least 2"),
+    (["copy-task", "--out", "unused", "--steps", "0"], "must be positive"),
+])
+def test_bad_model_input_is_one_clear_error(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
 
 
 def readme_commands() -> list[list[str]]:
