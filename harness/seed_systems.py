@@ -23,9 +23,9 @@ import torch.nn.functional as F
 
 from .compare import RANK, Checker, compare_tensors, expectation, matches, worst
 from .config import Config
-from .errors import ConfigError, HarnessError, UnknownName
+from .errors import ConfigError, UnknownName
 from .families import get_family
-from .model_families import DECODINGS, PAD, START, Decoding, layers
+from .model_families import DECODINGS, PAD, START, Decoding
 from .porting import zero_unrepresented
 from .registry import Variant, variants_of
 from .seeding import build
@@ -528,9 +528,25 @@ def write_cache_bench(out_dir: str | Path, lengths: list[int] | None = None, cfg
                           f"{r.tokens_per_s / base.tokens_per_s:.2f}x", r.peak_bytes, base.peak_bytes, f"{r.load:.1f}"))
     text = tabulate(table, headers=("family", "model", "T", "tokens/s cached", "tokens/s full", "speed-up",
                                     "peak B cached", "peak B full", "load avg"), tablefmt="github")
-    (out / "cache_bench.md").write_text(text + "\n")
+    (out / "cache_bench.md").write_text(_machine_note(rows) + "\n\n" + text + "\n")
     _plot_cache(rows, out / "cache_bench.png")
     return rows
+
+
+def _machine_note(rows: list[CacheBenchRow]) -> str:
+    """Method and machine, and a warning when the machine was loaded during the sweep."""
+    import os
+    import platform
+
+    cores, load = os.cpu_count() or 1, max(r.load for r in rows)
+    note = (f"Greedy generation on CPU ({platform.processor() or platform.machine()}, {cores} cores, "
+            f"torch {torch.__version__}, {torch.get_num_threads()} threads); per length, cached and "
+            f"full-prefix runs alternate 3 times and the median is kept; peak = live tensor storages "
+            f"created during one generation. B={rows[0].batch}.")
+    if load > cores:
+        note += (f"\n\n**Disturbed:** the 1-minute load average reached {load:.1f} on {cores} cores during "
+                 f"the sweep (other jobs on the machine); timings and speed-ups are indicative only.")
+    return note
 
 
 def _plot_cache(rows: list[CacheBenchRow], path: Path) -> None:
