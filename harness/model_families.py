@@ -27,13 +27,16 @@ model's cache against the same step recomputed over the whole prefix).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
+from . import oracles
 from .config import Config
 from .errors import ConfigError, RegistryError
-from .families import FAMILIES, Case, Family, ParamSpec, _norm_params, get_family, right_pad
+from .families import (
+    FAMILIES, LAYER_TRAITS, Case, Family, ParamSpec, TraitSpec, _norm_params, get_family, right_pad,
+)
 
 PAD, START = 0, 1  # token ids shared by every model family case (content tokens are 2..V-1)
 DEFAULT_LAYERS = 2
@@ -94,6 +97,81 @@ def content_tokens(gen: torch.Generator, cfg: Config, batch: int, length: int) -
     return torch.randint(START + 1, cfg.vocab, (batch, length), generator=gen)
 
 
+def dropout_sites(own: tuple[str, ...], cfg: Config | None = None, **stacks: tuple[str, ...]) -> tuple[str, ...]:
+    """A model's dropout sites: its own, then each stack's layer sites once per layer
+    (``encoder=("attention weights", ...)`` -> "encoder.0 attention weights", ...), so the
+    dropout check counts the draws of the whole model; a "(per head)" suffix stays last."""
+    n = layers(cfg or Config())
+    return own + tuple(f"{stack}.{i} {site}" for stack, sites in stacks.items() for i in range(n) for site in sites)
+
+
+# -- the oracles: the layer families' oracles, composed --------------------------------------------
+
+def _sub(w: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {n[len(prefix):]: t for n, t in w.items() if n.startswith(prefix)}
+
+
+def _final_norm(traits, w, name: str, x: torch.Tensor, dtype) -> torch.Tensor:
+    if not traits["final_norm"]:
+        return x
+    return oracles.normalize(x, w[f"{name}.weight"], w[f"{name}.bias"], traits["norm_formula"],
+                             oracles._eps(traits["eps"], dtype))
+
+
+def _embed(traits, table: torch.Tensor, tokens: torch.Tensor, pad_idx: int) -> torch.Tensor:
+    x = table[tokens]                                                  # (B, L, D)
+    if traits["pad_rows"] == "zeroed":
+        x = x.masked_fill((tokens == pad_idx)[..., None], 0.0)
+    return x * oracles.EMBEDDING_SCALES[traits["embedding_scale"]](x.shape[-1])
+
+
+def _positions(traits, length: int, d: int) -> torch.Tensor:
+    return oracles.positional_table(length, d, traits["pe_layout"], traits["pe_frequencies"])
+
+
+def encoder_decoder_oracle(traits, cfg, w, inputs, dtype) -> torch.Tensor:
+    """Embeddings (x scale, pad rows), positions, N encoder layers, final norm; the target
+    shifted (or not) the way the model declares, N decoder layers, final norm; the output
+    projection (the target table when tied); log-softmax."""
+    src, tgt, pad_idx = inputs["src"], inputs["tgt"], inputs["pad_idx"]
+    d = cfg.d_model
+    src_table = w["src_embed.weight"]
+    tgt_table = src_table if traits["shared_embeddings"] else w["tgt_embed.weight"]
+    x = _embed(traits, src_table, src, pad_idx)
+    x = x + _positions(traits, src.shape[1], d).to(x.dtype)
+    src_pad = src != pad_idx                                           # (B, S) True = real
+    for i in range(layers(cfg)):
+        x = oracles.encoder_layer(traits, cfg, _sub(w, f"encoder.{i}."), {"x": x, "pad": src_pad}, dtype)
+    memory = _final_norm(traits, w, "encoder.norm", x, dtype)
+    y = _embed(traits, tgt_table, tgt, pad_idx)
+    if traits["target_shift"] == "inside decode (zero vector first)":
+        y = torch.nn.functional.pad(y[:, :-1], (0, 0, 1, 0))
+    y = y + _positions(traits, tgt.shape[1], d).to(y.dtype)
+    t = tgt.shape[1]
+    tgt_mask = torch.ones(t, t, dtype=torch.bool).tril().expand(tgt.shape[0], t, t)  # the target is unpadded
+    for i in range(layers(cfg)):
+        y = oracles.decoder_layer(traits, cfg, _sub(w, f"decoder.{i}."),
+                                  {"x": y, "memory": memory, "src_pad": src_pad, "tgt_mask": tgt_mask}, dtype)
+    y = _final_norm(traits, w, "decoder.norm", y, dtype)
+    logits = y @ tgt_table.T if traits["tied_output"] else oracles.linear(y, w, "generator")
+    return torch.log_softmax(logits, dim=-1)
+
+
+def decoder_only_oracle(traits, cfg, w, inputs, dtype) -> torch.Tensor:
+    """Embedding (+ learned positions), N causal blocks, final norm, head (the embedding
+    when tied), log-softmax. Right padding only: no query row loses every key."""
+    tokens, pad = inputs["tokens"], inputs["pad"]
+    x = w["embed.weight"][tokens] * oracles.EMBEDDING_SCALES[traits["embedding_scale"]](cfg.d_model)
+    if traits["positional_encoding"] == "learned":
+        x = x + w["pos.weight"][: tokens.shape[1]]
+    block_traits = {**traits, "fully_masked_row": "NaN"}  # not reached: every row keeps key 0
+    for i in range(layers(cfg)):
+        x = oracles.decoder_only_block(block_traits, cfg, _sub(w, f"blocks.{i}."), {"x": x, "pad": pad}, dtype)
+    x = _final_norm(traits, w, "norm", x, dtype)
+    logits = x @ w["embed.weight"].T if traits["tied_output"] else oracles.linear(x, w, "head")
+    return torch.log_softmax(logits, dim=-1)
+
+
 def _seq2seq(cfg: Config, gen: torch.Generator) -> dict:
     src = content_tokens(gen, cfg, cfg.batch, cfg.src_len)
     src[~right_pad(gen, cfg.batch, cfg.src_len)] = PAD
@@ -102,6 +180,14 @@ def _seq2seq(cfg: Config, gen: torch.Generator) -> dict:
     return {"src": src, "tgt": tgt, "pad_idx": PAD, "start": START}
 
 
+BOOL = (True, False)
+MODEL_TRAITS = {
+    **LAYER_TRAITS,
+    "final_norm": TraitSpec("each stack ends with a norm", BOOL),
+    "embedding_scale": TraitSpec("the factor token embeddings are multiplied by", tuple(oracles.EMBEDDING_SCALES)),
+    "tied_output": TraitSpec("the output projection is the (target) embedding table", BOOL),
+}
+
 ENCODER_DECODER = ModelFamily(
     name="encoder_decoder",
     call="(src (B,S) int, tgt (B,T) int starting with the start symbol; pad 0) -> log-probabilities (B,T,V)",
@@ -109,11 +195,19 @@ ENCODER_DECODER = ModelFamily(
     params=encoder_decoder_params,
     # One case: the source padded, the target full length. Target padding is where the
     # write-ups' target masks differ (003 masks pad query rows, 000 masks nothing, the
-    # others pad keys); the masks family compares those builders, and ``target_pad``
-    # declares it here; a padded-target case would double the family's cost in the suite.
+    # others pad keys): the masks family compares those builders; a padded-target case
+    # here would double the family's cost in the suite.
     cases=(Case("src_padded", "source right-padded, target full length", _seq2seq),),
-    semantic=("norm_placement", "norm_formula", "eps", "activation", "final_norm", "embedding_scale",
-              "shared_embeddings", "tied_output", "positional_encoding", "target_shift"),
+    traits={
+        **MODEL_TRAITS,
+        "pad_rows": TraitSpec("what a pad token's embedding becomes", ("kept", "zeroed")),
+        "pe_layout": TraitSpec("how sines and cosines are laid out", oracles.PE_LAYOUTS),
+        "pe_frequencies": TraitSpec("the frequency of pair i", tuple(oracles.PE_FREQUENCIES)),
+        "shared_embeddings": TraitSpec("source and target share one table", BOOL),
+        "target_shift": TraitSpec("where the decoder input is shifted right",
+                                  ("by the caller", "inside decode (zero vector first)")),
+    },
+    oracle=encoder_decoder_oracle,
     ties=(("tgt_embed.weight", "src_embed.weight"), ("generator.weight", "src_embed.weight")),
 )
 
@@ -134,8 +228,9 @@ DECODER_ONLY_MODEL = ModelFamily(
         Case("full", "no padding", lambda c, g: _tokens(c, g, False)),
         Case("right_pad", "right padding: every query row sees a key", lambda c, g: _tokens(c, g, True)),
     ),
-    semantic=("norm_placement", "norm_formula", "eps", "activation", "final_norm", "embedding_scale",
-              "tied_output", "positional_encoding"),
+    traits={**MODEL_TRAITS,
+            "positional_encoding": TraitSpec("positions added to the embedding", ("none", "learned"))},
+    oracle=decoder_only_oracle,
     ties=(("head.weight", "embed.weight"),),
 )
 

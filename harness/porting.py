@@ -80,7 +80,7 @@ class Zero:
 class Tied:
     """A canonical parameter that the variant holds in the same tensor as the canonical
     parameter ``to`` (a tied output projection, a shared embedding). It covers no module
-    parameter of its own; its gradient accumulates on ``to``'s."""
+    parameter of its own; its gradient accumulates on ``to``'s (it reads as zeros)."""
 
     to: str
 
@@ -195,7 +195,10 @@ class PortMap:
         """The canonical tensor (a view into the module), or its gradient."""
         entry = self.entries[canonical]
         if isinstance(entry, Tied):
-            return None if grad else self.read(entry.to)
+            # its gradient accumulates on ``to``: none of its own (zeros, as an unused
+            # canonical tensor has), so a tied model and an oracle that uses ``to`` agree
+            source = self.read(entry.to)
+            return torch.zeros_like(source) if grad and source is not None else source
         if isinstance(entry, Zero):
             if grad:
                 return None

@@ -23,6 +23,8 @@ from harness.model_families import DECODINGS, Decoding
 from harness.registry import get_variant, variants_of
 from harness.seeding import build
 
+from conftest import family_params
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 SEEDS = {"000": "000_4f2b0681cf261e4d.txt", "001": "001_fda7eea54f03ebb8.txt", "002": "002_a5adfb2f6616eb1a.txt",
          "003": "003_5751987c9fd6921d.txt", "004": "004_4e525cb8a3aa6a12.txt"}
@@ -82,8 +84,9 @@ def test_a_cache_that_forgets_is_caught(monkeypatch):
 
     monkeypatch.setitem(DECODINGS, "decoder_only_model/nanogpt",
                         Decoding(prepare=right.prepare, step=forgetful, cache=right.cache))
-    [result] = ss.check_cache("decoder_only_model", Config())
-    assert result.verdict == "different" and not result.ok and result.max_abs > 1e-3
+    results = {r.variant: r for r in ss.check_cache("decoder_only_model", Config())}
+    assert results["nanogpt"].verdict == "different" and not results["nanogpt"].ok
+    assert results["nanogpt"].max_abs > 1e-3 and results["decoder_only"].ok
 
 
 def test_one_training_step_through_the_canonical_map():
@@ -152,7 +155,17 @@ def _shrunk(argv: list[str], out: Path) -> list[str]:
     return argv + (["--variant", "torch_pre", "--eval", "4"] if argv[0] == "copy-task" else [])
 
 
-@pytest.mark.parametrize("argv", readme_commands(), ids=lambda a: a[0])
+def test_readme_check_line_is_the_suites_family_check():
+    """The README's ``check`` line is what tests/test_equivalence.py runs per family
+    (``check_all`` over the config matrix, float32): its families exist, and the suite
+    checks each of them; running it a second time here would double the suite's cost."""
+    [check] = [a for a in readme_commands() if a[0] == "check"]
+    families = [check[i + 1] for i, a in enumerate(check) if a == "--family"]
+    assert set(families) == {"encoder_decoder", "decoder_only_model", "loss", "lr_schedule"}
+    assert set(families) <= {p.values[0] for p in family_params()}
+
+
+@pytest.mark.parametrize("argv", [a for a in readme_commands() if a[0] != "check"], ids=lambda a: a[0])
 def test_readme_whole_model_commands_run(argv, tmp_path, capsys):
     assert main(_shrunk(argv, tmp_path)) == 0
     printed = capsys.readouterr().out

@@ -160,7 +160,7 @@ register(
     summary="001's attention/embeddings/PE in the annotated make_model (layers from 004)",
     build=make_model, call=_preln.annotated_model_call,
     param_map=lambda cfg: _preln.annotated_model_map(cfg, embedding_table="lut.weight"),
-    traits={**_preln.MODEL_TRAITS, "scale": "k / sqrt(d_k) inside the matmul"},
+    traits={**_preln.MODEL_TRAITS, "scale": "k / sqrt(d_k) inside the matmul"},  # same dropout draws
 )
 register_decoding("encoder_decoder", "annotated", prepare=_preln._annotated_prepare,
                   step=_preln._annotated_step, greedy=_preln.annotated_greedy)

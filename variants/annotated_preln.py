@@ -276,7 +276,7 @@ register(
 
 import copy  # noqa: E402
 
-from harness.model_families import PAD, layers, register_decoding  # noqa: E402
+from harness.model_families import PAD, dropout_sites, layers, register_decoding  # noqa: E402
 from harness.registry import get_variant  # noqa: E402
 
 
@@ -483,10 +483,13 @@ def annotated_greedy(model, inputs, steps):
 
 
 MODEL_TRAITS = {
-    **LAYER_TRAITS, "final_norm": True, "embedding_scale": "sqrt(D)", "shared_embeddings": False,
-    "tied_output": False, "positional_encoding": "interleaved sin/cos, 10000^(-2i/D)",
-    "target_shift": "by the caller", "target_pad": "pad keys masked",
-    "generator": "Linear + log_softmax", "cache": "none",
+    **LAYER_TRAITS, "final_norm": True, "embedding_scale": "sqrt(D)", "pad_rows": "kept",
+    "shared_embeddings": False, "tied_output": False, "pe_layout": "interleaved sin/cos",
+    "pe_frequencies": "10000^(-2i/D)", "target_shift": "by the caller",
+    "internal_dtype": "float32",  # the position table is built in float32
+    "dropout_sites": dropout_sites(("source positions", "target positions"),
+                                   encoder=ENCODER_DROPOUT, decoder=DECODER_DROPOUT),
+    "note": "Generator = Linear + log_softmax; target pad keys masked (Batch); no cache",
 }
 
 register(
@@ -503,7 +506,7 @@ register_decoding("encoder_decoder", "annotated_preln", prepare=_annotated_prepa
 
 from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
 
-from harness.training_families import optimizer_rates  # noqa: E402
+from harness.training_families import SPREADS, STEP_COUNTS, optimizer_rates  # noqa: E402
 
 
 def _label_smoothing_loss(inputs):
@@ -517,15 +520,12 @@ def _label_smoothing_loss(inputs):
 register(
     id="annotated_preln", family="loss", source=SEED, summary="LabelSmoothing: KL to a smoothed target, / ntokens",
     build=lambda cfg: None, call=lambda m, i: _label_smoothing_loss(i),
-    traits={"smoothing_spread": "s/(V-2) off target; pad column and pad rows zeroed",
-            "loss_form": "KL divergence (cross-entropy minus the target's entropy)",
-            "reduction": "sum / ntokens"},
+    traits={"smoothing_spread": SPREADS[0], "loss_form": "KL divergence", "note": "KLDivLoss(sum) / ntokens"},
 )
 register(
     id="annotated_preln", family="lr_schedule", source=SEED, summary="learning_rate through LambdaLR",
     build=lambda cfg: None,
     call=lambda m, i: optimizer_rates(lambda opt: LambdaLR(opt, lambda step: learning_rate(
         step, i["d_model"], i["factor"], i["warmup"])), i["steps"]),
-    traits={"step_count": "LambdaLR's 0-based count, 0 read as 1: updates 1 and 2 share a rate",
-            "scheduler": "LambdaLR(learning_rate)"},
+    traits={"step_count": STEP_COUNTS[0], "note": "LambdaLR(learning_rate): updates 1 and 2 share a rate"},
 )

@@ -195,7 +195,7 @@ register(
 # write-up has no cache; ``decode_step`` adds a self-attention k/v cache around the
 # blocks' own projections, norms and FFN (the attention of the new rows computed there).
 
-from harness.model_families import layers, register_decoding  # noqa: E402
+from harness.model_families import dropout_sites, layers, register_decoding  # noqa: E402
 from harness.porting import Param, Zero, nest  # noqa: E402
 from harness.registry import get_variant  # noqa: E402
 
@@ -270,8 +270,9 @@ def _decoder_step(model, state, ys):
 
 
 MODEL_TRAITS = {**BLOCK_TRAITS, "final_norm": False, "embedding_scale": "1", "tied_output": False,
-                "positional_encoding": "none", "generator": "Linear + softmax (log by the adapter)",
-                "cache": "self-attention k/v per layer (decode_step, added here)"}
+                "positional_encoding": "none",
+                "dropout_sites": dropout_sites((), blocks=BLOCK_TRAITS["dropout_sites"]),
+                "note": "Linear + softmax (log by the adapter); cache: decode_step, added here"}
 for vid, block_cls, block_id, fill in (("decoder_only", SimpleDecoderLayer, "simple_decoder_layer", float("-inf")),
                                        ("decoder_only_1e20", SimpleDecoder, "simple_decoder", -1e20)):
     register(

@@ -172,7 +172,8 @@ register(
 # (its ``generate`` re-runs the whole context): per block, the keys and values of the
 # tokens seen so far are kept, and only the new token is projected.
 
-from harness.model_families import layers, register_decoding  # noqa: E402
+from harness.model_families import dropout_sites, layers, register_decoding  # noqa: E402
+from harness.registry import get_variant  # noqa: E402
 from harness.porting import Param, Tied, Zero  # noqa: E402
 
 
@@ -273,8 +274,9 @@ register(
     traits={"norm_placement": "pre", "norm_formula": "layernorm", "eps": 1e-5, "activation": "gelu",
             "final_norm": True, "embedding_scale": "1", "tied_output": True, "positional_encoding": "learned",
             "qkv_layout": "fused Linear(D, 3D)", "bias": True, "fill": "sdpa",
-            "generator": "lm_head tied to wte (logits; log_softmax by the adapter)",
-            "cache": "self-attention k/v per block (decode_step)"},
+            "dropout_sites": dropout_sites(("embedding",), blocks=get_variant(
+                "decoder_only_block", "nanogpt_block").traits["dropout_sites"]),
+            "note": "lm_head tied to wte (logits; log_softmax by the adapter); cache: decode_step"},
     supports=lambda cfg: None if cfg.d_ff == 4 * cfg.d_model else (
         f"the MLP is fixed at 4*d_model={4 * cfg.d_model}, config has d_ff={cfg.d_ff}"),
 )

@@ -237,7 +237,7 @@ register(
 # *query rows* (not keys). The blog shows no decoding loop: the harness's greedy loop
 # over ``decode`` runs it.
 
-from harness.model_families import layers, register_decoding  # noqa: E402
+from harness.model_families import dropout_sites, layers, register_decoding  # noqa: E402
 from harness.porting import Zero  # noqa: E402
 from harness.registry import get_variant  # noqa: E402
 
@@ -312,9 +312,13 @@ register(
     summary="post-norm, no final norm, unscaled embeddings, Linear head",
     build=lambda cfg: Transformer(cfg.vocab, cfg.vocab, cfg.d_model, cfg.heads, layers(cfg), cfg.d_ff, cfg.dropout),
     call=_blog_call, param_map=_blog_model_map,
-    traits={**LAYER_TRAITS, "final_norm": False, "embedding_scale": "1", "shared_embeddings": False,
-            "tied_output": False, "positional_encoding": "interleaved sin/cos, 10000^(-2i/D)",
-            "target_shift": "by the caller", "target_pad": "pad query rows masked",
-            "generator": "Linear (logits; log_softmax by the adapter)", "cache": "none"},
+    traits={**LAYER_TRAITS, "final_norm": False, "embedding_scale": "1", "pad_rows": "kept",
+            "shared_embeddings": False, "tied_output": False, "pe_layout": "interleaved sin/cos",
+            "pe_frequencies": "10000^(-2i/D)", "target_shift": "by the caller",
+            "internal_dtype": "float32",  # the position table is built in float32
+            "dropout_sites": dropout_sites(("after source positions", "after target positions"),
+                                           encoder=ATTN_DROPOUT + FFN_DROPOUT,
+                                           decoder=ATTN_DROPOUT + ATTN_DROPOUT + FFN_DROPOUT),
+            "note": "Linear head (logits; log_softmax by the adapter); generate_mask masks pad query rows; no cache"},
 )
 register_decoding("encoder_decoder", "postnorm_blog", prepare=_blog_prepare, step=_blog_step)

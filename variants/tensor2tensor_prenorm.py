@@ -321,7 +321,7 @@ register(
 # (a placeholder after the prefix, dropped by the shift; the k/v cache of the
 # encoder-decoder attention passed to ``decode`` on every step).
 
-from harness.model_families import PAD, layers, register_decoding  # noqa: E402
+from harness.model_families import PAD, dropout_sites, layers, register_decoding  # noqa: E402
 from harness.porting import Tied, Zero  # noqa: E402
 from harness.registry import get_variant  # noqa: E402
 
@@ -462,12 +462,16 @@ register(
                                   src_pad_idx=PAD, trg_pad_idx=PAD, head_size=cfg.heads),
     call=lambda m, i: torch.log_softmax(m(i["src"], i["tgt"]), dim=-1),
     param_map=_t2t_model_map,
-    traits={**LAYER_TRAITS, "final_norm": True, "embedding_scale": "sqrt(D)", "shared_embeddings": True,
-            "tied_output": True, "positional_encoding": "[sin | cos], t2t timescales",
-            "target_shift": "inside decode (zero vector first)",
-            "target_pad": "not masked (pad embeddings zeroed)",
-            "generator": "x @ embedding^T (logits; log_softmax by the adapter)",
-            "cache": "encoder-decoder k/v per layer"},
+    traits={**LAYER_TRAITS, "final_norm": True, "embedding_scale": "sqrt(D)", "pad_rows": "zeroed",
+            "shared_embeddings": True, "tied_output": True, "pe_layout": "[sin | cos] concatenated",
+            "pe_frequencies": "exp(-i ln(1e4) / (D/2 - 1))", "target_shift": "inside decode (zero vector first)",
+            "internal_dtype": "float32",  # the position table is built in float32
+            "dropout_sites": dropout_sites(
+                ("source embedding", "target embedding"),
+                encoder=get_variant("encoder_layer", "t2t").traits["dropout_sites"],
+                decoder=get_variant("decoder_layer", "t2t").traits["dropout_sites"]),
+            "note": "logits = x @ embedding^T (log_softmax by the adapter); target pad keys not masked "
+                    "(pad embeddings zeroed); cache: encoder-decoder k/v per layer"},
 )
 register_decoding("encoder_decoder", "t2t", prepare=_t2t_prepare, step=_t2t_step, greedy=t2t_greedy, bos=False,
                   cache="encoder-decoder k/v per layer (decoder self-attention recomputed)")

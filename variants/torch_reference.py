@@ -226,7 +226,7 @@ register(
 
 import math  # noqa: E402
 
-from harness.model_families import layers, register_decoding  # noqa: E402
+from harness.model_families import dropout_sites, layers, register_decoding  # noqa: E402
 from harness.porting import Tied  # noqa: E402
 
 
@@ -315,10 +315,13 @@ for vid, norm_first, eps, final_norm, scale, ref in SEQ2SEQ:
         call=lambda m, i: m(i["src"], i["tgt"], i["src"] == i["pad_idx"], i["tgt"] == i["pad_idx"]),
         param_map=lambda cfg, fn=final_norm: _seq2seq_map(cfg, fn),
         traits={**LAYER_TRAITS, "norm_placement": "pre" if norm_first else "post", "eps": eps,
-                "final_norm": final_norm, "embedding_scale": "sqrt(D)" if scale else "1",
-                "shared_embeddings": False, "tied_output": False,
-                "positional_encoding": "interleaved sin/cos, 10000^(-2i/D)", "target_shift": "by the caller",
-                "target_pad": "pad keys masked", "generator": "Linear + log_softmax", "cache": "none"},
+                "final_norm": final_norm, "embedding_scale": "sqrt(D)" if scale else "1", "pad_rows": "kept",
+                "shared_embeddings": False, "tied_output": False, "pe_layout": "interleaved sin/cos",
+                "pe_frequencies": "10000^(-2i/D)", "target_shift": "by the caller",
+                "internal_dtype": "float32",  # the position table is built in float32
+                "dropout_sites": dropout_sites(("source embedding", "target embedding"),
+                                               encoder=ENCODER_DROPOUT, decoder=DECODER_DROPOUT),
+                "note": "generator = Linear + log_softmax; target pad keys masked; no cache"},
     )
     register_decoding("encoder_decoder", vid, prepare=_seq2seq_prepare, step=_seq2seq_step)
 
@@ -376,7 +379,8 @@ for vid, norm_first, activation, final_norm, learned_pos, tied, ref in LMS:
         traits={**LAYER_TRAITS, "norm_placement": "pre" if norm_first else "post", "eps": 1e-5,
                 "activation": activation, "final_norm": final_norm, "embedding_scale": "1",
                 "tied_output": tied, "positional_encoding": "learned" if learned_pos else "none",
-                "generator": "Linear + log_softmax", "cache": "none"},
+                "dropout_sites": dropout_sites((), blocks=ENCODER_DROPOUT),
+                "note": "head = Linear + log_softmax; no cache"},
     )
     register_decoding("decoder_only_model", vid, prepare=lambda m, i, c: None,
                       step=lambda m, s, ys: m(ys)[:, -1])
@@ -386,16 +390,7 @@ for vid, norm_first, activation, final_norm, learned_pos, tied, ref in LMS:
 
 from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
 
-from harness.training_families import optimizer_rates  # noqa: E402
-
-
-def _smoothed_target(target, vocab, pad_idx, smoothing):
-    """The 004 write-up's target distribution: s/(V-2) off target, pad column and rows 0."""
-    dist = torch.full((target.size(0), vocab), smoothing / (vocab - 2), dtype=torch.float64)
-    dist.scatter_(1, target[:, None], 1.0 - smoothing)
-    dist[:, pad_idx] = 0
-    dist[target == pad_idx] = 0
-    return dist
+from harness.training_families import SPREADS, STEP_COUNTS, noam, optimizer_rates, smoothed_target  # noqa: E402
 
 
 register(
@@ -404,31 +399,24 @@ register(
     build=lambda cfg: None,
     call=lambda m, i: nn.CrossEntropyLoss(label_smoothing=i["smoothing"], ignore_index=i["pad_idx"])(
         i["logits"], i["target"]),
-    traits={"smoothing_spread": "s/V over every class (pad column included); pad rows ignored",
-            "loss_form": "cross-entropy", "reduction": "mean over non-ignored"},
+    traits={"smoothing_spread": SPREADS[1], "loss_form": "cross-entropy", "note": "mean over non-ignored rows"},
 )
 register(
     id="torch_ce_soft", family="loss", source=SOURCE,
     summary="F.cross_entropy with 004's smoothed distribution as probability targets",
     build=lambda cfg: None,
     call=lambda m, i: F.cross_entropy(
-        i["logits"], _smoothed_target(i["target"], i["logits"].size(-1), i["pad_idx"], i["smoothing"]).to(
+        i["logits"], smoothed_target(i["target"], i["logits"].size(-1), i["pad_idx"], i["smoothing"], SPREADS[0]).to(
             i["logits"].dtype), reduction="sum") / (i["target"] != i["pad_idx"]).sum(),
-    traits={"smoothing_spread": "s/(V-2) off target; pad column and pad rows zeroed",
-            "loss_form": "cross-entropy", "reduction": "sum / ntokens"},
+    traits={"smoothing_spread": SPREADS[0], "loss_form": "cross-entropy", "note": "sum / ntokens"},
 )
-
-
-def paper_noam(step_num, d_model, factor, warmup):
-    """The paper's rate at update ``step_num`` (1-based)."""
-    return factor * d_model ** -0.5 * min(step_num ** -0.5, step_num * warmup ** -1.5)
 
 
 register(
     id="torch_lambdalr", family="lr_schedule", source=SOURCE, reference=True,
     summary="LambdaLR with the paper's rate at update = last_epoch + 1",
     build=lambda cfg: None,
-    call=lambda m, i: optimizer_rates(lambda opt: LambdaLR(opt, lambda epoch: paper_noam(
+    call=lambda m, i: optimizer_rates(lambda opt: LambdaLR(opt, lambda epoch: noam(
         epoch + 1, i["d_model"], i["factor"], i["warmup"])), i["steps"]),
-    traits={"step_count": "update k uses step_num = k", "scheduler": "LambdaLR(paper formula, epoch + 1)"},
+    traits={"step_count": STEP_COUNTS[1], "note": "LambdaLR(paper formula at last_epoch + 1)"},
 )
