@@ -275,3 +275,22 @@ def register_decoding(family: str, id: str, **fields: Any) -> Decoding:
 
 
 from . import training_families  # noqa: E402,F401  (the loss and lr_schedule families)
+
+
+def incremental(full: Callable[[Any, torch.Tensor], torch.Tensor],
+                cached: Callable[[Any, torch.Tensor, list], torch.Tensor]) -> dict[str, Callable]:
+    """``prepare``/``step`` for a decoder-only model whose cache is a list it extends:
+    ``full(model, ys)`` gives the log-probabilities after ``ys`` re-running the prefix,
+    ``cached(model, new, cache)`` after feeding only the ``new`` tokens the cache has not seen."""
+
+    def prepare(model, inputs, use_cache):
+        return {"cache": [] if use_cache else None, "fed": 0}
+
+    def step(model, state, ys):
+        if state["cache"] is None:
+            return full(model, ys)
+        out = cached(model, ys[:, state["fed"]:], state["cache"])
+        state["fed"] = ys.size(1)
+        return out
+
+    return {"prepare": prepare, "step": step}

@@ -196,7 +196,7 @@ register(
 # write-up has no cache; ``decode_step`` adds a self-attention k/v cache around the
 # blocks' own projections, norms and FFN (the attention of the new rows computed there).
 
-from harness.model_families import dropout_sites, layers, register_decoding  # noqa: E402
+from harness.model_families import dropout_sites, incremental, layers, register_decoding  # noqa: E402
 from harness.porting import Param, Zero, nest  # noqa: E402
 from harness.registry import get_variant  # noqa: E402
 
@@ -256,20 +256,6 @@ def _decoder_map(cfg, block_id):
     return out
 
 
-def _decoder_prepare(model, inputs, cached):
-    return {"cache": [] if cached else None, "fed": 0}
-
-
-def _decoder_step(model, state, ys):
-    """Without a cache the whole prefix is re-run (no mask: each block builds its tril of
-    ones); with one, only the tokens it has not seen are fed."""
-    if state["cache"] is None:
-        return model(ys, None)[:, -1].log()
-    probs = model.decode_step(ys[:, state["fed"]:], state["cache"])
-    state["fed"] = ys.size(1)
-    return probs.log()
-
-
 MODEL_TRAITS = {**BLOCK_TRAITS, "final_norm": False, "embedding_scale": "1", "tied_output": False,
                 "positional_encoding": "none",
                 "dropout_sites": dropout_sites((), blocks=BLOCK_TRAITS["dropout_sites"]),
@@ -284,5 +270,6 @@ for vid, block_cls, block_id, fill in (("decoder_only", SimpleDecoderLayer, "sim
         param_map=lambda cfg, b=block_id: _decoder_map(cfg, b),
         traits={**MODEL_TRAITS, "fill": fill}, supports=FOUR_X,
     )
-    register_decoding("decoder_only_model", vid, prepare=_decoder_prepare, step=_decoder_step,
-                      cache="self-attention k/v per layer (decode_step, this file's addition)")
+    register_decoding(  # without a cache the prefix is re-run, no mask: each block builds its tril
+        "decoder_only_model", vid, cache="self-attention k/v per layer (decode_step, this file's addition)",
+        **incremental(lambda m, ys: m(ys, None)[:, -1].log(), lambda m, new, cache: m.decode_step(new, cache).log()))

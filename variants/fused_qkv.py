@@ -172,7 +172,7 @@ register(
 # (its ``generate`` re-runs the whole context): per block, the keys and values of the
 # tokens seen so far are kept, and only the new token is projected.
 
-from harness.model_families import dropout_sites, layers, register_decoding  # noqa: E402
+from harness.model_families import dropout_sites, incremental, layers, register_decoding  # noqa: E402
 from harness.registry import get_variant  # noqa: E402
 from harness.porting import Param, Tied, Zero  # noqa: E402
 
@@ -239,29 +239,13 @@ class GPT(nn.Module):
 
 
 def _gpt_map(cfg):
-    block = {**nest(ATTN_MAP, "self_attn.", "attn."),
-             **linear_entries({"ffn.w1": "mlp.c_fc", "ffn.w2": "mlp.c_proj"}),
-             **norm_entries("norm1", "ln_1"), **norm_entries("norm2", "ln_2")}
+    block = get_variant("decoder_only_block", "nanogpt_block").map_for(cfg)
     out = {"embed.weight": Param("transformer.wte.weight"), "pos.weight": Param("transformer.wpe.weight"),
            **norm_entries("norm", "transformer.ln_f"),
            "head.weight": Tied("embed.weight"), "head.bias": Zero()}
     for i in range(layers(cfg)):
         out.update(nest(block, f"blocks.{i}.", f"transformer.h.{i}."))
     return out
-
-
-def _gpt_prepare(model, inputs, cached):
-    return {"cache": [] if cached else None, "fed": 0}
-
-
-def _gpt_step(model, state, ys):
-    """With a cache, feed only the tokens the cache has not seen; without, re-run the prefix."""
-    if state["cache"] is None:
-        logits, _ = model(ys)
-        return F.log_softmax(logits[:, -1], dim=-1)
-    logits = model.decode_step(ys[:, state["fed"]:], state["cache"])
-    state["fed"] = ys.size(1)
-    return F.log_softmax(logits, dim=-1)
 
 
 register(
@@ -280,5 +264,6 @@ register(
     supports=lambda cfg: None if cfg.d_ff == 4 * cfg.d_model else (
         f"the MLP is fixed at 4*d_model={4 * cfg.d_model}, config has d_ff={cfg.d_ff}"),
 )
-register_decoding("decoder_only_model", "nanogpt", prepare=_gpt_prepare, step=_gpt_step,
-                  cache="self-attention k/v per block")
+register_decoding("decoder_only_model", "nanogpt", cache="self-attention k/v per block", **incremental(
+    lambda m, ys: F.log_softmax(m(ys)[0][:, -1], dim=-1),
+    lambda m, new, cache: F.log_softmax(m.decode_step(new, cache), dim=-1)))
