@@ -51,6 +51,10 @@ def test_tied_output_takes_only_equal_values():
     bad = {**good, "head.weight": good["head.weight"] + 1.0}
     with pytest.raises(PortingError, match="tied"):
         portmap.load(bad)
+    tokens = family.inputs("full", cfg)["tokens"]
+    variant.call(module, {"tokens": tokens, "pad": torch.ones_like(tokens, dtype=torch.bool)}).sum().backward()
+    assert portmap.read("head.weight", grad=True).count_nonzero() == 0   # counted on embed.weight
+    assert portmap.read("embed.weight", grad=True).count_nonzero() > 0
 
 
 @pytest.mark.parametrize("family", ["encoder_decoder", "decoder_only_model"])
