@@ -489,6 +489,7 @@ class CacheBenchRow:
     tokens_per_s: float
     peak_bytes: int
     load: float
+    threads: int
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -531,7 +532,8 @@ def _cache_sweep(rows: list, lengths: list[int], cfg: Config, repeats: int) -> N
                     seconds = statistics.median(times[cached])
                     peak = peak_bytes(lambda: generate(variant, decoding, module, models.inputs, steps, cached), "cpu")
                     rows.append(CacheBenchRow(family, variant.id, t, c.batch, cached, seconds,
-                                              c.batch * steps / seconds, peak, os.getloadavg()[0]))
+                                              c.batch * steps / seconds, peak, os.getloadavg()[0],
+                                              torch.get_num_threads()))
 
 
 def write_cache_bench(out_dir: str | Path, lengths: list[int] | None = None, cfg: Config | None = None) -> list[CacheBenchRow]:
@@ -565,7 +567,7 @@ def _machine_note(rows: list[CacheBenchRow]) -> str:
 
     cores, load = os.cpu_count() or 1, max(r.load for r in rows)
     note = (f"Greedy generation on CPU ({platform.processor() or platform.machine()}, {cores} cores, "
-            f"torch {torch.__version__}, {torch.get_num_threads()} threads); per length, cached and "
+            f"torch {torch.__version__}, {rows[0].threads} intra-op thread(s)); per length, cached and "
             f"full-prefix runs alternate 3 times and the median is kept; peak = live tensor storages "
             f"created during one generation. B={rows[0].batch}.")
     if load > cores:
