@@ -550,26 +550,40 @@ def trace_rows(ta: Trace, tb: Trace, ta64: Trace, tb64: Trace, dtype: torch.dtyp
 
 
 def locate(rows: list[TraceRow]) -> dict | None:
-    """The first divergence: where, and of what kind (computation or wiring)."""
-    first = next((r for r in rows if r.first), None)
-    if first is None:
+    """The first divergence: where, and of what kind (wiring, computation, inherited)."""
+    index = next((i for i, r in enumerate(rows) if r.first), None)
+    if index is None:
         return None
+    first = rows[index]
     label = _row_label(first.unit, first.what)
-    if first.what == "out" and first.source_a != first.source_b and (
-            first.source_a.startswith("output of") or first.source_b.startswith("output of")):
-        named = first.source_b if first.source_b.startswith("output of") else first.source_a
-        where = named.removeprefix("output of ")
+    sa, sb = first.source_a, first.source_b
+    if first.what == "out" and sa and sb and sa != sb:
+        named = sb if sb.startswith("output of") else sa if sa.startswith("output of") else ""
+        where = named.removeprefix("output of ") or first.unit
         return {"unit": where, "row": label, "kind": "wiring",
-                "text": f"{where}: wiring differs at {first.unit}: A feeds it {first.source_a or '?'}, "
-                        f"B feeds it {first.source_b or '?'} (a norm placed before vs after?)"}
-    if first.input_verdict in AGREE or first.what == "in" or first.input_verdict == "-":
-        unit = first.unit
-        return {"unit": unit, "row": label, "kind": "computation",
-                "text": f"{label}: same input, different result (max_abs {first.max_abs:.3g})"
-                if first.input_verdict in AGREE else f"{label} differs (max_abs {first.max_abs:.3g})"}
+                "text": f"{where}: wiring differs at {first.unit}: A feeds it {sa}, B feeds it {sb} "
+                        "(a norm placed before vs after?)"}
+    if first.what == "in":
+        parent = first.unit.rsplit(".", 1)[0] if "." in first.unit else ""
+        inside = [r for r in rows[:index] if r.what == "out" and _projection_of(r.unit) in ("q", "k", "v")
+                  and (r.unit.rsplit(".", 1)[0] if "." in r.unit else "") == parent]
+        agreeing = [r.unit.rsplit(".", 1)[-1] for r in inside if r.verdict in AGREE]
+        where = parent or "the attention"
+        said = (f"{', '.join(agreeing)} agree, " if agreeing else "")
+        return {"unit": first.unit + ":in", "row": label, "kind": "computation",
+                "text": f"inside {where}: {said}the output before the output projection differs "
+                        f"(scores, mask fill or softmax; max_abs {first.max_abs:.3g})"}
+    if first.input_verdict in AGREE:
+        return {"unit": first.unit, "row": label, "kind": "computation",
+                "text": f"{label}: same input, different result (max_abs {first.max_abs:.3g})"}
+    if first.input_verdict == "-":
+        return {"unit": first.unit, "row": label, "kind": "unknown",
+                "text": f"{label} differs (max_abs {first.max_abs:.3g}); its input is not observed on both sides"}
+    before = [r.unit for r in rows[:index] if r.verdict in AGREE and r.what == "out"]
+    step = f"the step between {before[-1]} (agrees) and {first.unit}" if before else f"a step before {first.unit}"
     return {"unit": first.unit, "row": label, "kind": "inherited",
-            "text": f"{label}: its input already differs (from an op outside the traced "
-                    f"sub-modules: a residual, a mask, an unmapped step)"}
+            "text": f"{label}: its input already differs: {step} (an activation, a residual, a mask, "
+                    f"an unmapped op; max_abs {first.max_abs:.3g})"}
 
 
 # -- where a difference lives --------------------------------------------------------------------
@@ -781,6 +795,11 @@ def _fmt(x) -> str:
     return f"{x:.3g}" if x else "0"
 
 
+def _value(x) -> str:
+    """An element's value: NaN shown as NaN (in a max_abs column NaN means 'not applicable')."""
+    return "NaN" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.6g}"
+
+
 def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32", *,
               device: str = "cpu", hints: bool = True, attribution: bool = True) -> dict:
     """Everything ``diff`` prints, as data (see the module docstring)."""
@@ -885,6 +904,26 @@ def _unit_value(trace: Trace, unit: str, what: str) -> torch.Tensor | None:
     return None if obs is None else (obs.inp if what == "in" else obs.out)
 
 
+def _feed_point(row: TraceRow, ta: Trace, tb: Trace) -> tuple[str, torch.Tensor] | None:
+    """Where in B a diverging row can be fed A's value: the row's own sub-module when B
+    observes it with hooks, else its nearest ancestor that B does (an attention module
+    fed A's attention output, which is its output projection's output)."""
+    unit = row.unit
+    ob = tb.units.get(unit)
+    if ob is not None and ob.how.startswith("module"):
+        value = _unit_value(ta, unit, row.what)
+        return None if value is None else (f"{unit}:in" if row.what == "in" else unit, value)
+    while "." in unit:
+        unit = unit.rsplit(".", 1)[0]
+        ob = tb.units.get(unit)
+        if ob is not None and ob.how.startswith("module"):
+            value = _unit_value(ta, unit, "out")
+            if value is None:
+                value = _unit_value(ta, f"{unit}.o", "out")
+            return None if value is None else (unit, value)
+    return None
+
+
 def attribute(va, vb, ta, ta64, tb, tb64, rows, cfg, inputs, weights, dtype, device) -> dict:
     """Feed A's first diverging sub-module output into B and run on; while B's output
     still differs, feed the next sub-module that still diverges in the fed run."""
@@ -892,19 +931,25 @@ def attribute(va, vb, ta, ta64, tb, tb64, rows, cfg, inputs, weights, dtype, dev
     ref = ta.tensors["output"]
     noise = max(_noise(ta.tensors["output"], ta64.tensors.get("output")),
                 _noise(tb.tensors["output"], tb64.tensors.get("output")))
-    feedable = [r for r in rows if r.how_b.startswith("module") and r.verdict != "-"]
     current = {(r.unit, r.what): r.verdict for r in rows}
-    for _ in range(len(feedable)):
-        row = next((r for r in feedable
-                    if current.get((r.unit, r.what)) not in AGREE
-                    and not any(r.unit == p.split(":")[0] or r.unit.startswith(p.split(":")[0] + ".")
-                                for p in patches)), None)
-        if row is None:
+    observed = [r for r in rows if r.verdict != "-"]
+
+    def covered(key: str) -> bool:
+        unit = key.split(":")[0]
+        return any(unit == p.split(":")[0] or unit.startswith(p.split(":")[0] + ".") for p in patches)
+
+    for _ in range(len(observed)):
+        point = None
+        for r in observed:
+            if current.get((r.unit, r.what)) in AGREE:
+                continue
+            point = _feed_point(r, ta, tb)
+            if point is not None and not covered(point[0]):
+                break
+            point = None
+        if point is None:
             break
-        value = _unit_value(ta, row.unit, row.what)
-        if value is None:
-            break
-        patches[f"{row.unit}:in" if row.what == "in" else row.unit] = value
+        patches[point[0]] = point[1]
         tp = trace_variant(vb, cfg, inputs, weights, dtype, device=device, patch=patches, backward=False)
         if tp.output is None:
             break
@@ -913,9 +958,9 @@ def attribute(va, vb, ta, ta64, tb, tb64, rows, cfg, inputs, weights, dtype, dev
             return {"patched": list(patches), "agrees": True,
                     "text": f"with A's {names} fed into B, B's output agrees with A's: the whole "
                             f"difference comes from {'there' if len(patches) == 1 else 'those'}"}
-        for r in feedable:  # what still diverges once fed (noise from the runs not fed)
+        for r in observed:  # what still diverges once fed (noise from the runs not fed)
             got, want = _unit_value(tp, r.unit, r.what), _unit_value(ta, r.unit, r.what)
-            if got is None or want is None:
+            if got is None or want is None or got.shape != want.shape:
                 continue
             unit_noise = max(_noise(want, _unit_value(ta64, r.unit, r.what)),
                              _noise(_unit_value(tb, r.unit, r.what), _unit_value(tb64, r.unit, r.what)))
@@ -954,6 +999,8 @@ def summary_text(d: dict) -> str:
         lines.append(f"{d['a']} and {d['b']} agree on {d['case']} ({d['verdict']})")
     elif d["first"]:
         lines.append(f"first divergence: {d['first']['text']}")
+    elif not d["trace"]:
+        lines.append("no canonical sub-module to trace: the difference is the module's own computation")
     else:
         lines.append("every traced sub-module agrees: the difference is outside them")
     if d.get("attribution"):
@@ -961,8 +1008,8 @@ def summary_text(d: dict) -> str:
     if worst is not None and worst["verdict"] not in AGREE:
         idx = ", ".join(map(str, worst["worst_index"]))
         lines.append(f"worst tensor {worst['tensor']}: {worst['mismatches']}/{worst['numel']} elements "
-                     f"differ, worst at [{idx}] ({worst['row_kind']}): {_fmt(worst['worst_a'])} vs "
-                     f"{_fmt(worst['worst_b'])}")
+                     f"differ, worst at [{idx}] ({worst['row_kind']}): {_value(worst['worst_a'])} vs "
+                     f"{_value(worst['worst_b'])}")
     lines += [f"hint: {h}" for h in d.get("hints", [])]
     return "\n".join(lines)
 

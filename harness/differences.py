@@ -1,0 +1,233 @@
+"""``reports/DIFFERENCES.md``: what a reviewer reads instead of the code.
+
+Per family: the variants' traits side by side; the equivalence classes (variants that
+agree on every case, float32 and float64) and, per case, which variants agree; for every
+boundary between two classes its declared reason, its measured effect and where the two
+first diverge (``harness.diff``); what each single semantic trait costs (pairs that
+differ in exactly that trait); and the kernel-path findings (a fused no_grad path whose
+result is not the autograd path's).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from pathlib import Path
+from typing import Iterable
+
+import torch
+
+from .compare import Checker, PairResult, PathResult, expectation
+from .config import Config
+from .diff import diff_pair, summary_text
+from .families import FAMILIES, get_family
+from .registry import get_variant, variants_of
+
+AGREE = ("identical", "equivalent")
+
+
+def _fmt(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf"
+    return f"{x:.2e}" if x else "0"
+
+
+def _md_table(headers: list[str], rows: list[list]) -> str:
+    from tabulate import tabulate
+
+    if not rows:
+        return "(none)"
+    clean = [[str(c).replace("|", "\\|").replace("\n", "<br>") for c in r] for r in rows]
+    return tabulate(clean, headers=headers, tablefmt="github")
+
+
+def equivalence_classes(ids: list[str], results: Iterable[PairResult], cases: set[str] | None = None) -> list[list[str]]:
+    """Variants joined when they agree on every compared case and dtype (restricted to
+    ``cases`` when given); connected components, in registry order."""
+    parent = {i: i for i in ids}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    agree: dict[tuple[str, str], bool] = {}
+    for r in results:
+        if cases is not None and r.case not in cases:
+            continue
+        key = tuple(sorted((r.a, r.b)))
+        agree[key] = agree.get(key, True) and r.verdict in AGREE
+    for (a, b), ok in agree.items():
+        if ok and a in parent and b in parent:
+            parent[find(a)] = find(b)
+    classes: dict[str, list[str]] = {}
+    for i in ids:
+        classes.setdefault(find(i), []).append(i)
+    return list(classes.values())
+
+
+def _representative(members: list[str], family: str) -> str:
+    refs = [m for m in members if get_variant(family, m).reference]
+    return refs[0] if refs else members[0]
+
+
+def trait_costs(family: str, results: list[PairResult]) -> list[list]:
+    """Rows for pairs differing in exactly one semantic trait on a case: the trait, the
+    two values, the pair, and forward/gradient max_abs in float32 and float64."""
+    fam = get_family(family)
+    by_key: dict[tuple, dict] = {}
+    for r in results:
+        va, vb = get_variant(family, r.a), get_variant(family, r.b)
+        diffs = [t for t in fam.semantic_for(r.case) if va.traits.get(t) != vb.traits.get(t)]
+        if len(diffs) != 1:
+            continue
+        trait = diffs[0]
+        values = (va.traits.get(trait), vb.traits.get(trait))
+        if str(values[0]) > str(values[1]):
+            values = values[::-1]
+        key = (trait, str(values[0]), str(values[1]), r.case)
+        entry = by_key.setdefault(key, {"pairs": {}, "values": values})
+        entry["pairs"].setdefault(tuple(sorted((r.a, r.b))), {})[r.dtype] = r
+    rows = []
+    for (trait, _, _, case), entry in by_key.items():
+        pairs = entry["pairs"]
+        ref = next((p for p in pairs if any(get_variant(family, x).reference for x in p)), next(iter(pairs)))
+        got = pairs[ref]
+        f32, f64 = got.get("float32"), got.get("float64")
+        rows.append([trait, f"{entry['values'][0]} vs {entry['values'][1]}", case, f"{ref[0]} ~ {ref[1]}",
+                     len(pairs),
+                     _fmt(f32.max_abs) if f32 else "-", _fmt(f32.grad_max_abs) if f32 else "-",
+                     _fmt(f64.max_abs) if f64 else "-", _fmt(f64.grad_max_abs) if f64 else "-"])
+    return rows
+
+
+def kernel_findings(family: str, paths: list[PathResult], cfg: Config) -> list[str]:
+    """A torch fused path (no_grad, eval) whose result is not the autograd path's."""
+    out = []
+    checker = Checker(cfg)
+    for p in paths:
+        if p.family != family or p.verdict in AGREE:
+            continue
+        v = get_variant(family, p.variant)
+        zero = checker.zero_names(v)
+        dtype = getattr(torch, p.dtype)
+        grad = checker.run(v, p.case, zero, dtype).tensors.get("output")
+        inf = checker.run(v, p.case, zero, dtype, mode="inference").tensors.get("output")
+        if grad is None or inf is None:
+            out.append(f"- `{p.variant}` on `{p.case}` ({p.dtype}): one path failed "
+                       f"(autograd `{p.path_autograd}`, no_grad `{p.path_inference}`)")
+            continue
+        n_grad, n_inf = int(grad.isnan().sum()), int(inf.isnan().sum())
+        rows = int(inf.isnan().any(-1).sum()) if inf.dim() == 3 else n_inf
+        if n_inf != n_grad:
+            what = (f"the no_grad path (`{p.path_inference}`) gives NaN in {n_inf} elements ({rows} rows) "
+                    f"where the autograd path (`{p.path_autograd}`) gives "
+                    + ("finite values" if n_grad == 0 else f"NaN in {n_grad}"))
+        else:
+            what = (f"no_grad path `{p.path_inference}` vs autograd path `{p.path_autograd}`: "
+                    f"{p.verdict}, max_abs {_fmt(p.max_abs)}")
+        out.append(f"- `{p.variant}` on `{p.case}` ({p.dtype}): {what}")
+    return out
+
+
+def family_section(family: str, results: list[PairResult], paths: list[PathResult], cfg: Config) -> str:
+    from .tables import traits_table
+
+    fam = get_family(family)
+    ids = [v.id for v in variants_of(family) if not v.supports(cfg)]
+    mine = [r for r in results if r.family == family]
+    lines = [f"## {family}", "", f"Call: `{fam.call}`. Cases: " + ", ".join(f"`{c.name}` ({c.note})" for c in fam.cases)
+             + f". Semantic traits: {', '.join(fam.semantic) or '-'}"
+             + "".join(f"; on `{c}` also {', '.join(t)}" for c, t in fam.case_semantic.items()) + ".", ""]
+    skipped = [(v.id, r) for v in variants_of(family) if (r := v.supports(cfg))]
+    if skipped:
+        lines += ["Not built for this config: " + "; ".join(f"`{i}` ({r})" for i, r in skipped) + ".", ""]
+    lines += ["### Traits", "", traits_table(family, tablefmt="github"), ""]
+    if not mine:
+        lines += ["(no pair to compare)", ""]
+        return "\n".join(lines)
+    classes = equivalence_classes(ids, mine)
+    lines += ["### Equivalence classes", "",
+              "Variants in one class agree (identical or equivalent) on every case, float32 and float64:", ""]
+    lines += [f"{i + 1}. " + ", ".join(f"`{m}`" for m in c) for i, c in enumerate(classes)]
+    if len(fam.cases) > 1:
+        lines += ["", "Per case:", ""]
+        rows = []
+        for case in fam.cases:
+            per = equivalence_classes(ids, mine, {case.name})
+            rows.append([case.name, " · ".join("{" + ", ".join(c) + "}" for c in per)])
+        lines.append(_md_table(["case", "classes"], rows))
+    lines += ["", "### Boundaries between classes", ""]
+    boundaries = []
+    for ca, cb in itertools.combinations(classes, 2):
+        a, b = _representative(ca, family), _representative(cb, family)
+        pair = [r for r in mine if {r.a, r.b} == {a, b}]
+        differing = [r for r in pair if r.verdict not in AGREE]
+        if not differing:
+            continue
+        case = next((c.name for c in fam.cases if any(r.case == c.name for r in differing)), differing[0].case)
+        va, vb = get_variant(family, a), get_variant(family, b)
+        reasons = list(dict.fromkeys(part for r in differing for part in r.reason.split("; ") if part)) \
+            or ["(none declared)"]
+        effect = "; ".join(
+            f"{r.case} {r.dtype}: {r.verdict}, fwd {_fmt(r.max_abs)}, grad {_fmt(r.grad_max_abs)}"
+            + ("" if r.ok else " (CONTRADICTS the declaration)")
+            for r in sorted(differing, key=lambda r: (r.case, r.dtype)))
+        d = diff_pair(family, va, vb, case, cfg, "float32", hints=False)
+        boundaries.append([f"`{a}` ~ `{b}`", "; ".join(reasons), effect,
+                           f"on `{case}` (float32): " + summary_text(d)])
+    lines.append(_md_table(["boundary (class representatives)", "declared reason", "measured effect",
+                            "first divergence"], boundaries) if boundaries else "(one class: no boundary)")
+    costs = trait_costs(family, mine)
+    lines += ["", "### What each trait costs", "",
+              "Pairs that differ in exactly one semantic trait, on the cases where it applies; max_abs of "
+              "the output (fwd) and of the worst gradient (grad):", ""]
+    lines.append(_md_table(["trait", "values", "case", "pair shown", "pairs", "fwd f32", "grad f32",
+                            "fwd f64", "grad f64"], costs))
+    findings = kernel_findings(family, paths, cfg)
+    lines += ["", "### Kernel paths", ""]
+    lines += findings or ["Every variant gives the same result with and without autograd."]
+    bad = [r for r in mine if not r.ok]
+    if bad:
+        lines += ["", "### Contradictions (verdict against the declared traits)", ""]
+        for r in bad[:20]:
+            d = diff_pair(family, r.a, r.b, r.case, cfg, r.dtype, hints=True)
+            lines.append(f"- `{r.a}` ~ `{r.b}` on `{r.case}` ({r.dtype}): {r.verdict}, expected {r.expected}. "
+                         + summary_text(d).replace("\n", "; "))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def write_differences(path: str | Path = "reports/DIFFERENCES.md", results: list[PairResult] | None = None,
+                      paths: list[PathResult] | None = None, *, families: list[str] | None = None,
+                      cfg: Config | None = None) -> Path:
+    """Write the differences report; ``results``/``paths`` from ``run_check`` (float32 and
+    float64 on CPU) are reused when given, else computed."""
+    from .cli import run_check
+
+    started = time.perf_counter()
+    cfg = cfg or Config()
+    families = families or [f for f in FAMILIES if get_family(f).differentiable]
+    if results is None or paths is None or not {"float32", "float64"} <= {r.dtype for r in results}:
+        results, paths = run_check(families, cfg, "cpu", ["float32", "float64"])
+    results = [r for r in results if r.device == "cpu"]
+    sections = [family_section(f, results, paths, cfg) for f in families]
+    text = "\n".join([
+        "# Differences between the variants",
+        "",
+        "Generated by `python -m harness differences` (also run by `python -m harness report`); "
+        f"config {cfg}, CPU, float32 and float64. Verdicts as `check` gives them; the first divergence "
+        "from `python -m harness diff FAMILY A B --case C` (hooks on the canonical sub-modules, the "
+        "dispatcher where a fused path has none; attribution feeds A's sub-module output into B).",
+        "",
+        *sections,
+    ])
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    print(f"differences: {len(families)} families in {time.perf_counter() - started:.0f} s")
+    return target
