@@ -762,9 +762,9 @@ def layout_hints(family: Family, a: Variant, b: Variant, case: str, cfg: Config,
                         if f"{slot}.{leaf}" in w:
                             w[f"{slot}.{leaf}"] = weights[f"{actual}.{leaf}"]
                 if fixes(w):
-                    hints.append(f"{subject.id}: the chunks of {path} look ordered "
-                                 f"({', '.join(p.rsplit('.', 1)[-1] for p in perm)}), not "
-                                 f"({', '.join(g.rsplit('.', 1)[-1] for g in group)})")
+                    hints.append(f"{subject.id}: the chunks of {path} look like "
+                                 f"({', '.join(p.rsplit('.', 1)[-1] for p in perm)}) in that order; its map "
+                                 f"says ({', '.join(g.rsplit('.', 1)[-1] for g in group)})")
         if hints:
             break
     return hints, tried
@@ -980,14 +980,23 @@ def traits_side_by_side(family: Family, a: Variant, b: Variant) -> list[dict]:
 
 
 def first_divergence(family: str, a, b, case: str, cfg: Config | None = None, dtype: str = "float32",
-                     device: str = "cpu") -> Divergence:
+                     device: str = "cpu", *, hints: bool = True) -> Divergence:
     """The short answer to "where and why do A and B differ on this case": the first
     diverging sub-module, the attribution, the worst tensor with its index and row kind,
     and any layout hint. ``text`` is a few lines for a table cell or an assertion message;
-    ``data`` is the full ``diff_pair`` result."""
+    ``data`` is the full ``diff_pair`` result. ``a``/``b`` are ids or ``Variant``s.
+    Costs a few traced runs (about 1-5 s on a 2-core CPU); ``hints=False`` skips the
+    layout search."""
     cfg = cfg or Config()
-    d = diff_pair(family, a, b, case, cfg, dtype, device=device)
+    d = diff_pair(family, a, b, case, cfg, dtype, device=device, hints=hints)
     return Divergence(summary_text(d), d)
+
+
+def explain(result, cfg: Config | None = None, *, hints: bool = True) -> Divergence:
+    """``first_divergence`` for one ``PairResult`` of ``check`` (its family, pair, case,
+    dtype and device)."""
+    return first_divergence(result.family, result.a, result.b, result.case, cfg, result.dtype,
+                            result.device, hints=hints)
 
 
 def summary_text(d: dict) -> str:

@@ -343,6 +343,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
             continue
         first_case = cases[0]
         ran = False
+        module = build(cfg).to(torch.float64).eval()
         for pmap in candidate_maps(family, cfg, probe):
             if tried >= MAX_CANDIDATES:
                 break
@@ -350,7 +351,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
             variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
                               param_map=pmap, traits=dict(ref.traits))
             try:
-                verdict, gap = _compare(checker, variant, ref, first_case, forward_only=True)
+                verdict, gap = _forward_verdict(checker, variant, ref, first_case, module)
             except (PortingError, InputError):
                 continue
             if verdict == "error":
@@ -375,6 +376,31 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     else:
         why += "\nno call form ran the module on the family's inputs: pass --call and --init"
     return Proposal(False, why, tried=tried, closest=closest)
+
+
+def _forward_verdict(checker: Checker, variant: Variant, ref: Variant, case: str,
+                     module: torch.nn.Module) -> tuple[str, float]:
+    """The quick test of a candidate: the module built once, the candidate's weights
+    ported in, float64 forward only, no op recording."""
+    from .compare import cast_inputs
+    from .porting import PortMap
+
+    family = get_family(ref.family)
+    zero = checker.zero_names(variant) | checker.zero_names(ref)
+    want = checker.run(ref, case, zero, torch.float64).tensors.get("output")
+    PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(
+        checker.weights(family, zero))
+    try:
+        with torch.no_grad():
+            got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
+    except HarnessError:
+        raise
+    except Exception:  # noqa: BLE001  (this call form does not run the module)
+        return "error", math.inf
+    if want is None or not isinstance(got, torch.Tensor):
+        return "error", math.inf
+    tv = compare_tensors(got.detach().double().cpu(), want, None, None, torch.float64)
+    return tv.verdict, tv.max_abs
 
 
 def _compare(checker: Checker, variant: Variant, ref: Variant, case: str, forward_only: bool = False):
@@ -409,9 +435,12 @@ def _infer_traits(checker, family, variant, ref, semantic_cases, uses_mask):
             continue
         for trait in family.case_semantic[case]:
             agree = []
-            for other in variants_of(family.name):
-                if other.supports(checker.cfg) or trait not in other.traits:
+            seen = set()  # one registered variant per declared value (the reference first)
+            for other in sorted(variants_of(family.name), key=lambda o: not o.reference):
+                value = repr(other.traits.get(trait))
+                if other.supports(checker.cfg) or trait not in other.traits or value in seen:
                     continue
+                seen.add(value)
                 if _compare(checker, variant, other, case)[0] in AGREE:
                     agree.append(other)
             values = list(dict.fromkeys(o.traits[trait] for o in agree))

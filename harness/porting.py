@@ -179,7 +179,13 @@ class PortMap:
                     raise self._fail(
                         f"canonical '{canonical}' maps to '{path}', which the module does not have"
                     )
-                _view(coverage[path], region, dim).add_(1)
+                try:
+                    _view(coverage[path], region, dim).add_(1)
+                except PortingError as exc:
+                    want = tuple(self.canonical_shapes[canonical])
+                    raise self._fail(f"canonical '{canonical}': {exc} (dim {dim} of '{path}', shape "
+                                     f"{tuple(self.params[path].shape)})"
+                                     f"{self._orientation_hint(entry, want)}") from None
             if not isinstance(entry, Zero):
                 shape = tuple(self.read(canonical).shape)
                 want = tuple(self.canonical_shapes[canonical])
