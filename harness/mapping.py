@@ -32,10 +32,12 @@ import torch
 from .adapt import masked, per_head
 from .compare import Checker, compare_tensors, worst
 from .config import Config
-from .errors import ConfigError, HarnessError, InputError, PortingError, UnknownName, VariantFileError
+from .errors import (
+    ConfigError, HarnessError, InputError, PortingError, SpecError, UnknownName, VariantFileError,
+)
 from .families import Family, get_family
 from .porting import Chunk, Param, Transposed, Zero, entry_code, zero_unrepresented
-from .registry import Variant, reference_of, scratch, variants_of
+from .registry import Variant, reference_of, scratch
 
 MAX_CANDIDATES = 20000
 AGREE = ("identical", "equivalent")
@@ -426,32 +428,43 @@ def _compare(checker: Checker, variant: Variant, ref: Variant, case: str, forwar
 
 def _infer_traits(checker, family, variant, ref, semantic_cases, uses_mask):
     """The family's semantic traits: the reference's where the module agrees with it on
-    the plain cases; on a case with its own traits, the value of a registered variant
-    the module agrees with there."""
-    traits = {t: ref.traits.get(t) for t in family.semantic}
+    the plain cases; on a case with traits of its own (a fully masked row), the values
+    whose float64 oracle (``harness.oracles``) the module agrees with there."""
+    case_traits = {t for names in family.case_semantic.values() for t in names}
+    full = family.semantic_traits(ref.traits)
+    traits = {t: ref.traits[t] for t in family.traits if t in ref.traits and t not in case_traits}
     notes = []
     for case in sorted(semantic_cases):
         if not uses_mask:
             continue
-        for trait in family.case_semantic[case]:
-            agree = []
-            seen = set()  # one registered variant per declared value (the reference first)
-            for other in sorted(variants_of(family.name), key=lambda o: not o.reference):
-                value = repr(other.traits.get(trait))
-                if other.supports(checker.cfg) or trait not in other.traits or value in seen:
-                    continue
-                seen.add(value)
-                if _compare(checker, variant, other, case)[0] in AGREE:
-                    agree.append(other)
-            values = list(dict.fromkeys(o.traits[trait] for o in agree))
-            if len(values) == 1:
-                traits[trait] = values[0]
-                notes.append(f"{trait} = {values[0]!r}: on '{case}' it agrees with "
-                             f"{', '.join(o.id for o in agree)}")
-            else:
-                notes.append(f"{trait}: on '{case}' it agrees with "
-                             f"{'no registered variant' if not values else 'variants declaring ' + repr(values)}; "
-                             "declare it yourself")
+        names = family.case_semantic[case]
+        zero = checker.zero_names(variant)
+        run = checker.run(variant, case, zero, torch.float64)
+        if run.error:
+            notes.append(f"{', '.join(names)}: the module fails on '{case}' ({run.error}); declare them yourself")
+            continue
+        options = [family.traits[n].values or (full.get(n),) for n in names]
+        matches = []
+        for combo in itertools.product(*options):
+            spec = {**full, **traits, **dict(zip(names, combo))}
+            try:
+                oracle = checker.oracle(family, spec, case, zero, torch.float64)
+            except (SpecError, RuntimeError):  # a combination no module can have, or an oracle that fails
+                continue
+            verdicts = [compare_tensors(t, oracle.tensors[n], None, None, torch.float64).verdict
+                        for n, t in run.tensors.items() if n in oracle.tensors]
+            if verdicts and worst(verdicts) in AGREE:
+                matches.append(dict(zip(names, combo)))
+        if not matches:
+            notes.append(f"{', '.join(names)}: on '{case}' no oracle of the known values agrees; "
+                         "declare them yourself")
+            continue
+        defaults = {n: family.traits[n].default for n in names}
+        pick = max(matches, key=lambda m: sum(m[n] == defaults[n] for n in names))
+        traits.update({n: v for n, v in pick.items() if n in ref.traits or v != defaults[n]})
+        shown = ", ".join(f"{n} = {v!r}" for n, v in pick.items())
+        notes.append(f"{shown}: on '{case}' the module agrees with that oracle"
+                     + (f" (and {len(matches) - 1} other value set(s) it cannot tell apart)" if len(matches) > 1 else ""))
     return traits, notes
 
 
