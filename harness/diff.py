@@ -468,6 +468,15 @@ def _batch_of(inputs: Mapping[str, Any]) -> int:
     return 1
 
 
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise the same tensor, NaN where the other has NaN."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if not a.is_floating_point():
+        return torch.equal(a, b)
+    return bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
 def _label_sources(units: dict[str, Observed], inputs: Mapping[str, Any]) -> None:
     """Name what each sub-module was fed: a family input, or another sub-module's output."""
     ordered = sorted(units.values(), key=lambda o: o.order)
@@ -476,14 +485,14 @@ def _label_sources(units: dict[str, Observed], inputs: Mapping[str, Any]) -> Non
             continue
         obs.source = "computed"
         for name, value in inputs.items():
-            if isinstance(value, torch.Tensor) and value.shape == obs.inp.shape and torch.equal(value.detach(), obs.inp):
+            if isinstance(value, torch.Tensor) and _same(value.detach(), obs.inp):
                 obs.source = f"input '{name}'"
                 break
         else:
             for prev in ordered:
                 if prev is obs or prev.out is None or obs.unit.startswith(prev.unit + "."):
                     continue
-                if prev.out.shape == obs.inp.shape and torch.equal(prev.out, obs.inp):
+                if _same(prev.out, obs.inp):
                     obs.source = f"output of {prev.unit}"
                     break
 

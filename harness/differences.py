@@ -18,13 +18,39 @@ from typing import Iterable
 
 import torch
 
-from .compare import Checker, PairResult, PathResult, expectation
+from .compare import Checker, PairResult, PathResult
 from .config import Config
-from .diff import diff_pair, summary_text
+from .diff import declared, diff_pair, summary_text
 from .families import FAMILIES, get_family
 from .registry import get_variant, variants_of
 
 AGREE = ("identical", "equivalent")
+SAME_FUNCTION = AGREE + ("not exercised",)  # a declared difference this case cannot show
+
+
+def measure_gap(checker: Checker, family: str, a: str, b: str, case: str, dtype: torch.dtype) -> tuple[float, float, str]:
+    """The pair's own runs on the same weights and inputs: max |a - b| of the output and
+    of the worst gradient both have (inf where NaN sits in one and not the other)."""
+    va, vb = get_variant(family, a), get_variant(family, b)
+    zero = checker.zero_names(va) | checker.zero_names(vb)
+    ra, rb = checker.run(va, case, zero, dtype), checker.run(vb, case, zero, dtype)
+    if ra.error or rb.error:
+        return math.nan, math.nan, "error"
+    out, grad, worst = 0.0, 0.0, ""
+    for name, ta in ra.tensors.items():
+        tb = rb.tensors.get(name)
+        if tb is None or tb.shape != ta.shape or name.removeprefix("grad:") in zero:
+            continue
+        if not torch.equal(ta.isnan(), tb.isnan()):
+            gap = math.inf
+        else:
+            ok = ~ta.isnan()
+            gap = float((ta[ok] - tb[ok]).abs().max()) if ok.any() else 0.0
+        if name == "output":
+            out = gap
+        elif gap > grad:
+            grad, worst = gap, name.removeprefix("grad:")
+    return out, grad, worst
 
 
 def _fmt(x) -> str:
@@ -45,8 +71,9 @@ def _md_table(headers: list[str], rows: list[list]) -> str:
 
 
 def equivalence_classes(ids: list[str], results: Iterable[PairResult], cases: set[str] | None = None) -> list[list[str]]:
-    """Variants joined when they agree on every compared case and dtype (restricted to
-    ``cases`` when given); connected components, in registry order."""
+    """Variants joined when they compute the same function (float64 verdicts: identical,
+    equivalent, or a declared difference the case cannot show) on every case (restricted
+    to ``cases`` when given); connected components, in registry order."""
     parent = {i: i for i in ids}
 
     def find(x):
@@ -57,10 +84,10 @@ def equivalence_classes(ids: list[str], results: Iterable[PairResult], cases: se
 
     agree: dict[tuple[str, str], bool] = {}
     for r in results:
-        if cases is not None and r.case not in cases:
+        if r.dtype != "float64" or (cases is not None and r.case not in cases):
             continue
         key = tuple(sorted((r.a, r.b)))
-        agree[key] = agree.get(key, True) and r.verdict in AGREE
+        agree[key] = agree.get(key, True) and r.verdict in SAME_FUNCTION
     for (a, b), ok in agree.items():
         if ok and a in parent and b in parent:
             parent[find(a)] = find(b)
@@ -75,33 +102,33 @@ def _representative(members: list[str], family: str) -> str:
     return refs[0] if refs else members[0]
 
 
-def trait_costs(family: str, results: list[PairResult]) -> list[list]:
-    """Rows for pairs differing in exactly one semantic trait on a case: the trait, the
-    two values, the pair, and forward/gradient max_abs in float32 and float64."""
+def trait_costs(family: str, ids: list[str], checker: Checker) -> list[list]:
+    """Rows for pairs that differ in exactly one semantic trait on a case: the trait, the
+    two values, one pair shown (the reference's where it can), how many pairs share those
+    values, and the pair's measured forward/gradient max_abs in float32 and float64."""
+    from .compare import applicable
+
     fam = get_family(family)
-    by_key: dict[tuple, dict] = {}
-    for r in results:
-        va, vb = get_variant(family, r.a), get_variant(family, r.b)
-        diffs = [t for t in fam.semantic_for(r.case) if va.traits.get(t) != vb.traits.get(t)]
-        if len(diffs) != 1:
-            continue
-        trait = diffs[0]
-        values = (va.traits.get(trait), vb.traits.get(trait))
-        if str(values[0]) > str(values[1]):
-            values = values[::-1]
-        key = (trait, str(values[0]), str(values[1]), r.case)
-        entry = by_key.setdefault(key, {"pairs": {}, "values": values})
-        entry["pairs"].setdefault(tuple(sorted((r.a, r.b))), {})[r.dtype] = r
+    groups: dict[tuple, list[tuple[str, str]]] = {}
+    for a, b in itertools.combinations(ids, 2):
+        va, vb = get_variant(family, a), get_variant(family, b)
+        sa, sb = fam.semantic_traits(va.traits), fam.semantic_traits(vb.traits)
+        for case in fam.cases:
+            if not (applicable(va, case.name) and applicable(vb, case.name)):
+                continue
+            diffs = [t for t in fam.semantic_for(case.name) if sa.get(t) != sb.get(t)]
+            if len(diffs) != 1:
+                continue
+            t = diffs[0]
+            values = sorted([str(sa.get(t)), str(sb.get(t))])
+            groups.setdefault((t, values[0], values[1], case.name), []).append((a, b))
     rows = []
-    for (trait, _, _, case), entry in by_key.items():
-        pairs = entry["pairs"]
-        ref = next((p for p in pairs if any(get_variant(family, x).reference for x in p)), next(iter(pairs)))
-        got = pairs[ref]
-        f32, f64 = got.get("float32"), got.get("float64")
-        rows.append([trait, f"{entry['values'][0]} vs {entry['values'][1]}", case, f"{ref[0]} ~ {ref[1]}",
-                     len(pairs),
-                     _fmt(f32.max_abs) if f32 else "-", _fmt(f32.grad_max_abs) if f32 else "-",
-                     _fmt(f64.max_abs) if f64 else "-", _fmt(f64.grad_max_abs) if f64 else "-"])
+    for (trait, v1, v2, case), pairs in groups.items():
+        a, b = next((p for p in pairs if any(get_variant(family, x).reference for x in p)), pairs[0])
+        f32 = measure_gap(checker, family, a, b, case, torch.float32)
+        f64 = measure_gap(checker, family, a, b, case, torch.float64)
+        rows.append([trait, f"{v1} vs {v2}", case, f"{a} ~ {b}", len(pairs),
+                     _fmt(f32[0]), _fmt(f32[1]), _fmt(f64[0]), _fmt(f64[1])])
     return rows
 
 
@@ -140,6 +167,7 @@ def family_section(family: str, results: list[PairResult], paths: list[PathResul
     fam = get_family(family)
     ids = [v.id for v in variants_of(family) if not v.supports(cfg)]
     mine = [r for r in results if r.family == family]
+    checker = Checker(cfg, record=False)
     lines = [f"## {family}", "", f"Call: `{fam.call}`. Cases: " + ", ".join(f"`{c.name}` ({c.note})" for c in fam.cases)
              + f". Semantic traits: {', '.join(fam.semantic) or '-'}"
              + "".join(f"; on `{c}` also {', '.join(t)}" for c, t in fam.case_semantic.items()) + ".", ""]
@@ -152,7 +180,7 @@ def family_section(family: str, results: list[PairResult], paths: list[PathResul
         return "\n".join(lines)
     classes = equivalence_classes(ids, mine)
     lines += ["### Equivalence classes", "",
-              "Variants in one class agree (identical or equivalent) on every case, float32 and float64:", ""]
+              "Variants in one class compute the same function on every case (float64 verdicts of `check`):", ""]
     lines += [f"{i + 1}. " + ", ".join(f"`{m}`" for m in c) for i, c in enumerate(classes)]
     if len(fam.cases) > 1:
         lines += ["", "Per case:", ""]
@@ -165,24 +193,27 @@ def family_section(family: str, results: list[PairResult], paths: list[PathResul
     boundaries = []
     for ca, cb in itertools.combinations(classes, 2):
         a, b = _representative(ca, family), _representative(cb, family)
-        pair = [r for r in mine if {r.a, r.b} == {a, b}]
-        differing = [r for r in pair if r.verdict not in AGREE]
+        va, vb = get_variant(family, a), get_variant(family, b)
+        differing = [r for r in mine if {r.a, r.b} == {a, b} and r.dtype == "float64"
+                     and r.verdict not in SAME_FUNCTION]
         if not differing:
             continue
         case = next((c.name for c in fam.cases if any(r.case == c.name for r in differing)), differing[0].case)
-        va, vb = get_variant(family, a), get_variant(family, b)
-        reasons = list(dict.fromkeys(part for r in differing for part in r.reason.split("; ") if part)) \
-            or ["(none declared)"]
-        effect = "; ".join(
-            f"{r.case} {r.dtype}: {r.verdict}, fwd {_fmt(r.max_abs)}, grad {_fmt(r.grad_max_abs)}"
-            + ("" if r.ok else " (CONTRADICTS the declaration)")
-            for r in sorted(differing, key=lambda r: (r.case, r.dtype)))
+        reasons = list(dict.fromkeys(part for r in differing for part in declared(fam, va, vb, r.case)[1].split("; ")
+                                     if part)) or ["(none declared)"]
+        effect = []
+        for r in sorted(differing, key=lambda r: [c.name for c in fam.cases].index(r.case)):
+            f32 = measure_gap(checker, family, a, b, r.case, torch.float32)
+            f64 = measure_gap(checker, family, a, b, r.case, torch.float64)
+            effect.append(f"{r.case}: fwd {_fmt(f32[0])} / {_fmt(f64[0])}, grad {_fmt(f32[1])} / {_fmt(f64[1])}"
+                          + (f" ({f64[2]})" if f64[2] else "") + ("" if r.ok else " (CONTRADICTS a declaration)"))
         d = diff_pair(family, va, vb, case, cfg, "float32", hints=False)
-        boundaries.append([f"`{a}` ~ `{b}`", "; ".join(reasons), effect,
+        boundaries.append([f"`{a}` ~ `{b}`", "; ".join(reasons), "; ".join(effect),
                            f"on `{case}` (float32): " + summary_text(d)])
-    lines.append(_md_table(["boundary (class representatives)", "declared reason", "measured effect",
-                            "first divergence"], boundaries) if boundaries else "(one class: no boundary)")
-    costs = trait_costs(family, mine)
+    lines.append(_md_table(["boundary (class representatives)", "declared reason",
+                            "measured effect (float32 / float64; worst gradient)", "first divergence"],
+                           boundaries) if boundaries else "(one class: no boundary)")
+    costs = trait_costs(family, ids, checker)
     lines += ["", "### What each trait costs", "",
               "Pairs that differ in exactly one semantic trait, on the cases where it applies; max_abs of "
               "the output (fwd) and of the worst gradient (grad):", ""]
@@ -193,7 +224,7 @@ def family_section(family: str, results: list[PairResult], paths: list[PathResul
     lines += findings or ["Every variant gives the same result with and without autograd."]
     bad = [r for r in mine if not r.ok]
     if bad:
-        lines += ["", "### Contradictions (verdict against the declared traits)", ""]
+        lines += ["", "### Contradictions (a verdict against the declared traits)", ""]
         for r in bad[:20]:
             d = diff_pair(family, r.a, r.b, r.case, cfg, r.dtype, hints=True)
             lines.append(f"- `{r.a}` ~ `{r.b}` on `{r.case}` ({r.dtype}): {r.verdict}, expected {r.expected}. "
@@ -212,9 +243,10 @@ def write_differences(path: str | Path = "reports/DIFFERENCES.md", results: list
     started = time.perf_counter()
     cfg = cfg or Config()
     families = families or [f for f in FAMILIES if get_family(f).differentiable]
-    if results is None or paths is None or not {"float32", "float64"} <= {r.dtype for r in results}:
-        results, paths = run_check(families, cfg, "cpu", ["float32", "float64"])
-    results = [r for r in results if r.device == "cpu"]
+    results = [r for r in results or [] if r.device == "cpu" and r.config in ("", "default", "custom")]
+    paths = [p for p in paths or [] if p.device == "cpu"]
+    if not {"float32", "float64"} <= {r.dtype for r in results}:
+        results, paths = run_check(families, cfg, "cpu", ["float32"])
     sections = [family_section(f, results, paths, cfg) for f in families]
     text = "\n".join([
         "# Differences between the variants",
