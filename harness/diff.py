@@ -29,6 +29,7 @@ few lines and its data) that ``check`` and a failing equivalence test can print.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import math
@@ -856,6 +857,15 @@ def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32",
     attrib = None
     if attribution and first is not None and where and where[0].verdict not in AGREE:
         attrib = attribute(va, vb, ta, ta64, tb, tb64, rows, cfg, inputs, weights, dt, device)
+        if not attrib["patched"]:  # B has no sub-module to feed (a fused root): feed B into A
+            swapped = [dataclasses.replace(r, how_a=r.how_b, how_b=r.how_a, source_a=r.source_b,
+                                           source_b=r.source_a) for r in rows]
+            back = attribute(vb, va, tb, tb64, ta, ta64, swapped, cfg, inputs, weights, dt, device)
+            if back["patched"]:
+                attrib = {**back, "reversed": True,
+                          "text": back["text"].replace("A's", "B's", 1).replace("into B, B's output agrees with A's",
+                                                                               "into A, A's output agrees with B's")
+                          .replace("fed into B,", "fed into A,")}
     hint_list, tried = ([], 0)
     if hints and verdict not in AGREE and verdict != "error":
         hint_list, tried = layout_hints(fam, va, vb, case, cfg, weights)
@@ -1026,7 +1036,8 @@ def summary_text(d: dict) -> str:
     elif not d["trace"]:
         lines.append("no canonical sub-module to trace: the difference is the module's own computation")
     else:
-        lines.append("every traced sub-module agrees: the difference is outside them")
+        lines.append("every traced sub-module agrees: the difference is in ops outside them "
+                     "(a residual, a norm or step the family does not map)")
     if d.get("attribution"):
         lines.append(d["attribution"]["text"])
     if worst is not None and worst["verdict"] not in AGREE:

@@ -23,6 +23,7 @@ from .config import Config
 from .diff import declared, diff_pair, summary_text
 from .families import FAMILIES, get_family
 from .registry import get_variant, variants_of
+from .tables import fmt as _fmt
 
 AGREE = ("identical", "equivalent")
 SAME_FUNCTION = AGREE + ("not exercised",)  # a declared difference this case cannot show
@@ -51,14 +52,6 @@ def measure_gap(checker: Checker, family: str, a: str, b: str, case: str, dtype:
         elif gap > grad:
             grad, worst = gap, name.removeprefix("grad:")
     return out, grad, worst
-
-
-def _fmt(x) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if isinstance(x, float) and math.isinf(x):
-        return "inf"
-    return f"{x:.2e}" if x else "0"
 
 
 def _md_table(headers: list[str], rows: list[list]) -> str:
