@@ -1017,6 +1017,27 @@ def first_divergence(family: str, a, b, case: str, cfg: Config | None = None, dt
     return Divergence(summary_text(d), d)
 
 
+def explain_variant(family: str, variant, case: str, cfg: Config | None = None, dtype: str = "float32",
+                    device: str = "cpu", *, hints: bool = True) -> Divergence | None:
+    """For a variant that fails its spec: ``first_divergence`` against a registered peer
+    that declares the same semantic traits (the family reference when it does, else the
+    first such variant), so the trace shows where the variant leaves the function it
+    declares. None when no other variant declares those traits."""
+    from .compare import applicable
+    from .registry import variants_of
+
+    cfg = cfg or Config()
+    fam = get_family(family)
+    v = _variant(family, variant)
+    mine = fam.semantic_traits(v.traits)
+    peers = [p for p in variants_of(family) if p.key != v.key and not p.supports(cfg)
+             and applicable(p, case) and fam.semantic_traits(p.traits) == mine]
+    if not peers:
+        return None
+    peer = next((p for p in peers if p.reference), peers[0])
+    return first_divergence(family, peer, v, case, cfg, dtype, device, hints=hints)
+
+
 def explain(result, cfg: Config | None = None, *, hints: bool = True) -> Divergence:
     """``first_divergence`` for one ``PairResult`` of ``check`` (its family, pair, case,
     dtype and device)."""

@@ -13,7 +13,7 @@ import torch
 from harness import Chunk, Param, PortingError, Transposed, register
 from harness.cli import main
 from harness.config import Config
-from harness.diff import AGREE, diff_pair, first_divergence
+from harness.diff import AGREE, diff_pair, explain_variant, first_divergence
 from harness.families import get_family
 from harness.porting import PortMap
 from harness.registry import REGISTRY, get_variant, load_file, scratch
@@ -141,3 +141,16 @@ def test_diff_cli_bad_input_is_one_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown variant 'nope'" in err[0]
     assert main(["diff", "attention", "torch_mha", "torch_sdpa", "--case", "nope"]) == 2
+
+
+def test_a_variant_off_its_spec_is_explained_against_a_peer_of_its_class():
+    """A deliberately transposed map declares the reference's traits: its explanation
+    traces it against the reference and names the transposed weight."""
+    with scratch():
+        good = _registered(CONV1D, "conv1d_gpt2")
+        _variant_like(good, id="conv1d_forgot_transposed",
+                      param_map={**good.param_map, "o.weight": Param("c_proj.weight")})
+        d = explain_variant("attention", "conv1d_forgot_transposed", "self", CFG)
+    assert d is not None and d.data["b"] == "conv1d_forgot_transposed"
+    assert get_variant("attention", d.data["a"]).traits["fully_masked_row"] == "mean of V"
+    assert any("o.weight looks transposed" in h for h in d.data["hints"])

@@ -78,7 +78,7 @@ def test_map_recovers_three_maps_and_check_agrees(tmp_path, capsys):
         keep = {"attention/torch_mha"}
         for key in [k for k in registry if k.startswith("attention/") and k not in keep]:
             del registry[key]
-        args = ["check", "--family", "attention", "--dtype", "float64"]
+        args = ["check", "--family", "attention", "--dtype", "float64", "--set", f"seed={CFG.seed}"]  # one config
         for f in files:
             args += ["--variants", str(f)]
         assert main(args) == 0, "the mapped variants contradict their proposed traits"
