@@ -127,9 +127,10 @@ def _check_dtypes(names: list[str] | None, families: list[str], device: str) -> 
 def cmd_check(args) -> int:
     from .config import config_matrix
     from .families import get_family
+    from .registry import variants_of
     from .spec import check_all
-    from .tables import (LEGEND, classes_table, differences_table, failures_table, paths_table,
-                         spec_matrix, verdict_matrix)
+    from .tables import (LEGEND, classes_table, compiled_table, differences_table, failures_table,
+                         paths_table, spec_matrix, verdict_matrix)
 
     _load(args)
     families = _families(args)
@@ -138,8 +139,18 @@ def cmd_check(args) -> int:
     dtypes = _check_dtypes(args.dtype, families, device)
     if args.precision_factor <= 0:
         raise HarnessError(f"--precision-factor {args.precision_factor} must be positive")
-    report = check_all(families, configs, device, dtypes, factor=args.precision_factor,
-                       strict=args.strict_precision, pairs=args.pairs)
+    wanted = None
+    if args.variant:
+        wanted = []
+        for vid in args.variant:
+            matches = [v.key for f in families for v in variants_of(f) if v.id == vid]
+            if not matches:
+                known = sorted({v.id for f in families for v in variants_of(f)})
+                raise UnknownName(f"no variant '{vid}' in {families if args.family else 'any family'}; known: {known}")
+            wanted += matches
+    report = check_all(families, configs, device, dtypes, factor=args.precision_factor, variants=wanted,
+                       strict=args.strict_precision, pairs=args.pairs,
+                       compile_backend=args.compile_backend if args.compiled else None)
     print(LEGEND)
     print("\nconfigs (one symbol per config in each spec cell, in this order):")
     for name, cfg in configs.items():
@@ -152,6 +163,13 @@ def cmd_check(args) -> int:
         for fam_name, vid, config, why in report.skipped:
             if fam_name == family:
                 print(f"   {vid} skips config {config}: {why}")
+        for v in variants_of(family):
+            limited = v.traits.get("cases")
+            if limited is not None:
+                left_out = [c.name for c in fam.cases if c.name not in limited]
+                if left_out:
+                    print(f"   {v.id} does not apply to {', '.join(left_out)} (declared traits['cases']"
+                          + (f": {v.traits['note']}" if v.traits.get("note") else "") + ")")
         for dtype in fam.dtypes or report.dtypes:
             what = ("semantics: each variant against the float64 oracle of its declared traits"
                     if dtype == "float64" else
@@ -167,6 +185,9 @@ def cmd_check(args) -> int:
     print(differences_table(report.pairs))
     print("\n== Kernel paths: autograd vs torch.no_grad() (eval mode)")
     print(paths_table(report.paths))
+    if args.compiled:
+        print(f"\n== torch.compile (backend {args.compile_backend}) against eager, first config")
+        print(compiled_table(report.compiled))
     print("\n== Contradictions")
     print(failures_table(report))
     if args.json:
@@ -282,12 +303,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="precision dtype (repeatable; default float32 on CPU; float64 always runs, for semantics)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="config override, e.g. d_model=128 (replaces the default config matrix by one config)")
+    p.add_argument("--variant", action="append", metavar="ID",
+                   help="check only this variant (repeatable; its family's reference still runs, as the baseline)")
     p.add_argument("--pairs", choices=("derived", "all"), default="derived",
                    help="derive the pair matrix from the equivalence classes (default), or measure every pair")
     p.add_argument("--precision-factor", type=float, default=2.0,
                    help="a variant may have this many times the baseline's error (default 2)")
     p.add_argument("--strict-precision", action="store_true",
                    help="'less precise' in bfloat16/float16 is a contradiction too")
+    p.add_argument("--compiled", action="store_true",
+                   help="also check each attention/layer variant under torch.compile against itself eager (slow)")
+    p.add_argument("--compile-backend", default="inductor", metavar="NAME",
+                   help="torch.compile backend for --compiled (default inductor; aot_eager skips code generation)")
     p.add_argument("--json", metavar="PATH", help="also write every spec, pair, path, gradcheck and dropout result")
     p.set_defaults(func=cmd_check)
 
