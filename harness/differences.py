@@ -154,9 +154,15 @@ def kernel_findings(family: str, paths: list[PathResult], cfg: Config) -> list[s
     return out
 
 
-def family_section(family: str, results: list[PairResult], paths: list[PathResult], cfg: Config) -> str:
-    from .tables import traits_table
+def traits_markdown(family: str) -> str:
+    """The family's variants side by side, a column per trait (cells escaped for Markdown)."""
+    members = variants_of(family)
+    keys = list(dict.fromkeys(k for v in members for k in v.traits if k != "cases"))
+    rows = [[v.id, v.source, *[v.traits.get(k, "") for k in keys]] for v in members]
+    return _md_table(["id", "source", *keys], rows)
 
+
+def family_section(family: str, results: list[PairResult], paths: list[PathResult], cfg: Config) -> str:
     fam = get_family(family)
     ids = [v.id for v in variants_of(family) if not v.supports(cfg)]
     mine = [r for r in results if r.family == family]
@@ -167,7 +173,7 @@ def family_section(family: str, results: list[PairResult], paths: list[PathResul
     skipped = [(v.id, r) for v in variants_of(family) if (r := v.supports(cfg))]
     if skipped:
         lines += ["Not built for this config: " + "; ".join(f"`{i}` ({r})" for i, r in skipped) + ".", ""]
-    lines += ["### Traits", "", traits_table(family, tablefmt="github"), ""]
+    lines += ["### Traits", "", traits_markdown(family), ""]
     if not mine:
         lines += ["(no pair to compare)", ""]
         return "\n".join(lines)
