@@ -124,6 +124,49 @@ def _check_dtypes(names: list[str] | None, families: list[str], device: str) -> 
     return dtypes
 
 
+MAX_EXPLAINED = 8  # a trace costs seconds: the first contradictions only
+
+
+def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
+    """For each (variant, case) whose spec fails: the first divergence against a peer that
+    declares the same traits, or the worst tensor when it has no peer."""
+    from .diff import explain_variant
+
+    lines, seen = [], set()
+    for s in report.specs:
+        key = (s.family, s.variant, s.case)
+        if s.ok or key in seen or s.verdict == "error":
+            continue
+        seen.add(key)
+        if len(seen) > limit:
+            lines.append(f"  ... and more: python -m harness diff {s.family} A B --case C traces any pair")
+            break
+        head = f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): worst tensor {s.worst}"
+        if s.verdict != "different":  # less precise: same function, more rounding; nothing to trace
+            lines.append(head + f" ({s.verdict}, {s.ratio:.3g}x the baseline's error)")
+            continue
+        d = explain_variant(s.family, s.variant, s.case, configs[s.config], s.dtype if s.dtype != "bool" else "float32")
+        lines.append(head + ("" if d is None else "\n" + "\n".join("    " + x for x in d.text.splitlines())))
+    return "\n".join(lines)
+
+
+def explain_differences(report, configs) -> str:
+    """One first divergence per declared difference (reason and case), on its first pair
+    and config that shows it."""
+    from .diff import first_divergence
+
+    lines, seen = [], set()
+    for p in report.pairs:
+        key = (p.family, p.reason, p.case)
+        if p.verdict != "different" or key in seen or p.dtype == "bool":
+            continue
+        seen.add(key)
+        d = first_divergence(p.family, p.a, p.b, p.case, configs[p.config], p.dtype, p.device, hints=False)
+        lines.append(f"  {p.family}: {p.a} ~ {p.b} on {p.case} ({p.config}, {p.dtype}; {p.reason})\n"
+                     + "\n".join("    " + x for x in d.text.splitlines()))
+    return "\n".join(lines) or "(none)"
+
+
 def cmd_check(args) -> int:
     from .config import config_matrix
     from .families import get_family
@@ -188,8 +231,15 @@ def cmd_check(args) -> int:
     if args.compiled:
         print(f"\n== torch.compile (backend {args.compile_backend}) against eager, first config")
         print(compiled_table(report.compiled))
+    if args.explain:
+        print("\n== Where each declared difference first shows (harness.diff)")
+        print(explain_differences(report, configs))
     print("\n== Contradictions")
     print(failures_table(report))
+    explained = explain_failures(report, configs)
+    if explained:
+        print("\nwhere they first diverge from a variant declaring the same traits (harness.diff):")
+        print(explained)
     if args.json:
         write_json(args.json, report.as_dict())
     n_var = len({(s.family, s.variant) for s in report.specs})
@@ -311,6 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a variant may have this many times the baseline's error (default 2)")
     p.add_argument("--strict-precision", action="store_true",
                    help="'less precise' in bfloat16/float16 is a contradiction too")
+    p.add_argument("--explain", action="store_true",
+                   help="also trace where each declared difference first shows (seconds per difference)")
     p.add_argument("--compiled", action="store_true",
                    help="also check each attention/layer variant under torch.compile against itself eager (slow)")
     p.add_argument("--compile-backend", default="inductor", metavar="NAME",
