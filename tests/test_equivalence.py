@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from harness.cli import explain_failures
+from harness.config import CONFIG_MATRIX
 from harness.registry import REGISTRY
 from harness.tables import differences_table, failures_table
 
@@ -28,7 +30,8 @@ def test_variant_meets_its_spec(family, variant, device, family_check):
     mine = _mine(family_check(family, device), variant)
     assert mine.specs, f"{family}/{variant} was checked on no config and case"
     bad = [r for r in (*mine.specs, *mine.gradchecks, *mine.dropouts) if not r.ok]
-    assert not bad, f"{family}/{variant} contradicts its declaration:\n" + failures_table(mine)
+    assert not bad, (f"{family}/{variant} contradicts its declaration:\n" + failures_table(mine)
+                     + "\n" + explain_failures(mine, CONFIG_MATRIX))
 
 
 @pytest.mark.parametrize("family,variant,device", [p for p in variant_params() if p.values[2] == "cpu"])
