@@ -201,6 +201,8 @@ def cmd_check(args) -> int:
     for family in families:
         fam = get_family(family)
         print(f"\n== {family}: {fam.call}")
+        if fam.matrix is not None and not args.set:
+            print(f"   configs: {', '.join(fam.configs_of(configs))} (its layers run the whole matrix in their families)")
         for case in fam.cases:
             print(f"   case {case.name}: {case.note}")
         for fam_name, vid, config, why in report.skipped:
@@ -218,7 +220,7 @@ def cmd_check(args) -> int:
                     if dtype == "float64" else
                     f"precision: error against the oracle, as a multiple of the baseline's (at most {args.precision_factor:g}x)")
             print(f"\n-- {dtype} on {device}: {what}")
-            print(spec_matrix(report.specs, family, dtype, configs))
+            print(spec_matrix(report.specs, family, dtype, fam.configs_of(configs)))
         print("\n-- equivalence classes (equal semantic traits)")
         print(classes_table(family))
         for dtype in fam.dtypes or report.dtypes:

@@ -190,6 +190,7 @@ MODEL_TRAITS = {
 
 ENCODER_DECODER = ModelFamily(
     name="encoder_decoder",
+    matrix=("default",),
     call="(src (B,S) int, tgt (B,T) int starting with the start symbol; pad 0) -> log-probabilities (B,T,V)",
     doc="A whole encoder-decoder: embeddings, positional encoding, N encoder and decoder layers, generator.",
     params=encoder_decoder_params,
@@ -221,6 +222,7 @@ def _tokens(cfg: Config, gen: torch.Generator, padded: bool) -> dict:
 
 DECODER_ONLY_MODEL = ModelFamily(
     name="decoder_only_model",
+    matrix=("default",),
     call="(tokens (B,T) int, pad (B,T) bool True=real token) -> log-probabilities (B,T,V); causal inside",
     doc="A whole decoder-only language model: embedding, N causal blocks, output head.",
     params=decoder_only_params,
