@@ -151,6 +151,7 @@ def cmd_report(args) -> int:
     from .cli import run_check
     from .config import Config
     from .families import FAMILIES
+    from .differences import write_differences
     from .report import load_old, write_report
 
     device = _setup(args)
@@ -180,6 +181,8 @@ def cmd_report(args) -> int:
     report = write_report(rows, out, results=results, paths=paths, old_rows=old, threshold=args.threshold,
                           profile=args.profile, note=note, agreement=agreement)
     print(f"wrote {report} (+ results.csv, results.json, plots)")
+    if results is not None:  # where and why the variants differ, from the same check (harness.differences)
+        print(f"wrote {write_differences(Path(args.out) / 'DIFFERENCES.md', results, paths, families=args.family)}")
     if results is not None:
         bad = [r for r in results if not r.ok]
         print(f"check: {len(results)} comparisons, {len(bad)} contradict their declarations")

@@ -146,6 +146,49 @@ def _check_dtypes(names: list[str] | None, families: list[str], device: str) -> 
     return dtypes
 
 
+MAX_EXPLAINED = 8  # a trace costs seconds: the first contradictions only
+
+
+def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
+    """For each (variant, case) whose spec fails: the first divergence against a peer that
+    declares the same traits, or the worst tensor when it has no peer."""
+    from .diff import explain_variant
+
+    lines, seen = [], set()
+    for s in report.specs:
+        key = (s.family, s.variant, s.case)
+        if s.ok or key in seen or s.verdict == "error":
+            continue
+        seen.add(key)
+        if len(seen) > limit:
+            lines.append(f"  ... and more: python -m harness diff {s.family} A B --case C traces any pair")
+            break
+        head = f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): worst tensor {s.worst}"
+        if s.verdict != "different":  # less precise: same function, more rounding; nothing to trace
+            lines.append(head + f" ({s.verdict}, {s.ratio:.3g}x the baseline's error)")
+            continue
+        d = explain_variant(s.family, s.variant, s.case, configs[s.config], s.dtype if s.dtype != "bool" else "float32")
+        lines.append(head + ("" if d is None else "\n" + "\n".join("    " + x for x in d.text.splitlines())))
+    return "\n".join(lines)
+
+
+def explain_differences(report, configs) -> str:
+    """One first divergence per declared difference (reason and case), on its first pair
+    and config that shows it."""
+    from .diff import first_divergence
+
+    lines, seen = [], set()
+    for p in report.pairs:
+        key = (p.family, p.reason, p.case)
+        if p.verdict != "different" or key in seen or p.dtype == "bool":
+            continue
+        seen.add(key)
+        d = first_divergence(p.family, p.a, p.b, p.case, configs[p.config], p.dtype, p.device, hints=False)
+        lines.append(f"  {p.family}: {p.a} ~ {p.b} on {p.case} ({p.config}, {p.dtype}; {p.reason})\n"
+                     + "\n".join("    " + x for x in d.text.splitlines()))
+    return "\n".join(lines) or "(none)"
+
+
 def cmd_check(args) -> int:
     from .config import config_matrix
     from .families import get_family
@@ -181,6 +224,8 @@ def cmd_check(args) -> int:
     for family in families:
         fam = get_family(family)
         print(f"\n== {family}: {fam.call}")
+        if fam.matrix is not None and not args.set:
+            print(f"   configs: {', '.join(fam.configs_of(configs))} (its layers run the whole matrix in their families)")
         for case in fam.cases:
             print(f"   case {case.name}: {case.note}")
         for fam_name, vid, config, why in report.skipped:
@@ -198,7 +243,7 @@ def cmd_check(args) -> int:
                     if dtype == "float64" else
                     f"precision: error against the oracle, as a multiple of the baseline's (at most {args.precision_factor:g}x)")
             print(f"\n-- {dtype} on {device}: {what}")
-            print(spec_matrix(report.specs, family, dtype, configs))
+            print(spec_matrix(report.specs, family, dtype, fam.configs_of(configs)))
         print("\n-- equivalence classes (equal semantic traits)")
         print(classes_table(family))
         for dtype in fam.dtypes or report.dtypes:
@@ -211,8 +256,15 @@ def cmd_check(args) -> int:
     if args.compiled:
         print(f"\n== torch.compile (backend {args.compile_backend}) against eager, first config")
         print(compiled_table(report.compiled))
+    if args.explain:
+        print("\n== Where each declared difference first shows (harness.diff)")
+        print(explain_differences(report, configs))
     print("\n== Contradictions")
     print(failures_table(report))
+    explained = explain_failures(report, configs)
+    if explained:
+        print("\nwhere they first diverge from a variant declaring the same traits (harness.diff):")
+        print(explained)
     if args.json:
         write_json(args.json, report.as_dict())
     n_var = len({(s.family, s.variant) for s in report.specs})
@@ -222,6 +274,89 @@ def cmd_check(args) -> int:
           f"{len(report.pairs)} pairs, gradcheck {grads}/{len(report.gradchecks)}, "
           f"dropout {drops}/{len(report.dropouts)}; {len(report.failures)} contradict")
     return 1 if report.failures else 0
+
+
+def cmd_diff(args) -> int:
+    from .compare import dtype_of
+    from .diff import diff_pair, pick_case, render
+    from .families import get_family
+    from .registry import get_variant
+
+    _load(args)
+    cfg = Config.parse(args.set)
+    device = resolve_device(args.device)
+    dtype_of(args.dtype)
+    ensure_writable(args.json)
+    family = get_family(args.family)
+    a, b = get_variant(family.name, args.a), get_variant(family.name, args.b)
+    if args.case:
+        family.case(args.case)
+        case = args.case
+    else:
+        case, verdicts = pick_case(family.name, a, b, cfg, args.dtype)
+        print("cases: " + ", ".join(f"{c} {v}" for c, v in verdicts) + f"; tracing '{case}'")
+    result = diff_pair(family.name, a, b, case, cfg, args.dtype, device=device)
+    print(render(result))
+    if args.json:
+        write_json(args.json, result)
+    return 0
+
+
+def cmd_map(args) -> int:
+    from .mapping import propose_map
+
+    _load(args)
+    ensure_writable(args.json)
+    proposal = propose_map(args.target, args.family, init=args.init, call=args.call,
+                           cfg=Config.parse(args.set), variant_id=args.id)
+    print(proposal.text)
+    if args.json:
+        write_json(args.json, proposal.as_dict())
+    return 0 if proposal.found else 1
+
+
+def cmd_differences(args) -> int:
+    from .differences import write_differences
+
+    _load(args)
+    ensure_writable(args.out, "--out")
+    path = write_differences(args.out, families=args.family, cfg=Config.parse(args.set))
+    print(f"wrote {path}")
+    return 0
+
+
+def add_review_commands(sub, common) -> None:
+    """``diff``, ``map`` and ``differences``: reviewing where and why variants differ."""
+    p = sub.add_parser("diff", help="where two variants first diverge, why, and what it costs")
+    common(p, families=False)
+    p.add_argument("family", help="the family of both variants")
+    p.add_argument("a", help="variant A")
+    p.add_argument("b", help="variant B")
+    p.add_argument("--case", help="the case to trace (default: the first case where they differ)")
+    p.add_argument("--dtype", default="float32", help="float32 (default), float64, ...")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. heads=8")
+    p.add_argument("--json", metavar="PATH", help="also write everything as JSON")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("map", help="propose a parameter map for a module, by search")
+    common(p, families=False)
+    p.add_argument("target", help="FILE.py:CLASS or a module path such as torch.nn:MultiheadAttention")
+    p.add_argument("--family", required=True, help="the family the module belongs to")
+    p.add_argument("--init", help="constructor keyword arguments, e.g. 'embed_dim=cfg.d_model, "
+                                  "num_heads=cfg.heads' (default: guessed from the signature)")
+    p.add_argument("--call", help="how to call it: a call form name (see harness.mapping.CALL_FORMS) "
+                                  "or an expression of m, query, key, value, mask (default: try the forms)")
+    p.add_argument("--id", help="the id to register it under (default: the class name, lower case)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override")
+    p.add_argument("--json", metavar="PATH", help="also write the proposal as JSON")
+    p.set_defaults(func=cmd_map)
+
+    p = sub.add_parser("differences", help="write reports/DIFFERENCES.md (classes, reasons, costs)")
+    common(p)
+    p.add_argument("--out", default="reports/DIFFERENCES.md", help="where to write it")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override")
+    p.set_defaults(func=cmd_differences)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -261,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a variant may have this many times the baseline's error (default 2)")
     p.add_argument("--strict-precision", action="store_true",
                    help="'less precise' in bfloat16/float16 is a contradiction too")
+    p.add_argument("--explain", action="store_true",
+                   help="also trace where each declared difference first shows (seconds per difference)")
     p.add_argument("--compiled", action="store_true",
                    help="also check each attention/layer variant under torch.compile against itself eager (slow)")
     p.add_argument("--compile-backend", default="inductor", metavar="NAME",
@@ -268,9 +405,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH", help="also write every spec, pair, path, gradcheck and dropout result")
     p.set_defaults(func=cmd_check)
 
+    add_review_commands(sub, common)
+
     from . import bench_cli  # noqa: F401  (adds bench and report)
 
     bench_cli.add_commands(sub, common)
+    from . import models_cli  # noqa: F401  (decode, train-step, copy-task, cache-bench)
+
+    models_cli.add_commands(sub, common)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""Bad input to list, check and the ways variants are loaded (the CLI and pytest): each
+"""Bad input to list, check, diff, map and the ways variants are loaded (the CLI and pytest): each
 gets exactly one line on stderr naming the problem, exit 2 (pytest: its usage error,
 exit 4), and no traceback. bench and report have theirs in tests/test_bench_inputs.py.
 """
@@ -78,6 +78,23 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         ([*NORM, "--json", "/proc/x.json"], "cannot write --json '/proc/x.json'"),
         ([*NORM, "--json", str(folder)], f"cannot write --json '{folder}': it is a directory"),
         (["list", "--json", "/proc/x.json"], "cannot write --json '/proc/x.json'"),
+        # diff and map
+        (["diff", "attention", "annotated"], "the following arguments are required: b"),
+        (["diff", "nope", "a", "b"], "unknown family 'nope'"),
+        (["diff", "attention", "annotated", "nope"], "unknown variant 'nope' in family 'attention'"),
+        (["diff", "attention", "annotated", "torch_mha", "--case", "nope"], "family 'attention' has no case 'nope'"),
+        (["diff", "attention", "annotated", "torch_mha", "--dtype", "float8"], "unknown dtype 'float8'"),
+        (["diff", "attention", "annotated", "torch_mha", "--json", "/proc/x.json"], "cannot write --json '/proc/x.json'"),
+        (["map", "--family", "attention"], "the following arguments are required: target"),
+        (["map", "nope.py:X", "--family", "attention"], "file 'nope.py' does not exist"),
+        (["map", "examples/my_attention.py", "--family", "attention"], "expected FILE.py:CLASS or module.path:CLASS"),
+        (["map", "torch.nn:NoSuchThing", "--family", "attention"], "'NoSuchThing' in 'torch.nn' is not an nn.Module class"),
+        (["map", f"{ROOT}/examples/my_attention.py:EinsumAttention", "--family", "nope"], "unknown family 'nope'"),
+        (["map", f"{ROOT}/examples/my_attention.py:EinsumAttention", "--family", "attention", "--init", "x=("],
+         "bad --init 'x=('"),
+        (["map", f"{ROOT}/examples/my_attention.py:EinsumAttention", "--family", "attention", "--json", "/proc/x.json"],
+         "cannot write --json '/proc/x.json'"),
+        (["differences", "--out", "/proc/x.md"], "cannot write --out '/proc/x.md'"),
         # variant files
         (["list", "--variants", "does/not/exist.py"], "variant file 'does/not/exist.py' does not exist"),
         (["check", "--family", "norm", "--variants", str(folder)], f"variant file '{folder}' is a directory"),
@@ -95,7 +112,7 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
 def test_each_bad_input_gets_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv(VARIANTS_ENV, raising=False)
     cases = _cases(tmp_path)
-    assert len(cases) >= 36
+    assert len(cases) >= 50
     failures = []
     for argv, message in cases:
         with scratch():
