@@ -48,7 +48,7 @@ from .compare import (
 from .config import Config
 from .errors import ConfigError, HarnessError
 from .families import Family, get_family
-from .porting import Chunk, Concat, Param, PortMap, Transposed, Zero, entry_code, zero_unrepresented
+from .porting import Chunk, Concat, Param, PortMap, Tied, Transposed, Zero, entry_code, zero_unrepresented
 from .registry import Variant, get_variant
 from .seeding import build
 
@@ -74,7 +74,7 @@ def canonical_units(family: Family, cfg: Config) -> list[str]:
 
 def _entry_paths(entry) -> list[tuple[str, bool]]:
     """(module parameter path, whole parameter?) for every region of a map entry."""
-    if isinstance(entry, Zero):
+    if isinstance(entry, (Zero, Tied)):  # no module parameter of its own
         return []
     if isinstance(entry, Transposed):
         return _entry_paths(entry.inner)
