@@ -181,10 +181,10 @@ def cmd_bench(args) -> int:
 
     device = _setup(args)
     log = Path(args.log) if args.log else Path("reports") / device_dir(device) / f"bench-{args.profile}.jsonl"
+    cases = _plan(args, device)
     _writable_file(log, "the bench log")
     if args.json:
         _writable_file(Path(args.json), "--json")
-    cases = _plan(args, device)
     _, interrupted = _measure(args, cases, log, args.fresh)
     wanted = {c.key for c in cases}
     logged = read_log(log, quiet=True)
@@ -227,11 +227,11 @@ def cmd_report(args) -> int:
     reference = device_folder / "full" / "results.json"
     compare = None if args.no_compare else (args.compare or (str(reference) if reference.is_file() else None))
     old = load_old(compare) if compare else None
+    cases = None if args.from_file else _plan(args, device)
     _writable_dir(out, "the report to")
-    if not args.from_file:
+    if cases is not None:
         log = device_folder / f"report-{args.profile}.jsonl"
         _writable_file(log, "the bench log")
-        cases = _plan(args, device)
         fresh = args.fresh or not log.exists() or log_complete(log)
         if not fresh:
             print(f"resuming the interrupted run in {log} (--fresh to start over)", file=sys.stderr)
