@@ -28,7 +28,12 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 CASES = [c for device in DEVICES for c in plan("quick", device) if not c.compiled]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.key for c in CASES])
+def case_id(c) -> str:
+    """An id that ``pytest -k`` can match, e.g. ``norm-torch_layernorm-B4-T128-D256-float32-cpu-fwd_bwd``."""
+    return f"{c.family}-{c.variant}-B{c.batch}-T{c.seq}-D{c.d_model}-{c.dtype}-{c.device}-{c.mode.replace('+', '_')}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
 def test_case(benchmark, case):
     reason = get_variant(case.family, case.variant).supports(case.config())
     if reason:
@@ -47,6 +52,6 @@ def test_case(benchmark, case):
     benchmark.extra_info.update(
         dataclasses.asdict(case), key=case.key, case=case.case, kind="case", profile="quick",
         flops=st.flops, flops_dense=st.flops_dense, saved_bytes=st.saved_bytes, peak_bytes=st.peak_bytes,
-        path=measure.path_name(st.ops), path_ops=st.ops, **environment(case.device), threads=THREADS,
+        path=measure.path_name(st.ops), path_ops=st.ops, **{**environment(case.device), "threads": THREADS},
     )
     benchmark(call)

@@ -111,11 +111,12 @@ class Sweep:
 LAYERS = ("norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block")
 
 PROFILES: dict[str, dict[str, list[Sweep]]] = {
-    "quick": {  # under two minutes on a 2-core CPU, with the check
+    "quick": {  # within two minutes on an idle 2-core CPU, with the check
         "cpu": [
             # the targets' shape (variants/targets.py): B=8, T=512, D=512, H=8, causal
             Sweep(("attention",), batch=(8,), seq=(512,), d_model=512, heads=8, modes=("fwd",)),
-            Sweep(("attention",), batch=(2,), seq=(64, 128, 256, 512), d_model=256, heads=8),
+            # the saved-bytes growth targets: fwd+bwd over T
+            Sweep(("attention",), batch=(2,), seq=(64, 128, 256, 512), d_model=256, heads=8, modes=("fwd+bwd",)),
             Sweep(LAYERS, batch=(4,), seq=(128,), d_model=256, heads=8),
         ],
         "cuda": [
@@ -598,6 +599,7 @@ def rows_from_pytest_benchmark(data: dict) -> list[dict]:
         row = dict(info)
         row.update(kind="case", status="ok", median_s=stats["median"], q1_s=stats["q1"], q3_s=stats["q3"],
                    iqr_s=stats["iqr"], reps=stats["rounds"], source="pytest-benchmark", interleaved=False,
+                   rss_note="the pytest-benchmark suite runs no RSS probe (python -m harness bench does)",
                    cpu=machine.get("cpu", {}).get("brand_raw", info.get("cpu", "")))
         if row.get("flops"):  # a rate of this row alone; no ratio (nothing timed beside it)
             row["gflops"] = row["flops"] / row["median_s"] / 1e9
