@@ -94,52 +94,90 @@ def cmd_list(args) -> int:
     return 0
 
 
-def run_check(families: list[str], cfg: Config, device: str, dtypes: list[str] | None = None,
+def run_check(families: list[str], cfg: Config | None, device: str, dtypes: list[str] | None = None,
               progress=None):
-    """Every pair of every family asked for; returns (pair results, path results)."""
-    from .compare import CPU_DTYPES, CUDA_DTYPES, Checker, check_family
+    """Every variant of ``families`` against its spec and the pairwise matrix derived from it,
+    on ``cfg`` (or the default config matrix when None); returns (pair results, path results)."""
+    from .config import CONFIG_MATRIX
+    from .spec import check_all
 
-    dtypes = dtypes or list(CUDA_DTYPES if device == "cuda" else CPU_DTYPES)
-    checker = Checker(cfg, device)
-    results, paths = [], []
-    for family in families:
-        r, p = check_family(family, cfg, dtypes, device, checker, on_result=progress)
-        results += r
-        paths += p
-    return results, paths
+    configs = {"default": cfg} if cfg is not None else CONFIG_MATRIX
+    report = check_all(families, configs, device, dtypes or default_dtypes(device))
+    return report.pairs, report.paths
+
+
+def default_dtypes(device: str) -> list[str]:
+    """Lower dtypes checked for precision by default (float64, for semantics, always runs)."""
+    return ["float32", "bfloat16", "float16"] if device == "cuda" else ["float32"]
+
+
+def _check_dtypes(names: list[str] | None, families: list[str], device: str) -> list[str]:
+    from .compare import dtype_of
+    from .families import get_family
+
+    dtypes = names or default_dtypes(device)
+    for name in dtypes:
+        if not dtype_of(name).is_floating_point:
+            fixed = [f for f in families if get_family(f).dtypes]
+            raise UnknownName(f"dtype '{name}' is not a floating dtype; families are checked in float64, "
+                              f"float32, bfloat16 or float16" + (f" ({fixed} run in their own dtype)" if fixed else ""))
+    return dtypes
 
 
 def cmd_check(args) -> int:
-    from .compare import dtype_of, skipped_variants
+    from .config import config_matrix
     from .families import get_family
-    from .tables import LEGEND, differences_table, paths_table, verdict_matrix
+    from .spec import check_all
+    from .tables import (LEGEND, classes_table, differences_table, failures_table, paths_table,
+                         spec_matrix, verdict_matrix)
 
     _load(args)
     families = _families(args)
-    cfg = Config.parse(args.set)
+    configs = config_matrix(args.set)
     device = resolve_device(args.device)
-    for d in args.dtype or []:
-        dtype_of(d)
-    results, paths = run_check(families, cfg, device, args.dtype)
+    dtypes = _check_dtypes(args.dtype, families, device)
+    if args.precision_factor <= 0:
+        raise HarnessError(f"--precision-factor {args.precision_factor} must be positive")
+    report = check_all(families, configs, device, dtypes, factor=args.precision_factor,
+                       strict=args.strict_precision, pairs=args.pairs)
     print(LEGEND)
+    print("\nconfigs (one symbol per config in each spec cell, in this order):")
+    for name, cfg in configs.items():
+        print(f"  {name:9s} {cfg.describe()}")
     for family in families:
         fam = get_family(family)
         print(f"\n== {family}: {fam.call}")
-        print("   cases, one symbol each: " + ", ".join(c.name for c in fam.cases))
-        for vid, why in skipped_variants(family, cfg):
-            print(f"   skipped {vid}: {why}")
-        for dtype in sorted({r.dtype for r in results if r.family == family}):
-            print(f"\n-- {dtype} on {device}")
-            print(verdict_matrix(results, family, dtype))
-    print("\n== Differences (declared and measured)")
-    print(differences_table(results))
+        for case in fam.cases:
+            print(f"   case {case.name}: {case.note}")
+        for fam_name, vid, config, why in report.skipped:
+            if fam_name == family:
+                print(f"   {vid} skips config {config}: {why}")
+        for dtype in fam.dtypes or report.dtypes:
+            what = ("semantics: each variant against the float64 oracle of its declared traits"
+                    if dtype == "float64" else
+                    f"precision: error against the oracle, as a multiple of the baseline's (at most {args.precision_factor:g}x)")
+            print(f"\n-- {dtype} on {device}: {what}")
+            print(spec_matrix(report.specs, family, dtype, configs))
+        print("\n-- equivalence classes (equal semantic traits)")
+        print(classes_table(family))
+        for dtype in fam.dtypes or report.dtypes:
+            print(f"\n-- pairs in {dtype} ({'measured' if args.pairs == 'all' else 'derived from the classes'})")
+            print(verdict_matrix(report.pairs, family, dtype))
+    print("\n== Differences (declared, with their effect)")
+    print(differences_table(report.pairs))
     print("\n== Kernel paths: autograd vs torch.no_grad() (eval mode)")
-    print(paths_table(paths))
-    bad = [r for r in results if not r.ok]
+    print(paths_table(report.paths))
+    print("\n== Contradictions")
+    print(failures_table(report))
     if args.json:
-        write_json(args.json, [r.as_dict() for r in results])
-    print(f"\n{len(results)} comparisons, {len(results) - len(bad)} as declared, {len(bad)} contradict")
-    return 1 if bad else 0
+        write_json(args.json, report.as_dict())
+    n_var = len({(s.family, s.variant) for s in report.specs})
+    grads = sum(g.ok for g in report.gradchecks)
+    drops = sum(d.ok for d in report.dropouts)
+    print(f"\n{n_var} variants x {len(configs)} config(s): {len(report.specs)} spec checks, "
+          f"{len(report.pairs)} pairs, gradcheck {grads}/{len(report.gradchecks)}, "
+          f"dropout {drops}/{len(report.dropouts)}; {len(report.failures)} contradict")
+    return 1 if report.failures else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,12 +195,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH", help="also write the list as JSON")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("check", help="verdict matrix of every pair; exit 1 on a contradiction")
+    p = sub.add_parser("check", help="every variant against its spec, and the verdict matrix; exit 1 on a contradiction")
     common(p)
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
-    p.add_argument("--dtype", action="append", help="only this dtype (repeatable)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. d_model=128")
-    p.add_argument("--json", metavar="PATH", help="also write one object per compared pair")
+    p.add_argument("--dtype", action="append",
+                   help="precision dtype (repeatable; default float32 on CPU; float64 always runs, for semantics)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="config override, e.g. d_model=128 (replaces the default config matrix by one config)")
+    p.add_argument("--pairs", choices=("derived", "all"), default="derived",
+                   help="derive the pair matrix from the equivalence classes (default), or measure every pair")
+    p.add_argument("--precision-factor", type=float, default=2.0,
+                   help="a variant may have this many times the baseline's error (default 2)")
+    p.add_argument("--strict-precision", action="store_true",
+                   help="'less precise' in bfloat16/float16 is a contradiction too")
+    p.add_argument("--json", metavar="PATH", help="also write every spec, pair, path, gradcheck and dropout result")
     p.set_defaults(func=cmd_check)
 
     from . import bench_cli  # noqa: F401  (adds bench and report)

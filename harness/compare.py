@@ -1,23 +1,18 @@
-"""Runs, verdicts and the pairwise check.
+"""Runs: a variant built, ported and run forward and backward on one case, config and
+dtype (every tensor returned in float64), the oracle's run on the same weights and inputs,
+and the caches that keep a whole check linear in the number of variants.
 
-Verdicts, for one tensor of two variants run on the same ported weights and inputs:
-- identical:  bitwise equal (NaN where the other has NaN);
-- equivalent: |a - b| <= max(atol, K * noise) + rtol * |b| elementwise, where (rtol, atol)
-  are torch.testing.assert_close's defaults for the dtype (the floor) and ``noise`` is
-  the rounding error measured, not guessed: the larger of each variant's own max error
-  against the same variant run in float64 on the same weights and inputs;
-- different:  otherwise (or NaN in one and not in the other);
-- error:      a variant raised while running.
+The verdicts are made elsewhere, in readable pieces: ``harness.oracles`` (the spec each
+variant is held to, built from its traits), ``harness.precision`` (how close, per dtype),
+``harness.spec`` (each variant against its spec, gradcheck, dropout, the equivalence
+classes and the pair matrix derived from them).
 
-Each variant is measured against its own float64 run, not the family reference's: a
-variant that computes something else (an unbiased std, say) would otherwise count its
-semantic difference as "noise" and hide it. The measured error of a variant against the
-family's reference is the max_abs of that pair.
+``compare_tensors`` compares two runs of one variant (autograd path against the no_grad
+fast path) with a tolerance from each run's own float64 error.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
@@ -29,16 +24,10 @@ from .config import Config
 from .errors import ConfigError, HarnessError, InputError
 from .families import Family, get_family
 from .porting import Zero, zero_unrepresented
+from .precision import DEFAULT_TOLERANCE
 from .registry import Variant, variants_of
 from .seeding import build
 
-# torch.testing.assert_close's default (rtol, atol) per dtype (its documentation's table).
-DEFAULT_TOLERANCE = {
-    torch.float16: (1e-3, 1e-5),
-    torch.bfloat16: (1.6e-2, 1e-5),
-    torch.float32: (1.3e-6, 1e-5),
-    torch.float64: (1e-7, 1e-7),
-}
 # "A small multiple" of the measured rounding error. Measured on the default config in
 # float32: equivalent pairs reach noise ratios of at most 1.8 (forward and gradients);
 # the smallest semantic difference, LayerNorm eps 1e-5 vs 1e-6, reaches over 1100.
@@ -100,6 +89,7 @@ class Run:
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # float64 CPU copies
     path: str = ""
     error: str | None = None
+    note: str = ""  # e.g. an output that does not require grad (detached)
 
 
 def cast_inputs(
@@ -151,6 +141,7 @@ def run_variant(
     device: str = "cpu",
     *,
     backward: bool = True,
+    record: bool = True,
 ) -> Run:
     """Build, port, run forward (and backward) once; every tensor returned in float64."""
     family = get_family(variant.family)
@@ -158,10 +149,13 @@ def run_variant(
     try:
         module, portmap = build(variant, cfg, dtype=dtype, device=device, weights=weights64)
         inputs = cast_inputs(inputs64, dtype, device, family.grad_inputs if backward else ())
-        recorder = OpRecorder()
-        with recorder:
+        if record:  # a Python dispatch mode costs time on every op: only where the path is shown
+            recorder = OpRecorder()
+            with recorder:
+                out = variant.call(module, inputs)
+            run.path = recorder.path()
+        else:
             out = variant.call(module, inputs)
-        run.path = recorder.path()
     except HarnessError:
         raise
     except Exception as exc:  # a variant that fails on this case/dtype is a finding
@@ -170,6 +164,8 @@ def run_variant(
     if not isinstance(out, torch.Tensor):
         raise InputError(f"{variant.key}: adapter returned {type(out).__name__}, not a tensor")
     run.tensors["output"] = out.detach().to("cpu", torch.float64 if out.is_floating_point() else out.dtype)
+    if backward and family.differentiable and not out.requires_grad:
+        run.note = "the output does not require grad (detached?): no gradient reaches any input or parameter"
     if backward and family.differentiable and out.requires_grad:
         (out * cotangent(out.shape, cfg.seed).to(out.device, out.dtype)).sum().backward()
         for name, t in unique_grad_inputs(family, inputs).items():
@@ -180,6 +176,28 @@ def run_variant(
                 g = portmap.read(name, grad=True)
                 if g is not None:
                     run.tensors[f"grad:{name}"] = g.detach().to("cpu", torch.float64)
+    return run
+
+
+def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64: Mapping[str, Any],
+               weights64: Mapping[str, torch.Tensor], dtype: torch.dtype,
+               compute: torch.dtype = torch.float64) -> Run:
+    """The oracle's forward and backward on CPU in ``compute`` (float64 for the spec); every
+    tensor returned in float64, named like a variant's run."""
+    run = Run(path="oracle")
+    weights = {n: t.detach().to(compute).clone().requires_grad_(family.differentiable)
+               for n, t in weights64.items()}
+    inputs = cast_inputs(inputs64, compute, "cpu", family.grad_inputs)
+    out = family.oracle(traits, cfg, weights, inputs, dtype)
+    as64 = lambda t: t.detach().to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
+    run.tensors["output"] = as64(out)
+    if family.differentiable and out.requires_grad:
+        (out * cotangent(out.shape, cfg.seed).to(out.dtype)).sum().backward()
+        for name, t in unique_grad_inputs(family, inputs).items():
+            if t.grad is not None:
+                run.tensors[f"grad:{name}"] = as64(t.grad)
+        for name, w in weights.items():
+            run.tensors[f"grad:{name}"] = as64(w.grad if w.grad is not None else torch.zeros_like(w))
     return run
 
 
@@ -263,25 +281,6 @@ def fill_overflow(variant: Variant, dtype: torch.dtype) -> str | None:
     return None
 
 
-def expectation(family: Family, a: Variant, b: Variant, case: str, dtype: torch.dtype) -> tuple[str, str]:
-    """The declared expectation for a pair: ('equivalent'|'different'|'error', reason)."""
-    overflow = [r for r in (fill_overflow(a, dtype), fill_overflow(b, dtype)) if r]
-    if overflow:
-        return "error", "; ".join(overflow)
-    reasons = []
-    for trait in family.semantic_for(case):
-        va, vb = a.traits.get(trait), b.traits.get(trait)
-        if va != vb:
-            reasons.append(f"{trait}: {va} vs {vb}")
-    return ("different", "; ".join(reasons)) if reasons else ("equivalent", "")
-
-
-def matches(verdict: str, expected: str) -> bool:
-    if expected == "equivalent":
-        return verdict in ("identical", "equivalent")
-    return verdict == expected
-
-
 # -- the pairwise check ---------------------------------------------------------------------------------
 
 @dataclass
@@ -306,6 +305,7 @@ class PairResult:
     path_a: str
     path_b: str
     note: str = ""
+    config: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -329,23 +329,13 @@ class PathResult:
         return asdict(self)
 
 
-def _pair_components(ra: Run, rb: Run, ra64: Run, rb64: Run, dtype) -> dict[str, TensorVerdict]:
-    out = {}
-    for name in ra.tensors:
-        if name in rb.tensors:
-            out[name] = compare_tensors(
-                ra.tensors[name], rb.tensors[name],
-                ra64.tensors.get(name), rb64.tensors.get(name), dtype,
-            )
-    return out
-
-
 class Checker:
     """Compares every pair of a family's variants on every case; caches runs."""
 
-    def __init__(self, cfg: Config, device: str = "cpu"):
+    def __init__(self, cfg: Config, device: str = "cpu", record: bool = True):
         self.cfg = cfg
         self.device = device
+        self.record = record  # record the kernel path of each run (costs time per op)
         self._runs: dict[tuple, Run] = {}
         self._inputs: dict[tuple, dict] = {}
         self._weights: dict[str, dict] = {}
@@ -364,6 +354,20 @@ class Checker:
     def zero_names(self, variant: Variant) -> frozenset[str]:
         return frozenset(n for n, e in variant.map_for(self.cfg).items() if isinstance(e, Zero))
 
+    def oracle(self, family: Family, traits: Mapping[str, Any], case: str, zero: frozenset[str],
+               dtype: torch.dtype, compute: torch.dtype = torch.float64) -> Run:
+        """The family's oracle built from ``traits``, on the same weights and inputs as the
+        variants' runs; ``dtype`` is the dtype of the run it is compared with, ``compute``
+        the dtype it computes in (float64: the spec; ``dtype``: the definition's own
+        rounding in that dtype, the precision baseline)."""
+        semantic = family.semantic_traits(traits)
+        key = ("oracle", family.name, tuple(sorted(semantic.items(), key=lambda kv: kv[0])), case, zero,
+               dtype, compute)
+        if key not in self._runs:
+            self._runs[key] = oracle_run(family, semantic, self.cfg, self.inputs(family, case),
+                                         self.weights(family, zero), dtype, compute)
+        return self._runs[key]
+
     def run(self, variant: Variant, case: str, zero: frozenset[str], dtype: torch.dtype,
             device: str | None = None, mode: str = "autograd") -> Run:
         device = device or self.device
@@ -371,48 +375,9 @@ class Checker:
         if key not in self._runs:
             family = get_family(variant.family)
             args = (variant, self.cfg, self.inputs(family, case), self.weights(family, zero), dtype, device)
-            self._runs[key] = inference_run(*args) if mode == "inference" else run_variant(*args)
+            self._runs[key] = (inference_run(*args) if mode == "inference"
+                               else run_variant(*args, record=self.record))
         return self._runs[key]
-
-    def compare(self, a: Variant, b: Variant, case: str, dtype_name: str) -> PairResult | None:
-        """Compare one pair on one case; None when the case does not apply to both."""
-        family = get_family(a.family)
-        if not (applicable(a, case) and applicable(b, case)):
-            return None
-        for v in (a, b):
-            reason = v.supports(self.cfg)
-            if reason:
-                raise ConfigError(f"{v.key} cannot be built for this config: {reason}")
-        dtype = dtype_of(dtype_name)
-        zero = self.zero_names(a) | self.zero_names(b)
-        ra, rb = self.run(a, case, zero, dtype), self.run(b, case, zero, dtype)
-        expected, reason = expectation(family, a, b, case, dtype)
-        base = dict(family=family.name, a=a.id, b=b.id, case=case, dtype=dtype_name,
-                    device=self.device, expected=expected, reason=reason,
-                    path_a=ra.path or "-", path_b=rb.path or "-")
-        if ra.error or rb.error:
-            note = "; ".join(f"{v.id}: {r.error}" for v, r in ((a, ra), (b, rb)) if r.error)
-            return PairResult(**base, verdict="error", ok=expected == "error",
-                              max_abs=math.nan, max_rel=math.nan, noise_ratio=math.nan,
-                              grad_verdict="error", grad_max_abs=math.nan,
-                              grad_noise_ratio=math.nan, worst_grad="", note=note)
-        ra64 = self.run(a, case, zero, torch.float64, "cpu") if dtype != torch.float64 else ra
-        rb64 = self.run(b, case, zero, torch.float64, "cpu") if dtype != torch.float64 else rb
-        parts = _pair_components(ra, rb, ra64, rb64, dtype)
-        fwd = parts["output"]
-        grads = {k: v for k, v in parts.items() if k != "output"}
-        grad_verdict = worst(v.verdict for v in grads.values())
-        worst_grad = max(grads, key=lambda k: (RANK[grads[k].verdict], grads[k].max_abs), default="")
-        verdict = worst([fwd.verdict, grad_verdict])
-        return PairResult(
-            **base, verdict=verdict, ok=matches(verdict, expected),
-            max_abs=fwd.max_abs, max_rel=fwd.max_rel, noise_ratio=fwd.noise_ratio,
-            grad_verdict=grad_verdict,
-            grad_max_abs=max((v.max_abs for v in grads.values()), default=0.0),
-            grad_noise_ratio=max((v.noise_ratio for v in grads.values() if v.verdict != "identical"),
-                                 default=0.0),
-            worst_grad=worst_grad.removeprefix("grad:"), note=fwd.note,
-        )
 
     def compare_paths(self, variant: Variant, case: str, dtype_name: str) -> PathResult | None:
         family = get_family(variant.family)
@@ -439,39 +404,19 @@ def applicable(variant: Variant, case: str) -> bool:
     return cases is None or case in cases
 
 
-def common_cases(a: Variant, b: Variant) -> list[str]:
-    return [c.name for c in get_family(a.family).cases if applicable(a, c.name) and applicable(b, c.name)]
-
-
-def check_family(
-    family_name: str,
-    cfg: Config,
-    dtypes: Iterable[str],
-    device: str = "cpu",
-    checker: Checker | None = None,
-    on_result: Callable[[PairResult], None] | None = None,
-) -> tuple[list[PairResult], list[PathResult]]:
-    """Every pair of the family on every case and dtype, plus each variant's paths."""
-    family = get_family(family_name)
-    checker = checker or Checker(cfg, device)
-    results: list[PairResult] = []
-    paths: list[PathResult] = []
-    usable = [v for v in variants_of(family_name) if not v.supports(cfg)]
-    for dtype_name in family.dtypes or dtypes:
-        for case in family.cases:
-            for a, b in itertools.combinations(usable, 2):
-                res = checker.compare(a, b, case.name, dtype_name)
-                if res is not None:
-                    results.append(res)
-                    if on_result:
-                        on_result(res)
-            for v in usable:
-                p = checker.compare_paths(v, case.name, dtype_name)
-                if p is not None:
-                    paths.append(p)
-    return results, paths
-
-
 def skipped_variants(family_name: str, cfg: Config) -> list[tuple[str, str]]:
     return [(v.id, r) for v in variants_of(family_name) if (r := v.supports(cfg))]
+
+
+def check_variant(variant: Variant, configs: Mapping[str, Config] | None = None,
+                  dtypes: Iterable[str] = ("float32",), device: str = "cpu") -> list:
+    """One variant against its spec over the config matrix (float64 for semantics, ``dtypes``
+    for precision), plus gradcheck and the dropout checks. Returns every result; each has
+    ``.ok``. (``harness.spec.check_all`` does whole families and the pair matrix.)"""
+    from .config import CONFIG_MATRIX
+    from .spec import check_all
+
+    report = check_all([variant.family], configs or CONFIG_MATRIX, device, list(dtypes),
+                       variants=[variant.key])
+    return [*report.specs, *report.gradchecks, *report.dropouts]
 

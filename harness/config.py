@@ -3,6 +3,12 @@
 Shape legend, used in comments everywhere in the project:
     B batch, T query (target) length, S key (source) length, D model width,
     H heads, d_k = D / H per-head width, F feed-forward width.
+
+The default config gives every role a different size (B=3, T=7, S=5, D=48, H=4, d_k=12,
+F=192), so a bug that swaps two of them (a head split written ``view(B, T, d_k, H)``, a
+1/sqrt(H) scale, K read where V belongs) changes a shape or a value and cannot pass.
+``CONFIG_MATRIX`` is what ``check`` and pytest run by default: that config, eight heads,
+one head, and a B=1 / T=1 edge.
 """
 
 from __future__ import annotations
@@ -15,11 +21,11 @@ from .errors import ConfigError
 
 @dataclass(frozen=True)
 class Config:
-    d_model: int = 64   # D
-    heads: int = 8      # H
-    d_ff: int = 256     # F
+    d_model: int = 48   # D
+    heads: int = 4      # H   (d_k = 12)
+    d_ff: int = 192     # F   (= 4 D, the write-ups' fixed FFN width)
     batch: int = 3      # B
-    tgt_len: int = 6    # T
+    tgt_len: int = 7    # T
     src_len: int = 5    # S
     vocab: int = 11     # V (embedding tables)
     dropout: float = 0.0
@@ -70,3 +76,24 @@ class Config:
             except ValueError:
                 raise ConfigError(f"bad --set {item!r}: {raw!r} is not a number") from None
         return base.replace(**changes)
+
+    def describe(self) -> str:
+        return (f"B={self.batch} T={self.tgt_len} S={self.src_len} D={self.d_model} "
+                f"H={self.heads} d_k={self.d_k} F={self.d_ff}")
+
+
+# The default matrix. Every config keeps B, T, S, D, H, d_k and F apart where it can
+# (one head makes d_k = D; the edge makes B = T = 1 on purpose).
+CONFIG_MATRIX: dict[str, Config] = {
+    "default": Config(),
+    "heads8": Config(d_model=96, heads=8, d_ff=384, batch=2, tgt_len=6, src_len=9),
+    "one_head": Config(d_model=16, heads=1, d_ff=64, batch=2, tgt_len=5, src_len=3),
+    "edge": Config(batch=1, tgt_len=1, src_len=3),
+}
+
+
+def config_matrix(overrides: list[str] | None = None) -> dict[str, Config]:
+    """The default matrix; with ``--set`` overrides, the one default config changed by them."""
+    if overrides:
+        return {"custom": Config.parse(overrides)}
+    return dict(CONFIG_MATRIX)

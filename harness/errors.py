@@ -35,3 +35,7 @@ class RegistryError(HarnessError):
 
 class ResultsFileError(HarnessError):
     """A results file (``--compare``, ``report --from``) that cannot be read."""
+
+
+class SpecError(HarnessError):
+    """A declared trait that no oracle can build (a value outside the family's vocabulary)."""

@@ -4,11 +4,16 @@ A family fixes
 - the canonical call (what the adapter of every variant receives),
 - the canonical parameters (names and shapes) that weights are ported through,
 - the seeded cases (inputs) that every pair of its variants is compared on,
-- the semantic traits: declared traits whose values decide whether two variants are
-  expected to agree. Two variants whose semantic traits are equal must come out
-  equivalent; if any differs they must come out different, and the differing traits
-  are the declared reason. Other traits (scale placement, QKV layout, ...) describe
-  how a variant computes, not what, and must not change the verdict beyond rounding.
+- the semantic traits and their vocabulary: declared traits whose values say *what* a
+  variant computes. The family's float64 oracle (``harness.oracles``) is built from them,
+  and every variant is checked against the oracle of its own traits. Two variants whose
+  semantic traits are equal fall in one equivalence class. Other traits (scale
+  placement, QKV layout, ...) describe *how* a variant computes; they are known by name
+  (``DESCRIPTIVE_TRAITS``) and must not change the result beyond rounding.
+
+Declarations are validated at ``register``: an unknown trait key, a semantic value the
+oracle cannot build, or an unknown case name in ``traits["cases"]`` is an error listing
+what is known.
 
 Mask convention everywhere in the harness: bool, True = may attend. Pad masks are
 (B, L) with True on real tokens (keys that may be attended).
@@ -22,16 +27,56 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from . import oracles
 from .config import Config
 from .errors import UnknownName
 
 ParamSpec = dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, init kind)
 
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class TraitSpec:
+    """A semantic trait's vocabulary: the values its oracle can build (``values``), or any
+    number when ``number`` is set; ``default`` is used when a variant does not declare it."""
+
+    doc: str
+    values: tuple[Any, ...] = ()
+    number: bool = False
+    default: Any = REQUIRED
+
+    def accepts(self, value: Any) -> bool:
+        if self.number and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return math.isfinite(value) and value >= 0
+        return value in self.values
+
+    def known(self) -> str:
+        parts = [repr(v) for v in self.values] + (["a number >= 0"] if self.number else [])
+        return ", ".join(parts)
+
+
+# Traits every family knows besides its semantic ones: how a variant computes, not what.
+DESCRIPTIVE_TRAITS = {
+    "qkv_layout": "how Q, K, V projections are stored",
+    "bias": "which Linear layers carry a bias",
+    "scale": "where 1/sqrt(d_k) is applied",
+    "mask_convention": "the variant's own mask polarity (its adapter converts)",
+    "fill": "the value masked scores are filled with (a finite fill can overflow float16)",
+    "std": "how the norm's spread is computed",
+    "dropout_sites": "tuple of the places dropout draws a mask in training (checked: one draw each)",
+    "internal_dtype": "a dtype some of the work is done in whatever the input dtype ('float32'):"
+                      " in float64 the variant is then expected 'less precise', not 'different'",
+    "cases": "tuple of the family cases the variant applies to (default: all)",
+    "note": "free text",
+}
+EPS = TraitSpec("the norm's epsilon", values=oracles.EPS_NAMES, number=True)
+
 
 @dataclass(frozen=True)
 class Case:
     name: str
-    note: str
+    note: str  # what the case exercises
     make: Callable[[Config, torch.Generator], dict[str, Any]]
 
 
@@ -42,11 +87,18 @@ class Family:
     doc: str
     params: Callable[[Config], ParamSpec]
     cases: tuple[Case, ...]
-    semantic: tuple[str, ...]
+    traits: Mapping[str, TraitSpec]       # the semantic traits and their vocabulary
+    oracle: oracles.Oracle | None = None  # float64, built from a variant's semantic traits
     grad_inputs: tuple[str, ...] = ()
     differentiable: bool = True
     dtypes: tuple[str, ...] = ()  # fixed dtypes (the masks family: bool); else the device's
     case_semantic: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def semantic(self) -> tuple[str, ...]:
+        """Semantic traits that matter on every case."""
+        per_case = {t for names in self.case_semantic.values() for t in names}
+        return tuple(t for t in self.traits if t not in per_case)
 
     def case(self, name: str) -> Case:
         for case in self.cases:
@@ -58,6 +110,44 @@ class Family:
 
     def semantic_for(self, case: str) -> tuple[str, ...]:
         return self.semantic + tuple(self.case_semantic.get(case, ()))
+
+    def semantic_traits(self, traits: Mapping[str, Any]) -> dict[str, Any]:
+        """A variant's semantic traits with the family's defaults filled in."""
+        return {name: traits.get(name, spec.default) for name, spec in self.traits.items()
+                if name in traits or spec.default is not REQUIRED}
+
+    def validate_traits(self, variant_id: str, traits: Mapping[str, Any]) -> list[str]:
+        """Problems with a variant's declared traits (empty when they are executable)."""
+        problems = []
+        for key in traits:
+            if key not in self.traits and key not in DESCRIPTIVE_TRAITS:
+                problems.append(
+                    f"unknown trait {key!r}; semantic traits of {self.name}: {list(self.traits)}; "
+                    f"descriptive: {list(DESCRIPTIVE_TRAITS)}")
+        cases = traits.get("cases")
+        if cases is not None:
+            if isinstance(cases, str) or not all(isinstance(c, str) for c in cases):
+                problems.append(f"traits['cases'] must be a tuple of case names, got {cases!r}")
+            else:
+                unknown = [c for c in cases if c not in {k.name for k in self.cases}]
+                if unknown:
+                    problems.append(f"traits['cases'] names unknown case(s) {unknown}; "
+                                    f"cases of {self.name}: {[c.name for c in self.cases]}")
+        applicable = [c.name for c in self.cases if cases is None or c.name in cases]
+        needed = {t for c in applicable for t in self.semantic_for(c)}
+        for name, spec in self.traits.items():
+            if name in traits:
+                if not spec.accepts(traits[name]):
+                    problems.append(f"trait {name}={traits[name]!r} has no oracle; known: {spec.known()}")
+            elif spec.default is REQUIRED and name in needed:
+                problems.append(f"semantic trait {name!r} is not declared ({spec.doc}; known: {spec.known()})")
+        sites = traits.get("dropout_sites")
+        if sites is not None and (isinstance(sites, str) or not all(isinstance(x, str) for x in sites)):
+            problems.append(f"traits['dropout_sites'] must be a tuple of site names, got {sites!r}")
+        internal = traits.get("internal_dtype")
+        if internal is not None and internal not in ("float32", "bfloat16", "float16"):
+            problems.append(f"traits['internal_dtype'] must be 'float32', 'bfloat16' or 'float16', got {internal!r}")
+        return problems
 
     def canonical_shapes(self, cfg: Config) -> dict[str, tuple[int, ...]]:
         return {name: shape for name, (shape, _) in self.params(cfg).items()}
@@ -149,11 +239,30 @@ def _attn_self(cfg: Config, gen: torch.Generator) -> dict:
     return {"query": x, "key": x, "value": x, "mask": mask.clone(), "causal": False}
 
 
+def _attn_self_kv(cfg: Config, gen: torch.Generator) -> dict:
+    """Self-shaped (S = T) but query, key and value are three different tensors."""
+    q, k, v = (activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model) for _ in range(3))
+    pad = right_pad(gen, cfg.batch, cfg.tgt_len)
+    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.tgt_len)
+    return {"query": q, "key": k, "value": v, "mask": mask.clone(), "causal": False}
+
+
 def _attn_cross(cfg: Config, gen: torch.Generator) -> dict:
+    """T != S, and key and value are different tensors."""
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
+    key = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
+    value = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
+    pad = right_pad(gen, cfg.batch, cfg.src_len)
+    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.src_len)  # (B, T, S)
+    return {"query": x, "key": key, "value": value, "mask": mask.clone(), "causal": False}
+
+
+def _attn_cross_memory(cfg: Config, gen: torch.Generator) -> dict:
+    """Encoder-decoder attention: T != S, key and value are the same encoder memory."""
     x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
     memory = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
     pad = right_pad(gen, cfg.batch, cfg.src_len)
-    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.src_len)  # (B, T, S)
+    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.src_len)
     return {"query": x, "key": memory, "value": memory, "mask": mask.clone(), "causal": False}
 
 
@@ -169,6 +278,22 @@ def _attn_causal_only(cfg: Config, gen: torch.Generator) -> dict:
     return {"query": x, "key": x, "value": x, "mask": mask, "causal": True}
 
 
+def random_mask(gen: torch.Generator, batch: int, rows: int, cols: int) -> torch.Tensor:
+    """(B, rows, cols) bool, each entry kept with probability 1/2, every row keeping at
+    least one key: neither causal nor padding, so a mask applied along the wrong axis,
+    transposed or broadcast from one row cannot pass."""
+    mask = torch.rand(batch, rows, cols, generator=gen) < 0.5
+    keep = torch.randint(0, cols, (batch, rows), generator=gen)
+    mask.scatter_(-1, keep[..., None], True)
+    return mask
+
+
+def _attn_random_mask(cfg: Config, gen: torch.Generator) -> dict:
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
+    mask = random_mask(gen, cfg.batch, cfg.tgt_len, cfg.tgt_len)
+    return {"query": x, "key": x, "value": x, "mask": mask, "causal": False}
+
+
 def _attn_fully_masked(cfg: Config, gen: torch.Generator) -> dict:
     inputs = _attn_self(cfg, gen)
     mask = inputs["mask"]
@@ -178,22 +303,44 @@ def _attn_fully_masked(cfg: Config, gen: torch.Generator) -> dict:
     return inputs
 
 
+FULLY_MASKED_ROW = TraitSpec("what a query row that sees no key becomes", oracles.FULLY_MASKED_ROWS)
+
 ATTENTION = Family(
     name="attention",
     call="(query (B,T,D), key (B,S,D), value (B,S,D), mask (B,T,S) bool True=may attend) -> (B,T,D)",
     doc="Multi-head attention with its Q, K, V and output projections.",
     params=lambda cfg: _attn_params("", cfg.d_model),
     cases=(
-        Case("self", "self-attention, random key padding", _attn_self),
-        Case("cross", "cross-attention, T != S, random source padding", _attn_cross),
+        Case("self", "query = key = value, random key padding", _attn_self),
+        Case("self_kv", "S = T but query, key and value all different (K/V roles apart)", _attn_self_kv),
+        Case("cross", "T != S, key != value, random source padding", _attn_cross),
+        Case("cross_memory", "T != S, key = value = encoder memory, source padding", _attn_cross_memory),
         Case("causal", "causal self-attention with key padding", _attn_causal),
         Case("causal_only", "causal mask only (is_causal hint allowed)", _attn_causal_only),
+        Case("random_mask", "an arbitrary mask, every row keeps a key (axes and polarity)", _attn_random_mask),
         Case("fully_masked", "rows whose keys are all masked", _attn_fully_masked),
     ),
-    semantic=("sublayer",),
-    case_semantic={"fully_masked": ("fully_masked_row",)},
+    traits={
+        "sublayer": TraitSpec("what the module returns", oracles.ATTENTION_SUBLAYERS),
+        "fully_masked_row": FULLY_MASKED_ROW,
+        "mask_style": TraitSpec("masked scores replaced (fill) or added to (additive)",
+                                oracles.MASK_STYLES, default="fill"),
+        "eps": TraitSpec("eps of a LayerNorm inside the sublayer", EPS.values, True, default=1e-5),
+    },
+    oracle=oracles.attention,
+    case_semantic={"fully_masked": ("fully_masked_row", "mask_style")},
     grad_inputs=("query", "key", "value"),
 )
+
+
+NORM_FORMULA = TraitSpec("the normalisation formula", oracles.NORM_FORMULAS)
+ACTIVATION = TraitSpec("the feed-forward activation", tuple(oracles.ACTIVATIONS))
+LAYER_TRAITS = {
+    "norm_placement": TraitSpec("norm before the sublayer (pre) or after the residual add (post)", ("pre", "post")),
+    "norm_formula": NORM_FORMULA,
+    "eps": EPS,
+    "activation": ACTIVATION,
+}
 
 
 def _rows(cfg: Config, gen: torch.Generator) -> dict:
@@ -208,7 +355,8 @@ NORM = Family(
     doc="Normalisation over the last dimension, with a gain and a bias.",
     params=lambda cfg: _norm_params("", cfg.d_model),
     cases=(Case("rows", "rows with non-zero mean and std 0.1", _rows),),
-    semantic=("norm_formula", "eps"),
+    traits={"norm_formula": NORM_FORMULA, "eps": EPS},
+    oracle=oracles.norm,
     grad_inputs=("x",),
 )
 
@@ -223,7 +371,12 @@ FFN = Family(
     doc="Position-wise feed-forward network D -> F -> D.",
     params=lambda cfg: _ffn_params("", cfg.d_model, cfg.d_ff),
     cases=(Case("rows", "standard normal rows", _ffn_rows),),
-    semantic=("sublayer", "activation"),
+    traits={
+        "sublayer": TraitSpec("what the module returns", oracles.FFN_SUBLAYERS),
+        "activation": ACTIVATION,
+        "eps": TraitSpec("eps of a LayerNorm inside the sublayer", EPS.values, True, default=1e-5),
+    },
+    oracle=oracles.ffn,
     grad_inputs=("x",),
 )
 
@@ -244,7 +397,8 @@ ENCODER_LAYER = Family(
         **_norm_params("norm2.", cfg.d_model),
     },
     cases=(Case("padded", "random right padding", _encoder_padded),),
-    semantic=("norm_placement", "norm_formula", "eps", "activation"),
+    traits=LAYER_TRAITS,
+    oracle=oracles.encoder_layer,
     grad_inputs=("x",),
 )
 
@@ -271,7 +425,8 @@ DECODER_LAYER = Family(
         **_norm_params("norm3.", cfg.d_model),
     },
     cases=(Case("padded", "causal target mask with target and source padding, T != S", _decoder_padded),),
-    semantic=("norm_placement", "norm_formula", "eps", "activation"),
+    traits=LAYER_TRAITS,
+    oracle=oracles.decoder_layer,
     grad_inputs=("x", "memory"),
 )
 
@@ -300,7 +455,8 @@ DECODER_ONLY_BLOCK = Family(
         Case("right_pad", "right padding: every query row sees a key", _block_right),
         Case("left_pad", "left padding: early rows see no key at all", _block_left),
     ),
-    semantic=("norm_placement", "norm_formula", "eps", "activation"),
+    traits={**LAYER_TRAITS, "fully_masked_row": FULLY_MASKED_ROW},
+    oracle=oracles.decoder_only_block,
     case_semantic={"left_pad": ("fully_masked_row",)},
     grad_inputs=("x",),
 )
@@ -316,7 +472,11 @@ POSITIONAL_ENCODING = Family(
     doc="Sinusoidal positional encodings added to embeddings.",
     params=lambda cfg: {},
     cases=(Case("rows", "standard normal embeddings", _pe_rows),),
-    semantic=("pe_layout", "pe_frequencies"),
+    traits={
+        "pe_layout": TraitSpec("how sines and cosines are laid out", oracles.PE_LAYOUTS),
+        "pe_frequencies": TraitSpec("the frequency of pair i", tuple(oracles.PE_FREQUENCIES)),
+    },
+    oracle=oracles.positional_encoding,
     grad_inputs=("x",),
 )
 
@@ -338,7 +498,12 @@ MASKS = Family(
         Case("pad", "key padding mask from tokens", _tokens),
         Case("target", "decoder self-attention mask from target tokens", _tokens),
     ),
-    semantic=(),
+    traits={
+        "causal_mask": TraitSpec("the causal mask", ("tril",)),
+        "pad_mask": TraitSpec("the key padding mask", ("tokens != pad",)),
+        "target_mask": TraitSpec("the decoder self-attention mask", oracles.TARGET_MASKS),
+    },
+    oracle=oracles.masks,
     case_semantic={"causal": ("causal_mask",), "pad": ("pad_mask",), "target": ("target_mask",)},
     differentiable=False,
     dtypes=("bool",),
@@ -357,7 +522,11 @@ EMBEDDING = Family(
     doc="Token embedding lookup (and whatever scaling a write-up applies).",
     params=lambda cfg: {"weight": ((cfg.vocab, cfg.d_model), "weight")},
     cases=(Case("padded", "tokens with right padding (pad_idx 0)", _embed_tokens),),
-    semantic=("embedding_scale", "pad_rows"),
+    traits={
+        "embedding_scale": TraitSpec("the factor the lookup is multiplied by", tuple(oracles.EMBEDDING_SCALES)),
+        "pad_rows": TraitSpec("what the pad token's row becomes", ("kept", "zeroed")),
+    },
+    oracle=oracles.embedding,
 )
 
 

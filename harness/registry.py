@@ -76,6 +76,9 @@ def register(**fields: Any) -> Variant:
             f"variant '{variant.id}' names unknown family '{variant.family}'; "
             f"families: {sorted(FAMILIES)}"
         )
+    problems = FAMILIES[variant.family].validate_traits(variant.id, variant.traits)
+    if problems:
+        raise RegistryError(f"variant '{variant.key}': " + "; ".join(problems))
     if not variant.id or not variant.id.replace("_", "").replace("-", "").isalnum():
         raise RegistryError(f"variant id {variant.id!r} must be letters, digits, '_' or '-'")
     if variant.key in REGISTRY:

@@ -1,53 +1,61 @@
 """The registry drives the tests: every registered variant (the project's and any
-``--variants FILE`` / $HARNESS_VARIANTS file, loaded by the root conftest.py) is compared
-with every other of its family."""
+``--variants FILE`` / $HARNESS_VARIANTS file) is checked against its spec, and each family's
+pair matrix is derived from those checks. One check per family and device, shared by the
+session; a variant's test reads only its own results, so a user's variant that fails its
+spec fails only its own test."""
 
 from __future__ import annotations
-
-import itertools
 
 import pytest
 import torch
 
-from harness.compare import CPU_DTYPES, CUDA_DTYPES, Checker, common_cases
-from harness.config import Config
+from harness.config import CONFIG_MATRIX
 from harness.families import FAMILIES
-from harness.registry import variants_of
+from harness.registry import REGISTRY
+from harness.spec import check_all
 
-CUDA_SKIP = "no CUDA device: bfloat16/float16/float32 CUDA comparisons run on a GPU machine"
+CUDA_SKIP = "no CUDA device: the float32/bfloat16/float16 CUDA checks run on a GPU machine"
+DEVICES = ("cpu", "cuda")
+# Precision dtypes per device (float64 always runs, for semantics). Half precision on CPU
+# runs on the default config only, to keep the suite inside its budget.
+DTYPES = {"cpu": ["float32"], "cuda": ["float32", "bfloat16", "float16"]}
+HALF_ON_CPU = ["bfloat16", "float16"]
 
 
-def pair_params():
-    """One param per (family, pair, dtype, device), id ``family/a~b[dtype-device]``."""
-    params = []
-    cfg = Config()
-    for family in FAMILIES.values():
-        members = [v for v in variants_of(family.name) if not v.supports(cfg)]
-        targets = [(d, "cpu") for d in (family.dtypes or CPU_DTYPES)]
-        if not family.dtypes:
-            targets += [(d, "cuda") for d in CUDA_DTYPES]
-        for a, b in itertools.combinations(members, 2):
-            if not common_cases(a, b):
-                continue  # builders of different masks: nothing to compare
-            for dtype, device in targets:
-                marks = []
-                if device == "cuda" and not torch.cuda.is_available():
-                    marks.append(pytest.mark.skip(reason=CUDA_SKIP))
-                params.append(pytest.param(
-                    family.name, a.id, b.id, dtype, device, marks=marks,
-                    id=f"{family.name}/{a.id}~{b.id}[{dtype}-{device}]",
-                ))
-    return params
+def _device_marks(device: str) -> list:
+    if device == "cuda" and not torch.cuda.is_available():
+        return [pytest.mark.skip(reason=CUDA_SKIP)]
+    return []
+
+
+def variant_params():
+    """One param per (variant, device), id ``family/variant[device]``."""
+    return [
+        pytest.param(v.family, v.id, device, marks=_device_marks(device), id=f"{v.family}/{v.id}[{device}]")
+        for v in REGISTRY.values() for device in DEVICES
+    ]
+
+
+def family_params():
+    return [
+        pytest.param(name, device, marks=_device_marks(device), id=f"{name}[{device}]")
+        for name in FAMILIES for device in DEVICES
+    ]
 
 
 @pytest.fixture(scope="session")
-def checkers():
-    """One caching Checker per device for the whole session."""
-    cache: dict[str, Checker] = {}
+def family_check():
+    """family, device -> the CheckReport of that family over the config matrix (cached)."""
+    cache: dict[tuple, object] = {}
 
-    def get(device: str) -> Checker:
-        if device not in cache:
-            cache[device] = Checker(Config(), device)
-        return cache[device]
+    def get(family: str, device: str, half: bool = False):
+        key = (family, device, half)
+        if key not in cache:
+            if half:
+                cache[key] = check_all([family], {"default": CONFIG_MATRIX["default"]}, device,
+                                       HALF_ON_CPU, extras=False)
+            else:
+                cache[key] = check_all([family], CONFIG_MATRIX, device, DTYPES[device])
+        return cache[key]
 
     return get

@@ -35,18 +35,24 @@ def test_list_one_family_shows_traits_side_by_side(capsys):
 def test_check_one_family_json(tmp_path, capsys):
     out = tmp_path / "check.json"
     assert main(["check", "--family", "norm", "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())
-    keys = {"family", "a", "b", "dtype", "device", "verdict", "expected", "max_abs",
-            "max_rel", "noise_ratio", "grad_max_abs", "ok"}
+    data = json.loads(out.read_text())
+    assert set(data["configs"]) == {"default", "heads8", "one_head", "edge"}
+    spec_keys = {"family", "variant", "config", "case", "dtype", "verdict", "expected", "ok", "err",
+                 "ref_err", "ratio", "worst", "tensors"}
+    assert spec_keys <= set(data["specs"][0])
+    assert {s["dtype"] for s in data["specs"]} == {"float64", "float32"}
+    rows = data["pairs"]
+    keys = {"family", "a", "b", "config", "dtype", "device", "verdict", "expected", "max_abs", "grad_max_abs", "ok"}
     assert keys <= set(rows[0])
     custom = [r for r in rows if {r["a"], r["b"]} == {"annotated_preln", "torch_layernorm"}]
     assert custom and all(r["verdict"] == "different" and r["max_abs"] > 1e-3 for r in custom)
     assert "norm_formula" in custom[0]["reason"]
+    assert data["gradchecks"] and all(g["ok"] for g in data["gradchecks"]) and data["contradictions"] == 0
 
 
 def test_user_variant_file_joins_list_and_check(capsys):
     with scratch():
-        assert main(["check", "--family", "attention", "--dtype", "float32",
+        assert main(["check", "--family", "attention", "--dtype", "float32", "--set", "batch=2",
                      "--variants", str(EXAMPLE)]) == 0
         printed = capsys.readouterr().out
         assert "my_einsum" in printed
@@ -65,6 +71,8 @@ def test_check_exits_1_on_a_contradiction(capsys):
     (["check", "--family", "norm", "--set", "d_model"], "bad --set 'd_model'"),
     (["check", "--family", "norm", "--set", "depth=3"], "bad --set 'depth=3'"),
     (["check", "--family", "norm", "--dtype", "float8"], "unknown dtype 'float8'"),
+    (["check", "--family", "norm", "--dtype", "bool"], "dtype 'bool' is not a floating dtype"),
+    (["check", "--family", "norm", "--precision-factor", "0"], "--precision-factor 0.0 must be positive"),
     (["check", "--family", "norm", "--device", "tpu"], "unknown device 'tpu'"),
     (["list", "--variants", "does/not/exist.py"], "variant file 'does/not/exist.py' does not exist"),
 ])
@@ -98,4 +106,4 @@ def test_unsupported_config_skips_variants_with_a_reason(capsys):
     assert main(["check", "--family", "decoder_only_block", "--dtype", "float32",
                  "--set", "d_ff=128"]) == 0
     out = capsys.readouterr().out
-    assert "skipped simple_decoder_layer: the FFN is fixed at 4*d_model=256" in out
+    assert "simple_decoder_layer skips config custom: the FFN is fixed at 4*d_model=192" in out

@@ -110,7 +110,7 @@ register(
     traits={
         "sublayer": "attention", "qkv_layout": "ModuleList of 4 Linear", "bias": True,
         "scale": "k / sqrt(d_k) inside the matmul", "mask_convention": "1 = keep (uint8)",
-        "fill": -1e9, "fully_masked_row": "mean of V", "dropout_sites": "attention weights",
+        "fill": -1e9, "fully_masked_row": "mean of V", "dropout_sites": ("attention weights",),
     },
 )
 register(
@@ -119,7 +119,7 @@ register(
     build=lambda cfg: PositionalEncoding(cfg.d_model, cfg.dropout),
     call=lambda m, i: m(i["x"]),
     traits={"pe_layout": "interleaved sin/cos", "pe_frequencies": "10000^(-2i/D)",
-            "dropout_sites": "after the add"},
+            "dropout_sites": ("after the add",), "internal_dtype": "float32"},  # the table is built in float32
 )
 register(
     id="annotated", family="embedding", source=SEED, summary="lookup x sqrt(D)",

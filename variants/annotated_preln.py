@@ -173,8 +173,10 @@ NORM_FORMULA = "unbiased std, eps added to std"
 LAYER_TRAITS = {
     "norm_placement": "pre", "norm_formula": NORM_FORMULA, "eps": 1e-6, "activation": "relu",
     "mask_convention": "True = keep", "fill": -1e9, "bias": True,
-    "dropout_sites": "attention weights, FFN hidden, each sublayer output",
 }
+ENCODER_DROPOUT = ("self-attention weights", "attention sublayer output", "FFN hidden", "FFN sublayer output")
+DECODER_DROPOUT = ("self-attention weights", "self-attention sublayer output", "cross-attention weights",
+                   "cross-attention sublayer output", "FFN hidden", "FFN sublayer output")
 
 
 def _sublayer_norms(count: int) -> dict:
@@ -193,7 +195,7 @@ register(
     traits={
         "sublayer": "attention", "qkv_layout": "ModuleList of 4 Linear", "bias": True,
         "scale": "scores / sqrt(d_k)", "mask_convention": "True = keep", "fill": -1e9,
-        "fully_masked_row": "mean of V", "dropout_sites": "attention weights",
+        "fully_masked_row": "mean of V", "dropout_sites": ("attention weights",),
     },
 )
 register(
@@ -206,7 +208,7 @@ register(
     id="annotated_preln", family="ffn", source=SEED, summary="dropout between the Linear",
     build=lambda cfg: PositionWiseFeedForward(cfg.d_model, cfg.d_ff, cfg.dropout),
     call=lambda m, i: m(i["x"]), param_map=FFN_MAP,
-    traits={"sublayer": "ffn", "activation": "relu", "dropout_sites": "hidden"},
+    traits={"sublayer": "ffn", "activation": "relu", "dropout_sites": ("hidden",)},
 )
 register(
     id="annotated_preln", family="encoder_layer", source=SEED, summary="pre-LN, custom LayerNorm",
@@ -217,7 +219,7 @@ register(
     call=lambda m, i: m(i["x"], i["pad"][:, None, :]),  # Batch.src_mask: (B, 1, S) True = keep
     param_map={**nest(ATTN_MAP, "self_attn.", "attention."),
                **nest(FFN_MAP, "ffn.", "feed_forward."), **_sublayer_norms(2)},
-    traits=LAYER_TRAITS,
+    traits={**LAYER_TRAITS, "dropout_sites": ENCODER_DROPOUT},
 )
 register(
     id="annotated_preln", family="decoder_layer", source=SEED, summary="pre-LN, custom LayerNorm",
@@ -230,14 +232,14 @@ register(
     param_map={**nest(ATTN_MAP, "self_attn.", "self_attention."),
                **nest(ATTN_MAP, "cross_attn.", "src_attention."),
                **nest(FFN_MAP, "ffn.", "feed_forward."), **_sublayer_norms(3)},
-    traits=LAYER_TRAITS,
+    traits={**LAYER_TRAITS, "dropout_sites": DECODER_DROPOUT},
 )
 register(
     id="annotated_preln", family="positional_encoding", source=SEED,
     summary="interleaved, dropout after",
     build=lambda cfg: PositionalEncoding(cfg.d_model, cfg.dropout), call=lambda m, i: m(i["x"]),
     traits={"pe_layout": "interleaved sin/cos", "pe_frequencies": "10000^(-2i/D)",
-            "dropout_sites": "after the add"},
+            "dropout_sites": ("after the add",), "internal_dtype": "float32"},  # the table is built in float32
 )
 register(
     id="annotated_preln", family="embedding", source=SEED, summary="lookup x sqrt(D)",

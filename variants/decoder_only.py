@@ -145,7 +145,7 @@ FOUR_X = lambda cfg: None if cfg.d_ff == 4 * cfg.d_model else (  # noqa: E731
 BLOCK_TRAITS = {
     "norm_placement": "post", "norm_formula": "layernorm", "eps": 1e-5, "activation": "relu",
     "mask_convention": "1 = keep, tril applied inside", "qkv_layout": "4 Linear", "bias": True,
-    "dropout_sites": "attention weights, FFN output",
+    "dropout_sites": ("attention weights", "FFN output"),
 }
 
 register(

@@ -116,7 +116,7 @@ ATTN_MAP = {**fused_entries("c_attn.weight", "c_attn.bias", ("q", "k", "v")),
             **linear_entries({"o": "c_proj"})}
 ATTN_TRAITS = {
     "sublayer": "attention", "qkv_layout": "fused Linear(D, 3D)", "bias": True,
-    "dropout_sites": "attention weights, output",
+    "dropout_sites": ("attention weights", "output"),
 }
 
 
@@ -156,7 +156,7 @@ register(
     traits={"norm_placement": "pre", "norm_formula": "layernorm", "eps": 1e-5,
             "activation": "gelu", "qkv_layout": "fused Linear(D, 3D)", "bias": True,
             "mask_convention": "True = may attend", "fill": "sdpa", "fully_masked_row": "zeros",
-            "dropout_sites": "attention weights, attention output, MLP output"},
+            "dropout_sites": ("attention weights", "attention output", "MLP output")},
     supports=lambda cfg: None if cfg.d_ff == 4 * cfg.d_model else (
         f"the MLP is fixed at 4*d_model={4 * cfg.d_model}, config has d_ff={cfg.d_ff}"),
 )

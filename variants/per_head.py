@@ -60,5 +60,5 @@ register(
     param_map=_map,
     traits={"sublayer": "attention", "qkv_layout": "per-head Linear(D, d_k)", "bias": True,
             "scale": "scores / sqrt(d_k)", "mask_convention": "True = keep", "fill": -1e9,
-            "fully_masked_row": "mean of V", "dropout_sites": "attention weights"},
+            "fully_masked_row": "mean of V", "dropout_sites": ("attention weights (per head)",)},
 )

@@ -147,8 +147,9 @@ LAYER_NORM_FIXED = {
 LAYER_TRAITS = {
     "norm_placement": "post", "norm_formula": "layernorm", "eps": 1e-5, "activation": "relu",
     "mask_convention": "1 = keep", "fill": -1e9, "bias": True,
-    "dropout_sites": "attention weights, attention output, FFN hidden, FFN output",
 }
+ATTN_DROPOUT = ("attention weights", "attention output")
+FFN_DROPOUT = ("hidden", "output")
 
 
 def _attend(module, inputs):
@@ -167,8 +168,9 @@ register(
     traits={
         "sublayer": "attention + residual + post-LayerNorm", "qkv_layout": "4 Linear",
         "bias": True, "scale": "scores / sqrt(d_k)", "mask_convention": "1 = keep",
-        "fill": -1e9, "fully_masked_row": "mean of V",
-        "dropout_sites": "attention weights, output",
+        "fill": -1e9, "fully_masked_row": "mean of V", "eps": 1e-5, "dropout_sites": ATTN_DROPOUT,
+        # K and V both come from one enc_output: no case where key and value differ
+        "cases": ("self", "cross_memory", "causal", "causal_only", "random_mask", "fully_masked"),
     },
 )
 register(
@@ -176,8 +178,8 @@ register(
     summary="residual + LayerNorm inside, dropout twice",
     build=lambda cfg: PositionWiseFFN(cfg.d_model, cfg.d_ff, cfg.dropout),
     call=lambda m, i: m(i["x"]), param_map=FFN_MAP, fixed=LAYER_NORM_FIXED,
-    traits={"sublayer": "ffn + residual + post-LayerNorm", "activation": "relu",
-            "dropout_sites": "hidden, output"},
+    traits={"sublayer": "ffn + residual + post-LayerNorm", "activation": "relu", "eps": 1e-5,
+            "dropout_sites": FFN_DROPOUT},
 )
 register(
     id="postnorm_blog", family="encoder_layer", source=SEED, summary="post-norm inside each sublayer",
@@ -187,7 +189,7 @@ register(
         **nest(ATTN_MAP, "self_attn.", "self_attn."), **nest(FFN_MAP, "ffn.", "ffn."),
         **norm_entries("norm1", "self_attn.layer_norm"), **norm_entries("norm2", "ffn.layer_norm"),
     },
-    traits=LAYER_TRAITS,
+    traits={**LAYER_TRAITS, "dropout_sites": ATTN_DROPOUT + FFN_DROPOUT},
 )
 register(
     id="postnorm_blog", family="decoder_layer", source=SEED, summary="post-norm inside each sublayer",
@@ -200,13 +202,13 @@ register(
         **norm_entries("norm2", "cross_attn.layer_norm"),
         **norm_entries("norm3", "ffn.layer_norm"),
     },
-    traits=LAYER_TRAITS,
+    traits={**LAYER_TRAITS, "dropout_sites": ATTN_DROPOUT + ATTN_DROPOUT + FFN_DROPOUT},
 )
 register(
     id="postnorm_blog", family="positional_encoding", source=SEED, summary="interleaved, no dropout",
     build=lambda cfg: PositionalEncoding(cfg.d_model), call=lambda m, i: m(i["x"]),
     traits={"pe_layout": "interleaved sin/cos", "pe_frequencies": "10000^(-2i/D)",
-            "dropout_sites": "none inside"},
+            "internal_dtype": "float32", "note": "no dropout inside"},  # the table is built in float32
 )
 register(
     id="postnorm_blog", family="embedding", source=SEED, summary="plain nn.Embedding, not scaled",

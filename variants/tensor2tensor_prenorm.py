@@ -215,12 +215,11 @@ EIGHT_HEADS = lambda cfg: None if cfg.heads == 8 else f"its layers always build 
 ATTN_TRAITS = {
     "sublayer": "attention", "qkv_layout": "3 Linear + output Linear", "bias": False,
     "scale": "q *= d_k^-0.5 in place, before QK^T", "mask_convention": "True = masked",
-    "fill": -1e9, "fully_masked_row": "mean of V", "dropout_sites": "attention weights",
+    "fill": -1e9, "fully_masked_row": "mean of V", "dropout_sites": ("attention weights",),
 }
 LAYER_TRAITS = {
     "norm_placement": "pre", "norm_formula": "layernorm", "eps": 1e-6, "activation": "relu",
     "mask_convention": "True = masked", "fill": -1e9, "bias": "attention bias-free",
-    "dropout_sites": "attention weights, FFN hidden, each sublayer output",
 }
 
 register(
@@ -233,7 +232,7 @@ register(
     id="t2t", family="ffn", source=SEED, summary="Linear-ReLU-Dropout-Linear",
     build=lambda cfg: FeedForwardNetwork(cfg.d_model, cfg.d_ff, cfg.dropout),
     call=lambda m, i: m(i["x"]), param_map=FFN_MAP,
-    traits={"sublayer": "ffn", "activation": "relu", "dropout_sites": "hidden"},
+    traits={"sublayer": "ffn", "activation": "relu", "dropout_sites": ("hidden",)},
 )
 register(
     id="t2t_layernorm", family="norm", source=SEED, summary="nn.LayerNorm(eps=1e-6)",
@@ -251,7 +250,9 @@ register(
         **norm_entries("norm1", "self_attention_norm"),
         **norm_entries("norm2", "ffn_norm"),
     },
-    traits=LAYER_TRAITS, supports=EIGHT_HEADS,
+    traits={**LAYER_TRAITS, "dropout_sites": ("self-attention weights", "self_attention_dropout",
+                                              "FFN hidden", "ffn_dropout")},
+    supports=EIGHT_HEADS,
 )
 register(
     id="t2t", family="decoder_layer", source=SEED, summary="pre-norm, LayerNorm eps 1e-6",
@@ -267,13 +268,17 @@ register(
         **norm_entries("norm2", "enc_dec_attention_norm"),
         **norm_entries("norm3", "ffn_norm"),
     },
-    traits=LAYER_TRAITS, supports=EIGHT_HEADS,
+    traits={**LAYER_TRAITS, "dropout_sites": (
+        "self-attention weights", "self_attention_dropout", "enc-dec attention weights",
+        "enc_dec_attention_dropout", "FFN hidden", "ffn_dropout")},
+    supports=EIGHT_HEADS,
 )
 register(
     id="t2t", family="positional_encoding", source=SEED, summary="[sin | cos], t2t timescales",
     build=lambda cfg: PositionEncoding(cfg.d_model), call=lambda m, i: m(i["x"]),
     traits={"pe_layout": "[sin | cos] concatenated",
-            "pe_frequencies": "exp(-i ln(1e4) / (D/2 - 1))", "dropout_sites": "none (after, in encode)"},
+            "pe_frequencies": "exp(-i ln(1e4) / (D/2 - 1))", "internal_dtype": "float32",
+            "note": "no dropout inside (the write-up drops out after it, in encode)"},
 )
 register(
     id="t2t", family="embedding", source=SEED, summary="pad rows zeroed, x sqrt(D)",

@@ -1,0 +1,101 @@
+"""Precision: how close to the float64 oracle a result must be, per dtype.
+
+Two separate questions, two rules:
+
+- **Semantics, in float64.** A variant computes its declared function when its float64
+  result lies within ``|a - o| <= FLOAT64_ATOL + FLOAT64_RTOL * |o|`` of the oracle. Float64
+  rounding on these sizes is ~1e-15; the bound (1e-10) leaves room for accumulation and
+  still catches a real difference of 1e-8. A variant that declares ``internal_dtype``
+  (part of its work in float32 whatever the input dtype) is held to that dtype's bound
+  instead, and its verdict is "less precise", not "different".
+
+- **Precision, in every lower dtype** (float32, bfloat16, float16). A variant's error
+  against the float64 oracle of its own traits is compared with the family reference's
+  error against *its* oracle, in the same dtype, on the same weights and inputs (the rule
+  flash-attention's tests use): equivalent while ``err <= factor * err_ref + floor``,
+  ``factor`` = 2 by default (``--precision-factor``), ``floor`` = one unit in the last place
+  of the dtype at the output's scale (an exact reference has error 0). Above that the
+  verdict is "less precise (N x the reference's error)". A variant's own imprecision never
+  widens the tolerance of anything else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+FLOAT64_RTOL = 1e-10
+FLOAT64_ATOL = 1e-10
+PRECISION_FACTOR = 2.0
+
+# torch.testing.assert_close's default (rtol, atol) per dtype (its documentation's table):
+# the bound for a variant that declares it computes in that dtype internally.
+DEFAULT_TOLERANCE = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (FLOAT64_RTOL, FLOAT64_ATOL),
+}
+
+
+@dataclass
+class Gap:
+    """One tensor of a run against its oracle."""
+
+    max_abs: float          # over elements where neither is NaN
+    nan_mismatch: int       # elements NaN in one and not the other
+    scale: float            # max |oracle|, for the ulp floor
+
+    @property
+    def comparable(self) -> bool:
+        return self.nan_mismatch == 0
+
+
+def gap(a: torch.Tensor, oracle: torch.Tensor) -> Gap:
+    """``a`` (any float dtype, on any device) against ``oracle`` (float64, CPU)."""
+    if a.shape != oracle.shape:
+        return Gap(math.inf, max(a.numel(), oracle.numel()), 0.0)
+    if not a.is_floating_point():
+        bad = int((a.cpu() != oracle.cpu()).sum())
+        return Gap(0.0 if bad == 0 else math.inf, bad, 1.0)
+    a = a.detach().to("cpu", torch.float64)
+    nan_a, nan_o = a.isnan(), oracle.isnan()
+    both = ~nan_a & ~nan_o
+    diff = (a[both] - oracle[both]).abs()
+    finite = oracle[both].abs()
+    return Gap(float(diff.max()) if diff.numel() else 0.0, int((nan_a != nan_o).sum()),
+               float(finite.max()) if finite.numel() else 0.0)
+
+
+def within(a: torch.Tensor, oracle: torch.Tensor, rtol: float, atol: float) -> bool:
+    """Elementwise ``|a - o| <= atol + rtol * |o|`` where neither is NaN (NaN patterns
+    are compared separately)."""
+    a = a.detach().to("cpu", torch.float64)
+    both = ~a.isnan() & ~oracle.isnan()
+    return bool(((a[both] - oracle[both]).abs() <= atol + rtol * oracle[both].abs()).all())
+
+
+def ulp_floor(dtype: torch.dtype, scale: float) -> float:
+    """One unit in the last place of ``dtype`` at the output's scale."""
+    return torch.finfo(dtype).eps * max(scale, 1.0)
+
+
+def allowance(dtype: torch.dtype, ref_err: float | None, scale: float, factor: float = PRECISION_FACTOR) -> float:
+    """The largest error a variant may have in ``dtype`` and still be 'equivalent'."""
+    floor = ulp_floor(dtype, scale)
+    return factor * (ref_err or 0.0) + floor
+
+
+def ratio_to_reference(err: float, ref_err: float | None, dtype: torch.dtype, scale: float) -> float:
+    """How many times the reference's error (the ulp floor when the reference is exact)."""
+    base = max(ref_err or 0.0, ulp_floor(dtype, scale))
+    return err / base if base > 0 else (math.inf if err > 0 else 0.0)
+
+
+def resolvable(difference: float, dtype: torch.dtype, allowed_a: float, allowed_b: float) -> bool:
+    """Whether a difference between two oracles can show through ``dtype``'s rounding."""
+    if dtype == torch.float64:
+        return True
+    return difference > allowed_a + allowed_b
