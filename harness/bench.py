@@ -286,7 +286,7 @@ def _static(case: BenchCase, prepared: Prepared, row: dict) -> None:
     st = measure.instrumented(prepared.eager_step, case.device, prepared.resident if train else None)
     row["path"] = ("compiled: " if case.compiled else "") + measure.path_name(st.ops)
     row.update(path_ops=st.ops, flops=st.flops, flops_dense=st.flops_dense, peak_bytes=st.peak_bytes,
-               largest_tensor=f"{st.largest[2]} {list(st.largest[1])}" if st.largest[0] else None,
+               largest_tensor=f"{list(st.largest[1])} ({st.largest[0] / 2**20:.3g} MiB)" if st.largest[0] else None,
                peak_method=measure.CUDA_PEAK_METHOD if case.device.startswith("cuda") else measure.CPU_PEAK_METHOD)
     if train:
         row["saved_bytes"] = st.saved_bytes
@@ -307,6 +307,7 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
     """Rows of one group (one family, shape, dtype, mode: its variants and the family's
     reference) and its matmul-peak row, timed interleaved in one window with the peak."""
     first = cases[0]
+    started = time.perf_counter()
     ref = reference_of(first.family)
     rows: dict[str, dict] = {}
     fns: dict[str, Callable[[], object]] = {}
@@ -367,6 +368,7 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
             else:
                 rss, why = probe.measure(dataclasses.asdict(case))
                 rows[vid].update(rss_peak_bytes=rss, rss_note=why)
+    peak_row["elapsed_s"] = time.perf_counter() - started
     return [rows[c.variant] for c in cases], peak_row
 
 

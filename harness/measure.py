@@ -342,7 +342,7 @@ def _path_ops(events) -> list[dict]:
             entry["is_causal"] = bool(concrete[4]) if concrete[4] not in ("", None) else None
             entry["mask"] = len(ev.input_shapes or []) > 5 and bool(ev.input_shapes[5])
         key = (entry["op"], str(entry["shapes"]), entry.get("is_causal"))
-        seen.setdefault(key, entry)
+        seen.setdefault(key, {**entry, "count": 0})["count"] += 1
     return list(seen.values())
 
 

@@ -256,8 +256,10 @@ def mechanism(r) -> str:
                 continue
             if o.get("is_causal"):
                 frac = r["flops"] / r["flops_dense"] if r.get("flops_dense") else float("nan")
-                parts.append(f"CPU flash kernel on {shape}, `is_causal`: key blocks (512 wide) past the diagonal "
-                             f"skipped; executed FLOPs {frac:.0%} of dense at T={r['seq']}")
+                parts.append(f"CPU flash kernel on {shape}, `is_causal`: it computes the 512-wide key blocks "
+                             "that start before the diagonal; " + (
+                                 f"at T={r['seq']} that is every block (executed = dense)" if frac > 0.999 else
+                                 f"executed FLOPs {frac:.0%} of dense at T={r['seq']}"))
             elif o.get("mask"):
                 parts.append(f"CPU flash kernel on {shape} with an explicit mask: every key block computed")
             else:
@@ -266,12 +268,13 @@ def mechanism(r) -> str:
             parts.append("flash backward (QK^T recomputed per block, counted as executed)")
         elif o["op"] == "_masked_softmax" and o.get("parent") != "_native_multi_head_attention":
             parts.append(f"`_masked_softmax` on {shape}")
-        elif o["op"] == "_softmax" and len(o.get("shapes", [[]])[0]) == 4 and not names & {
+        elif o["op"] == "_softmax" and len(o.get("shapes", [[]])[0]) >= 3 and not names & {
                 "_native_multi_head_attention", "_scaled_dot_product_flash_attention_for_cpu"}:
-            parts.append(f"explicit softmax over a {shape} weights tensor (materialized)")
+            times = f"{o['count']} x " if o.get("count", 1) > 1 else ""
+            parts.append(f"explicit softmax over {times}a {shape} weights tensor (materialized)")
     largest = r.get("largest_tensor")
     if isinstance(largest, str) and largest:
-        parts.append(f"largest tensor created: `{largest}`")
+        parts.append(f"largest tensor created: {largest}")
     return "; ".join(dict.fromkeys(parts)) or "explicit ops"
 
 
@@ -298,7 +301,9 @@ def peaks_table(peaks: pd.DataFrame, family: str) -> str:
     rows = [{"group": p["group"].split("|", 1)[1], "matmul": f"{p['size']}^3",
              "peak GFLOP/s [q1-q3]": f"{p['peak_flops'] / 1e9:.1f} [{p['peak_q1'] / 1e9:.1f}-{p['peak_q3'] / 1e9:.1f}]",
              "load avg (start, end)": ", ".join("-" if x is None else f"{x:.1f}" for x in p["load"]),
-             "disturbed": p["disturbed"] or "no"} for _, p in g.iterrows()]
+             "disturbed": p["disturbed"] or "no",
+             "group wall s": "-" if pd.isna(p.get("elapsed_s", np.nan)) else f"{p['elapsed_s']:.1f}"}
+            for _, p in g.iterrows()]
     return tabulate(pd.DataFrame(rows), headers="keys", tablefmt="github", showindex=False) if rows else ""
 
 

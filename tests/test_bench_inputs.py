@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 
 from harness.cli import main
 
