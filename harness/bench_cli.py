@@ -238,6 +238,9 @@ def cmd_report(args) -> int:
         if not args.skip_check:
             print("check: every pair of every family ...", file=sys.stderr)
             results, paths = run_check(args.family or list(FAMILIES), Config(), device)
+            import torch
+
+            torch.set_num_threads(args.threads)  # the check may pin its own; the benchmark's are these
         _, interrupted = _measure(args, cases, log, fresh)
         wanted = {c.key for c in cases}
         logged = read_log(log, quiet=True)

@@ -98,15 +98,16 @@ class Interleaved:
 def interleave(fns: Mapping[str, Callable[[], object]], *, rounds: int = 7, min_time: float = 0.05,
                threads: int | None = None) -> Interleaved:
     """Time every callable in ``rounds`` alternating rounds (forward order, then reverse, so
-    a drift in machine speed falls on each pair both ways). Each callable first gets one
-    ``blocked_autorange`` (warm-up and calibration of its block size, discarded); then in
+    a drift in machine speed falls on each pair both ways). Each callable is first called
+    once (warm-up, discarded): a call of ``min_time / 4`` or more is a block by itself,
+    a shorter one gets its block size from ``blocked_autorange`` (discarded too); then in
     every round, Timer blocks of that size until ``min_time`` (at least one block)."""
     threads = threads or torch.get_num_threads()
     timers = {name: timer(fn, threads) for name, fn in fns.items()}
     out = Interleaved(threads=threads)
     for name, t in timers.items():
-        calib = t.blocked_autorange(min_run_time=min_time)
-        out.number[name] = calib.number_per_run
+        first = t.timeit(1).raw_times[0]  # warm-up; a call this long is a block by itself
+        out.number[name] = 1 if first >= min_time / 4 else t.blocked_autorange(min_run_time=min_time).number_per_run
         out.rounds[name], out.blocks[name] = [], []
     order = list(timers)
     for r in range(rounds):

@@ -348,9 +348,10 @@ def method_lines(cases: pd.DataFrame, device: str) -> list[str]:
             f"{', '.join(map(str, threads)) or '?'} (also `torch.set_num_threads`, and recorded in every row). "
             "The variants of one family at one shape, dtype and mode form a group; the group's variants, the "
             f"family's reference and a square matmul are timed in {', '.join(map(str, rounds))} alternating rounds "
-            "in one window (forward order, then reverse). Each callable's block size is calibrated once by "
-            "`blocked_autorange`; each round is Timer blocks of that size for at least `--min-time`. `median ms` "
-            "and `IQR ms`: over every block of every round.")
+            "in one window (forward order, then reverse), after one warm-up call each. Each round is Timer blocks "
+            "for at least `--min-time`: a call of a quarter of that or more is a block by itself, a shorter one "
+            "gets its block size once from `blocked_autorange`. `median ms` and `IQR ms`: over every block of "
+            "every round.")
         lines.append(
             "- Ratios: `vs baseline` (reference time / variant time, > 1 is faster) and `% peak` are taken round "
             "by round in the same window and shown as the median with the quartiles across rounds [q1-q3]; a "
