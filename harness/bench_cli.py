@@ -42,9 +42,9 @@ def add_commands(sub, common) -> None:
         p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's default, set explicitly)")
         p.add_argument("--fresh", action="store_true", help="ignore rows already measured in the log")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
-        p.add_argument("--min-time", type=float, default=0.05,
-                       help="seconds of timed calls per variant per round (default 0.05)")
-        p.add_argument("--rounds", type=int, default=7, help="interleaved rounds per group (default 7)")
+        p.add_argument("--min-time", type=float,
+                       help="seconds of timed calls per variant per round (default: quick 0.02, full 0.05)")
+        p.add_argument("--rounds", type=int, help="interleaved rounds per group (default 7)")
         p.add_argument("--no-rss", action="store_true", help="skip the CPU resident-set probe process")
         if name == "bench":
             p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
@@ -67,6 +67,11 @@ def add_commands(sub, common) -> None:
 
 def _validate(args) -> None:
     """Options that cannot work, refused before anything runs."""
+    from .bench import TIMING
+
+    timing = TIMING[args.profile or "quick"]
+    args.min_time = timing["min_time"] if args.min_time is None else args.min_time
+    args.rounds = timing["rounds"] if args.rounds is None else args.rounds
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads {args.threads} must be at least 1")
     if not args.min_time > 0:

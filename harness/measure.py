@@ -333,8 +333,8 @@ def kernel_path(fn: Callable[[], object]) -> list[dict]:
 def _path_ops(events) -> list[dict]:
     seen: dict[tuple, dict] = {}
     for ev in events:
-        if ev.name not in PATH_OPS:
-            continue
+        if ev.name not in PATH_OPS or (ev.cpu_parent is not None and ev.cpu_parent.name == ev.name):
+            continue  # a dispatch mode re-dispatches an op: the profiler sees it once per mode
         shapes = [list(s) for s in (ev.input_shapes or []) if s]
         concrete = list(getattr(ev, "concrete_inputs", None) or [])
         entry = {"op": ev.name.removeprefix("aten::"), "shapes": shapes[:2],
