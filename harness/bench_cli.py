@@ -212,6 +212,7 @@ def cmd_report(args) -> int:
     from .cli import run_check
     from .config import Config
     from .families import FAMILIES
+    from .differences import write_differences
     from .report import load_old, print_targets, write_report
 
     device = _setup(args)
@@ -259,6 +260,8 @@ def cmd_report(args) -> int:
     for line in _disturbed_lines(rows):
         print(line, file=sys.stderr)
     print(f"wrote {report} (+ results.csv, results.json, plots)" + (f"; compared with {compare}" if compare else ""))
+    if results is not None:  # where and why the variants differ, from the same check (harness.differences)
+        print(f"wrote {write_differences(Path(args.out) / 'DIFFERENCES.md', results, paths, families=args.family)}")
     if results is not None:
         bad = [r for r in results if not r.ok]
         print(f"check: {len(results)} comparisons, {len(bad)} contradict their declarations")

@@ -127,9 +127,10 @@ def _check_dtypes(names: list[str] | None, families: list[str], device: str) -> 
 def cmd_check(args) -> int:
     from .config import config_matrix
     from .families import get_family
+    from .registry import variants_of
     from .spec import check_all
-    from .tables import (LEGEND, classes_table, differences_table, failures_table, paths_table,
-                         spec_matrix, verdict_matrix)
+    from .tables import (LEGEND, classes_table, compiled_table, differences_table, failures_table,
+                         paths_table, spec_matrix, verdict_matrix)
 
     _load(args)
     families = _families(args)
@@ -138,8 +139,18 @@ def cmd_check(args) -> int:
     dtypes = _check_dtypes(args.dtype, families, device)
     if args.precision_factor <= 0:
         raise HarnessError(f"--precision-factor {args.precision_factor} must be positive")
-    report = check_all(families, configs, device, dtypes, factor=args.precision_factor,
-                       strict=args.strict_precision, pairs=args.pairs)
+    wanted = None
+    if args.variant:
+        wanted = []
+        for vid in args.variant:
+            matches = [v.key for f in families for v in variants_of(f) if v.id == vid]
+            if not matches:
+                known = sorted({v.id for f in families for v in variants_of(f)})
+                raise UnknownName(f"no variant '{vid}' in {families if args.family else 'any family'}; known: {known}")
+            wanted += matches
+    report = check_all(families, configs, device, dtypes, factor=args.precision_factor, variants=wanted,
+                       strict=args.strict_precision, pairs=args.pairs,
+                       compile_backend=args.compile_backend if args.compiled else None)
     print(LEGEND)
     print("\nconfigs (one symbol per config in each spec cell, in this order):")
     for name, cfg in configs.items():
@@ -152,6 +163,13 @@ def cmd_check(args) -> int:
         for fam_name, vid, config, why in report.skipped:
             if fam_name == family:
                 print(f"   {vid} skips config {config}: {why}")
+        for v in variants_of(family):
+            limited = v.traits.get("cases")
+            if limited is not None:
+                left_out = [c.name for c in fam.cases if c.name not in limited]
+                if left_out:
+                    print(f"   {v.id} does not apply to {', '.join(left_out)} (declared traits['cases']"
+                          + (f": {v.traits['note']}" if v.traits.get("note") else "") + ")")
         for dtype in fam.dtypes or report.dtypes:
             what = ("semantics: each variant against the float64 oracle of its declared traits"
                     if dtype == "float64" else
@@ -167,6 +185,9 @@ def cmd_check(args) -> int:
     print(differences_table(report.pairs))
     print("\n== Kernel paths: autograd vs torch.no_grad() (eval mode)")
     print(paths_table(report.paths))
+    if args.compiled:
+        print(f"\n== torch.compile (backend {args.compile_backend}) against eager, first config")
+        print(compiled_table(report.compiled))
     print("\n== Contradictions")
     print(failures_table(report))
     if args.json:
@@ -178,6 +199,86 @@ def cmd_check(args) -> int:
           f"{len(report.pairs)} pairs, gradcheck {grads}/{len(report.gradchecks)}, "
           f"dropout {drops}/{len(report.dropouts)}; {len(report.failures)} contradict")
     return 1 if report.failures else 0
+
+
+def cmd_diff(args) -> int:
+    from .compare import dtype_of
+    from .diff import diff_pair, pick_case, render
+    from .families import get_family
+    from .registry import get_variant
+
+    _load(args)
+    cfg = Config.parse(args.set)
+    device = resolve_device(args.device)
+    dtype_of(args.dtype)
+    family = get_family(args.family)
+    a, b = get_variant(family.name, args.a), get_variant(family.name, args.b)
+    if args.case:
+        family.case(args.case)
+        case = args.case
+    else:
+        case, verdicts = pick_case(family.name, a, b, cfg, args.dtype)
+        print("cases: " + ", ".join(f"{c} {v}" for c, v in verdicts) + f"; tracing '{case}'")
+    result = diff_pair(family.name, a, b, case, cfg, args.dtype, device=device)
+    print(render(result))
+    if args.json:
+        write_json(args.json, result)
+    return 0
+
+
+def cmd_map(args) -> int:
+    from .mapping import propose_map
+
+    _load(args)
+    proposal = propose_map(args.target, args.family, init=args.init, call=args.call,
+                           cfg=Config.parse(args.set), variant_id=args.id)
+    print(proposal.text)
+    if args.json:
+        write_json(args.json, proposal.as_dict())
+    return 0 if proposal.found else 1
+
+
+def cmd_differences(args) -> int:
+    from .differences import write_differences
+
+    _load(args)
+    path = write_differences(args.out, families=args.family, cfg=Config.parse(args.set))
+    print(f"wrote {path}")
+    return 0
+
+
+def add_review_commands(sub, common) -> None:
+    """``diff``, ``map`` and ``differences``: reviewing where and why variants differ."""
+    p = sub.add_parser("diff", help="where two variants first diverge, why, and what it costs")
+    common(p, families=False)
+    p.add_argument("family", help="the family of both variants")
+    p.add_argument("a", help="variant A")
+    p.add_argument("b", help="variant B")
+    p.add_argument("--case", help="the case to trace (default: the first case where they differ)")
+    p.add_argument("--dtype", default="float32", help="float32 (default), float64, ...")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. heads=8")
+    p.add_argument("--json", metavar="PATH", help="also write everything as JSON")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("map", help="propose a parameter map for a module, by search")
+    common(p, families=False)
+    p.add_argument("target", help="FILE.py:CLASS or a module path such as torch.nn:MultiheadAttention")
+    p.add_argument("--family", required=True, help="the family the module belongs to")
+    p.add_argument("--init", help="constructor keyword arguments, e.g. 'embed_dim=cfg.d_model, "
+                                  "num_heads=cfg.heads' (default: guessed from the signature)")
+    p.add_argument("--call", help="how to call it: a call form name (see harness.mapping.CALL_FORMS) "
+                                  "or an expression of m, query, key, value, mask (default: try the forms)")
+    p.add_argument("--id", help="the id to register it under (default: the class name, lower case)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override")
+    p.add_argument("--json", metavar="PATH", help="also write the proposal as JSON")
+    p.set_defaults(func=cmd_map)
+
+    p = sub.add_parser("differences", help="write reports/DIFFERENCES.md (classes, reasons, costs)")
+    common(p)
+    p.add_argument("--out", default="reports/DIFFERENCES.md", help="where to write it")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override")
+    p.set_defaults(func=cmd_differences)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,14 +303,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="precision dtype (repeatable; default float32 on CPU; float64 always runs, for semantics)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="config override, e.g. d_model=128 (replaces the default config matrix by one config)")
+    p.add_argument("--variant", action="append", metavar="ID",
+                   help="check only this variant (repeatable; its family's reference still runs, as the baseline)")
     p.add_argument("--pairs", choices=("derived", "all"), default="derived",
                    help="derive the pair matrix from the equivalence classes (default), or measure every pair")
     p.add_argument("--precision-factor", type=float, default=2.0,
                    help="a variant may have this many times the baseline's error (default 2)")
     p.add_argument("--strict-precision", action="store_true",
                    help="'less precise' in bfloat16/float16 is a contradiction too")
+    p.add_argument("--compiled", action="store_true",
+                   help="also check each attention/layer variant under torch.compile against itself eager (slow)")
+    p.add_argument("--compile-backend", default="inductor", metavar="NAME",
+                   help="torch.compile backend for --compiled (default inductor; aot_eager skips code generation)")
     p.add_argument("--json", metavar="PATH", help="also write every spec, pair, path, gradcheck and dropout result")
     p.set_defaults(func=cmd_check)
+
+    add_review_commands(sub, common)
 
     from . import bench_cli  # noqa: F401  (adds bench and report)
 

@@ -142,6 +142,7 @@ def run_variant(
     *,
     backward: bool = True,
     record: bool = True,
+    compile_backend: str | None = None,
 ) -> Run:
     """Build, port, run forward (and backward) once; every tensor returned in float64."""
     family = get_family(variant.family)
@@ -149,7 +150,9 @@ def run_variant(
     try:
         module, portmap = build(variant, cfg, dtype=dtype, device=device, weights=weights64)
         inputs = cast_inputs(inputs64, dtype, device, family.grad_inputs if backward else ())
-        if record:  # a Python dispatch mode costs time on every op: only where the path is shown
+        if compile_backend:  # outside any dispatch mode: Dynamo skips frames run under one
+            out = variant.call(torch.compile(module, backend=compile_backend), inputs)
+        elif record:  # a Python dispatch mode costs time on every op: only where the path is shown
             recorder = OpRecorder()
             with recorder:
                 out = variant.call(module, inputs)

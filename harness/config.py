@@ -14,6 +14,7 @@ one head, and a B=1 / T=1 edge.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 from .errors import ConfigError
@@ -77,6 +78,15 @@ class Config:
                 raise ConfigError(f"bad --set {item!r}: {raw!r} is not a number") from None
         return base.replace(**changes)
 
+    def estimate_bytes(self) -> int:
+        """A generous estimate of a check's peak memory on this config: the largest
+        intermediate (attention scores B*H*T*S, the FFN hidden B*T*F, an embedding table
+        V*D) in float64, times 16 for its copies, gradients and the oracle's."""
+        length = max(self.tgt_len, self.src_len)
+        largest = max(self.batch * self.heads * self.tgt_len * length, self.batch * length * self.d_ff,
+                      self.batch * length * self.d_model, self.vocab * self.d_model)
+        return 16 * 8 * largest
+
     def describe(self) -> str:
         return (f"B={self.batch} T={self.tgt_len} S={self.src_len} D={self.d_model} "
                 f"H={self.heads} d_k={self.d_k} F={self.d_ff}")
@@ -93,7 +103,22 @@ CONFIG_MATRIX: dict[str, Config] = {
 
 
 def config_matrix(overrides: list[str] | None = None) -> dict[str, Config]:
-    """The default matrix; with ``--set`` overrides, the one default config changed by them."""
-    if overrides:
-        return {"custom": Config.parse(overrides)}
-    return dict(CONFIG_MATRIX)
+    """The default matrix; with ``--set`` overrides, the one default config changed by them.
+    A config whose check cannot fit in this machine's memory is refused with the estimate."""
+    configs = {"custom": Config.parse(overrides)} if overrides else dict(CONFIG_MATRIX)
+    for name, cfg in configs.items():
+        need, have = cfg.estimate_bytes(), physical_memory()
+        if have and need > have / 2:
+            raise ConfigError(
+                f"config {name} ({cfg.describe()}) needs about {need / 2**30:.3g} GiB to check "
+                f"(B*H*T*S scores and B*T*F activations in float64, with gradients); "
+                f"this machine has {have / 2**30:.3g} GiB")
+    return configs
+
+
+def physical_memory() -> int:
+    """Bytes of RAM, or 0 when the platform does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 0

@@ -106,6 +106,9 @@ def multi_head_attention(
     the mean of V with no gradient to Q and K (a finite fill such as -1e9), or zeros (SDPA).
     ``mask_style`` "additive" adds a very negative number instead of replacing the scores:
     the same forward, but a fully masked row then sends gradient to Q and K."""
+    if mask_style == "additive" and fully_masked_row != "mean of V":
+        raise SpecError(f"an additive mask gives the mean of V on a fully masked row, "
+                        f"not {fully_masked_row!r}")
     B, T, D = query.shape
     S = key.shape[1]
     d_k = D // heads
@@ -117,10 +120,8 @@ def multi_head_attention(
     allowed = mask[:, None]                                      # (B, 1, T, S)
     dead = ~allowed.any(-1, keepdim=True)                        # (B, 1, T, 1)
     if mask_style == "additive":
-        if fully_masked_row != "mean of V":
-            raise SpecError(f"an additive mask gives the mean of V on a fully masked row, "
-                            f"not {fully_masked_row!r}")
-        p = torch.softmax(scores + torch.where(allowed, 0.0, torch.finfo(scores.dtype).min), dim=-1)
+        lowest = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype)
+        p = torch.softmax(scores + torch.where(allowed, torch.zeros((), dtype=scores.dtype), lowest), dim=-1)
     elif mask_style == "fill":
         scores = scores.masked_fill(~allowed, float("-inf"))
         if fully_masked_row == "NaN":
@@ -137,20 +138,32 @@ def multi_head_attention(
     return linear(y, w, prefix + "o")
 
 
-ATTENTION_SUBLAYERS = ("attention", "attention + residual + post-LayerNorm")
+ATTENTION_SUBLAYERS = ("attention", "attention + residual + post-LayerNorm",
+                       "pre-LayerNorm + attention + residual")
 
 
 def attention(traits, cfg, w, inputs, dtype) -> Tensor:
-    out = multi_head_attention(
-        w, "", inputs["query"], inputs["key"], inputs["value"], inputs["mask"], cfg.heads,
-        traits["fully_masked_row"], traits["mask_style"],
-    )
+    """The sublayer: attention alone; LayerNorm(query + attention) (BERT, the 003 blog); or
+    query + attention(LayerNorm(query)), where self-attention reads the normalised query as
+    key and value too and cross-attention reads key and value as given. The LayerNorm is the
+    module's own, held at its init (outside the family), with the declared ``eps``."""
+    query, key, value = inputs["query"], inputs["key"], inputs["value"]
     sublayer = traits["sublayer"]
+    if sublayer not in ATTENTION_SUBLAYERS:
+        raise _unknown("sublayer", sublayer, ATTENTION_SUBLAYERS)
+    eps = _eps(traits["eps"], dtype)
+    if sublayer == "pre-LayerNorm + attention + residual":
+        normed = _unit_layernorm(query, eps)
+        key = normed if key is query else key
+        value = normed if value is query else value
+        query = normed
+    out = multi_head_attention(w, "", query, key, value, inputs["mask"], cfg.heads,
+                               traits["fully_masked_row"], traits["mask_style"])
     if sublayer == "attention":
         return out
     if sublayer == "attention + residual + post-LayerNorm":
-        return _unit_layernorm(inputs["query"] + out, _eps(traits["eps"], dtype))
-    raise _unknown("sublayer", sublayer, ATTENTION_SUBLAYERS)
+        return _unit_layernorm(inputs["query"] + out, eps)
+    return inputs["query"] + out
 
 
 # -- feed-forward ------------------------------------------------------------------------------------

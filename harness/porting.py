@@ -9,6 +9,10 @@ variant's own module. The entries are data:
     Concat(["heads.0.q.weight", ...])         per-head rows h*d_k:(h+1)*d_k, stacked
     Zero()                                    not represented (a bias-free Linear):
                                               reads as zeros, accepts only zeros
+    Transposed(Param("c_proj.weight"))        stored as (in, out), the transpose of the
+                                              canonical (out, in): GPT-2's Conv1D
+    Transposed(Chunk("c_attn.weight", 0, 3, dim=1))
+                                              columns 0:D of a Conv1D (D, 3D), transposed
 
 Porting is strict: a map must cover every canonical parameter and every parameter of
 the module exactly once (parameters outside the family are listed in ``fixed`` with a
@@ -73,8 +77,37 @@ class Zero:
         return []
 
 
-MapEntry = Union[Param, Chunk, Concat, Zero]
+@dataclass(frozen=True)
+class Transposed:
+    """The transpose of another 2-D entry: a weight stored as (in, out) where the family's
+    canonical layout is (out, in), as GPT-2's ``Conv1D`` stores it. For a fused Conv1D
+    weight (D, 3D) each projection is a column block: ``Transposed(Chunk(path, i, 3, dim=1))``."""
+
+    inner: Union[Param, Chunk, Concat]
+
+    def regions(self) -> list[tuple[str, slice | None, int]]:
+        return self.inner.regions()
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+
+MapEntry = Union[Param, Chunk, Concat, Zero, Transposed]
 ParamMap = Mapping[str, MapEntry]
+
+
+def entry_code(entry: MapEntry) -> str:
+    """The entry as the code that builds it: ``Transposed(Chunk("c_attn.weight", 0, 3, dim=1))``."""
+    if isinstance(entry, Transposed):
+        return f"Transposed({entry_code(entry.inner)})"
+    if isinstance(entry, Param):
+        return f'Param("{entry.path}")'
+    if isinstance(entry, Chunk):
+        return f'Chunk("{entry.path}", {entry.index}, {entry.chunks}' + (f", dim={entry.dim})" if entry.dim else ")")
+    if isinstance(entry, Concat):
+        return "Concat([" + ", ".join(f'"{p}"' for p in entry.paths) + "]" + (f", dim={entry.dim})" if entry.dim else ")")
+    return "Zero()"
 
 
 def nest(param_map: ParamMap, canonical_prefix: str, module_prefix: str) -> dict[str, MapEntry]:
@@ -82,14 +115,20 @@ def nest(param_map: ParamMap, canonical_prefix: str, module_prefix: str) -> dict
     ``("self_attn.", "attn.")`` gives ``{"self_attn.q.weight": Param("attn.w_q.weight")}``."""
     out: dict[str, MapEntry] = {}
     for name, entry in param_map.items():
-        if isinstance(entry, Param):
-            entry = Param(module_prefix + entry.path)
-        elif isinstance(entry, Chunk):
-            entry = Chunk(module_prefix + entry.path, entry.index, entry.chunks, entry.dim)
-        elif isinstance(entry, Concat):
-            entry = Concat([module_prefix + p for p in entry.paths], entry.dim)
-        out[canonical_prefix + name] = entry
+        out[canonical_prefix + name] = _rerooted(entry, module_prefix)
     return out
+
+
+def _rerooted(entry: MapEntry, module_prefix: str) -> MapEntry:
+    if isinstance(entry, Transposed):
+        return Transposed(_rerooted(entry.inner, module_prefix))
+    if isinstance(entry, Param):
+        entry = Param(module_prefix + entry.path)
+    elif isinstance(entry, Chunk):
+        entry = Chunk(module_prefix + entry.path, entry.index, entry.chunks, entry.dim)
+    elif isinstance(entry, Concat):
+        entry = Concat([module_prefix + p for p in entry.paths], entry.dim)
+    return entry
 
 
 def _view(tensor: torch.Tensor, region, dim: int) -> torch.Tensor:
@@ -140,14 +179,20 @@ class PortMap:
                     raise self._fail(
                         f"canonical '{canonical}' maps to '{path}', which the module does not have"
                     )
-                _view(coverage[path], region, dim).add_(1)
+                try:
+                    _view(coverage[path], region, dim).add_(1)
+                except PortingError as exc:
+                    want = tuple(self.canonical_shapes[canonical])
+                    raise self._fail(f"canonical '{canonical}': {exc} (dim {dim} of '{path}', shape "
+                                     f"{tuple(self.params[path].shape)})"
+                                     f"{self._orientation_hint(entry, want)}") from None
             if not isinstance(entry, Zero):
                 shape = tuple(self.read(canonical).shape)
                 want = tuple(self.canonical_shapes[canonical])
                 if shape != want:
                     raise self._fail(
                         f"canonical '{canonical}' maps to a tensor of shape {shape}, "
-                        f"the family's canonical shape is {want}"
+                        f"the family's canonical shape is {want}{self._orientation_hint(entry, want)}"
                     )
         for name, count in coverage.items():
             if name in self.fixed:
@@ -164,6 +209,29 @@ class PortMap:
         unknown_fixed = sorted(set(self.fixed) - set(self.params))
         if unknown_fixed:
             raise self._fail(f"`fixed` names parameters the module does not have: {unknown_fixed}")
+
+    def _orientation_hint(self, entry: MapEntry, want: tuple[int, ...]) -> str:
+        """When the other orientation fits, say so and name the entry that would."""
+        if len(want) != 2:
+            return ""
+        if isinstance(entry, Transposed):
+            plain = entry.inner
+            if tuple(self._read_plain(plain).shape) == want:
+                return f"; without Transposed it fits: {entry_code(plain)}"
+            return ""
+        if isinstance(entry, Chunk):
+            other = Chunk(entry.path, entry.index, entry.chunks, 1 - entry.dim)
+            try:
+                fits = tuple(self._read_plain(other).shape)[::-1] == want
+            except PortingError:
+                fits = False
+            if fits:
+                return (f"; its transpose fits: an (in, out) layout such as GPT-2's Conv1D? "
+                        f"map it as Transposed({entry_code(other)})")
+        if tuple(self._read_plain(entry).shape)[::-1] == want:
+            return (f"; its transpose fits: an (in, out) layout such as GPT-2's Conv1D? "
+                    f"map it as {entry_code(Transposed(entry))}")
+        return ""
 
     # -- reading and writing --------------------------------------------------------
     def represented(self, canonical: str) -> bool:
@@ -183,6 +251,12 @@ class PortMap:
             dtype = some.dtype if some is not None else torch.float32
             device = some.device if some is not None else "cpu"
             return torch.zeros(shape, dtype=dtype, device=device)
+        return self._read_plain(entry, grad)
+
+    def _read_plain(self, entry: MapEntry, grad: bool = False) -> torch.Tensor | None:
+        if isinstance(entry, Transposed):
+            inner = self._read_plain(entry.inner, grad)
+            return None if inner is None else inner.t()
         pieces = []
         for path, region, dim in entry.regions():
             tensor = self.params[path].grad if grad else self.params[path]
@@ -221,6 +295,8 @@ class PortMap:
                             f"take a non-zero value (max |x| = {value.abs().max().item():.3g})"
                         )
                     continue
+                if isinstance(entry, Transposed):  # stored (in, out): write the transpose
+                    entry, value = entry.inner, value.t()
                 offset = 0
                 for path, region, dim in entry.regions():
                     target = _view(self.params[path], region, dim)

@@ -47,6 +47,11 @@ class Gap:
     max_abs: float          # over elements where neither is NaN
     nan_mismatch: int       # elements NaN in one and not the other
     scale: float            # max |oracle|, for the ulp floor
+    excess: float = math.inf  # max of |a - o| - rtol * |o| with the rtol of ``within64``
+
+    def within(self, atol: float) -> bool:
+        """``|a - o| <= atol + FLOAT64_RTOL * |o|`` everywhere (NaN patterns aside)."""
+        return self.excess <= atol
 
     @property
     def comparable(self) -> bool:
@@ -65,8 +70,10 @@ def gap(a: torch.Tensor, oracle: torch.Tensor) -> Gap:
     both = ~nan_a & ~nan_o
     diff = (a[both] - oracle[both]).abs()
     finite = oracle[both].abs()
-    return Gap(float(diff.max()) if diff.numel() else 0.0, int((nan_a != nan_o).sum()),
-               float(finite.max()) if finite.numel() else 0.0)
+    if not diff.numel():
+        return Gap(0.0, int((nan_a != nan_o).sum()), 0.0, 0.0)
+    return Gap(float(diff.max()), int((nan_a != nan_o).sum()), float(finite.max()),
+               float((diff - FLOAT64_RTOL * finite).max()))
 
 
 def within(a: torch.Tensor, oracle: torch.Tensor, rtol: float, atol: float) -> bool:

@@ -112,7 +112,7 @@ class GradcheckResult:
 class DropoutResult:
     family: str
     variant: str
-    check: str            # "eval: output unchanged" | "train: draws per call"
+    check: str            # "eval: output unchanged (p=...)" | "train: draws per call (p=...)"
     expected: str
     measured: str
     ok: bool
@@ -141,7 +141,7 @@ def _float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal:
                            f"{name}: NaN in {g.nan_mismatch} element(s) where the oracle has none, or the reverse")
     allowed = P.FLOAT64_ATOL + P.FLOAT64_RTOL * g.scale
     ratio = g.max_abs / allowed
-    if P.within(a, o, P.FLOAT64_RTOL, P.FLOAT64_ATOL):
+    if g.within(P.FLOAT64_ATOL):
         return TensorCheck(name, "equivalent", g.max_abs, None, allowed, ratio)
     lower = dtype_of(internal) if internal else torch.float32
     rtol, atol = P.DEFAULT_TOLERANCE[lower]
@@ -299,6 +299,7 @@ class SpecChecker:
         out = []
         digests = {} if measured else {v.id: self._digest(checker, v, case, dtype) for v in members}
         gaps: dict[tuple, tuple[float, float, str]] = {}
+        scales: dict[int, float] = {}
         for a, b in itertools.combinations(members, 2):
             sa, sb = specs[(a.id, config, case, dtype_name)], specs[(b.id, config, case, dtype_name)]
             sem_a, sem_b = family.semantic_traits(a.traits), family.semantic_traits(b.traits)
@@ -321,7 +322,9 @@ class SpecChecker:
             if key not in gaps:
                 gaps[key] = self._gap(oa, ob, checker, a, b) if differing else (0.0, 0.0, "")
             out_gap, grad_gap, worst_grad = gaps[key]
-            tol64 = P.FLOAT64_ATOL + P.FLOAT64_RTOL * max(1.0, self._scale(oa))
+            if id(oa) not in scales:
+                scales[id(oa)] = self._scale(oa)
+            tol64 = P.FLOAT64_ATOL + P.FLOAT64_RTOL * max(1.0, scales[id(oa)])
             biggest = max(out_gap, grad_gap)
             # Traits this case does not read make no difference here, unless the oracles
             # say otherwise (then the family's case_semantic is incomplete, and it shows).
@@ -487,15 +490,17 @@ def expected_draws(variant: Variant, cfg: Config) -> int:
 
 
 def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
-    """With dropout > 0: eval mode gives the dropout-0 output; train mode draws once per
-    declared site."""
+    """Built with dropout p (``cfg.dropout``, or 0.5 when it is 0): eval mode gives the
+    dropout-0 output and draws nothing; train mode draws once per declared site."""
     family = get_family(variant.family)
     if not family.differentiable or variant.supports(cfg):
         return []
     case = next((c.name for c in family.cases if applicable(variant, c.name)), None)
     if case is None:
         return []
-    dropped = cfg.replace(dropout=DROPOUT_P)
+    p = cfg.dropout if cfg.dropout > 0 else DROPOUT_P  # --set dropout=p chooses it
+    cfg = cfg.replace(dropout=0.0)
+    dropped = cfg.replace(dropout=p)
     weights = family.canonical_weights(cfg)
     inputs = family.inputs(case, cfg)
     out = []
@@ -528,16 +533,85 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
         same = P.gap(evald, base.to(torch.float64)).comparable and P.within(evald, base.to(torch.float64), 0.0, 0.0)
         measured = ("unchanged" if same else f"changed by {P.gap(evald, base).max_abs:.3g}") + (
             f", {draws} random draw(s) in eval mode" if draws else "")
-        out.append(DropoutResult(family.name, variant.id, "eval: output unchanged", "unchanged", measured,
-                                 same and not draws))
+        out.append(DropoutResult(family.name, variant.id, f"eval: output unchanged (p={p:g})", "unchanged",
+                                 measured, same and not draws))
     _, train_ops, err2 = forward(dropped, True)
     want = expected_draws(variant, cfg)
     if err2:
-        out.append(DropoutResult(family.name, variant.id, "train: draws per call", str(want), err2, False))
+        out.append(DropoutResult(family.name, variant.id, f"train: draws per call (p={p:g})", str(want), err2, False))
     else:
         draws = sum(op in DRAW_OPS for op in train_ops)
-        out.append(DropoutResult(family.name, variant.id, "train: draws per call", str(want), str(draws), draws == want))
+        out.append(DropoutResult(family.name, variant.id, f"train: draws per call (p={p:g})", str(want), str(draws),
+                                 draws == want))
     return out
+
+
+# -- torch.compile ------------------------------------------------------------------------------------
+
+COMPILED_FAMILIES = ("attention", "encoder_layer", "decoder_layer", "decoder_only_block", "ffn", "norm")
+
+
+@dataclass
+class CompiledResult:
+    family: str
+    variant: str
+    config: str
+    case: str
+    dtype: str
+    backend: str
+    verdict: str          # identical | equivalent | less precise | different | error
+    ok: bool
+    graphs: int           # graphs Dynamo compiled for this call (0: it ran eager)
+    graph_breaks: int
+    err: float            # compiled vs oracle, worst tensor
+    eager_err: float      # eager vs oracle, same tensor
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def compiled_check(variant: Variant, checker: Checker, config: str, dtype_name: str = "float32",
+                   backend: str = "inductor", factor: float = P.PRECISION_FACTOR) -> CompiledResult | None:
+    """The variant under ``torch.compile`` against the same variant eager, forward and
+    backward, on the first applicable case: both against the float64 oracle, the compiled
+    error at most ``factor`` x the eager one (plus one ulp). Dynamo's counters must show a
+    compiled graph: a "compiled" result that ran eager is a failure, not a pass."""
+    from torch._dynamo.utils import counters
+
+    family = get_family(variant.family)
+    if not family.differentiable or variant.supports(checker.cfg):
+        return None
+    case = next((c.name for c in family.cases if applicable(variant, c.name)), None)
+    if case is None:
+        return None
+    dtype = dtype_of(dtype_name)
+    zero = checker.zero_names(variant)
+    eager = checker.run(variant, case, zero, dtype)
+    oracle = checker.oracle(family, variant.traits, case, zero, dtype)
+    torch._dynamo.reset()
+    graphs0, breaks0 = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+    compiled = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero),
+                           dtype, checker.device, record=False, compile_backend=backend)
+    graphs = counters["stats"]["unique_graphs"] - graphs0
+    breaks = sum(counters["graph_break"].values()) - breaks0
+    base = dict(family=family.name, variant=variant.id, config=config, case=case, dtype=dtype_name,
+                backend=backend, graphs=graphs, graph_breaks=breaks)
+    if compiled.error or eager.error:
+        return CompiledResult(**base, verdict="error", ok=False, err=math.nan, eager_err=math.nan,
+                              note=compiled.error or eager.error or "")
+    names = expected_names(family, oracle, checker, variant)
+    same = all(name in compiled.tensors and torch.equal(compiled.tensors[name], eager.tensors[name])
+               for name in names)
+    checks = [_lower_check(n, compiled.tensors.get(n), oracle.tensors[n],
+                           [(eager.tensors[n], oracle.tensors[n])] if n in eager.tensors else [],
+                           dtype, factor, 0.0) for n in names]
+    bad = max(checks, key=lambda c: (SPEC_RANK[c.verdict], c.ratio))
+    verdict = "identical" if same else bad.verdict
+    note = "" if graphs else "Dynamo compiled no graph: this ran eager"
+    return CompiledResult(**base, verdict=verdict, ok=graphs > 0 and verdict in ("identical", "equivalent"),
+                          err=bad.err, eager_err=math.nan if bad.ref_err is None else bad.ref_err,
+                          note="; ".join(x for x in (note, bad.note) if x))
 
 
 # -- the whole check ----------------------------------------------------------------------------------
@@ -551,13 +625,14 @@ class CheckReport:
     paths: list[PathResult] = field(default_factory=list)
     gradchecks: list[GradcheckResult] = field(default_factory=list)
     dropouts: list[DropoutResult] = field(default_factory=list)
+    compiled: list[CompiledResult] = field(default_factory=list)
     skipped: list[tuple[str, str, str, str]] = field(default_factory=list)  # family, variant, config, why
 
     @property
     def failures(self) -> list:
         """Everything that contradicts a declaration."""
         return ([s for s in self.specs if not s.ok] + [g for g in self.gradchecks if not g.ok]
-                + [d for d in self.dropouts if not d.ok])
+                + [d for d in self.dropouts if not d.ok] + [c for c in self.compiled if not c.ok])
 
     def as_dict(self) -> dict:
         return {
@@ -568,6 +643,7 @@ class CheckReport:
             "paths": [p.as_dict() for p in self.paths],
             "gradchecks": [g.as_dict() for g in self.gradchecks],
             "dropouts": [d.as_dict() for d in self.dropouts],
+            "compiled": [c.as_dict() for c in self.compiled],
             "skipped": [dict(zip(("family", "variant", "config", "why"), s)) for s in self.skipped],
             "contradictions": len(self.failures),
         }
@@ -576,11 +652,14 @@ class CheckReport:
 def check_all(families: Iterable[str], configs: Mapping[str, Config], device: str = "cpu",
               dtypes: Iterable[str] | None = None, *, factor: float = P.PRECISION_FACTOR,
               strict: bool = False, pairs: str = "derived", extras: bool = True,
-              variants: Iterable[str] | None = None, progress: Callable[[str], None] | None = None) -> CheckReport:
+              variants: Iterable[str] | None = None, progress: Callable[[str], None] | None = None,
+              compile_backend: str | None = None) -> CheckReport:
     """Every variant of ``families`` against its spec on every config, case and dtype (float64
     always, for semantics), then the pairwise matrix, the kernel paths, gradcheck and the
-    dropout checks. ``variants`` (keys ``family/id``) limits which variants are checked;
-    the family references are run anyway, as the precision baseline."""
+    dropout checks; with ``compile_backend``, each variant of the attention and layer
+    families under ``torch.compile`` against itself eager. ``variants`` (keys
+    ``family/id``) limits which variants are checked; the family references are run
+    anyway, as the precision baseline."""
     dtypes = list(dtypes or ["float32"])
     report = CheckReport(dict(configs), ["float64", *[d for d in dtypes if d != "float64"]])
     engine = SpecChecker(configs, device, factor=factor, strict=strict)
@@ -588,6 +667,13 @@ def check_all(families: Iterable[str], configs: Mapping[str, Config], device: st
     with one_thread():
         for family_name in families:
             _check_family(report, engine, family_name, configs, dtypes, wanted, pairs, extras, progress)
+            if compile_backend and family_name in COMPILED_FAMILIES:
+                first = next(iter(configs))
+                for v in variants_of(family_name):
+                    if wanted is None or v.key in wanted:
+                        c = compiled_check(v, engine.checkers[first], first, "float32", compile_backend, factor)
+                        if c is not None:
+                            report.compiled.append(c)
     return report
 
 

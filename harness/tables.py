@@ -159,6 +159,11 @@ def failures_table(report, tablefmt: str = "simple") -> str:
         if not g.ok:
             rows.append({"what": f"{g.family}/{g.variant}", "where": f"gradcheck {g.config} {g.case}",
                          "found": "failed", "expected": "passes", "worst": "", "max_abs": "-", "note": g.note})
+    for c in getattr(report, "compiled", []):
+        if not c.ok:
+            rows.append({"what": f"{c.family}/{c.variant}", "where": f"torch.compile({c.backend}) {c.config} {c.case}",
+                         "found": c.verdict, "expected": "equivalent to eager, compiled", "worst": "",
+                         "max_abs": fmt(c.err), "note": c.note})
     for d in report.dropouts:
         if not d.ok:
             rows.append({"what": f"{d.family}/{d.variant}", "where": d.check, "found": d.measured,
@@ -191,4 +196,14 @@ def paths_table(paths: list[PathResult], tablefmt: str = "simple") -> str:
     ]
     if not rows:
         return "(every variant runs the same ops with and without autograd)"
+    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt=tablefmt, showindex=False)
+
+
+def compiled_table(results, tablefmt: str = "simple") -> str:
+    rows = [{"variant": f"{c.family}/{c.variant}", "backend": c.backend, "case": f"{c.config} {c.case} {c.dtype}",
+             "graphs": c.graphs, "graph breaks": c.graph_breaks, "compiled vs eager": c.verdict,
+             "compiled err": fmt(c.err), "eager err": fmt(c.eager_err), "note": c.note}
+            for c in results]
+    if not rows:
+        return "(none)"
     return tabulate(pd.DataFrame(rows), headers="keys", tablefmt=tablefmt, showindex=False)

@@ -52,7 +52,7 @@ def test_check_one_family_json(tmp_path, capsys):
 
 def test_user_variant_file_joins_list_and_check(capsys):
     with scratch():
-        assert main(["check", "--family", "attention", "--dtype", "float32", "--set", "batch=2",
+        assert main(["check", "--family", "attention", "--variant", "my_einsum", "--set", "batch=2",
                      "--variants", str(EXAMPLE)]) == 0
         printed = capsys.readouterr().out
         assert "my_einsum" in printed

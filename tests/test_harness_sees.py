@@ -110,8 +110,8 @@ def test_a_detached_output_is_different_and_named(wrong):
 
 def test_dropout_left_on_in_eval_is_caught(wrong):
     report, _ = wrong
-    checks = {d.check: d for d in report.dropouts if d.variant == "wrong_dropout_in_eval"}
-    assert not checks["eval: output unchanged"].ok
+    checks = {d.check.split(" (")[0]: d for d in report.dropouts if d.variant == "wrong_dropout_in_eval"}
+    assert not checks["eval: output unchanged"].ok and "random draw(s) in eval mode" in checks["eval: output unchanged"].measured
     assert checks["train: draws per call"].measured == "1" and checks["train: draws per call"].expected == "0"
 
 
@@ -178,7 +178,8 @@ def test_a_difference_below_bfloat16s_resolution_is_not_resolvable():
 
 
 def test_random_seeds_and_shapes_give_no_false_alarm():
-    """Two seeded random draws of (seed, B, T, S, D, H) over the attention, norm and layer families."""
+    """Two seeded random draws of (seed, B, T, S, D, H) over the families whose cases have
+    padding and masks (where B = 1 or T = 1 used to raise false alarms)."""
     rng = random.Random(2026)
     configs = {}
     for n in range(2):
@@ -186,8 +187,7 @@ def test_random_seeds_and_shapes_give_no_false_alarm():
         configs[f"draw{n}"] = Config(d_model=heads * rng.choice([2, 4, 6]) * 2, heads=heads, batch=rng.randint(1, 4),
                                      tgt_len=rng.randint(1, 8), src_len=rng.randint(1, 8), seed=rng.randint(0, 10**6))
         configs[f"draw{n}"] = configs[f"draw{n}"].replace(d_ff=4 * configs[f"draw{n}"].d_model)
-    report = check_all(["attention", "norm", "encoder_layer", "decoder_only_block", "masks"], configs, "cpu",
-                       extras=False)
+    report = check_all(["attention", "decoder_only_block", "masks"], configs, "cpu", extras=False)
     assert not report.failures, [(s.variant, s.config, s.case, s.dtype, s.verdict) for s in report.failures]
     assert not [p for p in report.pairs if not p.ok]
 

@@ -131,5 +131,6 @@ register(
     id="annotated", family="masks", source=SEED, summary="numpy triu, 1 = keep",
     build=lambda cfg: None,
     call=lambda m, i: subsequent_mask(i["tokens"].shape[1])[0].bool(),
-    traits={"cases": ("causal",), "mask_convention": "1 = keep (uint8)", "causal_mask": "tril"},
+    traits={"cases": ("causal",), "mask_convention": "1 = keep (uint8)", "causal_mask": "tril",
+            "note": "the notebook builds only subsequent_mask"},
 )

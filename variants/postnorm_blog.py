@@ -169,8 +169,8 @@ register(
         "sublayer": "attention + residual + post-LayerNorm", "qkv_layout": "4 Linear",
         "bias": True, "scale": "scores / sqrt(d_k)", "mask_convention": "1 = keep",
         "fill": -1e9, "fully_masked_row": "mean of V", "eps": 1e-5, "dropout_sites": ATTN_DROPOUT,
-        # K and V both come from one enc_output: no case where key and value differ
         "cases": ("self", "cross_memory", "causal", "causal_only", "random_mask", "fully_masked"),
+        "note": "K and V both come from one enc_output",
     },
 )
 register(
@@ -223,6 +223,7 @@ register(
         generate_mask(i["tokens"], i["tokens"], i["pad_idx"])[0][:, 0, 0, :] if i["case"] == "pad"
         else generate_mask(i["tokens"], i["tokens"], i["pad_idx"])[1][:, 0]
     ),
-    traits={"cases": ("pad", "target"), "mask_convention": "True = keep",
+    traits={"cases": ("pad", "target"), "note": "generate_mask builds source and target masks only",
+            "mask_convention": "True = keep",
             "pad_mask": "tokens != pad", "target_mask": "causal & query not pad"},
 )

@@ -1,0 +1,156 @@
+"""``harness diff``: the divergence trace localizes known differences, attribution
+feeds A into B, the layout hints name a transposed or reordered weight."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import Chunk, Param, PortingError, Transposed, register
+from harness.cli import main
+from harness.config import Config
+from harness.diff import AGREE, diff_pair, explain_variant, first_divergence
+from harness.families import get_family
+from harness.porting import PortMap
+from harness.registry import REGISTRY, get_variant, load_file, scratch
+from harness.seeding import build
+
+ROOT = Path(__file__).resolve().parents[1]
+CONV1D = ROOT / "examples" / "conv1d_attention.py"
+EINSUM = ROOT / "examples" / "my_attention.py"
+CFG = Config()
+CFG8 = CFG.replace(heads=8)  # the 000 (t2t) layers always build 8 heads
+
+
+def _registered(path: Path, vid: str):
+    key = f"attention/{vid}"
+    if key not in REGISTRY:
+        load_file(path)
+    return REGISTRY[key]
+
+
+def _variant_like(v, **changes):
+    fields = {f.name: getattr(v, f.name) for f in dataclasses.fields(v) if f.name != "origin"}
+    return register(**{**fields, **changes})
+
+
+def test_eps_difference_is_found_at_norm1():
+    """t2t (LayerNorm eps 1e-6) vs nn.TransformerEncoderLayer(norm_first=True) (1e-5)."""
+    d = diff_pair("encoder_layer", "t2t", "torch_pre", "padded", CFG8, hints=False)
+    assert d["verdict"] == "different" and "eps" in d["declared_reason"]
+    assert d["first"]["unit"] == "norm1" and d["first"]["kind"] == "computation"
+    norm1 = next(r for r in d["trace"] if r["unit"] == "norm1")
+    assert norm1["input_verdict"] in AGREE and norm1["verdict"] == "different"
+    # feeding t2t's norm outputs into torch_pre makes the whole layer agree
+    assert d["attribution"]["agrees"] and d["attribution"]["patched"] == ["norm1", "norm2"]
+    assert next(t for t in d["traits"] if t["trait"] == "eps")["differs"]
+
+
+@pytest.mark.parametrize("a,b", [("torch_post", "torch_pre"), ("torch_pre", "torch_post")])
+def test_post_vs_pre_norm_is_found_at_the_first_norm(a, b):
+    d = diff_pair("encoder_layer", a, b, "padded", CFG, hints=False)
+    assert d["first"]["unit"] == "norm1" and d["first"]["kind"] == "wiring"
+    assert not d["attribution"]["agrees"]  # no single sub-module explains a different order
+
+
+def test_002_blocks_differ_at_the_fully_masked_rows_of_left_padding():
+    """-inf (NaN rows) vs -1e20 (mean of V): inside the attention, q, k, v agree and the
+    output before the output projection differs, on the rows that see no key only."""
+    d = diff_pair("decoder_only_block", "simple_decoder_layer", "simple_decoder", "left_pad", CFG, hints=False)
+    assert d["first"]["unit"] == "self_attn.o:in"
+    assert "q, k, v agree" in d["first"]["text"]
+    out = next(w for w in d["where"] if w["tensor"] == "output")
+    assert out["verdict"] == "different" and out["row_kind"].startswith("fully masked row")
+    assert out["rows"] and all(k.startswith("fully masked row") for k in out["rows"])
+    assert d["attribution"]["agrees"] and d["attribution"]["patched"] == ["self_attn.o:in"]
+    right = diff_pair("decoder_only_block", "simple_decoder_layer", "simple_decoder", "right_pad", CFG, hints=False)
+    assert right["verdict"] in AGREE and right["first"] is None
+
+
+def test_fused_projections_are_read_at_the_dispatcher():
+    """nn.MultiheadAttention has no q/k/v sub-module: its projections come from the aten
+    ops that consume in_proj_weight, and they match the four-Linear SDPA module's."""
+    d = diff_pair("attention", "torch_mha", "torch_sdpa", "cross", CFG, hints=False)
+    rows = {(r["unit"], r["what"]): r for r in d["trace"]}
+    for key in [("q", "out"), ("k", "out"), ("v", "out"), ("o", "in"), ("o", "out")]:
+        assert rows[key]["verdict"] in AGREE, key
+        assert rows[key]["how_a"].startswith("dispatcher")
+    assert rows[("q", "out")]["how_b"] == "module q"
+    assert any(tag == "≠" for tag, _, _ in d["ops"])  # the two run different aten ops
+
+
+def test_a_transposed_square_weight_is_named_by_the_layout_hint():
+    with scratch():
+        good = _registered(CONV1D, "conv1d_gpt2")
+        wrong_map = {**good.param_map, "o.weight": Param("c_proj.weight")}  # forgot Transposed
+        _variant_like(good, id="conv1d_forgot_transposed", param_map=wrong_map)
+        text = first_divergence("attention", "torch_sdpa", "conv1d_forgot_transposed", "self", CFG).text
+    assert "o.weight looks transposed" in text
+    assert 'Transposed(Param("c_proj.weight"))' in text
+
+
+def test_a_reordered_fused_chunk_is_named_by_the_layout_hint():
+    with scratch():
+        good = _registered(EINSUM, "my_einsum")
+        swapped = {**good.param_map,
+                   "q.weight": Chunk("w_qkv", 1, 3), "q.bias": Chunk("b_qkv", 1, 3),
+                   "k.weight": Chunk("w_qkv", 0, 3), "k.bias": Chunk("b_qkv", 0, 3)}
+        _variant_like(good, id="einsum_kqv", param_map=swapped)
+        d = first_divergence("attention", "torch_sdpa", "einsum_kqv", "self", CFG)
+    assert any("chunks of w_qkv look like (q, k, v) in that order; its map says (k, q, v)" in h
+               for h in d.data["hints"]), d.text
+
+
+def test_shape_check_names_the_transposed_orientation():
+    with scratch():
+        v = _registered(CONV1D, "conv1d_gpt2")
+        module = v.build(CFG)
+    shapes = get_family("attention").canonical_shapes(CFG)
+    plain = {**v.param_map, "q.weight": Chunk("c_attn.weight", 0, 3)}
+    with pytest.raises(PortingError, match=r'Transposed\(Chunk\("c_attn.weight", 0, 3, dim=1\)\)'):
+        PortMap("mine", module, plain, shapes)
+
+
+def test_transposed_entries_port_both_ways():
+    weights = get_family("attention").canonical_weights(CFG, seed=5)
+    with scratch():
+        v = _registered(CONV1D, "conv1d_gpt2")
+        module, portmap = build(v, CFG, dtype=torch.float64, weights=weights)
+    d = CFG.d_model
+    assert torch.equal(module.c_attn.weight[:, d:2 * d], weights["k.weight"].t())
+    assert torch.equal(module.c_proj.weight, weights["o.weight"].t())
+    back = portmap.export()
+    assert all(torch.equal(back[n], weights[n]) for n in weights)
+
+
+def test_diff_cli_prints_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "diff.json"
+    assert main(["diff", "norm", "torch_layernorm", "t2t_layernorm", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "divergence trace" in printed and "eps" in printed and "aten ops, aligned" in printed
+    data = json.loads(out.read_text())
+    assert data["verdict"] == "different" and data["where"][0]["mismatches"] > 0
+
+
+def test_diff_cli_bad_input_is_one_line(capsys):
+    assert main(["diff", "norm", "torch_layernorm", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown variant 'nope'" in err[0]
+    assert main(["diff", "attention", "torch_mha", "torch_sdpa", "--case", "nope"]) == 2
+
+
+def test_a_variant_off_its_spec_is_explained_against_a_peer_of_its_class():
+    """A deliberately transposed map declares the reference's traits: its explanation
+    traces it against the reference and names the transposed weight."""
+    with scratch():
+        good = _registered(CONV1D, "conv1d_gpt2")
+        _variant_like(good, id="conv1d_forgot_transposed",
+                      param_map={**good.param_map, "o.weight": Param("c_proj.weight")})
+        d = explain_variant("attention", "conv1d_forgot_transposed", "self", CFG)
+    assert d is not None and d.data["b"] == "conv1d_forgot_transposed"
+    assert get_variant("attention", d.data["a"]).traits["fully_masked_row"] == "mean of V"
+    assert any("o.weight looks transposed" in h for h in d.data["hints"])

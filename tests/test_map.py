@@ -1,0 +1,111 @@
+"""``harness map``: the parameter map found by search, verified by ``check``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.config import Config
+from harness.mapping import propose_map
+from harness.porting import entry_code
+from harness.registry import REGISTRY, get_variant, load_file, scratch
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+CFG = Config()
+
+NO_SCALE = '''
+import torch
+from torch import nn
+
+
+class NoScaleAttention(nn.Module):
+    """Fused QKV, but the scores are never divided by sqrt(d_k): no map can fix that."""
+
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask):
+        B, T, D = query.shape
+        split = lambda x: x.view(B, -1, self.heads, D // self.heads).transpose(1, 2)
+        w, b = self.qkv.weight.chunk(3), self.qkv.bias.chunk(3)
+        q, k, v = (split(x @ w_.T + b_) for x, w_, b_ in zip((query, key, value), w, b))
+        scores = (q @ k.transpose(-1, -2)).masked_fill(~mask[:, None], float("-inf"))
+        return self.out((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D))
+'''
+
+
+def _known_map(path: Path | None, vid: str) -> dict[str, str]:
+    key = f"attention/{vid}"
+    if key not in REGISTRY and path is not None:
+        load_file(path)
+    return {k: entry_code(e) for k, e in get_variant("attention", vid).map_for(CFG).items()}
+
+
+def _without_register(path: Path) -> str:
+    """The file's class definitions, its own register(...) call left out."""
+    return path.read_text().split("\nregister(")[0]
+
+
+def test_map_recovers_three_maps_and_check_agrees(tmp_path, capsys):
+    targets = [
+        (f"{EXAMPLES / 'my_attention.py'}:EinsumAttention", EXAMPLES / "my_attention.py", "my_einsum"),
+        (f"{EXAMPLES / 'conv1d_attention.py'}:Conv1DAttention", EXAMPLES / "conv1d_attention.py", "conv1d_gpt2"),
+        ("torch.nn:MultiheadAttention", None, "torch_mha"),
+    ]
+    files, proposals = [], {}
+    with scratch():
+        for target, path, known in targets:
+            proposal = proposals[known] = propose_map(target, "attention", cfg=CFG)
+            assert proposal.found, proposal.text
+            assert proposal.as_dict()["param_map"] == _known_map(path, known)
+            assert proposal.tried <= 200  # bounded search
+            mine = tmp_path / f"mapped_{known}.py"
+            head = _without_register(path) if path is not None else ""
+            mine.write_text(head + "\n\n" + proposal.code + "\n")
+            files.append(mine)
+        mha = proposals["torch_mha"]
+        assert mha.call_form == "qkv_attn_mask" and mha.traits["fully_masked_row"] == "zeros"
+    with scratch() as registry:
+        # check the mapped variants with the family's reference only (the default suite's
+        # time budget; tests/test_equivalence.py checks the project's own pairs)
+        keep = {"attention/torch_mha"}
+        for key in [k for k in registry if k.startswith("attention/") and k not in keep]:
+            del registry[key]
+        args = ["check", "--family", "attention", "--dtype", "float64", "--set", f"seed={CFG.seed}"]  # one config
+        for f in files:
+            args += ["--variants", str(f)]
+        assert main(args) == 0, "the mapped variants contradict their proposed traits"
+    printed = capsys.readouterr().out
+    assert all(i in printed for i in ("einsumattention", "conv1dattention", "multiheadattention"))
+
+
+def test_map_says_why_none_fits_and_names_the_closest(tmp_path, capsys):
+    path = tmp_path / "no_scale.py"
+    path.write_text(NO_SCALE)
+    out = tmp_path / "map.json"
+    with scratch():
+        assert main(["map", f"{path}:NoScaleAttention", "--family", "attention", "--call", "qkv_mask",
+                     "--json", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "no candidate map" in printed and "candidates tried" in printed and "closest" in printed
+    proposal = json.loads(out.read_text())
+    assert not proposal["found"] and proposal["tried"] == 48  # 24 orders x 2 orientations of `out`
+    assert proposal["closest"]["max_abs"] > 1e-3
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["map", "missing.py:X", "--family", "attention"], "does not exist"),
+    (["map", "torch.nn:Nope", "--family", "attention"], "not an nn.Module class"),
+    (["map", "torch.nn:MultiheadAttention", "--family", "attention", "--init", "embed_dim=("], "bad --init"),
+])
+def test_map_bad_input_is_one_line(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]
