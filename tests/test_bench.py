@@ -49,7 +49,7 @@ def test_interleaved_ratio_sees_a_known_factor():
                                rounds=3, min_time=0.01, threads=1)
     assert len(timed.rounds["short"]) == len(timed.rounds["long"]) == 3
     med, q1, q3 = measure.quartiles(timed.ratio("long", "short"))
-    assert q1 <= med <= q3 and 1.5 < med < 4.5
+    assert q1 <= med <= q3 and 1.5 < med < 8  # 4 in theory; wake-up latency moves it under load
 
 
 def test_flops_executed_and_dense_for_the_cpu_flash_kernel():
