@@ -17,7 +17,8 @@ from harness.cli import main
 from harness.registry import variants_of
 
 FAST = ["--min-time", "0.002", "--rounds", "3", "--threads", "1", "--no-progress"]
-TINY = ["--device", "cpu", "--family", "norm", "--seq", "8,16", "--batch", "1", *FAST, "--no-rss"]
+# the full profile's norm sweep (both modes; the quick one times the layer families forward only)
+TINY = ["--device", "cpu", "--full", "--family", "norm", "--seq", "8,16", "--batch", "1", *FAST, "--no-rss"]
 
 
 @pytest.fixture(autouse=True)
@@ -151,7 +152,7 @@ def test_bench_rows_carry_method_and_resume(norm_log):
 
 def test_interrupted_sweep_keeps_what_it_measured(tmp_path):
     log = tmp_path / "log.jsonl"
-    cases = plan("quick", "cpu", ["norm"], None, [1], [8])
+    cases = plan("full", "cpu", ["norm"], None, [1], [8])
     done = []
     with pytest.raises(KeyboardInterrupt):
         for row in run_sweep(cases, log, min_time=0.002, rounds=3, progress=False, memory=False):
