@@ -1,20 +1,19 @@
-"""Shared by tests/ and benchmarks/: load the project's variants, and any user file
-given with ``--variants FILE`` or $HARNESS_VARIANTS, before collection."""
+"""Shared by tests/ and benchmarks/: the project's variants are loaded before collection.
+
+``--variants FILE`` and $HARNESS_VARIANTS belong to the pytest plugin
+(``harness.pytest_plugin``, installed with the package), which also loads user files.
+"""
 
 from __future__ import annotations
 
-import os
+import pytest
 
-from harness.cli import VARIANTS_ENV
+from harness.errors import HarnessError
 from harness.registry import load_all
 
 
-def pytest_addoption(parser):
-    parser.addoption("--variants", action="append", default=[], metavar="FILE",
-                     help="also test the variants registered by this file (repeatable)")
-
-
 def pytest_configure(config):
-    files = list(config.getoption("--variants") or [])
-    files += [p for p in os.environ.get(VARIANTS_ENV, "").split(os.pathsep) if p]
-    load_all(files)
+    try:
+        load_all()
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None

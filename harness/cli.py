@@ -65,6 +65,25 @@ def strict_json(value):
     return value
 
 
+def ensure_writable(path: str | None, what: str = "--json") -> None:
+    """Refuse an output path before a long run, not after it: create it (then remove it
+    again if it was not there), so a folder, a missing permission or /proc is found now."""
+    if not path:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise HarnessError(f"cannot write {what} '{path}': it is a directory")
+    existed = target.exists()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "a"):
+            pass
+    except OSError as exc:
+        raise HarnessError(f"cannot write {what} '{path}': {exc.strerror}") from None
+    if not existed:
+        target.unlink(missing_ok=True)
+
+
 def write_json(path: str, payload) -> None:
     target = Path(path)
     try:
@@ -75,16 +94,19 @@ def write_json(path: str, payload) -> None:
 
 
 def cmd_list(args) -> int:
-    from .registry import REGISTRY
+    from .registry import PACK_NOTES, REGISTRY
     from .tables import traits_table, variants_table
 
     _load(args)
     families = _families(args)
+    ensure_writable(args.json)
     variants = [v for v in REGISTRY.values() if v.family in set(families)]
     if len(families) == 1:  # one family: its traits side by side, a column per trait
         print(traits_table(families[0]))
     else:
         print(variants_table(variants))
+    for pack, note in sorted(PACK_NOTES.items()):
+        print(f"\nsource ({pack}): {note}")
     if args.json:
         write_json(args.json, [
             {"id": v.id, "family": v.family, "source": v.source, "reference": v.reference,
@@ -124,6 +146,49 @@ def _check_dtypes(names: list[str] | None, families: list[str], device: str) -> 
     return dtypes
 
 
+MAX_EXPLAINED = 8  # a trace costs seconds: the first contradictions only
+
+
+def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
+    """For each (variant, case) whose spec fails: the first divergence against a peer that
+    declares the same traits, or the worst tensor when it has no peer."""
+    from .diff import explain_variant
+
+    lines, seen = [], set()
+    for s in report.specs:
+        key = (s.family, s.variant, s.case)
+        if s.ok or key in seen or s.verdict == "error":
+            continue
+        seen.add(key)
+        if len(seen) > limit:
+            lines.append(f"  ... and more: python -m harness diff {s.family} A B --case C traces any pair")
+            break
+        head = f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): worst tensor {s.worst}"
+        if s.verdict != "different":  # less precise: same function, more rounding; nothing to trace
+            lines.append(head + f" ({s.verdict}, {s.ratio:.3g}x the baseline's error)")
+            continue
+        d = explain_variant(s.family, s.variant, s.case, configs[s.config], s.dtype if s.dtype != "bool" else "float32")
+        lines.append(head + ("" if d is None else "\n" + "\n".join("    " + x for x in d.text.splitlines())))
+    return "\n".join(lines)
+
+
+def explain_differences(report, configs) -> str:
+    """One first divergence per declared difference (reason and case), on its first pair
+    and config that shows it."""
+    from .diff import first_divergence
+
+    lines, seen = [], set()
+    for p in report.pairs:
+        key = (p.family, p.reason, p.case)
+        if p.verdict != "different" or key in seen or p.dtype == "bool":
+            continue
+        seen.add(key)
+        d = first_divergence(p.family, p.a, p.b, p.case, configs[p.config], p.dtype, p.device, hints=False)
+        lines.append(f"  {p.family}: {p.a} ~ {p.b} on {p.case} ({p.config}, {p.dtype}; {p.reason})\n"
+                     + "\n".join("    " + x for x in d.text.splitlines()))
+    return "\n".join(lines) or "(none)"
+
+
 def cmd_check(args) -> int:
     from .config import config_matrix
     from .families import get_family
@@ -139,6 +204,7 @@ def cmd_check(args) -> int:
     dtypes = _check_dtypes(args.dtype, families, device)
     if args.precision_factor <= 0:
         raise HarnessError(f"--precision-factor {args.precision_factor} must be positive")
+    ensure_writable(args.json)
     wanted = None
     if args.variant:
         wanted = []
@@ -158,6 +224,8 @@ def cmd_check(args) -> int:
     for family in families:
         fam = get_family(family)
         print(f"\n== {family}: {fam.call}")
+        if fam.matrix is not None and not args.set:
+            print(f"   configs: {', '.join(fam.configs_of(configs))} (its layers run the whole matrix in their families)")
         for case in fam.cases:
             print(f"   case {case.name}: {case.note}")
         for fam_name, vid, config, why in report.skipped:
@@ -175,7 +243,7 @@ def cmd_check(args) -> int:
                     if dtype == "float64" else
                     f"precision: error against the oracle, as a multiple of the baseline's (at most {args.precision_factor:g}x)")
             print(f"\n-- {dtype} on {device}: {what}")
-            print(spec_matrix(report.specs, family, dtype, configs))
+            print(spec_matrix(report.specs, family, dtype, fam.configs_of(configs)))
         print("\n-- equivalence classes (equal semantic traits)")
         print(classes_table(family))
         for dtype in fam.dtypes or report.dtypes:
@@ -188,8 +256,15 @@ def cmd_check(args) -> int:
     if args.compiled:
         print(f"\n== torch.compile (backend {args.compile_backend}) against eager, first config")
         print(compiled_table(report.compiled))
+    if args.explain:
+        print("\n== Where each declared difference first shows (harness.diff)")
+        print(explain_differences(report, configs))
     print("\n== Contradictions")
     print(failures_table(report))
+    explained = explain_failures(report, configs)
+    if explained:
+        print("\nwhere they first diverge from a variant declaring the same traits (harness.diff):")
+        print(explained)
     if args.json:
         write_json(args.json, report.as_dict())
     n_var = len({(s.family, s.variant) for s in report.specs})
@@ -211,6 +286,7 @@ def cmd_diff(args) -> int:
     cfg = Config.parse(args.set)
     device = resolve_device(args.device)
     dtype_of(args.dtype)
+    ensure_writable(args.json)
     family = get_family(args.family)
     a, b = get_variant(family.name, args.a), get_variant(family.name, args.b)
     if args.case:
@@ -230,6 +306,7 @@ def cmd_map(args) -> int:
     from .mapping import propose_map
 
     _load(args)
+    ensure_writable(args.json)
     proposal = propose_map(args.target, args.family, init=args.init, call=args.call,
                            cfg=Config.parse(args.set), variant_id=args.id)
     print(proposal.text)
@@ -242,6 +319,7 @@ def cmd_differences(args) -> int:
     from .differences import write_differences
 
     _load(args)
+    ensure_writable(args.out, "--out")
     path = write_differences(args.out, families=args.family, cfg=Config.parse(args.set))
     print(f"wrote {path}")
     return 0
@@ -281,9 +359,16 @@ def add_review_commands(sub, common) -> None:
     p.set_defaults(func=cmd_differences)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line on stderr and exit 2 (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = OneLineParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     def common(p, families=True):
         p.add_argument("--variants", action="append", metavar="FILE",
@@ -311,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a variant may have this many times the baseline's error (default 2)")
     p.add_argument("--strict-precision", action="store_true",
                    help="'less precise' in bfloat16/float16 is a contradiction too")
+    p.add_argument("--explain", action="store_true",
+                   help="also trace where each declared difference first shows (seconds per difference)")
     p.add_argument("--compiled", action="store_true",
                    help="also check each attention/layer variant under torch.compile against itself eager (slow)")
     p.add_argument("--compile-backend", default="inductor", metavar="NAME",
@@ -323,6 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import bench_cli  # noqa: F401  (adds bench and report)
 
     bench_cli.add_commands(sub, common)
+    from . import models_cli  # noqa: F401  (decode, train-step, copy-task, cache-bench)
+
+    models_cli.add_commands(sub, common)
     return parser
 
 

@@ -37,6 +37,8 @@ class Config:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a positive integer")
+        if self.vocab < 2:
+            raise ConfigError(f"vocab={self.vocab} must be at least 2 (token 0 is the padding token)")
         if self.d_model % self.heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by heads={self.heads}"
@@ -61,21 +63,23 @@ class Config:
 
     @classmethod
     def parse(cls, items: list[str] | None, base: "Config | None" = None) -> "Config":
-        """Build from ``["d_model=128", "heads=4"]`` (the CLI's ``--set``)."""
+        """Build from ``["d_model=128", "heads=4"]`` (the CLI's ``--set``); refuses a
+        config that cannot work, naming the key and the value."""
         base = base or cls()
         changes: dict[str, object] = {}
         types = {f.name: f.type for f in dataclasses.fields(cls)}
         for item in items or []:
             key, sep, raw = item.partition("=")
-            key = key.strip()
+            key, raw = key.strip(), raw.strip()
             if not sep or key not in types:
                 raise ConfigError(
                     f"bad --set {item!r}: expected KEY=VALUE with KEY one of {sorted(types)}"
                 )
+            kind = "a number" if types[key] == "float" else "an integer"
             try:
                 changes[key] = float(raw) if types[key] == "float" else int(raw)
             except ValueError:
-                raise ConfigError(f"bad --set {item!r}: {raw!r} is not a number") from None
+                raise ConfigError(f"bad --set {item!r}: {key} takes {kind}, got {raw!r}") from None
         return base.replace(**changes)
 
     def estimate_bytes(self) -> int:

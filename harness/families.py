@@ -93,6 +93,16 @@ class Family:
     differentiable: bool = True
     dtypes: tuple[str, ...] = ()  # fixed dtypes (the masks family: bool); else the device's
     case_semantic: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Which configs of the default matrix its check runs (None: all). Whole models run on the
+    # default config only: their layers are checked over the whole matrix in their own families.
+    matrix: tuple[str, ...] | None = None
+
+    def configs_of(self, configs: Mapping[str, Config]) -> dict[str, Config]:
+        """``configs`` narrowed to this family's matrix (a --set config always applies)."""
+        from .config import CONFIG_MATRIX
+
+        return {n: c for n, c in configs.items()
+                if self.matrix is None or n in self.matrix or n not in CONFIG_MATRIX}
 
     @property
     def semantic(self) -> tuple[str, ...]:
@@ -544,3 +554,6 @@ def get_family(name: str) -> Family:
         return FAMILIES[name]
     except KeyError:
         raise UnknownName(f"unknown family '{name}'; families: {sorted(FAMILIES)}") from None
+
+
+from . import model_families  # noqa: E402,F401  (registers the whole-model families)

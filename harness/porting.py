@@ -9,6 +9,9 @@ variant's own module. The entries are data:
     Concat(["heads.0.q.weight", ...])         per-head rows h*d_k:(h+1)*d_k, stacked
     Zero()                                    not represented (a bias-free Linear):
                                               reads as zeros, accepts only zeros
+    Tied("embed.weight")                      the same tensor as another canonical
+                                              parameter (weight tying): reads as it,
+                                              accepts only a value equal to it
     Transposed(Param("c_proj.weight"))        stored as (in, out), the transpose of the
                                               canonical (out, in): GPT-2's Conv1D
     Transposed(Chunk("c_attn.weight", 0, 3, dim=1))
@@ -93,7 +96,19 @@ class Transposed:
         return self.inner.dim
 
 
-MapEntry = Union[Param, Chunk, Concat, Zero, Transposed]
+@dataclass(frozen=True)
+class Tied:
+    """A canonical parameter that the variant holds in the same tensor as the canonical
+    parameter ``to`` (a tied output projection, a shared embedding). It covers no module
+    parameter of its own; its gradient accumulates on ``to``'s (it reads as zeros)."""
+
+    to: str
+
+    def regions(self) -> list:
+        return []
+
+
+MapEntry = Union[Param, Chunk, Concat, Zero, Transposed, Tied]
 ParamMap = Mapping[str, MapEntry]
 
 
@@ -107,6 +122,8 @@ def entry_code(entry: MapEntry) -> str:
         return f'Chunk("{entry.path}", {entry.index}, {entry.chunks}' + (f", dim={entry.dim})" if entry.dim else ")")
     if isinstance(entry, Concat):
         return "Concat([" + ", ".join(f'"{p}"' for p in entry.paths) + "]" + (f", dim={entry.dim})" if entry.dim else ")")
+    if isinstance(entry, Tied):
+        return f'Tied("{entry.to}")'
     return "Zero()"
 
 
@@ -115,7 +132,8 @@ def nest(param_map: ParamMap, canonical_prefix: str, module_prefix: str) -> dict
     ``("self_attn.", "attn.")`` gives ``{"self_attn.q.weight": Param("attn.w_q.weight")}``."""
     out: dict[str, MapEntry] = {}
     for name, entry in param_map.items():
-        out[canonical_prefix + name] = _rerooted(entry, module_prefix)
+        out[canonical_prefix + name] = (Tied(canonical_prefix + entry.to) if isinstance(entry, Tied)
+                                        else _rerooted(entry, module_prefix))
     return out
 
 
@@ -186,6 +204,8 @@ class PortMap:
                     raise self._fail(f"canonical '{canonical}': {exc} (dim {dim} of '{path}', shape "
                                      f"{tuple(self.params[path].shape)})"
                                      f"{self._orientation_hint(entry, want)}") from None
+            if isinstance(entry, Tied) and not isinstance(self.entries.get(entry.to), (Param, Chunk, Concat, Transposed)):
+                raise self._fail(f"canonical '{canonical}' is tied to '{entry.to}', which is not held by a parameter")
             if not isinstance(entry, Zero):
                 shape = tuple(self.read(canonical).shape)
                 want = tuple(self.canonical_shapes[canonical])
@@ -243,6 +263,11 @@ class PortMap:
     def read(self, canonical: str, grad: bool = False) -> torch.Tensor | None:
         """The canonical tensor (a view into the module), or its gradient."""
         entry = self.entries[canonical]
+        if isinstance(entry, Tied):
+            # its gradient accumulates on ``to``: none of its own (zeros, as an unused
+            # canonical tensor has), so a tied model and an oracle that uses ``to`` agree
+            source = self.read(entry.to)
+            return torch.zeros_like(source) if grad and source is not None else source
         if isinstance(entry, Zero):
             if grad:
                 return None
@@ -288,6 +313,13 @@ class PortMap:
                         f"canonical '{name}' has shape {tuple(value.shape)}, expected {want}"
                     )
                 entry = self.entries[name]
+                if isinstance(entry, Tied):
+                    if not torch.equal(value, canonical[entry.to]):
+                        raise self._fail(
+                            f"holds '{name}' in the same tensor as '{entry.to}' (tied) and cannot "
+                            f"take a different value"
+                        )
+                    continue
                 if isinstance(entry, Zero):
                     if value.count_nonzero():
                         raise self._fail(

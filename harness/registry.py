@@ -1,15 +1,17 @@
 """The registry of variants.
 
 A variant file registers its classes with ``register(...)`` next to their definitions.
-The harness never imports a variant by name: ``load_builtin()`` imports the
-``variants`` package, ``load_file(path)`` imports a user's file the same way, and
-everything else iterates over ``REGISTRY``.
+The harness never imports a variant by name: ``load_packs()`` imports every package
+declared in the entry-point group ``attention_harness.variants`` (the project's own
+``variants`` package is one, declared in pyproject.toml; a pip-installed pack is found
+the same way), ``load_file(path)`` imports a user's file, and everything else iterates
+over ``REGISTRY``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
+import importlib.metadata
 import importlib.util
 import sys
 import traceback
@@ -90,49 +92,122 @@ def register(**fields: Any) -> Variant:
     return variant
 
 
-def load_builtin() -> None:
-    """Import the project's own ``variants`` package (registers on import)."""
-    _loading_origin.append("variants")
-    try:
-        importlib.import_module("variants")
-    finally:
-        _loading_origin.pop()
+PACK_GROUP = "attention_harness.variants"
+_loaded_packs: dict[str, str] = {}   # entry-point name -> what it loaded (module)
+_user_files: set[str] = set()         # origins of the user files loaded (resolved paths)
+PACK_NOTES: dict[str, str] = {}      # pack name -> where its ``source`` files come from
+
+
+def pack_entry_points() -> list[importlib.metadata.EntryPoint]:
+    """The installed variant packs, sorted by name (one per name)."""
+    found = {ep.name: ep for ep in importlib.metadata.entry_points(group=PACK_GROUP)}
+    return [found[name] for name in sorted(found)]
+
+
+def load_packs() -> list[str]:
+    """Import every installed variant pack (each registers on import); returns their names.
+
+    A pack is a module named in the entry-point group ``attention_harness.variants``::
+
+        [project.entry-points."attention_harness.variants"]
+        mine = "my_package.variants"
+
+    A pack module may set ``SOURCES`` to a line saying where its ``source`` files are.
+    """
+    for ep in pack_entry_points():
+        if ep.name in _loaded_packs:
+            continue
+        _loading_origin.append(ep.value)  # a pack's variants have its module as origin
+        try:
+            module = ep.load()
+        except RegistryError as exc:
+            raise VariantFileError(f"variant pack '{ep.name}' ({ep.value}): {exc}") from None
+        except Exception as exc:  # the pack's code: one line naming the pack and where
+            raise VariantFileError(
+                f"variant pack '{ep.name}' ({ep.value}) failed to import: "
+                f"{type(exc).__name__}: {exc}{_where(exc, None)}"
+            ) from None
+        finally:
+            _loading_origin.pop()
+        _loaded_packs[ep.name] = ep.value
+        note = getattr(module, "SOURCES", None)
+        if isinstance(note, str) and note:
+            PACK_NOTES[ep.name] = note
+    return list(_loaded_packs)
+
+
+def _where(exc: BaseException, path: Path | None) -> str:
+    """' (line N)' in the user's file when the error came from there; else the last frame."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if path is not None:
+        mine = [f for f in frames if f.filename and Path(f.filename).resolve() == path]
+        if mine:
+            return f" (line {mine[-1].lineno})"
+    if frames:
+        return f" ({Path(frames[-1].filename).name}, line {frames[-1].lineno})"
+    return ""
 
 
 def load_file(path: str | Path) -> list[Variant]:
-    """Import a user's variant file; returns what it registered."""
+    """Import a user's variant file once, however it is named (relative or absolute
+    path, symlink); returns what it registered."""
+    given = str(path)
     path = Path(path)
+    if path.is_dir():
+        raise VariantFileError(f"variant file '{given}' is a directory; give a .py file that calls register(...)")
     if not path.is_file():
-        raise VariantFileError(f"variant file '{path}' does not exist")
-    already = [v for v in REGISTRY.values() if v.origin == str(path)]
+        raise VariantFileError(f"variant file '{given}' does not exist")
+    if path.suffix != ".py":
+        raise VariantFileError(f"variant file '{given}' is not a Python file (.py)")
+    resolved = path.resolve()
+    origin = str(resolved)
+    already = [v for v in REGISTRY.values() if v.origin == origin]
     if already:  # loaded already (e.g. by pytest's --variants and a test in one process)
         return already
     before = set(REGISTRY)
-    name = f"user_variants_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(name, path)
+    name = f"user_variants_{abs(hash(origin))}"
+    spec = importlib.util.spec_from_file_location(name, resolved)
     if spec is None or spec.loader is None:
-        raise VariantFileError(f"variant file '{path}' is not a Python file")
+        raise VariantFileError(f"variant file '{given}' is not a Python file")
     module = importlib.util.module_from_spec(spec)
-    _loading_origin.append(str(path))
+    _loading_origin.append(origin)
+    _user_files.add(origin)
     try:
         sys.modules[name] = module
         spec.loader.exec_module(module)
     except RegistryError as exc:
-        sys.modules.pop(name, None)
-        raise VariantFileError(f"variant file '{path}': {exc}") from None
-    except Exception as exc:  # the user's code: report it in one line
-        sys.modules.pop(name, None)
-        where = traceback.extract_tb(exc.__traceback__)[-1]
+        _undo(name, before)
+        raise VariantFileError(f"variant file '{given}': {exc}") from None
+    except SyntaxError as exc:  # its own lineno is the user's line; the traceback's is ours
+        _undo(name, before)
+        where = exc.filename if exc.filename and Path(exc.filename).resolve() != resolved else None
         raise VariantFileError(
-            f"variant file '{path}' failed to import: {type(exc).__name__}: {exc} "
-            f"(line {where.lineno})"
+            f"variant file '{given}' has a syntax error at line {exc.lineno}"
+            f"{f' of {where}' if where else ''}: {exc.msg}"
+        ) from None
+    except Exception as exc:  # the user's code: report it in one line
+        _undo(name, before)
+        raise VariantFileError(
+            f"variant file '{given}' failed to import: {type(exc).__name__}: {exc}{_where(exc, resolved)}"
         ) from None
     finally:
         _loading_origin.pop()
     added = [REGISTRY[k] for k in REGISTRY if k not in before]
     if not added:
-        raise VariantFileError(f"variant file '{path}' registered no variant (call harness.register)")
+        raise VariantFileError(f"variant file '{given}' registered no variant (call harness.register)")
     return added
+
+
+def _undo(module_name: str, before: set[str]) -> None:
+    """A file that failed half-way leaves nothing behind."""
+    sys.modules.pop(module_name, None)
+    for key in set(REGISTRY) - before:
+        del REGISTRY[key]
+
+
+def from_user_file(variant: Variant) -> bool:
+    """Registered by a user's file (``--variants``), not by an installed pack."""
+    return variant.origin in _user_files
 
 
 @contextlib.contextmanager
@@ -146,10 +221,32 @@ def scratch():
         REGISTRY.update(saved)
 
 
-def load_all(files: list[str] | None = None) -> None:
-    load_builtin()
+@contextlib.contextmanager
+def packs_only():
+    """Inside, the registry holds only the installed packs' variants: the project's own
+    tests use it so that a user's ``--variants`` file can never fail them."""
+    saved = dict(REGISTRY)
+    try:
+        for key in [k for k, v in REGISTRY.items() if from_user_file(v)]:
+            del REGISTRY[key]
+        yield REGISTRY
+    finally:
+        REGISTRY.clear()
+        REGISTRY.update(saved)
+
+
+def load_all(files: list[str] | None = None) -> list[Variant]:
+    """Every installed pack, then each user file; returns the user files' variants."""
+    load_packs()
+    if not REGISTRY:
+        raise RegistryError(
+            f"no variant found: no installed package declares the entry-point group '{PACK_GROUP}' "
+            "(install the project with: pip install -e .)"
+        )
+    added: dict[str, Variant] = {}
     for path in files or []:
-        load_file(path)
+        added.update((v.key, v) for v in load_file(path))
+    return list(added.values())
 
 
 def variants_of(family: str) -> list[Variant]:

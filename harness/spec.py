@@ -277,8 +277,9 @@ class SpecChecker:
         return out
 
     def _check_all(self, variant, family, dtypes, out) -> None:
+        configs = family.configs_of(self.configs)
         for dtype_name in family.dtypes or ["float64", *[d for d in dtypes if d != "float64"]]:
-            for config in self.configs:
+            for config in configs:
                 for case in family.cases:
                     result = self.check(variant, config, case.name, dtype_name)
                     if result is not None:
@@ -679,8 +680,11 @@ def check_all(families: Iterable[str], configs: Mapping[str, Config], device: st
 
 def _check_family(report: CheckReport, engine: SpecChecker, family_name: str, configs, dtypes,
                   wanted, pairs: str, extras: bool, progress) -> None:
-    first = next(iter(configs))
     family = get_family(family_name)
+    configs = family.configs_of(configs)
+    if not configs:
+        return
+    first = next(iter(configs))
     members = [v for v in variants_of(family_name) if wanted is None or v.key in wanted]
     for v in members:
         if progress:

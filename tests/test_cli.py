@@ -1,24 +1,46 @@
-"""The CLI: listing, checking, JSON output, user variant files and bad input."""
+"""The CLI and the ways variants arrive: listing, checking, JSON output, user variant
+files (by any path), installed variant packs, and the pytest plugin.
+
+The project's own tests run on ``packs_only()``: a user's ``--variants`` file (given to
+this very pytest run) can fail only the tests about its own variants."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.registry import scratch
+from harness import registry
+from harness.cli import VARIANTS_ENV, main
+from harness.registry import REGISTRY, load_file, packs_only, scratch
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "my_attention.py"
 
 
-def test_list_prints_and_writes_json(tmp_path, capsys):
+@pytest.fixture
+def own():
+    """The installed packs' variants only, restored afterwards."""
+    with packs_only() as reg:
+        yield reg
+
+
+def _specs_of(check_json: Path, vid: str) -> list[dict]:
+    """The spec results of one variant in ``check --json`` output."""
+    return [r for r in json.loads(check_json.read_text())["specs"] if r["variant"] == vid]
+
+
+def test_list_prints_and_writes_json(tmp_path, capsys, own):
     out = tmp_path / "variants.json"
     assert main(["list", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "torch_mha" in printed and "000_4f2b0681cf261e4d.txt" in printed
+    # a seed file named in the table is explained: where the write-ups come from
+    assert "source (variants): NNN_<hash>.txt" in printed and "../shared/seeds/" in printed
     rows = json.loads(out.read_text())
     assert {"id", "family", "source", "traits"} <= set(rows[0])
     ids = {(r["family"], r["id"]) for r in rows}
@@ -26,13 +48,13 @@ def test_list_prints_and_writes_json(tmp_path, capsys):
     assert all(r["source"] == "torch" or r["source"] for r in rows)
 
 
-def test_list_one_family_shows_traits_side_by_side(capsys):
+def test_list_one_family_shows_traits_side_by_side(capsys, own):
     assert main(["list", "--family", "norm"]) == 0
     header = capsys.readouterr().out.splitlines()[0]
     assert "norm_formula" in header and "eps" in header  # a column per trait
 
 
-def test_check_one_family_json(tmp_path, capsys):
+def test_check_one_family_json(tmp_path, capsys, own):
     out = tmp_path / "check.json"
     assert main(["check", "--family", "norm", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
@@ -50,60 +72,119 @@ def test_check_one_family_json(tmp_path, capsys):
     assert data["gradchecks"] and all(g["ok"] for g in data["gradchecks"]) and data["contradictions"] == 0
 
 
-def test_user_variant_file_joins_list_and_check(capsys):
-    with scratch():
-        assert main(["check", "--family", "attention", "--variant", "my_einsum", "--set", "batch=2",
-                     "--variants", str(EXAMPLE)]) == 0
+def test_user_variant_file_joins_list_and_check(tmp_path, capsys, own):
+    out = tmp_path / "check.json"
+    assert main(["list", "--family", "attention", "--variants", str(EXAMPLE)]) == 0
+    assert "my_einsum" in capsys.readouterr().out
+    code = main(["check", "--family", "attention", "--variant", "my_einsum", "--set", "batch=2",
+                 "--variants", str(EXAMPLE), "--json", str(out)])  # about my_einsum only
+    mine = _specs_of(out, "my_einsum")
+    assert mine and all(r["ok"] for r in mine), [r for r in mine if not r["ok"]]
+    assert code == 0
+
+
+def test_a_file_by_relative_and_absolute_path_is_one_file(monkeypatch, own):
+    monkeypatch.chdir(ROOT)
+    first = load_file("examples/my_attention.py")
+    again = load_file(str(EXAMPLE))
+    via_dots = load_file("examples/../examples/my_attention.py")
+    assert [v.key for v in first] == [v.key for v in again] == [v.key for v in via_dots] == ["attention/my_einsum"]
+    assert [k for k in REGISTRY if k.endswith("/my_einsum")] == ["attention/my_einsum"]
+
+
+def _fake_pack(site: Path, name: str) -> None:
+    """A pip-installed variant pack, as pip would leave it: a package and its dist-info
+    declaring the entry point (nothing is installed: the folder goes on sys.path)."""
+    (site / name).mkdir(parents=True)
+    (site / name / "__init__.py").write_text(
+        "from torch import nn\n"
+        "from harness import Param, register\n"
+        "SOURCES = 'a test pack, made in tmp_path'\n"
+        f"register(id='{name}_ln', family='norm', source='torch', summary='nn.LayerNorm again',\n"
+        "    build=lambda cfg: nn.LayerNorm(cfg.d_model), call=lambda m, i: m(i['x']),\n"
+        "    param_map={'weight': Param('weight'), 'bias': Param('bias')},\n"
+        "    traits={'norm_formula': 'layernorm', 'eps': 1e-5})\n"
+    )
+    info = site / f"{name}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{registry.PACK_GROUP}]\n{name} = {name}\n")
+
+
+def test_an_installed_pack_joins_list_and_check_with_no_flag(tmp_path, monkeypatch, capsys, own):
+    name = "fake_pack_for_tests"
+    _fake_pack(tmp_path, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_loaded_packs", dict(registry._loaded_packs))
+    monkeypatch.setattr(registry, "PACK_NOTES", dict(registry.PACK_NOTES))
+    assert {ep.name for ep in registry.pack_entry_points()} >= {"variants", name}
+    try:
+        assert main(["list", "--family", "norm"]) == 0
         printed = capsys.readouterr().out
-        assert "my_einsum" in printed
+        assert f"{name}_ln" in printed and f"source ({name}): a test pack" in printed
+        assert REGISTRY[f"norm/{name}_ln"].origin == name and not registry.from_user_file(REGISTRY[f"norm/{name}_ln"])
+        out = tmp_path / "check.json"
+        main(["check", "--family", "norm", "--dtype", "float32", "--set", "batch=2", "--json", str(out)])
+        mine = _specs_of(out, f"{name}_ln")
+        assert mine and all(r["ok"] for r in mine), [r for r in mine if not r["ok"]]
+    finally:
+        sys.modules.pop(name, None)
 
 
-def test_check_exits_1_on_a_contradiction(capsys):
+def test_the_project_is_itself_a_pack():
+    eps = {ep.name: ep.value for ep in registry.pack_entry_points()}
+    assert eps.get("variants") == "variants"
+    assert "import_module(\"variants\")" not in (ROOT / "harness" / "registry.py").read_text()
+
+
+def test_plugin_and_cli_read_the_same_environment_variable():
+    from harness import pytest_plugin
+
+    assert pytest_plugin.VARIANTS_ENV == VARIANTS_ENV
+
+
+def _pytest(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**{k: v for k, v in os.environ.items() if k != VARIANTS_ENV}, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_pytest_variants_from_an_empty_directory_outside_the_repository(tmp_path):
+    """``pytest --variants mine.py`` anywhere: the plugin collects mine.py's variants as
+    tests of their own, and a wrong one fails only its own tests."""
+    mine = tmp_path / "mine.py"
+    mine.write_text(EXAMPLE.read_text())
+    wrong = tmp_path / "elsewhere" / "swapped.py"
+    wrong.parent.mkdir()
+    wrong.write_text(EXAMPLE.read_text().replace('id="my_einsum"', 'id="my_swapped"').replace(
+        '"v.weight": Chunk("w_qkv", 2, 3)', '"v.weight": Chunk("w_qkv", 1, 3)').replace(
+        '"k.weight": Chunk("w_qkv", 1, 3)', '"k.weight": Chunk("w_qkv", 2, 3)'))
+    run = _pytest(["-q", "-rA", "--variants", "mine.py"], tmp_path, env={VARIANTS_ENV: str(wrong)})
+    out = run.stdout
+    assert "PASSED mine.py::attention/my_einsum[cpu]" in out, out
+    assert "FAILED elsewhere/swapped.py::attention/my_swapped[cpu]" in out, out
+    assert "attention/my_swapped contradicts its declaration" in out and "1 failed, 1 passed, 2 skipped" in out, out
+    assert run.returncode == 1
+
+
+def test_check_exits_1_on_a_contradiction(capsys, own):
     wrong = ROOT / "tests" / "wrong_variants.py"
     with scratch():
         assert main(["check", "--family", "norm", "--dtype", "float32", "--variants", str(wrong)]) == 1
     assert "contradict" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["check", "--family", "nope"], "unknown family 'nope'"),
-    (["check", "--family", "norm", "--set", "d_model=65", "--set", "heads=8"], "d_model=65 is not divisible by heads=8"),
-    (["check", "--family", "norm", "--set", "d_model"], "bad --set 'd_model'"),
-    (["check", "--family", "norm", "--set", "depth=3"], "bad --set 'depth=3'"),
-    (["check", "--family", "norm", "--dtype", "float8"], "unknown dtype 'float8'"),
-    (["check", "--family", "norm", "--dtype", "bool"], "dtype 'bool' is not a floating dtype"),
-    (["check", "--family", "norm", "--precision-factor", "0"], "--precision-factor 0.0 must be positive"),
-    (["check", "--family", "norm", "--device", "tpu"], "unknown device 'tpu'"),
-    (["list", "--variants", "does/not/exist.py"], "variant file 'does/not/exist.py' does not exist"),
-])
-def test_bad_input_is_one_clear_error(argv, message, capsys):
-    with scratch():
-        assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err
-    assert err.count("\n") == 1
-
-
-def test_variant_file_that_fails_to_import(tmp_path, capsys):
-    broken = tmp_path / "broken.py"
-    broken.write_text("import torch\nraise RuntimeError('boom')\n")
-    with scratch():
-        assert main(["list", "--variants", str(broken)]) == 2
-    err = capsys.readouterr().err
-    assert "failed to import: RuntimeError: boom (line 2)" in err
-
-
-def test_variant_file_with_a_bad_registration(tmp_path, capsys):
-    bad = tmp_path / "bad.py"
-    bad.write_text("from harness import register\nregister(id='x', family='nope', source='s', "
-                   "build=None, call=None)\n")
-    with scratch():
-        assert main(["list", "--variants", str(bad)]) == 2
-    assert "unknown family 'nope'" in capsys.readouterr().err
-
-
-def test_unsupported_config_skips_variants_with_a_reason(capsys):
+def test_unsupported_config_skips_variants_with_a_reason(capsys, own):
     assert main(["check", "--family", "decoder_only_block", "--dtype", "float32",
                  "--set", "d_ff=128"]) == 0
     out = capsys.readouterr().out
     assert "simple_decoder_layer skips config custom: the FFN is fixed at 4*d_model=192" in out
+
+
+def test_a_variant_file_named_on_the_command_line_or_like_a_test_is_imported_once(tmp_path):
+    """pytest imports a file named as an argument (or test_*.py) as a test module: the plugin
+    collects it as its variants' tests instead, so it never registers twice."""
+    (tmp_path / "test_mine.py").write_text(EXAMPLE.read_text())
+    run = _pytest(["--collect-only", "-q", "--variants", "test_mine.py", "test_mine.py"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "test_mine.py::attention/my_einsum[cpu]" in run.stdout and "2 tests collected" in run.stdout

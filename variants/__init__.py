@@ -15,3 +15,11 @@ from . import (  # noqa: F401  (imported for their registrations)
     tensor2tensor_prenorm,
     torch_reference,
 )
+
+# Shown by ``python -m harness list``: where the ``source`` of these variants comes from.
+SOURCES = (
+    "NNN_<hash>.txt names one of the five Chinese write-ups of the Transformer this project "
+    "compares; they are not shipped with the repository (on the project's machines they sit in "
+    "../shared/seeds/ beside the checkout); the docstring of each variants/*.py file "
+    "summarises its write-up and every place the variant deviates from it"
+)

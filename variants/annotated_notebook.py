@@ -134,3 +134,34 @@ register(
     traits={"cases": ("causal",), "mask_convention": "1 = keep (uint8)", "causal_mask": "tril",
             "note": "the notebook builds only subsequent_mask"},
 )
+
+
+# == A whole model from these components (issue 11) ==========================================
+# The notebook stops at its components; it shows no layers, stacks or ``make_model``.
+# Its model is therefore the annotated transformer's ``make_model`` structure as the 004
+# write-up writes it (pre-LN layers, custom LayerNorm, Generator), built with this
+# notebook's own ``MultiHeadedAttention`` (key / sqrt(d_k) inside the matmul),
+# ``Embeddings`` and ``PositionalEncoding``. Expected equivalent to 004's model: the
+# components differ in how they compute, not in what.
+
+from harness.model_families import layers, register_decoding  # noqa: E402
+from variants import annotated_preln as _preln  # noqa: E402
+
+
+def make_model(cfg):
+    return _preln.make_model(
+        cfg.vocab, cfg.vocab, layers(cfg), cfg.d_model, cfg.d_ff, cfg.heads, cfg.dropout,
+        attention=MultiHeadedAttention(cfg.heads, cfg.d_model, cfg.dropout),
+        embeddings=Embeddings, positional_encoding=PositionalEncoding(cfg.d_model, cfg.dropout),
+    )
+
+
+register(
+    id="annotated", family="encoder_decoder", source=SEED,
+    summary="001's attention/embeddings/PE in the annotated make_model (layers from 004)",
+    build=make_model, call=_preln.annotated_model_call,
+    param_map=lambda cfg: _preln.annotated_model_map(cfg, embedding_table="lut.weight"),
+    traits={**_preln.MODEL_TRAITS, "scale": "k / sqrt(d_k) inside the matmul"},  # same dropout draws
+)
+register_decoding("encoder_decoder", "annotated", prepare=_preln._annotated_prepare,
+                  step=_preln._annotated_step, greedy=_preln.annotated_greedy)

@@ -13,7 +13,8 @@ The write-up's notebook cell that seeds both, runs them in eval mode and calls
 it for every pair (``python -m harness check --family decoder_only_block``).
 Deviations: ``SimpleDecoder`` prints its attention weights on every call in the write-up;
 here the print is kept behind ``verbose`` (off), so checks and benchmarks stay quiet. The
-write-up's 5-layer ``Decoder`` with embedding and vocabulary head is not a family member.
+write-up's 5-layer ``Decoder`` with embedding and vocabulary head is at the end of this file
+(the decoder_only_model family).
 """
 
 from __future__ import annotations
@@ -183,3 +184,92 @@ register(
     traits={"cases": ("causal",), "mask_convention": "1 = keep", "causal_mask": "tril",
             "note": "the write-up builds only the causal mask"},
 )
+
+
+# == The whole model (issue 11) ==============================================================
+# The write-up's ``Decoder``: ``nn.Embedding`` (no scale, **no positional encoding**), a
+# stack of ``SimpleDecoderLayer`` blocks sharing one (B, H, T, T) mask, a ``Linear`` head
+# and a **softmax** (probabilities; the adapter takes their log). Deviations: the write-up
+# fixes 12 tokens, 64 dims, 8 heads and 5 layers; here vocabulary, width, heads and the
+# layer count come from the config; its ``print(x.shape)`` is dropped. ``block`` builds
+# the same stack from the write-up's other block, ``SimpleDecoder`` (fill -1e20). The
+# write-up has no cache; ``decode_step`` adds a self-attention k/v cache around the
+# blocks' own projections, norms and FFN (the attention of the new rows computed there).
+
+from harness.model_families import dropout_sites, incremental, layers, register_decoding  # noqa: E402
+from harness.porting import Param, Zero, nest  # noqa: E402
+from harness.registry import get_variant  # noqa: E402
+
+
+class Decoder(nn.Module):
+    def __init__(self, vocab: int = 12, hidden_dim: int = 64, head_num: int = 8, n_layers: int = 5,
+                 dropout: float = 0.1, block=SimpleDecoderLayer):
+        super().__init__()
+        self.head_num = head_num
+        self.layer_list = nn.ModuleList([block(hidden_dim, head_num, dropout) for _ in range(n_layers)])
+        self.emb = nn.Embedding(vocab, hidden_dim)
+        self.out = nn.Linear(hidden_dim, vocab)
+
+    def forward(self, x, mask=None):
+        x = self.emb(x)                                  # (B, T, D)
+        for layer in self.layer_list:
+            x = layer(x, mask)
+        output = self.out(x)
+        return torch.softmax(output, dim=-1)             # probabilities (B, T, V)
+
+    def decode_step(self, x_new, cache):
+        """This file's addition (the write-up has no cache): probabilities (B, V) after
+        feeding ``x_new`` (B, n) on top of what ``cache`` (a list, one (k, v) per layer,
+        empty at first) has seen. A block's keys and values depend only on its input at
+        that position, which later tokens do not change (causal), so they are kept; the
+        new rows attend to every kept key and, among themselves, to the past only."""
+        x = self.emb(x_new)                              # (B, n, D)
+        b, n, _ = x.size()
+        seen = cache[0][0].size(2) if cache else 0
+        allowed = torch.ones(n, seen + n, dtype=torch.bool, device=x.device).tril(seen)
+        for i, layer in enumerate(self.layer_list):
+            heads = lambda z: z.view(b, n, self.head_num, -1).transpose(1, 2)  # noqa: E731  (B, H, n, d_k)
+            q, k, v = heads(layer.q_proj(x)), heads(layer.k_proj(x)), heads(layer.v_proj(x))
+            if len(cache) > i:
+                k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
+                cache[i] = (k, v)
+            else:
+                cache.append((k, v))
+            # the blocks' attention_output would tril() this (n, seen + n) mask as if it
+            # were square, so the step computes the same attention here
+            score = (q @ k.transpose(-1, -2) / math.sqrt(k.size(-1))).masked_fill(~allowed, float("-inf"))
+            out = layer.o_proj((torch.softmax(score, dim=-1) @ v).transpose(1, 2).reshape(b, n, -1))
+            if isinstance(layer, SimpleDecoderLayer):
+                x = layer.ffn(layer.attn_ln(out + x))
+            else:
+                x = layer.ffn_block(layer.layernorm_att(x + out))
+        return torch.softmax(self.out(x[:, -1]), dim=-1)
+
+
+def _decoder_map(cfg, block_id):
+    block = get_variant("decoder_only_block", block_id).map_for(cfg)
+    out = {"embed.weight": Param("emb.weight"), "pos.weight": Zero(),
+           "norm.weight": Zero(), "norm.bias": Zero(),
+           "head.weight": Param("out.weight"), "head.bias": Param("out.bias")}
+    for i in range(layers(cfg)):
+        out.update(nest(block, f"blocks.{i}.", f"layer_list.{i}."))
+    return out
+
+
+MODEL_TRAITS = {**BLOCK_TRAITS, "final_norm": False, "embedding_scale": "1", "tied_output": False,
+                "positional_encoding": "none",
+                "dropout_sites": dropout_sites((), blocks=BLOCK_TRAITS["dropout_sites"]),
+                "note": "Linear + softmax (log by the adapter); cache: decode_step, added here"}
+for vid, block_cls, block_id, fill in (("decoder_only", SimpleDecoderLayer, "simple_decoder_layer", float("-inf")),
+                                       ("decoder_only_1e20", SimpleDecoder, "simple_decoder", -1e20)):
+    register(
+        id=vid, family="decoder_only_model", source=SEED,
+        summary=f"Decoder: embedding, {block_cls.__name__} stack (fill {fill:g}), Linear, softmax",
+        build=lambda cfg, b=block_cls: Decoder(cfg.vocab, cfg.d_model, cfg.heads, layers(cfg), cfg.dropout, block=b),
+        call=lambda m, i: m(i["tokens"], block_mask(i["pad"], m.head_num)).log(),
+        param_map=lambda cfg, b=block_id: _decoder_map(cfg, b),
+        traits={**MODEL_TRAITS, "fill": fill}, supports=FOUR_X,
+    )
+    register_decoding(  # without a cache the prefix is re-run, no mask: each block builds its tril
+        "decoder_only_model", vid, cache="self-attention k/v per layer (decode_step, this file's addition)",
+        **incremental(lambda m, ys: m(ys, None)[:, -1].log(), lambda m, new, cache: m.decode_step(new, cache).log()))

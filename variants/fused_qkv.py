@@ -160,3 +160,110 @@ register(
     supports=lambda cfg: None if cfg.d_ff == 4 * cfg.d_model else (
         f"the MLP is fixed at 4*d_model={4 * cfg.d_model}, config has d_ff={cfg.d_ff}"),
 )
+
+
+# == The whole model (issue 11) ==============================================================
+# nanoGPT's ``GPT``: token and **learned position** embeddings (``wte``, ``wpe``), dropout,
+# the pre-norm ``Block`` stack, a final ``ln_f``, and ``lm_head`` (bias-free) **tied** to
+# ``wte``; ``forward(idx, targets)`` returns logits for every position with targets and
+# for the last position only without (nanoGPT's inference shortcut). Deviations:
+# ``block_size`` is the config's T; ``forward`` also takes the family's pad mask (the
+# ``Block`` deviation above); ``decode_step`` is a k/v cache that nanoGPT does not have
+# (its ``generate`` re-runs the whole context): per block, the keys and values of the
+# tokens seen so far are kept, and only the new token is projected.
+
+from harness.model_families import dropout_sites, incremental, layers, register_decoding  # noqa: E402
+from harness.registry import get_variant  # noqa: E402
+from harness.porting import Param, Tied, Zero  # noqa: E402
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size: int, block_size: int, n_layer: int, n_embd: int, n_head: int,
+                 dropout: float = 0.0):
+        super().__init__()
+        self.block_size = block_size
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, n_embd),
+            wpe=nn.Embedding(block_size, n_embd),
+            drop=nn.Dropout(dropout),
+            h=nn.ModuleList([Block(n_embd, n_head, dropout) for _ in range(n_layer)]),
+            ln_f=nn.LayerNorm(n_embd),
+        ))
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying
+
+    def forward(self, idx, targets=None, pad=None):
+        """``pad`` (B, T) True = real token, or None (causal only)."""
+        b, t = idx.size()
+        assert t <= self.block_size, f"Cannot forward sequence of length {t}, block size is only {self.block_size}"
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        causal = pad is None or bool(pad.all())
+        mask = None if causal else causal_and_pad(pad)
+        for block in self.transformer.h:
+            x = block(x, mask=mask, is_causal=causal)
+        x = self.transformer.ln_f(x)
+        if targets is not None:
+            logits = self.lm_head(x)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        else:
+            logits = self.lm_head(x[:, [-1], :])
+            loss = None
+        return logits, loss
+
+    def decode_step(self, idx_new, cache):
+        """Logits (B, V) after feeding ``idx_new`` (B, n) on top of what ``cache`` (a list,
+        one (k, v) per block, empty at first) has seen; the cache is extended in place."""
+        seen = cache[0][0].size(2) if cache else 0
+        b, n = idx_new.size()
+        pos = torch.arange(seen, seen + n, dtype=torch.long, device=idx_new.device)
+        x = self.transformer.drop(self.transformer.wte(idx_new) + self.transformer.wpe(pos))
+        for i, block in enumerate(self.transformer.h):
+            attn = block.attn
+            q, k, v = attn.c_attn(block.ln_1(x)).split(attn.n_embd, dim=2)
+            split = lambda z: z.view(b, n, attn.n_head, -1).transpose(1, 2)  # noqa: E731  (B, H, n, d_k)
+            q, k, v = split(q), split(k), split(v)
+            if len(cache) > i:
+                k = torch.cat([cache[i][0], k], dim=2)
+                v = torch.cat([cache[i][1], v], dim=2)
+                cache[i] = (k, v)
+            else:
+                cache.append((k, v))
+            # the new queries see every cached key and, among themselves, the past only
+            allowed = torch.ones(n, seen + n, dtype=torch.bool, device=x.device).tril(seen)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+            y = y.transpose(1, 2).contiguous().view(b, n, attn.n_embd)
+            x = x + attn.resid_dropout(attn.c_proj(y))
+            x = x + block.mlp(block.ln_2(x))
+        return self.lm_head(self.transformer.ln_f(x[:, -1]))
+
+
+def _gpt_map(cfg):
+    block = get_variant("decoder_only_block", "nanogpt_block").map_for(cfg)
+    out = {"embed.weight": Param("transformer.wte.weight"), "pos.weight": Param("transformer.wpe.weight"),
+           **norm_entries("norm", "transformer.ln_f"),
+           "head.weight": Tied("embed.weight"), "head.bias": Zero()}
+    for i in range(layers(cfg)):
+        out.update(nest(block, f"blocks.{i}.", f"transformer.h.{i}."))
+    return out
+
+
+register(
+    id="nanogpt", family="decoder_only_model", source=SOURCE,
+    summary="GPT: wte + wpe, pre-norm fused blocks, ln_f, lm_head tied to wte",
+    build=lambda cfg: GPT(cfg.vocab, cfg.tgt_len, layers(cfg), cfg.d_model, cfg.heads, cfg.dropout),
+    call=lambda m, i: F.log_softmax(m(i["tokens"], targets=torch.where(i["pad"], i["tokens"], -1),
+                                      pad=i["pad"])[0], dim=-1),
+    param_map=_gpt_map,
+    traits={"norm_placement": "pre", "norm_formula": "layernorm", "eps": 1e-5, "activation": "gelu",
+            "final_norm": True, "embedding_scale": "1", "tied_output": True, "positional_encoding": "learned",
+            "qkv_layout": "fused Linear(D, 3D)", "bias": True, "fill": "sdpa",
+            "dropout_sites": dropout_sites(("embedding",), blocks=get_variant(
+                "decoder_only_block", "nanogpt_block").traits["dropout_sites"]),
+            "note": "lm_head tied to wte (logits; log_softmax by the adapter); cache: decode_step"},
+    supports=lambda cfg: None if cfg.d_ff == 4 * cfg.d_model else (
+        f"the MLP is fixed at 4*d_model={4 * cfg.d_model}, config has d_ff={cfg.d_ff}"),
+)
+register_decoding("decoder_only_model", "nanogpt", cache="self-attention k/v per block", **incremental(
+    lambda m, ys: F.log_softmax(m(ys)[0][:, -1], dim=-1),
+    lambda m, new, cache: F.log_softmax(m.decode_step(new, cache), dim=-1)))

@@ -16,7 +16,8 @@ Faithful to the blog's code, in the project's names:
 The blog argues that one ``Linear(D, D)`` equals H ``Linear(D, d_k)`` concatenated;
 ``variants/per_head.py`` builds that formulation and the harness checks it numerically.
 Deviations: ``generate_mask`` is a method of the blog's ``Transformer``; here it is a
-function with the same body. The full ``Transformer`` is not a family member.
+function with the same body. The full ``Transformer`` is at the end of this file
+(the encoder_decoder family).
 """
 
 from __future__ import annotations
@@ -227,3 +228,98 @@ register(
             "mask_convention": "True = keep",
             "pad_mask": "tokens != pad", "target_mask": "causal & query not pad"},
 )
+
+
+# == The whole model (issue 11) ==============================================================
+# The blog's ``Transformer``: separate source/target ``nn.Embedding`` (not scaled), one
+# interleaved ``PositionalEncoding`` then dropout, ModuleLists of post-norm layers with
+# **no final norm**, a final ``Linear`` to the vocabulary returning logits (log_softmax
+# is the adapter's), xavier init of every matrix; ``generate_mask`` masks padded target
+# *query rows* (not keys). The blog shows no decoding loop: the harness's greedy loop
+# over ``decode`` runs it.
+
+from harness.model_families import dropout_sites, layers, register_decoding  # noqa: E402
+from harness.porting import Zero  # noqa: E402
+from harness.registry import get_variant  # noqa: E402
+
+
+class Transformer(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, n_heads=8, num_layers=6,
+                 d_ff=2048, dropout=0.1, max_len=5000):
+        super().__init__()
+        self.src_embed = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model)
+        self.pos_encoder = PositionalEncoding(d_model, max_len)
+        self.encoder = nn.ModuleList([EncoderLayer(d_model, n_heads, d_ff, dropout) for _ in range(num_layers)])
+        self.decoder = nn.ModuleList([DecoderLayer(d_model, n_heads, d_ff, dropout) for _ in range(num_layers)])
+        self.linear = nn.Linear(d_model, tgt_vocab_size)
+        self.dropout = nn.Dropout(dropout)
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def encode(self, src, src_mask=None):
+        src = self.dropout(self.pos_encoder(self.src_embed(src)))
+        for layer in self.encoder:
+            src = layer(src, src_mask)
+        return src
+
+    def decode(self, tgt, enc_output, src_mask=None, tgt_mask=None):
+        tgt = self.dropout(self.pos_encoder(self.tgt_embed(tgt)))
+        for layer in self.decoder:
+            tgt = layer(tgt, enc_output, src_mask, tgt_mask)
+        return tgt
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        enc_output = self.encode(src, src_mask)
+        dec_output = self.decode(tgt, enc_output, src_mask, tgt_mask)
+        return self.linear(dec_output)
+
+    def generate_mask(self, src, tgt, pad_idx=0):
+        return generate_mask(src, tgt, pad_idx)
+
+
+def _blog_model_map(cfg):
+    enc = get_variant("encoder_layer", "postnorm_blog").map_for(cfg)
+    dec = get_variant("decoder_layer", "postnorm_blog").map_for(cfg)
+    out = {"src_embed.weight": Param("src_embed.weight"), "tgt_embed.weight": Param("tgt_embed.weight"),
+           **linear_entries({"generator": "linear"}),
+           **{f"{stack}.norm.{p}": Zero() for stack in ("encoder", "decoder") for p in ("weight", "bias")}}
+    for i in range(layers(cfg)):
+        out.update(nest(enc, f"encoder.{i}.", f"encoder.{i}."))
+        out.update(nest(dec, f"decoder.{i}.", f"decoder.{i}."))
+    return out
+
+
+def _blog_call(model, inputs):
+    src_mask, tgt_mask = model.generate_mask(inputs["src"], inputs["tgt"], inputs["pad_idx"])
+    return F.log_softmax(model(inputs["src"], inputs["tgt"], src_mask, tgt_mask), dim=-1)
+
+
+def _blog_prepare(model, inputs, cached):
+    src_mask, _ = model.generate_mask(inputs["src"], inputs["src"][:, :1], inputs["pad_idx"])
+    return {"enc_output": model.encode(inputs["src"], src_mask), "src_mask": src_mask,
+            "src": inputs["src"], "pad_idx": inputs["pad_idx"]}
+
+
+def _blog_step(model, state, ys):
+    _, tgt_mask = model.generate_mask(state["src"], ys, state["pad_idx"])
+    dec = model.decode(ys, state["enc_output"], state["src_mask"], tgt_mask)
+    return F.log_softmax(model.linear(dec[:, -1]), dim=-1)
+
+
+register(
+    id="postnorm_blog", family="encoder_decoder", source=SEED,
+    summary="post-norm, no final norm, unscaled embeddings, Linear head",
+    build=lambda cfg: Transformer(cfg.vocab, cfg.vocab, cfg.d_model, cfg.heads, layers(cfg), cfg.d_ff, cfg.dropout),
+    call=_blog_call, param_map=_blog_model_map,
+    traits={**LAYER_TRAITS, "final_norm": False, "embedding_scale": "1", "pad_rows": "kept",
+            "shared_embeddings": False, "tied_output": False, "pe_layout": "interleaved sin/cos",
+            "pe_frequencies": "10000^(-2i/D)", "target_shift": "by the caller",
+            "internal_dtype": "float32",  # the position table is built in float32
+            "dropout_sites": dropout_sites(("after source positions", "after target positions"),
+                                           encoder=ATTN_DROPOUT + FFN_DROPOUT,
+                                           decoder=ATTN_DROPOUT + ATTN_DROPOUT + FFN_DROPOUT),
+            "note": "Linear head (logits; log_softmax by the adapter); generate_mask masks pad query rows; no cache"},
+)
+register_decoding("encoder_decoder", "postnorm_blog", prepare=_blog_prepare, step=_blog_step)

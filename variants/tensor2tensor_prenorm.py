@@ -7,11 +7,12 @@ file keeps):
 - q is scaled **in place** (``q.mul_(d_k ** -0.5)``) before QK^T;
 - the mask is **True = masked** (pad or future), filled with -1e9;
 - the layers are **pre-norm**, ``nn.LayerNorm(eps=1e-6)`` before each sublayer; the
-  stacks (not compared here) end with one more LayerNorm;
+  stacks end with one more LayerNorm;
 - ``EncoderLayer``/``DecoderLayer`` always build 8 heads (``head_size`` is never passed);
 - positional encoding is ``[sin | cos]`` concatenated (not interleaved) with timescales
   ``exp(-i * ln(1e4) / (D/2 - 1))`` (not the paper's frequencies);
-- embeddings: pad rows zeroed, then scaled by sqrt(D) (weight tying is outside the families);
+- embeddings: pad rows zeroed, then scaled by sqrt(D) (shared + tied in the
+  whole model at the end of this file);
 - the decoder self-attention mask is the future mask only; target padding is handled by
   zeroing pad embeddings, not by the mask.
 Deviations of this file from the write-up: ``get_position_encoding`` and the embedding
@@ -105,10 +106,10 @@ class MultiHeadAttention(nn.Module):
 class EncoderLayer(nn.Module):
     """Pre-norm: x + dropout(attn(norm(x))), then x + dropout(ffn(norm(x)))."""
 
-    def __init__(self, hidden_size: int, filter_size: int, dropout_rate: float):
+    def __init__(self, hidden_size: int, filter_size: int, dropout_rate: float, head_size: int = 8):
         super().__init__()
         self.self_attention_norm = nn.LayerNorm(hidden_size, eps=1e-6)
-        self.self_attention = MultiHeadAttention(hidden_size, dropout_rate)
+        self.self_attention = MultiHeadAttention(hidden_size, dropout_rate, head_size)
         self.self_attention_dropout = nn.Dropout(dropout_rate)
         self.ffn_norm = nn.LayerNorm(hidden_size, eps=1e-6)
         self.ffn = FeedForwardNetwork(hidden_size, filter_size, dropout_rate)
@@ -126,13 +127,13 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Pre-norm self-attention, encoder-decoder attention (skipped without memory), FFN."""
 
-    def __init__(self, hidden_size: int, filter_size: int, dropout_rate: float):
+    def __init__(self, hidden_size: int, filter_size: int, dropout_rate: float, head_size: int = 8):
         super().__init__()
         self.self_attention_norm = nn.LayerNorm(hidden_size, eps=1e-6)
-        self.self_attention = MultiHeadAttention(hidden_size, dropout_rate)
+        self.self_attention = MultiHeadAttention(hidden_size, dropout_rate, head_size)
         self.self_attention_dropout = nn.Dropout(dropout_rate)
         self.enc_dec_attention_norm = nn.LayerNorm(hidden_size, eps=1e-6)
-        self.enc_dec_attention = MultiHeadAttention(hidden_size, dropout_rate)
+        self.enc_dec_attention = MultiHeadAttention(hidden_size, dropout_rate, head_size)
         self.enc_dec_attention_dropout = nn.Dropout(dropout_rate)
         self.ffn_norm = nn.LayerNorm(hidden_size, eps=1e-6)
         self.ffn = FeedForwardNetwork(hidden_size, filter_size, dropout_rate)
@@ -306,3 +307,171 @@ register(
     traits={"mask_convention": "True = masked", "causal_mask": "tril",
             "pad_mask": "tokens != pad", "target_mask": "causal only (pad embeddings zeroed)"},
 )
+
+
+# == The whole model (issue 11) ==============================================================
+# The write-up's Encoder/Decoder stacks (each ending with LayerNorm(eps=1e-6)) and its
+# Transformer: one embedding table shared by source and target (share_target_embedding),
+# pad rows zeroed, x sqrt(D), [sin | cos] positions, the target **shifted right inside
+# decode** (the first decoder input is a zero vector), logits through the transposed
+# embedding weight (no output bias). Deviations: the layer count, width and head count
+# come from the config (the write-up's layers always build 8 heads; here ``head_size`` is
+# passed through, 8 when the config says 8); the write-up's ``utils`` pad index is PAD.
+# Its decoding loop is not shown in the post; ``t2t_greedy`` is the loop the model implies
+# (a placeholder after the prefix, dropped by the shift; the k/v cache of the
+# encoder-decoder attention passed to ``decode`` on every step).
+
+from harness.model_families import PAD, dropout_sites, layers, register_decoding  # noqa: E402
+from harness.porting import Tied, Zero  # noqa: E402
+from harness.registry import get_variant  # noqa: E402
+
+
+class Encoder(nn.Module):
+    def __init__(self, hidden_size, filter_size, dropout_rate, n_layers, head_size=8):
+        super().__init__()
+        encoders = [EncoderLayer(hidden_size, filter_size, dropout_rate, head_size) for _ in range(n_layers)]
+        self.layers = nn.ModuleList(encoders)
+        self.last_norm = nn.LayerNorm(hidden_size, eps=1e-6)
+
+    def forward(self, inputs, mask):
+        encoder_output = inputs
+        for enc_layer in self.layers:
+            encoder_output = enc_layer(encoder_output, mask)
+        return self.last_norm(encoder_output)
+
+
+class Decoder(nn.Module):
+    def __init__(self, hidden_size, filter_size, dropout_rate, n_layers, head_size=8):
+        super().__init__()
+        decoders = [DecoderLayer(hidden_size, filter_size, dropout_rate, head_size) for _ in range(n_layers)]
+        self.layers = nn.ModuleList(decoders)
+        self.last_norm = nn.LayerNorm(hidden_size, eps=1e-6)
+
+    def forward(self, targets, enc_output, i_mask, t_self_mask, cache):
+        decoder_output = targets
+        for i, dec_layer in enumerate(self.layers):
+            layer_cache = None
+            if cache is not None:
+                if i not in cache:
+                    cache[i] = {}
+                layer_cache = cache[i]
+            decoder_output = dec_layer(decoder_output, enc_output, t_self_mask, i_mask, layer_cache)
+        return self.last_norm(decoder_output)
+
+
+class Transformer(nn.Module):
+    def __init__(self, i_vocab_size, t_vocab_size, n_layers=6, hidden_size=512, filter_size=2048,
+                 dropout_rate=0.1, share_target_embedding=True, has_inputs=True,
+                 src_pad_idx=None, trg_pad_idx=None, head_size=8):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.emb_scale = hidden_size ** 0.5
+        self.has_inputs = has_inputs
+        self.src_pad_idx = src_pad_idx
+        self.trg_pad_idx = trg_pad_idx
+        self.t_vocab_embedding = nn.Embedding(t_vocab_size, hidden_size)
+        nn.init.normal_(self.t_vocab_embedding.weight, mean=0, std=hidden_size ** -0.5)
+        self.t_emb_dropout = nn.Dropout(dropout_rate)
+        self.decoder = Decoder(hidden_size, filter_size, dropout_rate, n_layers, head_size)
+        if has_inputs:
+            if not share_target_embedding:
+                self.i_vocab_embedding = nn.Embedding(i_vocab_size, hidden_size)
+                nn.init.normal_(self.i_vocab_embedding.weight, mean=0, std=hidden_size ** -0.5)
+            else:
+                self.i_vocab_embedding = self.t_vocab_embedding
+            self.i_emb_dropout = nn.Dropout(dropout_rate)
+            self.encoder = Encoder(hidden_size, filter_size, dropout_rate, n_layers, head_size)
+        self.position = PositionEncoding(hidden_size)  # the write-up's inv_timescales buffer
+
+    def forward(self, inputs, targets):
+        enc_output, i_mask = None, None
+        if self.has_inputs:
+            i_mask = create_pad_mask(inputs, self.src_pad_idx)            # (B, 1, S) True = pad
+            enc_output = self.encode(inputs, i_mask)
+        t_mask = create_pad_mask(targets, self.trg_pad_idx)               # (B, 1, T) True = pad
+        t_self_mask = create_trg_self_mask(targets.size()[1], device=targets.device)  # (1, T, T)
+        return self.decode(targets, enc_output, i_mask, t_self_mask, t_mask)
+
+    def encode(self, inputs, i_mask):
+        input_embedded = self.i_vocab_embedding(inputs)
+        input_embedded.masked_fill_(i_mask.squeeze(1).unsqueeze(-1), 0)
+        input_embedded *= self.emb_scale
+        input_embedded += self.get_position_encoding(inputs)
+        input_embedded = self.i_emb_dropout(input_embedded)
+        return self.encoder(input_embedded, i_mask)
+
+    def decode(self, targets, enc_output, i_mask, t_self_mask, t_mask, cache=None):
+        target_embedded = self.t_vocab_embedding(targets)
+        target_embedded.masked_fill_(t_mask.squeeze(1).unsqueeze(-1), 0)
+        target_embedded = target_embedded[:, :-1]                        # shifting
+        target_embedded = F.pad(target_embedded, (0, 0, 1, 0))           # a zero vector first
+        target_embedded *= self.emb_scale
+        target_embedded += self.get_position_encoding(targets)
+        target_embedded = self.t_emb_dropout(target_embedded)
+        decoder_output = self.decoder(target_embedded, enc_output, i_mask, t_self_mask, cache)
+        return torch.matmul(decoder_output, self.t_vocab_embedding.weight.transpose(0, 1))  # (B, T, V)
+
+    def get_position_encoding(self, x):
+        return self.position.get_position_encoding(x).to(self.t_vocab_embedding.weight.dtype)
+
+
+def _t2t_prepare(model, inputs, cached):
+    i_mask = create_pad_mask(inputs["src"], model.src_pad_idx)
+    return {"enc_output": model.encode(inputs["src"], i_mask), "i_mask": i_mask,
+            "cache": {} if cached else None}
+
+
+def _t2t_step(model, state, ys):
+    """Log-probabilities of the token after ``ys``: a placeholder is appended, which the
+    shift inside ``decode`` drops; the decoder sees [zero vector, ys]."""
+    targets = F.pad(ys, (0, 1), value=model.trg_pad_idx)
+    t_self_mask = create_trg_self_mask(targets.size(1), device=targets.device)
+    logits = model.decode(targets, state["enc_output"], state["i_mask"], t_self_mask,
+                          create_pad_mask(targets, model.trg_pad_idx), state["cache"])
+    return torch.log_softmax(logits[:, -1], dim=-1)
+
+
+def t2t_greedy(model, inputs, steps):
+    """Greedy decoding the way the model implies: no start symbol (the zero vector is the
+    start), the encoder-decoder k/v cache filled on the first step and reused."""
+    state = _t2t_prepare(model, inputs, cached=True)
+    ys = inputs["src"].new_zeros(inputs["src"].size(0), 0)
+    for _ in range(steps):
+        next_word = _t2t_step(model, state, ys).argmax(-1)
+        ys = torch.cat([ys, next_word[:, None]], dim=1)
+    return ys
+
+
+def _t2t_model_map(cfg):
+    enc, dec = get_variant("encoder_layer", "t2t").map_for(cfg), get_variant("decoder_layer", "t2t").map_for(cfg)
+    out = {"src_embed.weight": Param("t_vocab_embedding.weight"),
+           "tgt_embed.weight": Tied("src_embed.weight"),
+           "generator.weight": Tied("src_embed.weight"), "generator.bias": Zero()}
+    for i in range(layers(cfg)):
+        out.update(nest(enc, f"encoder.{i}.", f"encoder.layers.{i}."))
+        out.update(nest(dec, f"decoder.{i}.", f"decoder.layers.{i}."))
+    out.update(norm_entries("encoder.norm", "encoder.last_norm"))
+    out.update(norm_entries("decoder.norm", "decoder.last_norm"))
+    return out
+
+
+register(
+    id="t2t", family="encoder_decoder", source=SEED,
+    summary="pre-norm, shared + tied embedding, target shifted inside decode",
+    build=lambda cfg: Transformer(cfg.vocab, cfg.vocab, layers(cfg), cfg.d_model, cfg.d_ff, cfg.dropout,
+                                  src_pad_idx=PAD, trg_pad_idx=PAD, head_size=cfg.heads),
+    call=lambda m, i: torch.log_softmax(m(i["src"], i["tgt"]), dim=-1),
+    param_map=_t2t_model_map,
+    traits={**LAYER_TRAITS, "final_norm": True, "embedding_scale": "sqrt(D)", "pad_rows": "zeroed",
+            "shared_embeddings": True, "tied_output": True, "pe_layout": "[sin | cos] concatenated",
+            "pe_frequencies": "exp(-i ln(1e4) / (D/2 - 1))", "target_shift": "inside decode (zero vector first)",
+            "internal_dtype": "float32",  # the position table is built in float32
+            "dropout_sites": dropout_sites(
+                ("source embedding", "target embedding"),
+                encoder=get_variant("encoder_layer", "t2t").traits["dropout_sites"],
+                decoder=get_variant("decoder_layer", "t2t").traits["dropout_sites"]),
+            "note": "logits = x @ embedding^T (log_softmax by the adapter); target pad keys not masked "
+                    "(pad embeddings zeroed); cache: encoder-decoder k/v per layer"},
+)
+register_decoding("encoder_decoder", "t2t", prepare=_t2t_prepare, step=_t2t_step, greedy=t2t_greedy, bos=False,
+                  cache="encoder-decoder k/v per layer (decoder self-attention recomputed)")

@@ -211,3 +211,212 @@ register(
     traits={"mask_convention": "float -inf / bool True = ignore", "causal_mask": "tril",
             "pad_mask": "tokens != pad", "target_mask": "causal & key not pad"},
 )
+
+
+# == Whole models (issue 11) =================================================================
+# ``nn.Transformer`` with embeddings, the paper's interleaved positional encoding and a
+# generator (Linear + log_softmax): ``torch_post`` (post-norm stacks without a final
+# norm, as the paper and the 003 blog; unscaled embeddings) and ``torch_pre`` (pre-norm,
+# eps 1e-6, each stack ending with a LayerNorm, embeddings x sqrt(D), as 004 builds it
+# except for the norm formula). Masks: bool, True = not allowed (the adapter inverts).
+# Decoder-only: ``nn.TransformerEncoder`` with a causal mask between an embedding and a
+# head: ``torch_post`` (post-norm, ReLU, no positions, untied head: 002's Decoder) and
+# ``torch_pre_gelu`` (pre-norm, GELU, learned positions, final LayerNorm, head tied to
+# the embedding: nanoGPT's GPT). Neither has a cache; the harness re-runs the prefix.
+
+import math  # noqa: E402
+
+from harness.model_families import dropout_sites, layers, register_decoding  # noqa: E402
+from harness.porting import Tied  # noqa: E402
+
+
+def sinusoid_table(length: int, d_model: int) -> torch.Tensor:
+    """(length, D): the paper's interleaved sin/cos table, computed in float32 as the
+    write-ups compute it (so that float64 runs compare tables of the same values)."""
+    position = torch.arange(length, dtype=torch.float32)[:, None]
+    div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(length, d_model)
+    table[:, 0::2] = torch.sin(position * div_term)
+    table[:, 1::2] = torch.cos(position * div_term)
+    return table
+
+
+class TorchSeq2Seq(nn.Module):
+    def __init__(self, cfg, *, norm_first: bool, eps: float, final_norm: bool, scale: bool, max_len: int = 512):
+        super().__init__()
+        d = cfg.d_model
+        self.scale = math.sqrt(d) if scale else 1.0
+        self.src_embed = nn.Embedding(cfg.vocab, d)
+        self.tgt_embed = nn.Embedding(cfg.vocab, d)
+        self.register_buffer("pe", sinusoid_table(max_len, d))
+        self.dropout = nn.Dropout(cfg.dropout)
+        enc_layer = nn.TransformerEncoderLayer(d, cfg.heads, cfg.d_ff, cfg.dropout, layer_norm_eps=eps,
+                                               batch_first=True, norm_first=norm_first)
+        dec_layer = nn.TransformerDecoderLayer(d, cfg.heads, cfg.d_ff, cfg.dropout, layer_norm_eps=eps,
+                                               batch_first=True, norm_first=norm_first)
+        self.transformer = nn.Transformer(
+            d, cfg.heads, batch_first=True,
+            custom_encoder=nn.TransformerEncoder(enc_layer, layers(cfg), nn.LayerNorm(d, eps) if final_norm else None,
+                                                 enable_nested_tensor=False),
+            custom_decoder=nn.TransformerDecoder(dec_layer, layers(cfg), nn.LayerNorm(d, eps) if final_norm else None),
+        )
+        self.generator = nn.Linear(d, cfg.vocab)
+
+    def embed(self, table, tokens):
+        return self.dropout(table(tokens) * self.scale + self.pe[: tokens.size(1)].to(table.weight.dtype))
+
+    def encode(self, src, src_pad):
+        """``src_pad`` (B, S) True = pad (ignored key)."""
+        return self.transformer.encoder(self.embed(self.src_embed, src), src_key_padding_mask=src_pad)
+
+    def decode(self, tgt, memory, src_pad, tgt_pad=None):
+        t = tgt.size(1)
+        future = ~torch.ones(t, t, dtype=torch.bool, device=tgt.device).tril()  # True = not allowed
+        out = self.transformer.decoder(self.embed(self.tgt_embed, tgt), memory, tgt_mask=future,
+                                       tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad)
+        return F.log_softmax(self.generator(out), dim=-1)
+
+    def forward(self, src, tgt, src_pad, tgt_pad):
+        return self.decode(tgt, self.encode(src, src_pad), src_pad, tgt_pad)
+
+
+def _seq2seq_map(cfg, final_norm):
+    out = {"src_embed.weight": Param("src_embed.weight"), "tgt_embed.weight": Param("tgt_embed.weight"),
+           **linear_entries({"generator": "generator"})}
+    for i in range(layers(cfg)):
+        out.update(nest(ENCODER_MAP, f"encoder.{i}.", f"transformer.encoder.layers.{i}."))
+        out.update(nest(DECODER_MAP, f"decoder.{i}.", f"transformer.decoder.layers.{i}."))
+    for stack in ("encoder", "decoder"):
+        out.update(norm_entries(f"{stack}.norm", f"transformer.{stack}.norm") if final_norm
+                   else {f"{stack}.norm.weight": Zero(), f"{stack}.norm.bias": Zero()})
+    return out
+
+
+def _seq2seq_prepare(model, inputs, cached):
+    src_pad = inputs["src"] == inputs["pad_idx"]
+    return {"memory": model.encode(inputs["src"], src_pad), "src_pad": src_pad}
+
+
+def _seq2seq_step(model, state, ys):
+    return model.decode(ys, state["memory"], state["src_pad"])[:, -1]
+
+
+SEQ2SEQ = (  # id, norm_first, eps, final norm, embedding scale, reference
+    ("torch_post", False, 1e-5, False, False, True),
+    ("torch_pre", True, 1e-6, True, True, False),
+)
+for vid, norm_first, eps, final_norm, scale, ref in SEQ2SEQ:
+    register(
+        id=vid, family="encoder_decoder", source=SOURCE, reference=ref,
+        summary=f"nn.Transformer(norm_first={norm_first}, eps={eps:g}), final norm {final_norm}, "
+                f"embeddings x {'sqrt(D)' if scale else '1'}",
+        build=lambda cfg, nf=norm_first, e=eps, fn=final_norm, s=scale: TorchSeq2Seq(
+            cfg, norm_first=nf, eps=e, final_norm=fn, scale=s),
+        call=lambda m, i: m(i["src"], i["tgt"], i["src"] == i["pad_idx"], i["tgt"] == i["pad_idx"]),
+        param_map=lambda cfg, fn=final_norm: _seq2seq_map(cfg, fn),
+        traits={**LAYER_TRAITS, "norm_placement": "pre" if norm_first else "post", "eps": eps,
+                "final_norm": final_norm, "embedding_scale": "sqrt(D)" if scale else "1", "pad_rows": "kept",
+                "shared_embeddings": False, "tied_output": False, "pe_layout": "interleaved sin/cos",
+                "pe_frequencies": "10000^(-2i/D)", "target_shift": "by the caller",
+                "internal_dtype": "float32",  # the position table is built in float32
+                "dropout_sites": dropout_sites(("source embedding", "target embedding"),
+                                               encoder=ENCODER_DROPOUT, decoder=DECODER_DROPOUT),
+                "note": "generator = Linear + log_softmax; target pad keys masked; no cache"},
+    )
+    register_decoding("encoder_decoder", vid, prepare=_seq2seq_prepare, step=_seq2seq_step)
+
+
+class TorchLM(nn.Module):
+    def __init__(self, cfg, *, norm_first: bool, activation: str, final_norm: bool, learned_pos: bool, tied: bool):
+        super().__init__()
+        d = cfg.d_model
+        self.embed = nn.Embedding(cfg.vocab, d)
+        self.pos = nn.Embedding(cfg.tgt_len, d) if learned_pos else None
+        layer = nn.TransformerEncoderLayer(d, cfg.heads, cfg.d_ff, cfg.dropout, activation=activation,
+                                           batch_first=True, norm_first=norm_first)
+        self.blocks = nn.TransformerEncoder(layer, layers(cfg), nn.LayerNorm(d) if final_norm else None,
+                                            enable_nested_tensor=False)
+        self.head = nn.Linear(d, cfg.vocab, bias=not tied)
+        if tied:
+            self.head.weight = self.embed.weight
+
+    def forward(self, tokens, pad=None):
+        """``pad`` (B, T) True = real token, or None."""
+        t = tokens.size(1)
+        x = self.embed(tokens)
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(t, device=tokens.device))
+        future = ~torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()  # True = not allowed
+        x = self.blocks(x, mask=future, is_causal=True,
+                        src_key_padding_mask=None if pad is None or bool(pad.all()) else ~pad)
+        return F.log_softmax(self.head(x), dim=-1)
+
+
+def _lm_map(cfg, final_norm, learned_pos, tied):
+    out = {"embed.weight": Param("embed.weight"),
+           "pos.weight": Param("pos.weight") if learned_pos else Zero(),
+           "head.weight": Tied("embed.weight") if tied else Param("head.weight"),
+           "head.bias": Zero() if tied else Param("head.bias"),
+           **(norm_entries("norm", "blocks.norm") if final_norm else {"norm.weight": Zero(), "norm.bias": Zero()})}
+    for i in range(layers(cfg)):
+        out.update(nest(ENCODER_MAP, f"blocks.{i}.", f"blocks.layers.{i}."))
+    return out
+
+
+LMS = (  # id, norm_first, activation, final norm, learned positions, tied head, reference
+    ("torch_post", False, "relu", False, False, False, True),
+    ("torch_pre_gelu", True, "gelu", True, True, True, False),
+)
+for vid, norm_first, activation, final_norm, learned_pos, tied, ref in LMS:
+    register(
+        id=vid, family="decoder_only_model", source=SOURCE, reference=ref,
+        summary=f"nn.TransformerEncoder(norm_first={norm_first}, {activation}) + causal mask, "
+                f"{'learned positions, final norm, tied head' if tied else 'no positions, Linear head'}",
+        build=lambda cfg, nf=norm_first, a=activation, fn=final_norm, lp=learned_pos, t=tied: TorchLM(
+            cfg, norm_first=nf, activation=a, final_norm=fn, learned_pos=lp, tied=t),
+        call=lambda m, i: m(i["tokens"], i["pad"]),
+        param_map=lambda cfg, fn=final_norm, lp=learned_pos, t=tied: _lm_map(cfg, fn, lp, t),
+        traits={**LAYER_TRAITS, "norm_placement": "pre" if norm_first else "post", "eps": 1e-5,
+                "activation": activation, "final_norm": final_norm, "embedding_scale": "1",
+                "tied_output": tied, "positional_encoding": "learned" if learned_pos else "none",
+                "dropout_sites": dropout_sites((), blocks=ENCODER_DROPOUT),
+                "note": "head = Linear + log_softmax; no cache"},
+    )
+    register_decoding("decoder_only_model", vid, prepare=lambda m, i, c: None,
+                      step=lambda m, s, ys: m(ys)[:, -1])
+
+
+# -- the loss and the schedule ---------------------------------------------------------------
+
+from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
+
+from harness.training_families import SPREADS, STEP_COUNTS, noam, optimizer_rates, smoothed_target  # noqa: E402
+
+
+register(
+    id="torch_ce", family="loss", source=SOURCE, reference=True,
+    summary="nn.CrossEntropyLoss(label_smoothing=s, ignore_index=pad)",
+    build=lambda cfg: None,
+    call=lambda m, i: nn.CrossEntropyLoss(label_smoothing=i["smoothing"], ignore_index=i["pad_idx"])(
+        i["logits"], i["target"]),
+    traits={"smoothing_spread": SPREADS[1], "loss_form": "cross-entropy", "note": "mean over non-ignored rows"},
+)
+register(
+    id="torch_ce_soft", family="loss", source=SOURCE,
+    summary="F.cross_entropy with 004's smoothed distribution as probability targets",
+    build=lambda cfg: None,
+    call=lambda m, i: F.cross_entropy(
+        i["logits"], smoothed_target(i["target"], i["logits"].size(-1), i["pad_idx"], i["smoothing"], SPREADS[0]).to(
+            i["logits"].dtype), reduction="sum") / (i["target"] != i["pad_idx"]).sum(),
+    traits={"smoothing_spread": SPREADS[0], "loss_form": "cross-entropy", "note": "sum / ntokens"},
+)
+
+
+register(
+    id="torch_lambdalr", family="lr_schedule", source=SOURCE, reference=True,
+    summary="LambdaLR with the paper's rate at update = last_epoch + 1",
+    build=lambda cfg: None,
+    call=lambda m, i: optimizer_rates(lambda opt: LambdaLR(opt, lambda epoch: noam(
+        epoch + 1, i["d_model"], i["factor"], i["warmup"])), i["steps"]),
+    traits={"step_count": STEP_COUNTS[1], "note": "LambdaLR(paper formula at last_epoch + 1)"},
+)

@@ -1,0 +1,156 @@
+"""The pytest plugin of the harness (entry point ``pytest11``, active wherever the
+package is installed).
+
+    pytest --variants mine.py            # from any directory; repeatable
+    HARNESS_VARIANTS=mine.py pytest      # the same (os.pathsep-separated list)
+
+Each file is loaded before collection (with every installed variant pack) and collected
+as tests of its own: one per (variant, device), named ``family/id[device]``
+(``pytest -k my_einsum``), checking the variant against the spec its declared traits
+define (``harness.compare.check_variant``: float64 semantics and the precision dtypes
+over the config matrix, gradcheck, dropout) on every case that applies to it. A file
+that cannot be loaded is a usage error (exit 4), with one line naming the problem.
+Without ``--variants`` the plugin does nothing (and imports nothing: pytest runs of
+other projects do not pay for torch).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from pathlib import Path
+
+import pytest
+
+# harness.cli.VARIANTS_ENV, spelled out so that a pytest run without variants imports
+# neither the harness nor torch (tests/test_cli.py checks the two agree).
+VARIANTS_ENV = "HARNESS_VARIANTS"
+CUDA_SKIP = "no CUDA device: the CUDA checks run on a GPU machine"
+# Precision dtypes per device (float64 always runs, for semantics), as in the project's suite.
+DTYPES = {"cpu": ("float32",), "cuda": ("float32", "bfloat16", "float16")}
+
+_FILES = pytest.StashKey[frozenset]()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("attention-harness")
+    group.addoption(
+        "--variants", action="append", default=[], metavar="FILE",
+        help=f"load the variants this file registers and test each against the spec of its "
+             f"declared traits (repeatable; or ${VARIANTS_ENV}, {os.pathsep}-separated)",
+    )
+
+
+def variant_files(config) -> list[str]:
+    files = list(config.getoption("variants") or [])
+    files += [p for p in os.environ.get(VARIANTS_ENV, "").split(os.pathsep) if p]
+    return files
+
+
+def pytest_configure(config):
+    config.stash[_FILES] = frozenset()
+    files = variant_files(config)
+    if not files:
+        return
+    from harness.errors import HarnessError
+    from harness.registry import load_all
+
+    base = config.invocation_params.dir
+    paths = [Path(f) if Path(f).is_absolute() else base / f for f in files]
+    try:
+        load_all(files)
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    resolved = frozenset(p.resolve() for p in paths)
+    config.stash[_FILES] = resolved
+    # Collect each file beside whatever else was asked for (pytest drops overlaps).
+    config.args.extend(str(p) for p in sorted(resolved) if str(p) not in config.args)
+
+
+def _is_variant_file(path: Path, config) -> bool:
+    return path.resolve() in config.stash.get(_FILES, frozenset())
+
+
+def pytest_collect_file(file_path: Path, parent):
+    """A variant file found while walking a folder (pytest's Python collector skips it:
+    its name is not a test file's)."""
+    if not _is_variant_file(file_path, parent.config):
+        return None
+    python_names = parent.config.getini("python_files")
+    if parent.session.isinitpath(file_path) or any(fnmatch.fnmatch(file_path.name, p) for p in python_names):
+        return None  # pytest's Python collector asks pytest_pycollect_makemodule below
+    return VariantFile.from_parent(parent, path=file_path)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path: Path, parent):
+    """A variant file named on the command line (as --variants adds it) or named like a
+    test file: collected as its variants' tests, never imported a second time as a module."""
+    if _is_variant_file(module_path, parent.config):
+        return VariantFile.from_parent(parent, path=module_path)
+    return None
+
+
+class VariantFile(pytest.File):
+    """A user's variant file: one test per (variant it registers, device)."""
+
+    def collect(self):
+        import torch
+
+        from harness.registry import REGISTRY
+
+        origin = str(self.path.resolve())
+        for variant in [v for v in REGISTRY.values() if v.origin == origin]:
+            for device in DTYPES:
+                item = VariantItem.from_parent(self, name=f"{variant.family}/{variant.id}[{device}]",
+                                               key=variant.key, device=device)
+                if device == "cuda" and not torch.cuda.is_available():
+                    item.add_marker(pytest.mark.skip(reason=CUDA_SKIP))
+                yield item
+
+
+class VariantMismatch(Exception):
+    """A variant's verdicts contradict what its traits declare."""
+
+
+class VariantItem(pytest.Item):
+    def __init__(self, *, key: str, device: str, **kwargs):
+        super().__init__(**kwargs)
+        self.key, self.device = key, device
+
+    def runtest(self):
+        from types import SimpleNamespace
+
+        from harness.registry import REGISTRY
+        from harness.spec import GradcheckResult, SpecResult
+        from harness.tables import failures_table
+
+        results = _check_one(REGISTRY[self.key], self.device)
+        wrong = [r for r in results if not r.ok]
+        if wrong:
+            by_kind = SimpleNamespace(
+                specs=[r for r in wrong if isinstance(r, SpecResult)],
+                gradchecks=[r for r in wrong if isinstance(r, GradcheckResult)],
+                dropouts=[r for r in wrong if not isinstance(r, (SpecResult, GradcheckResult))])
+            raise VariantMismatch(f"{self.key} contradicts its declaration "
+                                  f"({len(wrong)} of {len(results)} checks):\n" + failures_table(by_kind))
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, VariantMismatch):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, 0, f"{self.key} [{self.device}]"
+
+
+def _check_one(variant, device: str) -> list:
+    """The one place that decides a user's variant: its spec over the config matrix (the
+    lead's ``check_variant``). Returns every result; each has ``.ok``."""
+    from harness.compare import check_variant
+
+    results = check_variant(variant, dtypes=DTYPES[device], device=device)
+    if not results:
+        pytest.fail(f"{variant.key} was checked on no config and case (check traits['cases'] "
+                    "and supports)", pytrace=False)
+    return results

@@ -1,0 +1,249 @@
+"""Every command README.md shows is run here, as written: the commands are read from the
+README's fenced ``console`` blocks (lines starting with ``$ ``) and ``bash`` blocks, so
+the two cannot drift apart.
+
+- Each runs in a copy of the repository (nothing here is written to), with this Python
+  environment first on PATH, and must exit 0. Commands of one block run in README order
+  in one copy (``report --from reports/...`` reads what ``report`` wrote before it).
+- Fast commands run in the default suite; every other command is marked ``slow`` and
+  runs with ``pytest -m slow``, which the README's test command runs after the default
+  suite. A command with ``--full`` (the full sweep, hours) runs for FULL_LIMIT_S seconds
+  and must, by then, have started and written rows to its JSONL log; it is then stopped
+  with Ctrl-C (SIGINT), which it must survive without a traceback.
+- Setup commands (``python3 -m venv``, activate, ``pip install``): the install must pin
+  ``torch==2.13.0`` and install the project editable (``-e``); the part after the setup
+  runs in this environment. The test command's pytest runs are not re-run inside
+  themselves: ``.ci/run`` must run exactly that command, and each of its pytest
+  invocations must collect tests (``--collect-only``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+NESTED_ENV = "HARNESS_README_COMMAND"  # set for the commands' own processes
+FULL_LIMIT_S = 300
+COMMAND_TIMEOUT_S = 1800
+FAST = re.compile(r"^python -m harness list\b")  # seconds each; everything else is slow
+SETUP = re.compile(r"^(python3? -m venv \S+|\. \S+/bin/activate|source \S+/bin/activate|pip install .+)$")
+
+if os.environ.get(NESTED_ENV):  # a README command running pytest must not run the README again
+    pytestmark = pytest.mark.skip(reason="inside a README command's own pytest run")
+
+
+@dataclass(frozen=True)
+class Command:
+    text: str           # as shown, without its trailing comment
+    line: int           # 1-based line in README.md
+    block: int          # index of its fenced block
+    marker: str | None  # the <!-- name --> the block sits in (main-command, test-command)
+
+    @property
+    def id(self) -> str:
+        return f"L{self.line}:" + re.sub(r"[^\w./=-]+", "_", split_setup(self.text)[1])[:70].strip("_")
+
+
+def strip_comment(line: str) -> str:
+    """Drop a trailing ``# comment`` that is outside quotes."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line.rstrip()
+
+
+def readme_commands(text: str) -> list[Command]:
+    commands, marker, lang, block = [], None, None, -1
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if lang is None:
+            if m := re.fullmatch(r"<!-- (/?)([\w-]+) -->", line):
+                marker = None if m.group(1) else m.group(2)
+            elif line.startswith("```"):
+                lang, block = line[3:].strip(), block + 1
+            continue
+        if line.startswith("```"):
+            lang = None
+            continue
+        if lang == "console" and line.startswith("$ "):
+            commands.append(Command(strip_comment(line[2:]), number, block, marker))
+        elif lang in ("bash", "sh", "shell") and line and not line.startswith("#"):
+            commands.append(Command(strip_comment(line), number, block, marker))
+    return commands
+
+
+def split_setup(command: str) -> tuple[list[str], str]:
+    """(setup steps, the rest) of ``venv && activate && pip install ... && rest``."""
+    parts = [p.strip() for p in command.split(" && ")]
+    n = 0
+    while n < len(parts) and SETUP.match(parts[n]):
+        n += 1
+    return parts[:n], " && ".join(parts[n:])
+
+
+COMMANDS = readme_commands(README.read_text())
+TEST_COMMAND = next((c for c in COMMANDS if c.marker == "test-command"), None)
+RUNNABLE = [c for c in COMMANDS if c is not TEST_COMMAND]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_VARIANTS", "PYTEST_ADDOPTS")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env[NESTED_ENV] = "1"
+    return env
+
+
+class Workdir:
+    """A copy of the repository; remembers which commands already ran in it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.done: dict[int, subprocess.CompletedProcess] = {}
+
+    def run(self, command: Command) -> subprocess.CompletedProcess:
+        if command.line not in self.done:
+            _, rest = split_setup(command.text)
+            if "--full" in rest:
+                self.done[command.line] = self._run_limited(rest)
+            else:
+                self.done[command.line] = subprocess.run(
+                    ["bash", "-c", rest], cwd=self.path, env=_env(), capture_output=True,
+                    text=True, timeout=COMMAND_TIMEOUT_S)
+        return self.done[command.line]
+
+    def _logs(self) -> dict[Path, int]:
+        return {p: p.stat().st_mtime_ns for p in (self.path / "reports").rglob("*.jsonl")}
+
+    def _run_limited(self, rest: str) -> subprocess.CompletedProcess:
+        """Run for FULL_LIMIT_S; by then it must have written rows to a log. Ctrl-C then."""
+        before = self._logs()
+        proc = subprocess.Popen(["bash", "-c", f"exec {rest}"], cwd=self.path, env=_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = proc.communicate(timeout=FULL_LIMIT_S)
+            return subprocess.CompletedProcess(rest, proc.returncode, out, err)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                out, err = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+                return subprocess.CompletedProcess(rest, -9, out, err + "\n(did not stop on Ctrl-C)")
+        written = [p for p, t in self._logs().items() if before.get(p) != t and p.read_text().strip()]
+        ok = bool(written) and "Traceback" not in err
+        note = f"\n(stopped after {FULL_LIMIT_S} s; logs written: {[str(p) for p in written]})"
+        return subprocess.CompletedProcess(rest, 0 if ok else 1, out, err + note)
+
+
+def _tracked_files() -> list[str]:
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True, text=True)
+    return listed.stdout.splitlines() if listed.returncode == 0 else []
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory) -> Workdir:
+    copy = tmp_path_factory.mktemp("readme") / "repo"
+    files = _tracked_files()
+    if files:
+        for name in files:
+            src = ROOT / name
+            if src.is_file():
+                (copy / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, copy / name)
+    else:  # not a git checkout: everything but environments and caches
+        shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(
+            ".git", ".venv", "*.egg-info", "__pycache__", ".pytest_cache", ".benchmarks"))
+    return Workdir(copy)
+
+
+def _shown(result: subprocess.CompletedProcess) -> str:
+    return f"exit {result.returncode}\n--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
+
+
+def _params():
+    for c in RUNNABLE:
+        _, rest = split_setup(c.text)
+        marks = [] if FAST.match(rest) else [pytest.mark.slow]
+        yield pytest.param(c, marks=marks, id=c.id)
+
+
+def test_the_readme_shows_commands():
+    shown = {c.text for c in COMMANDS}
+    assert TEST_COMMAND is not None and any(c.marker == "main-command" for c in COMMANDS)
+    assert any(t.startswith("python -m harness check") for t in shown)
+    assert any(FAST.match(split_setup(c.text)[1]) for c in RUNNABLE)  # the default suite runs some
+
+
+@pytest.mark.parametrize("command", list(_params()))
+def test_readme_command(command: Command, workdir: Workdir):
+    for earlier in RUNNABLE:  # what the block ran before it, in README order
+        if earlier.block == command.block and earlier.line < command.line:
+            result = workdir.run(earlier)
+            assert result.returncode == 0, f"an earlier command of its block failed: {earlier.text}\n" + _shown(result)
+    result = workdir.run(command)
+    assert result.returncode == 0, f"{command.text}\n" + _shown(result)
+    assert "Traceback" not in result.stderr, _shown(result)
+
+
+@pytest.mark.parametrize("marker", ["main-command", "test-command"])
+def test_setup_pins_torch_and_installs_the_project_editable(marker):
+    [command] = [c for c in COMMANDS if c.marker == marker]
+    setup, rest = split_setup(command.text)
+    installs = [s for s in setup if s.startswith("pip install")]
+    assert installs, f"{marker} installs nothing: {command.text}"
+    words = installs[0].split()
+    assert "torch==2.13.0" in words, "the install must pin torch==2.13.0 (the CPU wheel on disk)"
+    assert "-e" in words, "the project must be installed editable (-e)"
+    assert rest, f"{marker} runs nothing after its setup"
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    printed = subprocess.run([str(ROOT / ".ci" / "run"), "--print"], capture_output=True, text=True)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.strip() == TEST_COMMAND.text
+
+
+@pytest.mark.parametrize("status", [0, 1, 5])
+def test_ci_passes_on_the_commands_exit_status(tmp_path, status):
+    """A failing pytest (1), or one that collected nothing (5), fails CI; 0 passes."""
+    (tmp_path / ".ci").mkdir()
+    shutil.copy2(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
+    (tmp_path / "README.md").write_text(
+        "<!-- test-command -->\n```bash\n"
+        f"python3 -c 'raise SystemExit({status})' pytest && echo after\n"
+        "```\n<!-- /test-command -->\n")
+    run = subprocess.run([str(tmp_path / ".ci" / "run")], capture_output=True, text=True)
+    assert run.returncode == status, run.stdout + run.stderr
+    assert ("after" in run.stdout.splitlines()) == (status == 0)  # the chain stops at a failure
+
+
+@pytest.mark.slow
+def test_the_test_commands_pytest_runs_collect_tests(workdir: Workdir):
+    """The test command's pytest invocations, collected (running them here would run this
+    test inside itself); .ci/run runs them for real."""
+    _, rest = split_setup(TEST_COMMAND.text)
+    for part in rest.split(" && "):
+        assert re.match(r"^python -m pytest\b", part), f"not a pytest run: {part}"
+        run = subprocess.run(["bash", "-c", f"{part} --collect-only -q"], cwd=workdir.path,
+                             env={**_env(), NESTED_ENV: ""}, capture_output=True, text=True,
+                             timeout=COMMAND_TIMEOUT_S)
+        assert run.returncode == 0, _shown(run)
+        assert re.search(r"\d+ tests? collected", run.stdout), _shown(run)
