@@ -3,9 +3,13 @@
     pytest benchmarks --benchmark-only --benchmark-json bench.json
     python -m harness report --from bench.json
 
-CUDA work is synchronized inside the benchmarked call. Each benchmark carries the case,
-its FLOPs, saved bytes and the matmul peak in ``extra_info``, so the JSON turns into the
-same report as ``python -m harness bench``.
+The same callables as ``python -m harness bench`` (``harness.bench.prepare``), timed by
+pytest-benchmark one case at a time, with torch's threads set explicitly. CUDA work is
+synchronized inside the benchmarked call. Each benchmark carries the case, its FLOPs
+(executed and dense-equivalent), kernel path, saved bytes and tensor peak in
+``extra_info``, so the JSON turns into a report. Its rows are not interleaved: the report
+states no ratio (vs baseline, % of peak) and claims no timed target from them; for those,
+``python -m harness report``.
 """
 
 from __future__ import annotations
@@ -17,30 +21,24 @@ import torch
 
 from harness import measure
 from harness.bench import environment, plan, prepare
-from harness.compare import dtype_of
 from harness.registry import get_variant
 
+THREADS = torch.get_num_threads()
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-CASES = [c for device in DEVICES for c in plan("quick", device)]
+CASES = [c for device in DEVICES for c in plan("quick", device) if not c.compiled]
 
 
-@pytest.fixture(scope="session")
-def peaks():
-    cache = {}
-
-    def get(device: str, dtype: str) -> float:
-        if (device, dtype) not in cache:
-            cache[(device, dtype)] = measure.matmul_peak(device, dtype_of(dtype))[0]
-        return cache[(device, dtype)]
-
-    return get
+def case_id(c) -> str:
+    """An id that ``pytest -k`` can match, e.g. ``norm-torch_layernorm-B4-T128-D256-float32-cpu-fwd_bwd``."""
+    return f"{c.family}-{c.variant}-B{c.batch}-T{c.seq}-D{c.d_model}-{c.dtype}-{c.device}-{c.mode.replace('+', '_')}"
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.key for c in CASES])
-def test_case(benchmark, case, peaks):
+@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
+def test_case(benchmark, case):
     reason = get_variant(case.family, case.variant).supports(case.config())
     if reason:
         pytest.skip(reason)
+    torch.set_num_threads(THREADS)  # set explicitly, recorded in extra_info
     prepared = prepare(case)
     step = prepared.step
     if case.device == "cuda":
@@ -49,11 +47,11 @@ def test_case(benchmark, case, peaks):
             torch.cuda.synchronize()
     else:
         call = step
+    st = measure.instrumented(step, case.device, prepared.resident if case.mode == "fwd+bwd" else None)
     benchmark.group = f"{case.family} {case.shape} {case.dtype} {case.mode}"
     benchmark.extra_info.update(
-        dataclasses.asdict(case), key=case.key, case=case.case, kind="case",
-        flops=measure.count_flops(step), peak_flops=peaks(case.device, case.dtype),
-        saved_bytes=measure.saved_bytes(prepared.forward, prepared.resident) if case.mode == "fwd+bwd" else None,
-        peak_bytes=measure.peak_bytes(step, case.device), **environment(case.device),
+        dataclasses.asdict(case), key=case.key, case=case.case, kind="case", profile="quick",
+        flops=st.flops, flops_dense=st.flops_dense, saved_bytes=st.saved_bytes, peak_bytes=st.peak_bytes,
+        path=measure.path_name(st.ops), path_ops=st.ops, **{**environment(case.device), "threads": THREADS},
     )
     benchmark(call)

@@ -1,11 +1,16 @@
 """Benchmarks: cases as data, one loop, every row carrying its environment.
 
 A sweep expands into ``BenchCase`` rows (family x variant x batch x seq x dtype x mode x
-compile). Each case builds the variant with the family's seeded canonical weights, takes
-the family's benchmark inputs, and measures time, FLOPs, bytes saved for backward and
-peak memory (see ``harness.measure``). Rows are appended to a JSONL log as each case
-finishes: an interrupted sweep keeps what it measured, and a rerun resumes, skipping the
-cases already in the log. Unsupported cases, errors and CUDA out-of-memory are rows too.
+compile). Cases that differ only by variant form a group; a group's variants, the family's
+reference and a square matmul (the machine's peak) are timed together, interleaved in
+alternating rounds (``harness.measure.interleave``), so every ratio (variant vs reference,
+achieved vs peak) is taken round by round in one window, with its spread. Each case builds
+the variant with the family's seeded canonical weights and the family's benchmark inputs;
+a compiled case is compiled outside any dispatch mode, its compile time kept apart.
+Rows are appended to a JSONL log as each group finishes: an interrupted sweep keeps what it
+measured, and a rerun resumes. Unsupported cases, errors and CUDA out-of-memory are rows too.
+A group measured while the machine was disturbed (load average above its cores, or a
+matmul peak that moved across rounds) carries the figures in ``disturbed``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import math
 import os
 import platform
 import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -23,12 +30,12 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 
 from . import measure
-from .compare import OpRecorder, cast_inputs, cotangent, dtype_of, unique_grad_inputs
+from .compare import cast_inputs, cotangent, dtype_of, unique_grad_inputs
 from .config import Config
 from .errors import ConfigError, HarnessError, ResultsFileError, UnknownName
 from .families import get_family
 from .porting import zero_unrepresented
-from .registry import get_variant, variants_of
+from .registry import get_variant, reference_of, variants_of
 from .seeding import build
 
 MODES = ("fwd", "fwd+bwd")
@@ -103,13 +110,18 @@ class Sweep:
 
 LAYERS = ("norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block")
 
+# Timing per profile: seconds of timed calls per variant per round, and rounds per group.
+TIMING = {"quick": {"min_time": 0.02, "rounds": 7}, "full": {"min_time": 0.05, "rounds": 7}}
+
 PROFILES: dict[str, dict[str, list[Sweep]]] = {
-    "quick": {  # under two minutes on a 2-core CPU, with the check
+    "quick": {  # within two minutes on an idle 2-core CPU, with the check
         "cpu": [
             # the targets' shape (variants/targets.py): B=8, T=512, D=512, H=8, causal
             Sweep(("attention",), batch=(8,), seq=(512,), d_model=512, heads=8, modes=("fwd",)),
-            Sweep(("attention",), batch=(2,), seq=(64, 128, 256, 512), d_model=256, heads=8),
-            Sweep(LAYERS, batch=(4,), seq=(128,), d_model=256, heads=8),
+            # the saved-bytes growth targets: fwd+bwd over T (exponents over 64..256: 1.00, 1.50, 1.51)
+            Sweep(("attention",), batch=(2,), seq=(64, 128, 256), d_model=256, heads=8, modes=("fwd+bwd",)),
+            # the layer families, forward only (their backward is in the full profile)
+            Sweep(LAYERS, batch=(4,), seq=(128,), d_model=256, heads=8, modes=("fwd",)),
         ],
         "cuda": [
             Sweep(("attention",), batch=(8,), seq=(512, 2048), d_model=512, heads=8,
@@ -154,7 +166,16 @@ def plan(profile: str, device: str, families=None, variants=None, batch=None, se
             sweep = dataclasses.replace(sweep, batch=tuple(batch or sweep.batch), seq=tuple(seq or sweep.seq))
         cases += sweep.expand(device, families, variants)
     if variants and not cases:
-        raise UnknownName(f"no benchmarked variant is called {sorted(variants)}")
+        known = sorted({v.id for f in (families or BENCH_FAMILIES) if f in BENCH_FAMILIES for v in variants_of(f)})
+        raise UnknownName(f"no benchmarked variant is called {sorted(variants)}; variants: {', '.join(known)}")
+    if variants:  # the family's reference is timed beside them: the ratios need it
+        refs = {ref.id for f in {c.family for c in cases} if (ref := reference_of(f)) is not None}
+        if refs - set(variants):
+            return plan(profile, device, families, sorted(set(variants) | refs), batch, seq)
+    return _unique(cases)
+
+
+def _unique(cases: list[BenchCase]) -> list[BenchCase]:
     seen, unique = set(), []
     for c in cases:
         if c.key not in seen:
@@ -165,17 +186,24 @@ def plan(profile: str, device: str, families=None, variants=None, batch=None, se
     return unique
 
 
-# -- running one case ------------------------------------------------------------------------
+# -- running one group -----------------------------------------------------------------------
+
+COMPILE_BACKEND = "inductor"  # torch.compile's default; the tests use "eager" (Dynamo only, cheap)
+
 
 @dataclass
 class Prepared:
-    forward: Callable[[], torch.Tensor]
-    step: Callable[[], object]          # the timed callable of the case's mode
+    forward: Callable[[], torch.Tensor]   # eager forward (FLOPs, saved bytes, path: run under modes)
+    step: Callable[[], object]            # the timed callable of the case's mode (compiled if asked)
+    eager_step: Callable[[], object]      # the same step, eager
     resident: list[torch.Tensor]
+    compile_s: float | None = None        # first compiled call: Dynamo + Inductor + one run
+    graphs: int | None = None             # graphs Dynamo compiled for it (0 = it ran eager)
 
 
 def prepare(case: BenchCase) -> Prepared:
-    """Build, port the seeded canonical weights, make inputs; return the callables."""
+    """Build, port the seeded canonical weights, make inputs; return the callables. A
+    compiled case is compiled here, by its first call, outside any dispatch mode."""
     variant = get_variant(case.family, case.variant)
     family = get_family(case.family)
     cfg = case.config()
@@ -185,71 +213,169 @@ def prepare(case: BenchCase) -> Prepared:
         portmap.load(zero_unrepresented(family.canonical_weights(cfg), portmap.zero_names()))
     train = case.mode == "fwd+bwd"
     inputs = cast_inputs(family.inputs(case.case, cfg), dtype, case.device, family.grad_inputs if train else ())
-    call_module = torch.compile(module) if case.compiled else module
-
-    def forward():
-        return variant.call(call_module, inputs)
-
     params = [p for p in module.parameters()] if isinstance(module, torch.nn.Module) else []
     leaves = list(unique_grad_inputs(family, inputs).values()) + [p for p in params if p.requires_grad]
     resident = params + [t for t in inputs.values() if isinstance(t, torch.Tensor)]
-    if not train:
+    grad_out = None
+    if train:
+        probe = variant.call(module, inputs)
+        grad_out = cotangent(probe.shape, cfg.seed).to(case.device, dtype)
+        del probe
+
+    def make_step(target):
+        def forward():
+            return variant.call(target, inputs)
+
+        if not train:
+            def step():
+                with torch.no_grad():
+                    return forward()
+            return forward, step
+
         def step():
-            with torch.no_grad():
-                return forward()
-        return Prepared(forward, step, resident)
-    probe = forward()
-    grad_out = cotangent(probe.shape, cfg.seed).to(case.device, dtype)
-    del probe
+            for leaf in leaves:  # fresh gradients each call: no accumulation in the timing
+                leaf.grad = None
+            out = forward()
+            out.backward(grad_out)
+            return out
+        return forward, step
 
-    def step():
-        for leaf in leaves:  # fresh gradients each call: no accumulation in the timing
-            leaf.grad = None
-        out = forward()
-        out.backward(grad_out)
-        return out
+    forward, eager_step = make_step(module)
+    if not case.compiled:
+        return Prepared(forward, eager_step, eager_step, resident)
+    from torch import _dynamo as dynamo
+    from torch._dynamo.utils import counters
 
-    return Prepared(forward, step, resident)
+    dynamo.reset()  # a fresh cache: no recompile limit reached by earlier cases
+    before = counters["stats"]["unique_graphs"]
+    _, step = make_step(torch.compile(module, backend=COMPILE_BACKEND))
+    started = time.perf_counter()
+    step()
+    if case.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    compile_s = time.perf_counter() - started
+    graphs = counters["stats"]["unique_graphs"] - before
+    return Prepared(forward, step, eager_step, resident, compile_s, graphs)
 
 
-def measure_case(case: BenchCase, *, min_time: float, min_reps: int, peak_flops: float) -> dict:
-    """One row: time, IQR, FLOPs, GFLOP/s, % of matmul peak, saved bytes, peak bytes."""
-    row: dict[str, Any] = {**dataclasses.asdict(case), "case": case.case, "key": case.key}
-    variant = get_variant(case.family, case.variant)
-    reason = variant.supports(case.config())
-    if reason:
-        return {**row, "status": "unsupported", "error": reason}
+PEAK = "__matmul_peak__"
+PEAK_SIZE = {"cpu": 1024, "cuda": 8192}
+PEAK_SPREAD_LIMIT = 0.10   # matmul peak: IQR over median across rounds above this = disturbed
+
+
+def load_average() -> float | None:
     try:
-        prepared = prepare(case)
-        recorder = OpRecorder()
-        with recorder:
-            prepared.step()
-        row["path"] = recorder.path()
-        timing = measure.time_callable(prepared.step, case.device, warmup=2, min_reps=min_reps, min_time=min_time)
-        flops = measure.count_flops(prepared.step)
-        row.update(
-            status="ok", median_s=timing.median, q1_s=timing.q1, q3_s=timing.q3, iqr_s=timing.iqr,
-            reps=timing.reps, flops=flops,
-            gflops=flops / timing.median / 1e9 if flops else math.nan,
-            peak_fraction=(flops / timing.median) / peak_flops if flops and peak_flops else math.nan,
-            peak_bytes=measure.peak_bytes(prepared.step, case.device),
-            peak_method=measure.CUDA_PEAK_METHOD if case.device.startswith("cuda") else measure.CPU_PEAK_METHOD,
-        )
-        if case.mode == "fwd+bwd":
-            row["saved_bytes"] = measure.saved_bytes(prepared.forward, prepared.resident)
-        return row
-    except torch.cuda.OutOfMemoryError as exc:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def disturbance(loads: list[float | None], peak_rounds: list[float], device: str) -> str:
+    """Why the window was disturbed, with the figures; "" when it was not."""
+    why = []
+    cores = os.cpu_count() or 1
+    worst = max((x for x in loads if x is not None), default=None)
+    if device == "cpu" and worst is not None and worst > cores + 0.5:
+        why.append(f"load average {worst:.1f} on {cores} cores")
+    med, q1, q3 = measure.quartiles(peak_rounds)
+    if peak_rounds and med > 0 and (q3 - q1) / med > PEAK_SPREAD_LIMIT:
+        why.append(f"matmul peak spread {(q3 - q1) / med:.0%} across rounds (IQR/median)")
+    return "; ".join(why)
+
+
+def _static(case: BenchCase, prepared: Prepared, row: dict) -> None:
+    """What is not time, from one instrumented call of the eager step: kernel path, FLOPs
+    (executed and dense-equivalent), tensor peak, bytes saved for backward."""
+    train = case.mode == "fwd+bwd"
+    st = measure.instrumented(prepared.eager_step, case.device, prepared.resident if train else None)
+    row["path"] = ("compiled: " if case.compiled else "") + measure.path_name(st.ops)
+    row.update(path_ops=st.ops, flops=st.flops, flops_dense=st.flops_dense, peak_bytes=st.peak_bytes,
+               largest_tensor=f"{list(st.largest[1])} ({st.largest[0] / 2**20:.3g} MiB)" if st.largest[0] else None,
+               peak_method=measure.CUDA_PEAK_METHOD if case.device.startswith("cuda") else measure.CPU_PEAK_METHOD)
+    if train:
+        row["saved_bytes"] = st.saved_bytes
+
+
+def _failed(row: dict, case: BenchCase, exc: Exception) -> dict:
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or (
+            "out of memory" in str(exc).lower() and torch.cuda.is_available()):
         torch.cuda.empty_cache()
         return {**row, "status": "oom", "error": str(exc).splitlines()[0]}
-    except HarnessError:
-        raise
-    except Exception as exc:  # e.g. torch.compile unsupported on this machine: a finding, not a crash
-        if "out of memory" in str(exc).lower() and torch.cuda.is_available():
-            torch.cuda.empty_cache()
-            return {**row, "status": "oom", "error": str(exc).splitlines()[0]}
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        status = "unsupported" if case.compiled else "error"
-        return {**row, "status": status, "error": f"{type(exc).__name__}: {first}"[:300]}
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    status = "unsupported" if case.compiled else "error"  # e.g. torch.compile unsupported here
+    return {**row, "status": status, "error": f"{type(exc).__name__}: {first}"[:300]}
+
+
+def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threads: int,
+                  probe=None) -> tuple[list[dict], dict]:
+    """Rows of one group (one family, shape, dtype, mode: its variants and the family's
+    reference) and its matmul-peak row, timed interleaved in one window with the peak."""
+    first = cases[0]
+    started = time.perf_counter()
+    ref = reference_of(first.family)
+    rows: dict[str, dict] = {}
+    fns: dict[str, Callable[[], object]] = {}
+    loads = [load_average()]
+    for case in cases:
+        row: dict[str, Any] = {**dataclasses.asdict(case), "case": case.case, "key": case.key,
+                               "threads": threads, "baseline": ref.id if ref else None}
+        reason = get_variant(case.family, case.variant).supports(case.config())
+        if reason:
+            rows[case.variant] = {**row, "status": "unsupported", "error": reason}
+            continue
+        try:
+            prepared = prepare(case)
+            if case.compiled:
+                row.update(compile_s=prepared.compile_s, compile_graphs=prepared.graphs)
+                if not prepared.graphs:
+                    raise RuntimeError("torch.compile compiled no graph: the case would run eager")
+            _static(case, prepared, row)
+            rows[case.variant] = {**row, "status": "ok"}
+            fns[case.variant] = prepared.step
+        except HarnessError:
+            raise
+        except Exception as exc:  # a finding, not a crash: the sweep goes on
+            rows[case.variant] = _failed(row, case, exc)
+    size = PEAK_SIZE["cuda" if first.device.startswith("cuda") else "cpu"]
+    mm, mm_flops = measure.matmul_callable(first.device, dtype_of(first.dtype), size)
+    timed = measure.interleave({**fns, PEAK: mm}, rounds=rounds, min_time=min_time, threads=threads)
+    loads.append(load_average())
+    peak_rounds = [mm_flops / t for t in timed.rounds[PEAK]]
+    disturbed = disturbance(loads, peak_rounds, first.device)
+    group = first.key.replace(f"{first.family}/{first.variant}|", f"{first.family}|")
+    pk, pk1, pk3 = measure.quartiles(peak_rounds)
+    peak_row = {"kind": "peak", "key": f"peak|{group}", "group": group, "family": first.family,
+                "device": first.device, "dtype": first.dtype, "size": size, "peak_flops": pk,
+                "peak_q1": pk1, "peak_q3": pk3, "rounds": rounds, "load": loads, "disturbed": disturbed,
+                "threads": threads}
+    for vid in fns:
+        row = rows[vid]
+        med, q1, q3 = measure.quartiles(timed.blocks[vid])
+        per_round = timed.rounds[vid]
+        fractions = [row["flops"] / t / p for t, p in zip(per_round, peak_rounds)] if row["flops"] else []
+        f, f1, f3 = measure.quartiles(fractions)
+        dense = measure.quartiles([row["flops_dense"] / t / p for t, p in zip(per_round, peak_rounds)])[0] \
+            if row["flops_dense"] else math.nan
+        row.update(median_s=med, q1_s=q1, q3_s=q3, iqr_s=q3 - q1, round_s=per_round, rounds=rounds,
+                   reps=len(timed.blocks[vid]) * timed.number[vid],
+                   gflops=row["flops"] / med / 1e9 if row["flops"] else math.nan,
+                   gflops_dense=row["flops_dense"] / med / 1e9 if row["flops_dense"] else math.nan,
+                   peak_flops=pk, peak_fraction=f, peak_fraction_q1=f1, peak_fraction_q3=f3,
+                   peak_fraction_dense=dense,
+                   load=loads, disturbed=disturbed, group=group, interleaved=True)
+        if ref is not None and ref.id in fns:
+            r, r1, r3 = measure.quartiles(timed.ratio(ref.id, vid))
+            row.update(vs_baseline=r, vs_baseline_q1=r1, vs_baseline_q3=r3)
+    if probe is not None:
+        for vid in fns:
+            case = next(c for c in cases if c.variant == vid)
+            if case.compiled:
+                rows[vid].update(rss_peak_bytes=None, rss_note="compiled: the probe would compile it again")
+            else:
+                rss, why = probe.measure(dataclasses.asdict(case))
+                rows[vid].update(rss_peak_bytes=rss, rss_note=why)
+    peak_row["elapsed_s"] = time.perf_counter() - started
+    return [rows[c.variant] for c in cases], peak_row
 
 
 # -- environment -----------------------------------------------------------------------------------
@@ -299,18 +425,41 @@ def device_dir(device: str, device_name: str | None = None) -> str:
 
 # -- the sweep -------------------------------------------------------------------------------------------
 
-def read_log(path: Path) -> list[dict]:
-    rows = []
+def read_log(path: Path, *, quiet: bool = False) -> list[dict]:
+    """Rows of a JSONL log. A cut-off last line (the row in progress when the run stopped)
+    is dropped with a message; every earlier row is kept. A bad line before it is an error."""
+    rows: list[dict] = []
     if not path.exists():
         return rows
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
+    if path.is_dir():
+        raise ResultsFileError(f"bench log '{path}' is a directory, not a JSONL file")
+    lines = [(n, line) for n, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+    for i, (n, line) in enumerate(lines):
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                if not quiet:
+                    print(f"note: {path}:{n} is cut off (the row in progress when the run stopped); "
+                          f"dropped, {len(rows)} earlier row(s) kept", file=sys.stderr)
+                break
             raise ResultsFileError(f"{path}:{n} is not a JSON line; delete it or pass --fresh") from None
     return rows
+
+
+def _rewrite_without_cut_line(path: Path, rows: list[dict]) -> None:
+    """Before appending to a log whose last line was cut off, write it back whole."""
+    if len([x for x in path.read_text().splitlines() if x.strip()]) > len(rows):
+        path.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
+
+
+def groups(cases: list[BenchCase]) -> list[list[BenchCase]]:
+    """Cases timed together: same family, shape, dtype, device, mode and compile flag."""
+    out: dict[tuple, list[BenchCase]] = {}
+    for c in cases:
+        out.setdefault((c.family, c.batch, c.seq, c.d_model, c.heads, c.d_ff, c.dtype, c.device, c.mode,
+                        c.compiled), []).append(c)
+    return list(out.values())
 
 
 def run_sweep(
@@ -318,48 +467,119 @@ def run_sweep(
     log: Path,
     *,
     fresh: bool = False,
-    min_time: float = 0.1,
-    min_reps: int = 5,
+    min_time: float = 0.05,
+    rounds: int = 7,
+    threads: int | None = None,
     progress: bool = True,
+    memory: bool = True,
+    variant_files: list[str] | None = None,
+    profile: str = "",
 ) -> Iterator[dict]:
-    """Measure each case not yet in ``log``; append each row as it finishes; yield rows.
-    The first rows of a new log are the matmul peaks of the dtypes in the sweep."""
+    """Measure each group with a case not yet in ``log``; append its rows (and its matmul
+    peak row) as soon as the group finishes; yield the case rows. A group is timed as a
+    whole (its ratios need one window), so a resumed group is measured again whole.
+    Ends the log with an ``end`` row when every group is done."""
     from tqdm import tqdm
 
+    from .memprobe import MemProbe
+
+    threads = threads or torch.get_num_threads()
     log.parent.mkdir(parents=True, exist_ok=True)
     if fresh and log.exists():
         log.unlink()
-    done = {r["key"]: r for r in read_log(log)}
-    peaks = {k: r for k, r in done.items() if r.get("kind") == "peak"}
+    old = read_log(log)
+    if old:
+        _rewrite_without_cut_line(log, old)
+    done = {r["key"] for r in old if r.get("kind", "case") == "case"}
     env = environment(cases[0].device) if cases else {}
-    with log.open("a") as out:
-        def emit(row):
-            out.write(json.dumps(row, default=str) + "\n")
-            out.flush()
+    env["threads"] = threads
+    todo = [g for g in groups(cases) if any(c.key not in done for c in g)]
+    cpu = bool(cases) and not cases[0].device.startswith("cuda")
+    probe = MemProbe(list(variant_files or []), threads) if memory and cpu else None
+    try:
+        with log.open("a") as out:
+            def emit(row):
+                out.write(json.dumps(row, default=str) + "\n")
+                out.flush()
 
-        for dt in sorted({c.dtype for c in cases}):
-            key = f"peak|{cases[0].device}|{dt}"
-            if key not in peaks:
-                flops, size = measure.matmul_peak(cases[0].device, dtype_of(dt))
-                peaks[key] = {"kind": "peak", "key": key, "device": cases[0].device, "dtype": dt,
-                              "peak_flops": flops, "size": size, **env}
-                emit(peaks[key])
-        todo = [c for c in cases if c.key not in done]
-        bar = tqdm(todo, desc="bench", unit="case", disable=not progress, dynamic_ncols=True)
-        for case in bar:
-            bar.set_postfix_str(f"{case.family}/{case.variant} T={case.seq} {case.mode}", refresh=False)
-            peak = peaks[f"peak|{case.device}|{case.dtype}"]["peak_flops"]
-            row = {**measure_case(case, min_time=min_time, min_reps=min_reps, peak_flops=peak),
-                   "kind": "case", **env}
-            emit(row)
-            yield row
+            bar = tqdm(todo, desc="bench", unit="group", disable=not progress, dynamic_ncols=True)
+            for group in bar:
+                c = group[0]
+                bar.set_postfix_str(f"{c.family} B={c.batch} T={c.seq} {c.mode}", refresh=False)
+                rows, peak = measure_group(group, min_time=min_time, rounds=rounds, threads=threads, probe=probe)
+                if peak["disturbed"]:
+                    tqdm.write(f"disturbed: {c.family} B={c.batch} T={c.seq} {c.mode}: {peak['disturbed']}",
+                               file=sys.stderr)
+                emit({**peak, "profile": profile, **env})
+                for row in rows:
+                    row = {**row, "kind": "case", "profile": profile, **env}
+                    emit(row)
+                    yield row
+            if todo or not (old and old[-1].get("kind") == "end"):
+                emit({"kind": "end", "key": "end", "profile": profile})
+    finally:
+        if probe is not None:
+            probe.close()
+
+
+def log_complete(path: Path) -> bool:
+    """True when the log's last row is the end of a whole sweep."""
+    rows = read_log(path, quiet=True) if path.exists() else []
+    return bool(rows) and rows[-1].get("kind") == "end"
+
+
+# -- sizes that cannot fit ---------------------------------------------------------------------------
+
+ATTENTION_FAMILIES = {"attention", "encoder_layer", "decoder_layer", "decoder_only_block"}
+
+
+def case_bytes(case: BenchCase) -> int:
+    """A rough lower estimate of one case's memory: inputs, output and activations of
+    (B, T, D) and (B, T, F), and, for families with attention, one (B, H, T, S) weights
+    tensor (the explicit variants hold it); twice that with backward."""
+    itemsize = dtype_of(case.dtype).itemsize
+    b, t, d = case.batch, case.seq, case.d_model
+    n = 6 * b * t * d + b * t * case.d_ff
+    if case.family in ATTENTION_FAMILIES:
+        n += b * case.heads * t * t
+    return itemsize * n * (2 if case.mode == "fwd+bwd" else 1)
+
+
+def available_bytes(device: str) -> int | None:
+    if device.startswith("cuda"):
+        return torch.cuda.mem_get_info()[0]
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_sizes(cases: list[BenchCase]) -> None:
+    """Refuse, before the run, a sweep whose largest case cannot fit in memory."""
+    if not cases:
+        return
+    big = max(cases, key=case_bytes)
+    need, have = case_bytes(big), available_bytes(big.device)
+    if have is not None and need > have:
+        raise ConfigError(
+            f"case {big.family}/{big.variant} B={big.batch} T={big.seq} D={big.d_model} {big.mode} needs at "
+            f"least ~{need / 2**30:,.1f} GiB (activations and the (B,H,T,S) attention weights), more than the "
+            f"{have / 2**30:,.1f} GiB available; lower --batch or --seq")
 
 
 def load_rows(path: Path) -> list[dict]:
     """Rows from a bench log (JSONL), a results.json, or a pytest-benchmark JSON."""
     if not path.exists():
         raise ResultsFileError(f"results file '{path}' does not exist")
-    text = path.read_text()
+    if path.is_dir():
+        raise ResultsFileError(f"results file '{path}' is a directory; give a results.json or a bench .jsonl in it")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsFileError(f"cannot read results file '{path}': {getattr(exc, 'strerror', None) or exc}") from None
     if path.suffix == ".jsonl":
         return read_log(path)
     try:
@@ -386,12 +606,11 @@ def rows_from_pytest_benchmark(data: dict) -> list[dict]:
         stats = bench["stats"]
         row = dict(info)
         row.update(kind="case", status="ok", median_s=stats["median"], q1_s=stats["q1"], q3_s=stats["q3"],
-                   iqr_s=stats["iqr"], reps=stats["rounds"], source="pytest-benchmark",
+                   iqr_s=stats["iqr"], reps=stats["rounds"], source="pytest-benchmark", interleaved=False,
+                   rss_note="the pytest-benchmark suite runs no RSS probe (python -m harness bench does)",
                    cpu=machine.get("cpu", {}).get("brand_raw", info.get("cpu", "")))
-        if row.get("flops"):
+        if row.get("flops"):  # a rate of this row alone; no ratio (nothing timed beside it)
             row["gflops"] = row["flops"] / row["median_s"] / 1e9
-            if row.get("peak_flops"):
-                row["peak_fraction"] = row["flops"] / row["median_s"] / row["peak_flops"]
         rows.append(row)
     return rows
 

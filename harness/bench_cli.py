@@ -1,9 +1,9 @@
 """The ``bench`` and ``report`` commands.
 
 bench   measures a profile's cases (resumable: rows already in the log are skipped)
-report  runs the check and the benchmarks and writes reports/<device>/; or, with
-        --from FILE, writes the report from rows measured before (a bench log, a
-        results.json, or pytest-benchmark's --benchmark-json output)
+report  runs the check and the benchmarks and writes reports/<device>/<profile>/ (whole or
+        not at all); or, with --from FILE, writes reports/<device>/from/ from rows
+        measured before (a bench log, a results.json, or pytest-benchmark's JSON)
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, HarnessError
 
 
 def _int_list(text: str) -> list[int]:
@@ -26,34 +26,68 @@ def _int_list(text: str) -> list[int]:
 
 def add_commands(sub, common) -> None:
     for name, helptext in (("bench", "speed and memory benchmarks (resumable)"),
-                           ("report", "check + benchmarks -> reports/<device>/")):
+                           ("report", "check + benchmarks -> reports/<device>/<profile>/")):
         p = sub.add_parser(name, help=helptext)
         common(p)
         p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
         prof = p.add_mutually_exclusive_group()
         prof.add_argument("--quick", dest="profile", action="store_const", const="quick",
-                          help="the quick profile (default; under two minutes on a 2-core CPU)")
+                          help="the quick profile (default; within two minutes on an idle 2-core CPU)")
         prof.add_argument("--full", dest="profile", action="store_const", const="full", help="the full sweep")
-        p.set_defaults(profile="quick")
-        p.add_argument("--variant", action="append", metavar="ID", help="only this variant (repeatable)")
+        p.set_defaults(profile=None)
+        p.add_argument("--variant", action="append", metavar="ID",
+                       help="only this variant (repeatable; the family's reference is timed beside it)")
         p.add_argument("--seq", type=str, help="override the sequence lengths, e.g. 64,128")
         p.add_argument("--batch", type=str, help="override the batch sizes, e.g. 1,8")
-        p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+        p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's default, set explicitly)")
         p.add_argument("--fresh", action="store_true", help="ignore rows already measured in the log")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
-        p.add_argument("--min-time", type=float, default=0.1, help="seconds of timed calls per case (min)")
+        p.add_argument("--min-time", type=float,
+                       help="seconds of timed calls per variant per round (default: quick 0.02, full 0.05)")
+        p.add_argument("--rounds", type=int, help="interleaved rounds per group (default 7)")
+        p.add_argument("--no-rss", action="store_true", help="skip the CPU resident-set probe process")
         if name == "bench":
             p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
-            p.add_argument("--log", metavar="PATH", help="the JSONL log (default reports/<device>/bench-<profile>.jsonl)")
+            p.add_argument("--log", metavar="PATH",
+                           help="the JSONL log (default reports/<device>/bench-<profile>.jsonl)")
             p.set_defaults(func=cmd_bench)
         else:
             p.add_argument("--out", default="reports", help="parent folder of <device>/ (default reports)")
             p.add_argument("--from", dest="from_file", metavar="FILE",
-                           help="make the report from rows measured before; measure nothing")
-            p.add_argument("--compare", metavar="OLD.json", help="a change column against an earlier results.json")
+                           help="make the report from rows measured before; measure nothing "
+                                "(written to <out>/<device>/from/)")
+            p.add_argument("--compare", metavar="OLD.json",
+                           help="a change column against an earlier results.json "
+                                "(default: the committed reference <out>/<device>/full/results.json)")
+            p.add_argument("--no-compare", action="store_true", help="no change column")
             p.add_argument("--threshold", type=float, default=0.10, help="regression threshold (default 0.10)")
             p.add_argument("--skip-check", action="store_true", help="leave the verdicts out")
             p.set_defaults(func=cmd_report)
+
+
+def _validate(args) -> None:
+    """Options that cannot work, refused before anything runs."""
+    from .bench import TIMING
+
+    timing = TIMING[args.profile or "quick"]
+    args.min_time = timing["min_time"] if args.min_time is None else args.min_time
+    args.rounds = timing["rounds"] if args.rounds is None else args.rounds
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads {args.threads} must be at least 1")
+    if not args.min_time > 0:
+        raise ConfigError(f"--min-time {args.min_time:g} must be a positive number of seconds")
+    if args.rounds < 3:
+        raise ConfigError(f"--rounds {args.rounds} must be at least 3 (quartiles across rounds)")
+    if getattr(args, "threshold", 0) < 0 or getattr(args, "threshold", 0) != getattr(args, "threshold", 0):
+        raise ConfigError(f"--threshold {args.threshold:g} must be a fraction >= 0 (0.10 = 10% slower)")
+    if getattr(args, "from_file", None):
+        if args.profile:
+            raise ConfigError(f"--from {args.from_file} reports rows measured before; --{args.profile} "
+                              "(a profile to measure) contradicts it")
+        for opt in ("seq", "batch", "variant"):
+            if getattr(args, opt):
+                raise ConfigError(f"--from {args.from_file} measures nothing; --{opt} does not apply")
+    args.profile = args.profile or "quick"
 
 
 def _setup(args):
@@ -61,19 +95,45 @@ def _setup(args):
 
     from .cli import _load, resolve_device
 
+    _validate(args)
     _load(args)
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ConfigError(f"--threads {args.threads} must be at least 1")
-        torch.set_num_threads(args.threads)
+    args.threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(args.threads)  # set explicitly; recorded in every row
     return resolve_device(args.device)
 
 
 def _plan(args, device):
-    from .bench import plan
+    from .bench import check_sizes, plan
 
-    return plan(args.profile, device, args.family, args.variant,
-                _int_list(args.batch) if args.batch else None, _int_list(args.seq) if args.seq else None)
+    cases = plan(args.profile, device, args.family, args.variant,
+                 _int_list(args.batch) if args.batch else None, _int_list(args.seq) if args.seq else None)
+    check_sizes(cases)
+    return cases
+
+
+def _writable_file(path: Path, what: str) -> None:
+    """Refuse, before the run, an output file that cannot be written."""
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "is a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
+        with path.open("a"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as exc:
+        raise HarnessError(f"cannot write {what} '{path}': {exc.strerror or exc}") from None
+
+
+def _writable_dir(path: Path, what: str) -> None:
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Path(tempfile.mkdtemp(dir=path.parent, prefix=".probe-")).rmdir()
+    except OSError as exc:
+        raise HarnessError(f"cannot write {what} '{path}': {exc.strerror or exc}") from None
 
 
 def _summary(rows) -> str:
@@ -83,25 +143,31 @@ def _summary(rows) -> str:
     out = []
     for r in rows:
         ok = r.get("status") == "ok"
+        ratio = r.get("vs_baseline")
         out.append({
             "family": r["family"], "variant": r["variant"],
             "shape": f"B={r['batch']} T={r['seq']} D={r['d_model']}", "dtype": r["dtype"],
             "mode": r["mode"] + (" compiled" if r.get("compiled") else ""),
             "median ms": f"{r['median_s'] * 1e3:.3g}" if ok else r.get("status"),
             "IQR ms": f"{r['iqr_s'] * 1e3:.2g}" if ok else str(r.get("error", ""))[:40],
+            "vs baseline [q1-q3]": (f"{ratio:.2f}x [{r['vs_baseline_q1']:.2f}-{r['vs_baseline_q3']:.2f}]"
+                                    if ok and ratio is not None and ratio == ratio else "-"),
             "GFLOP/s": f"{r['gflops']:.1f}" if ok and r.get("gflops") == r.get("gflops") else "-",
-            "saved MiB": f"{r['saved_bytes'] / 2**20:.3g}" if r.get("saved_bytes") is not None else "-",
+            "path": r.get("path", "-") if ok else "-",
         })
     return tabulate(pd.DataFrame(out), headers="keys", tablefmt="simple", showindex=False) if out else "(no rows)"
 
 
-def _measure(args, cases, log: Path) -> tuple[list, bool]:
+def _measure(args, cases, log: Path, fresh: bool) -> tuple[list, bool]:
     """Run the sweep over ``cases``; returns (new rows, interrupted)."""
     from .bench import run_sweep
+    from .cli import _variant_files
 
     rows, interrupted = [], False
     try:
-        for row in run_sweep(cases, log, fresh=args.fresh, min_time=args.min_time, progress=not args.no_progress):
+        for row in run_sweep(cases, log, fresh=fresh, min_time=args.min_time, rounds=args.rounds,
+                             threads=args.threads, progress=not args.no_progress, memory=not args.no_rss,
+                             variant_files=_variant_files(args), profile=args.profile):
             rows.append(row)
     except KeyboardInterrupt:
         interrupted = True
@@ -110,77 +176,90 @@ def _measure(args, cases, log: Path) -> tuple[list, bool]:
     return rows, interrupted
 
 
+def _disturbed_lines(rows) -> list[str]:
+    peaks = [r for r in rows if r.get("kind") == "peak" and r.get("disturbed")]
+    return [f"disturbed window: {p['group']}: {p['disturbed']}" for p in peaks]
+
+
 def cmd_bench(args) -> int:
     from .bench import device_dir, read_log
 
     device = _setup(args)
     log = Path(args.log) if args.log else Path("reports") / device_dir(device) / f"bench-{args.profile}.jsonl"
     cases = _plan(args, device)
-    _, interrupted = _measure(args, cases, log)
+    _writable_file(log, "the bench log")
+    if args.json:
+        _writable_file(Path(args.json), "--json")
+    _, interrupted = _measure(args, cases, log, args.fresh)
     wanted = {c.key for c in cases}
-    rows = [r for r in read_log(log) if r.get("key") in wanted]
+    logged = read_log(log, quiet=True)
+    rows = [r for r in logged if r.get("key") in wanted]
     print(_summary(rows))
-    print(f"\n{len(rows)} case(s) in {log}")
+    groups = {r.get("group") for r in rows}
+    peaks = [r for r in logged if r.get("kind") == "peak" and r.get("group") in groups]
+    for line in _disturbed_lines(peaks):
+        print(line, file=sys.stderr)
+    print(f"\n{len(rows)} case(s) in {log}; threads {args.threads}")
     if args.json:
         from .cli import write_json
 
-        write_json(args.json, [r for r in read_log(log) if r.get("kind") == "peak"] + rows)
+        write_json(args.json, peaks + rows)
     return 130 if interrupted else 0
 
 
-def _agreement(cases) -> dict | None:
-    """Harness timing vs a bare torch.utils.benchmark.Timer on the smallest forward case."""
-    from . import measure
-    from .bench import prepare
-
-    fwd = [c for c in cases if c.mode == "fwd" and not c.compiled]
-    if not fwd:
-        return None
-    case = min(fwd, key=lambda c: (c.batch * c.seq * c.d_model, c.key))
-    try:
-        step = prepare(case).step
-    except Exception:  # an unsupported case: nothing to agree on
-        return None
-    harness = measure.time_callable(step, case.device, warmup=5, min_reps=20, min_time=1.0).median
-    timer = measure.timer_median(step, min_run_time=1.0)
-    return {"case": case.key, "harness_s": harness, "timer_s": timer}
-
-
 def cmd_report(args) -> int:
-    from .bench import device_dir, load_rows, read_log
+    from .bench import device_dir, load_rows, log_complete, read_log
     from .cli import run_check
     from .config import Config
     from .families import FAMILIES
     from .differences import write_differences
-    from .report import load_old, write_report
+    from .report import load_old, print_targets, write_report
 
     device = _setup(args)
-    old = load_old(args.compare) if args.compare else None
-    out = Path(args.out) / device_dir(device)
+    root = Path(args.out)
     results = paths = None
-    agreement = None
     note = ""
     if args.from_file:
         rows = load_rows(Path(args.from_file))
         note = f"Rows from `{args.from_file}`."
         measured = next((r for r in rows if r.get("kind", "case") == "case"), {})
-        out = Path(args.out) / device_dir(measured.get("device", device), measured.get("device_name"))
+        device_folder = root / device_dir(measured.get("device", device), measured.get("device_name"))
+        out = device_folder / "from"
+        profile = measured.get("profile") or "from a file"
     else:
-        log = out / f"bench-{args.profile}.jsonl"
+        device_folder = root / device_dir(device)
+        out = device_folder / args.profile
+        profile = args.profile
+    reference = device_folder / "full" / "results.json"
+    compare = None if args.no_compare else (args.compare or (str(reference) if reference.is_file() else None))
+    old = load_old(compare) if compare else None
+    cases = None if args.from_file else _plan(args, device)
+    _writable_dir(out, "the report to")
+    if cases is not None:
+        log = device_folder / f"report-{args.profile}.jsonl"
+        _writable_file(log, "the bench log")
+        fresh = args.fresh or not log.exists() or log_complete(log)
+        if not fresh:
+            print(f"resuming the interrupted run in {log} (--fresh to start over)", file=sys.stderr)
         if not args.skip_check:
             print("check: every pair of every family ...", file=sys.stderr)
             results, paths = run_check(args.family or list(FAMILIES), Config(), device)
-        cases = _plan(args, device)
-        _, interrupted = _measure(args, cases, log)
+            import torch
+
+            torch.set_num_threads(args.threads)  # the check may pin its own; the benchmark's are these
+        _, interrupted = _measure(args, cases, log, fresh)
         wanted = {c.key for c in cases}
-        rows = [r for r in read_log(log) if r.get("kind") == "peak" or r.get("key") in wanted]
+        logged = read_log(log, quiet=True)
+        groups = {r.get("group") for r in logged if r.get("key") in wanted}
+        rows = [r for r in logged if r.get("key") in wanted or (r.get("kind") == "peak" and r.get("group") in groups)]
         if interrupted:
             note = "Interrupted: the sweep is incomplete."
-        else:
-            agreement = _agreement(cases)
     report = write_report(rows, out, results=results, paths=paths, old_rows=old, threshold=args.threshold,
-                          profile=args.profile, note=note, agreement=agreement)
-    print(f"wrote {report} (+ results.csv, results.json, plots)")
+                          profile=profile, note=note, compared_with=compare)
+    print_targets(rows)
+    for line in _disturbed_lines(rows):
+        print(line, file=sys.stderr)
+    print(f"wrote {report} (+ results.csv, results.json, plots)" + (f"; compared with {compare}" if compare else ""))
     if results is not None:  # where and why the variants differ, from the same check (harness.differences)
         print(f"wrote {write_differences(Path(args.out) / 'DIFFERENCES.md', results, paths, families=args.family)}")
     if results is not None:

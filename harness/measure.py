@@ -1,34 +1,58 @@
-"""Measurements of one callable: time, FLOPs, bytes saved for backward, peak memory.
+"""Measurements of callables: time, interleaved ratios, FLOPs, saved bytes, memory, kernel path.
 
-Timing: warm-up calls, then timed samples until both a minimum count and a minimum time
-are reached; a sample is one call, or a block of calls for calls under 1 ms (as
-torch.utils.benchmark does), timed by ``time.perf_counter`` on CPU and by CUDA events
-with a synchronize on CUDA; median and interquartile range of the per-call times.
-FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` with the CPU flash-attention kernel
-added (torch 2.13 registers no formula for it), matmul-class operators only, dense
-count (a causal kernel that skips the upper triangle is still credited with all of it).
+Time: ``torch.utils.benchmark.Timer`` is the one timing engine, on CPU and CUDA (its timer
+synchronizes CUDA; it runs with the garbage collector off and ``num_threads`` set).
+``time_callable`` is ``blocked_autorange``; ``interleave`` times several callables in
+alternating rounds in one window (A B C, C B A, ...), each round a few Timer blocks, so
+that a ratio between two of them is taken round by round and its spread is known.
+FLOPs: ``torch.utils.flop_counter.FlopCounterMode``, matmul-class operators, counted twice
+in one pass: as executed (the CPU flash kernel computes only the key blocks its causal
+loop visits, from the kernel's block sizes; its backward recomputes QK^T per block, five
+matmuls) and dense-equivalent (every score of QK^T and PV, as torch's own formulas count,
+whose flash backward also counts the recomputation). Explicit attention computes every
+score, masked or not, so for it both counts agree.
 Saved bytes: ``torch.autograd.graph.saved_tensors_hooks``, unique storages, without the
 parameters and inputs (they are resident anyway); exact and the same on CPU and CUDA.
-Peak: on CUDA the allocator's peak above what was allocated before the call; on CPU the
-peak of live tensor storages created during the call, tracked at the dispatcher with a
-weak reference per storage (kernels' internal scratch buffers are not seen).
+Peak memory: on CUDA the allocator's peak above what was allocated before the call; on
+CPU two figures: the peak of live tensor storages created during the call (dispatcher +
+weak references; blind to a kernel's internal buffers) and the process's resident-set
+high-water above its size before the call (``harness.memprobe``: a separate process with a
+small malloc mmap threshold so frees return to the system, and /proc/self/clear_refs to
+reset the high-water mark), which sees what kernels allocate too.
+Kernel path: ``torch.profiler`` records every operator, nested ones included (the ops a
+fused kernel calls inside itself), with shapes and scalar arguments.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
-import time
+import sys
 import warnings
 import weakref
-from dataclasses import dataclass
-from typing import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+from torch.utils.benchmark import Timer
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 aten = torch.ops.aten
+
+
+# -- time ----------------------------------------------------------------------------------------
+
+def quartiles(samples: list[float]) -> tuple[float, float, float]:
+    """(median, first quartile, third quartile)."""
+    if not samples:
+        return float("nan"), float("nan"), float("nan")
+    if len(samples) < 2:
+        return samples[0], samples[0], samples[0]
+    q = statistics.quantiles(samples, n=4, method="inclusive")
+    return statistics.median(samples), q[0], q[2]
 
 
 @dataclass
@@ -37,78 +61,154 @@ class Timing:
     q1: float
     q3: float
     reps: int
+    threads: int
 
     @property
     def iqr(self) -> float:
         return self.q3 - self.q1
 
 
-def _quartiles(samples: list[float]) -> tuple[float, float, float]:
-    if len(samples) < 2:
-        return samples[0], samples[0], samples[0]
-    q = statistics.quantiles(samples, n=4, method="inclusive")
-    return q[1], q[0], q[2]
+def timer(fn: Callable[[], object], threads: int | None = None) -> Timer:
+    return Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads or torch.get_num_threads())
 
 
-def time_callable(
-    fn: Callable[[], object],
-    device: str = "cpu",
-    *,
-    warmup: int = 3,
-    min_reps: int = 10,
-    min_time: float = 0.2,
-    max_reps: int = 1000,
-    block_time: float = 1e-3,
-) -> Timing:
-    """Median and quartiles of per-call wall time, in seconds. Calls shorter than
-    ``block_time`` are timed in blocks of several calls (as torch.utils.benchmark does),
-    each sample being the block's time over its number of calls."""
-    cuda = device.startswith("cuda")
-
-    def clock(number: int) -> float:
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(number):
-                fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3 / number
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        return (time.perf_counter() - t0) / number
-
-    for _ in range(warmup):
-        fn()
-    if cuda:
-        torch.cuda.synchronize()
-    number = max(1, min(1000, int(block_time / max(clock(1), 1e-9))))
-    samples: list[float] = []
-    started = time.perf_counter()
-    while len(samples) < max_reps and (len(samples) < min_reps or time.perf_counter() - started < min_time):
-        samples.append(clock(number))
-    median, q1, q3 = _quartiles(samples)
-    return Timing(median, q1, q3, len(samples) * number)
+def time_callable(fn: Callable[[], object], *, min_time: float = 0.2, threads: int | None = None) -> Timing:
+    """Per-call time of ``fn`` by ``Timer.blocked_autorange``: median and quartiles of the
+    blocks' per-call times (CUDA synchronized by Timer's own timer)."""
+    threads = threads or torch.get_num_threads()
+    m = timer(fn, threads).blocked_autorange(min_run_time=min_time)
+    med, q1, q3 = quartiles(list(m.times))
+    return Timing(med, q1, q3, m.number_per_run * len(m.raw_times), threads)
 
 
-def timer_median(fn: Callable[[], object], min_run_time: float = 0.5) -> float:
-    """The same callable timed by a bare torch.utils.benchmark.Timer (the method check)."""
-    from torch.utils.benchmark import Timer
+@dataclass
+class Interleaved:
+    """Per callable: the median per-call time of each round, and every block's time."""
 
-    return Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads()).blocked_autorange(
-        min_run_time=min_run_time
-    ).median
+    rounds: dict[str, list[float]] = field(default_factory=dict)
+    blocks: dict[str, list[float]] = field(default_factory=dict)
+    number: dict[str, int] = field(default_factory=dict)
+    threads: int = 0
+
+    def ratio(self, num: str, den: str) -> list[float]:
+        """Round-by-round ratio time[num] / time[den] (rounds are one window each)."""
+        return [a / b for a, b in zip(self.rounds[num], self.rounds[den])]
 
 
-# -- FLOPs ------------------------------------------------------------------------------------
+def interleave(fns: Mapping[str, Callable[[], object]], *, rounds: int = 7, min_time: float = 0.05,
+               threads: int | None = None) -> Interleaved:
+    """Time every callable in ``rounds`` alternating rounds (forward order, then reverse, so
+    a drift in machine speed falls on each pair both ways). Each callable is first called
+    once (warm-up, discarded): a call of ``min_time / 4`` or more is a block by itself,
+    a shorter one gets its block size from ``blocked_autorange`` (discarded too); then in
+    every round, Timer blocks of that size until ``min_time`` (at least one block)."""
+    threads = threads or torch.get_num_threads()
+    timers = {name: timer(fn, threads) for name, fn in fns.items()}
+    out = Interleaved(threads=threads)
+    for name, t in timers.items():
+        first = t.timeit(1).raw_times[0]  # warm-up; a call this long is a block by itself
+        out.number[name] = 1 if first >= min_time / 4 else t.blocked_autorange(min_run_time=min_time).number_per_run
+        out.rounds[name], out.blocks[name] = [], []
+    order = list(timers)
+    for r in range(rounds):
+        for name in (order if r % 2 == 0 else order[::-1]):
+            t, number, spent, times = timers[name], out.number[name], 0.0, []
+            while not times or spent < min_time:
+                raw = t.timeit(number).raw_times[0]
+                spent += raw
+                times.append(raw / number)
+            out.rounds[name].append(statistics.median(times))
+            out.blocks[name] += times
+    return out
 
-def _cpu_flash_fwd(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+def matmul_callable(device: str, dtype: torch.dtype, size: int) -> tuple[Callable[[], object], int]:
+    """A square matmul in ``dtype`` on ``device`` and its FLOPs: the machine's own peak."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(size, size, device=device, dtype=dtype, generator=gen)
+    b = torch.randn(size, size, device=device, dtype=dtype, generator=gen)
+    return (lambda: a @ b), 2 * size**3
 
 
-def _cpu_flash_bwd(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+# -- FLOPs -----------------------------------------------------------------------------------------
+
+# The CPU flash-attention kernel's block sizes (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp):
+# queries in blocks of 256 (T >= 768), 64 (T >= 192) or 32, keys in blocks of 512. With
+# is_causal, a query block [m, m + q) visits key blocks while their start is below m + q;
+# each visited block is computed whole (the part past the diagonal filled with -inf after
+# the matmul). Forward: QK^T and PV per visited block; backward: QK^T recomputed, then
+# dV, dP, dQ, dK, five matmuls per visited block.
+def _flash_block_pairs(t: int, s: int, causal: bool) -> int:
+    """Query-key score pairs the CPU flash kernel computes for one (batch, head)."""
+    q_split = 256 if t >= 768 else 64 if t >= 192 else 32
+    q_split, kv_split = min(q_split, t), min(512, s)
+    if not causal:
+        return t * s
+    pairs = 0
+    for m in range(0, t, q_split):
+        q_block = min(q_split, t - m)
+        num_keys = min(m + q_block, s)
+        for n in range(0, num_keys, kv_split):
+            pairs += q_block * min(kv_split, s - n)
+    return pairs
+
+
+def _bhtsd(query_shape, key_shape) -> tuple[int, int, int, int]:
+    b, h, t, d = query_shape
+    return b * h, t, key_shape[2], d
+
+
+class FlopCount:
+    """FLOPs of one call, as executed and dense-equivalent, in one FlopCounterMode pass.
+
+    The counter runs with the executed formulas; each formula also adds, to ``dense_extra``,
+    what the dense formula would count beyond it."""
+
+    def __init__(self) -> None:
+        self.dense_extra = 0
+        self.ops: list[str] = []
+
+    def _note(self, op: str, executed: int, dense: int) -> int:
+        self.dense_extra += dense - executed
+        if op not in self.ops:
+            self.ops.append(op)
+        return executed
+
+    def _flash_fwd(self, query_shape, key_shape, value_shape, dropout_p=0.0, is_causal=False, *args,
+                   out_shape=None, **kwargs) -> int:
+        bh, t, s, d = _bhtsd(query_shape, key_shape)
+        dense = sdpa_flop_count(query_shape, key_shape, value_shape)
+        executed = 2 * 2 * bh * _flash_block_pairs(t, s, bool(is_causal)) * d
+        return self._note("flash" + (" causal" if is_causal else ""), executed, dense)
+
+    def _flash_bwd(self, grad_out_shape, query_shape, key_shape, value_shape, out_shape_, lse_shape,
+                   dropout_p=0.0, is_causal=False, *args, out_shape=None, **kwargs) -> int:
+        bh, t, s, d = _bhtsd(query_shape, key_shape)
+        dense = sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+        executed = 5 * 2 * bh * _flash_block_pairs(t, s, bool(is_causal)) * d  # QK^T recomputed
+        return self._note("flash backward" + (" causal" if is_causal else ""), executed, dense)
+
+    def _native_mha(self, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        """nn.MultiheadAttention's no-grad fast path: its kernel gets no is_causal (a mask, if
+        any, is applied to every score), so executed = dense."""
+        b, t, d = query_shape
+        flops = _attention_block_flops(b, t, key_shape[1], d)
+        return self._note("native MHA", flops, flops)
+
+    def _encoder_layer_fast(self, src_shape, embed_dim, num_heads, *args, out_shape=None, **kwargs) -> int:
+        """nn.TransformerEncoderLayer's no-grad fast path: attention block plus the FFN."""
+        b, t, d = src_shape
+        ffn_weight_1 = args[11]  # (F, D), after qkv/proj weights, flags and the norms
+        flops = _attention_block_flops(b, t, t, d) + 2 * 2 * b * t * d * ffn_weight_1[0]
+        return self._note("native encoder layer", flops, flops)
+
+    def mapping(self) -> dict:
+        return {
+            aten._scaled_dot_product_flash_attention_for_cpu: self._flash_fwd,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward: self._flash_bwd,
+            aten._native_multi_head_attention: self._native_mha,
+            aten._transformer_encoder_layer_fwd: self._encoder_layer_fast,
+        }
 
 
 def _attention_block_flops(b: int, t: int, s: int, d: int) -> int:
@@ -116,38 +216,13 @@ def _attention_block_flops(b: int, t: int, s: int, d: int) -> int:
     return 2 * b * t * d * d + 2 * 2 * b * s * d * d + 2 * 2 * b * t * s * d + 2 * b * t * d * d
 
 
-def _native_mha(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-    """torch's fused MultiheadAttention fast path (no formula in torch 2.13)."""
-    b, t, d = query_shape
-    return _attention_block_flops(b, t, key_shape[1], d)
+def count_flops(fn: Callable[[], object]) -> tuple[int, int]:
+    """(executed, dense-equivalent) FLOPs of one call of ``fn``."""
+    st = instrumented(fn, "cpu")
+    return st.flops, st.flops_dense
 
 
-def _encoder_layer_fast(src_shape, embed_dim, num_heads, *args, out_shape=None, **kwargs) -> int:
-    """torch's fused TransformerEncoderLayer fast path: attention block plus the FFN."""
-    b, t, d = src_shape
-    ffn_weight_1 = args[11]  # (F, D), after qkv/proj weights, flags and the norms
-    return _attention_block_flops(b, t, t, d) + 2 * 2 * b * t * d * ffn_weight_1[0]
-
-
-EXTRA_FLOP_FORMULAS = {
-    aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_fwd,
-    aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_bwd,
-    aten._native_multi_head_attention: _native_mha,
-    aten._transformer_encoder_layer_fwd: _encoder_layer_fast,
-}
-
-
-def count_flops(fn: Callable[[], object]) -> int:
-    with warnings.catch_warnings():
-        # The counter's module tracker is a global hook; a compiled module warns that it
-        # fires twice. Only the operator counts are used, so the warning does not apply.
-        warnings.filterwarnings("ignore", message=".*global hooks on modules.*")
-        with FlopCounterMode(display=False, custom_mapping=EXTRA_FLOP_FORMULAS) as counter:
-            fn()
-    return int(counter.get_total_flops())
-
-
-# -- memory -------------------------------------------------------------------------------------
+# -- memory --------------------------------------------------------------------------------------
 
 def _storage_key(t: torch.Tensor) -> tuple:
     return (t.device.type, t.untyped_storage().data_ptr())
@@ -156,27 +231,17 @@ def _storage_key(t: torch.Tensor) -> tuple:
 def saved_bytes(forward: Callable[[], object], resident: Iterable[torch.Tensor]) -> int:
     """Bytes of the unique storages autograd saves for backward during ``forward()``,
     not counting storages of ``resident`` tensors (parameters, inputs)."""
-    skip = {_storage_key(t) for t in resident}
-    seen: dict[tuple, int] = {}
-
-    def pack(t: torch.Tensor):
-        key = _storage_key(t)
-        if key not in skip and key not in seen:
-            seen[key] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        forward()
-    return sum(seen.values())
+    return instrumented(forward, "cpu", list(resident)).saved_bytes or 0
 
 
 class LiveStorages(TorchDispatchMode):
-    """Peak bytes of live tensor storages created while active (the CPU peak method)."""
+    """Peak bytes of live tensor storages created while active, and the largest tensor."""
 
     def __init__(self) -> None:
         super().__init__()
         self.live = 0
         self.peak = 0
+        self.largest: tuple[int, tuple[int, ...], str] = (0, (), "")
         self._refs: dict[int, weakref.ref] = {}
 
     def _freed(self, key: int, nbytes: int) -> None:
@@ -193,36 +258,143 @@ class LiveStorages(TorchDispatchMode):
                     nbytes = storage.nbytes()
                     self.live += nbytes
                     self.peak = max(self.peak, self.live)
+                    if nbytes > self.largest[0]:
+                        self.largest = (nbytes, tuple(t.shape), func.overloadpacket.__name__)
                     self._refs[key] = weakref.ref(
                         storage, lambda _ref, k=key, n=nbytes: self._freed(k, n)
                     )
         return out
 
 
-CPU_PEAK_METHOD = ("peak of the live tensor storages created during the call (dispatcher + weakrefs); "
-                   "a fused kernel's internal buffers (torch's fast paths, SDPA) are not seen")
+CPU_PEAK_METHOD = ("tensor peak: live tensor storages created during the call (dispatcher + weakrefs; "
+                   "blind to a kernel's internal buffers); RSS peak: the process's resident-set high-water "
+                   "above its size before the call, in a separate process with MALLOC_MMAP_THRESHOLD_=65536 "
+                   "(frees return to the system) and /proc/self/clear_refs (the mark reset before the call)")
 CUDA_PEAK_METHOD = "torch.cuda.max_memory_allocated above the allocation before the call"
 
 
-def peak_bytes(fn: Callable[[], object], device: str) -> int:
-    """Peak memory of one call above what was allocated before it."""
+def tensor_peak(fn: Callable[[], object], device: str) -> tuple[int, tuple[int, tuple, str]]:
+    """(peak bytes of one call above what was allocated before it, largest tensor created)."""
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
         fn()
         torch.cuda.synchronize()
-        return int(torch.cuda.max_memory_allocated() - before)
+        return int(torch.cuda.max_memory_allocated() - before), (0, (), "")
     with LiveStorages() as tracker:
         fn()
-    return tracker.peak
+    return tracker.peak, tracker.largest
 
 
-def matmul_peak(device: str, dtype: torch.dtype, size: int | None = None) -> tuple[float, int]:
-    """FLOP/s of a large square matmul in ``dtype`` on ``device``: the machine's own peak."""
-    size = size or (2048 if device == "cpu" else 8192)
-    gen = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(size, size, device=device, dtype=dtype, generator=gen)
-    b = torch.randn(size, size, device=device, dtype=dtype, generator=gen)
-    timing = time_callable(lambda: a @ b, device, warmup=3, min_reps=8, min_time=0.5)
-    return 2 * size**3 / timing.median, size
+def peak_bytes(fn: Callable[[], object], device: str) -> int:
+    return tensor_peak(fn, device)[0] if device.startswith("cuda") else instrumented(fn, device).peak_bytes
+
+
+# -- kernel path -------------------------------------------------------------------------------------
+
+# Operators that tell which kernel path ran (matched anywhere in the call tree).
+PATH_OPS = (
+    "aten::_native_multi_head_attention",
+    "aten::_transformer_encoder_layer_fwd",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+    "aten::_scaled_dot_product_attention_math",
+    "aten::_masked_softmax",
+    "aten::_softmax",
+    "aten::masked_fill",
+    "aten::masked_fill_",
+)
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """The profiler's C++ side prints a start and a stop line on fd 2: not for the user."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def kernel_path(fn: Callable[[], object]) -> list[dict]:
+    """The path-telling operators of one call, in order, nested ones included, with their
+    input shapes and scalar arguments (``is_causal`` of a flash kernel)."""
+    return instrumented(fn, "cpu").ops
+
+
+def _path_ops(events) -> list[dict]:
+    seen: dict[tuple, dict] = {}
+    for ev in events:
+        if ev.name not in PATH_OPS or (ev.cpu_parent is not None and ev.cpu_parent.name == ev.name):
+            continue  # a dispatch mode re-dispatches an op: the profiler sees it once per mode
+        shapes = [list(s) for s in (ev.input_shapes or []) if s]
+        concrete = list(getattr(ev, "concrete_inputs", None) or [])
+        entry = {"op": ev.name.removeprefix("aten::"), "shapes": shapes[:2],
+                 "parent": ev.cpu_parent.name.removeprefix("aten::") if ev.cpu_parent else ""}
+        if "flash" in ev.name and len(concrete) > 4 and "backward" not in ev.name:
+            entry["is_causal"] = bool(concrete[4]) if concrete[4] not in ("", None) else None
+            entry["mask"] = len(ev.input_shapes or []) > 5 and bool(ev.input_shapes[5])
+        key = (entry["op"], str(entry["shapes"]), entry.get("is_causal"))
+        seen.setdefault(key, {**entry, "count": 0})["count"] += 1
+    return list(seen.values())
+
+
+@dataclass
+class Static:
+    """What one instrumented call tells besides time."""
+
+    ops: list[dict]
+    flops: int
+    flops_dense: int
+    peak_bytes: int
+    largest: tuple[int, tuple, str]
+    saved_bytes: int | None
+
+
+def instrumented(fn: Callable[[], object], device: str, resident: Iterable[torch.Tensor] | None = None) -> Static:
+    """One call of ``fn`` under the profiler (path), the FLOP counter (executed and dense),
+    the live-storage tracker (tensor peak) and, when ``resident`` is given, the saved-tensor
+    hooks (bytes saved for backward): one call instead of four."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fc = FlopCount()
+    skip = {_storage_key(t) for t in resident or ()}
+    saved: dict[tuple, int] = {}
+
+    def pack(t: torch.Tensor):
+        key = _storage_key(t)
+        if key not in skip and key not in saved:
+            saved[key] = t.untyped_storage().nbytes()
+        return t
+
+    cuda = device.startswith("cuda")
+    hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if resident is not None \
+        else contextlib.nullcontext()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*global hooks on modules.*")
+        with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            with FlopCounterMode(display=False, custom_mapping=fc.mapping()) as counter, hooks:
+                if cuda:
+                    peak, largest = tensor_peak(fn, device)
+                else:
+                    with LiveStorages() as tracker:
+                        fn()
+                    peak, largest = tracker.peak, tracker.largest
+    executed = int(counter.get_total_flops())
+    return Static(_path_ops(prof.events()), executed, executed + fc.dense_extra, peak, largest,
+                  sum(saved.values()) if resident is not None else None)
+
+
+def path_name(ops: list[dict]) -> str:
+    """A short name: the fused kernels that ran, else 'explicit ops'."""
+    fused = [o["op"] for o in ops if not o["op"].startswith(("_softmax", "masked_fill"))]
+    names = list(dict.fromkeys(fused))
+    return "+".join(names) if names else "explicit ops"

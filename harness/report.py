@@ -1,4 +1,4 @@
-"""The report: ``reports/<device>/`` with REPORT.md, results.csv, results.json and PNG plots.
+"""The report: ``reports/<device>/<profile>/`` with REPORT.md, results.csv, results.json and PNG plots.
 
 Tables through pandas + tabulate; plots through matplotlib (Agg). Made from benchmark
 rows (a bench log, a results.json or a pytest-benchmark JSON) and, when given, the
@@ -22,33 +22,32 @@ from .families import get_family
 from .measure import CPU_PEAK_METHOD, CUDA_PEAK_METHOD
 from .registry import reference_of, variants_of
 from .tables import LEGEND, SYMBOL, differences_table, paths_table, traits_table, verdict_matrix
-from .targets import TARGETS, evaluate, growth_exponent
+from .targets import MET_TEXT, TARGETS, evaluate, growth_exponent
 
-GROUP = ["family", "batch", "seq", "d_model", "heads", "dtype", "device", "mode", "compiled"]
 ENV_KEYS = ["torch", "python", "device_name", "cpu", "cpu_count", "threads", "commit"]
 
 
+NUMERIC = ("median_s", "iqr_s", "gflops", "gflops_dense", "peak_fraction", "peak_fraction_q1",
+           "peak_fraction_q3", "peak_fraction_dense", "vs_baseline", "vs_baseline_q1", "vs_baseline_q3",
+           "saved_bytes", "peak_bytes", "rss_peak_bytes", "flops", "flops_dense", "compile_s")
+TEXT = ("error", "path", "disturbed", "rss_note", "largest_tensor")
+
+
 def frame(rows: Iterable[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(case rows, matmul-peak rows) as DataFrames, with the baseline speed ratio."""
+    """(case rows, matmul-peak rows) as DataFrames. Ratios are the sweep's, measured
+    interleaved; rows that were not (pytest-benchmark's) carry none."""
     rows = list(rows)
     cases = pd.DataFrame([r for r in rows if r.get("kind", "case") == "case"])
     peaks = pd.DataFrame([r for r in rows if r.get("kind") == "peak"])
     if cases.empty:
         return cases, peaks
-    for col in ("median_s", "iqr_s", "gflops", "peak_fraction", "saved_bytes", "peak_bytes", "flops", "error", "path"):
+    for col in NUMERIC:
         if col not in cases:
             cases[col] = np.nan
-    cases["vs_baseline"] = np.nan
-    ok = cases["status"] == "ok"
-    for family in cases["family"].unique():
-        ref = reference_of(family)
-        if ref is None:
-            continue
-        base = cases[ok & (cases["family"] == family) & (cases["variant"] == ref.id)]
-        base = base.set_index(GROUP)["median_s"]
-        sel = ok & (cases["family"] == family)
-        keys = list(cases.loc[sel, GROUP].itertuples(index=False, name=None))
-        cases.loc[sel, "vs_baseline"] = [base.get(k, np.nan) for k in keys] / cases.loc[sel, "median_s"]
+        cases[col] = pd.to_numeric(cases[col], errors="coerce")
+    for col in TEXT + ("interleaved", "path_ops"):
+        if col not in cases:
+            cases[col] = None
     return cases, peaks
 
 
@@ -185,29 +184,211 @@ def _mib(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x / 2**20:.3g}"
 
 
+def _pct(x) -> str:
+    return "-" if x is None or pd.isna(x) else f"{x:.0%}"
+
+
+def _spread_text(r, column: str, fmt) -> str:
+    if pd.isna(r[column]):
+        return "-"
+    q1, q3 = r.get(f"{column}_q1"), r.get(f"{column}_q3")
+    if q1 is None or pd.isna(q1):
+        return fmt(r[column])
+    return f"{fmt(r[column])} [{fmt(q1)}-{fmt(q3)}]"
+
+
 def family_table(cases: pd.DataFrame, family: str) -> str:
     g = cases[cases["family"] == family].copy()
     g = g.sort_values(["mode", "compiled", "dtype", "batch", "d_model", "seq", "median_s"])
     has_change = "change" in g
+    compiled = bool(g["compiled"].any())
     rows = []
     for _, r in g.iterrows():
         row = {
             "variant": r["variant"], "mode": r["mode"] + (" compiled" if r["compiled"] else ""),
             "B": r["batch"], "T": r["seq"], "D": r["d_model"], "dtype": r["dtype"],
             "median ms": _ms(r["median_s"]), "IQR ms": _ms(r["iqr_s"]),
-            "vs baseline": "-" if pd.isna(r["vs_baseline"]) else f"{r['vs_baseline']:.2f}x",
+            "vs baseline [q1-q3]": _spread_text(r, "vs_baseline", lambda x: f"{x:.2f}x"),
             "GFLOP/s": "-" if pd.isna(r["gflops"]) else f"{r['gflops']:.1f}",
-            "% peak": "-" if pd.isna(r["peak_fraction"]) else f"{r['peak_fraction']:.0%}",
-            "saved MiB": _mib(r["saved_bytes"]), "peak MiB": _mib(r["peak_bytes"]),
+            "% peak [q1-q3]": _spread_text(r, "peak_fraction", _pct),
+            "% peak dense-eq.": _pct(r["peak_fraction_dense"]),
+            "saved MiB": _mib(r["saved_bytes"]), "tensor peak MiB": _mib(r["peak_bytes"]),
+            "RSS peak MiB": _mib(r["rss_peak_bytes"]) if not pd.isna(r["rss_peak_bytes"]) else (
+                "not measured" if r["status"] == "ok" and r["device"] == "cpu" else "-"),
+            "path": r["path"] if isinstance(r["path"], str) else "-",
         }
+        if compiled:
+            row["compile s"] = "-" if pd.isna(r["compile_s"]) else f"{r['compile_s']:.1f}"
         if r["status"] != "ok":
             row["median ms"] = r["status"]
             row["IQR ms"] = str(r.get("error", ""))[:60]
+        if isinstance(r["disturbed"], str) and r["disturbed"]:
+            row["median ms"] += " (d)"
         if has_change:
             row["change"] = "-" if pd.isna(r["change"]) else (
                 f"{r['change']:+.0%}" + (" REGRESSION" if r["regression"] else ""))
         rows.append(row)
     return tabulate(pd.DataFrame(rows), headers="keys", tablefmt="github", showindex=False)
+
+
+def _shape(ops_shape) -> str:
+    return "(" + ", ".join(str(x) for x in ops_shape) + ")"
+
+
+def mechanism(r) -> str:
+    """What the recorded operators (nested ones included) say the variant ran."""
+    ops = r.get("path_ops")
+    if not isinstance(ops, list) or not ops:
+        return "-"
+    parts = []
+    names = {o["op"] for o in ops}
+    for o in ops:
+        shape = _shape(o["shapes"][0]) if o.get("shapes") else ""
+        if o["op"] == "_native_multi_head_attention":
+            inner = [x for x in ops if x.get("parent") == "_native_multi_head_attention"]
+            how = ", ".join(f"`{x['op']}` on {_shape(x['shapes'][0])}" for x in inner if x.get("shapes"))
+            parts.append("nn.MultiheadAttention's no-grad fast path `_native_multi_head_attention`: the kernel "
+                         "takes no `is_causal`; the mask is applied to every score" + (f" ({how})" if how else ""))
+        elif o["op"] == "_transformer_encoder_layer_fwd":
+            parts.append("nn.TransformerEncoderLayer's no-grad fast path (one fused kernel: attention + FFN)")
+        elif o["op"] == "_scaled_dot_product_flash_attention_for_cpu":
+            if o.get("parent") == "_native_multi_head_attention":
+                continue
+            if o.get("is_causal"):
+                frac = r["flops"] / r["flops_dense"] if r.get("flops_dense") else float("nan")
+                parts.append(f"CPU flash kernel on {shape}, `is_causal`: it computes the 512-wide key blocks "
+                             "that start before the diagonal; " + (
+                                 f"at T={r['seq']} that is every block (executed = dense)" if frac > 0.999 else
+                                 f"executed FLOPs {frac:.0%} of dense at T={r['seq']}"))
+            elif o.get("mask"):
+                parts.append(f"CPU flash kernel on {shape} with an explicit mask: every key block computed")
+            else:
+                parts.append(f"CPU flash kernel on {shape}, no mask")
+        elif o["op"] == "_scaled_dot_product_flash_attention_for_cpu_backward":
+            parts.append("flash backward (QK^T recomputed per block, counted as executed)")
+        elif o["op"] == "_masked_softmax" and o.get("parent") != "_native_multi_head_attention":
+            parts.append(f"`_masked_softmax` on {shape}")
+        elif o["op"] == "_softmax" and len(o.get("shapes", [[]])[0]) >= 3 and not names & {
+                "_native_multi_head_attention", "_scaled_dot_product_flash_attention_for_cpu"}:
+            times = f"{o['count']} x " if o.get("count", 1) > 1 else ""
+            parts.append(f"explicit softmax over {times}a {shape} weights tensor (materialized)")
+    largest = r.get("largest_tensor")
+    if isinstance(largest, str) and largest:
+        parts.append(f"largest tensor created: {largest}")
+    return "; ".join(dict.fromkeys(parts)) or "explicit ops"
+
+
+def mechanisms_table(cases: pd.DataFrame, family: str) -> str:
+    """Per variant and mode, at the family's largest measured shape: the path and what it means."""
+    g = cases[(cases["family"] == family) & (cases["status"] == "ok")]
+    rows = []
+    for (mode, comp), m in g.groupby(["mode", "compiled"]):
+        top = m.assign(size=m["batch"] * m["seq"] * m["d_model"]).sort_values("size").iloc[-1]
+        at = m[(m["batch"] == top["batch"]) & (m["seq"] == top["seq"]) & (m["d_model"] == top["d_model"])]
+        for _, r in at.sort_values("variant").iterrows():
+            rows.append({"variant": r["variant"], "mode": mode + (" compiled" if comp else ""),
+                         "shape": f"B={r['batch']} T={r['seq']} D={r['d_model']}",
+                         "executed / dense FLOPs": "-" if pd.isna(r["flops_dense"]) or not r["flops_dense"]
+                         else f"{r['flops'] / r['flops_dense']:.2f}",
+                         "mechanism (recorded operators, nested ones included)": mechanism(r)})
+    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt="github", showindex=False) if rows else ""
+
+
+def peaks_table(peaks: pd.DataFrame, family: str) -> str:
+    if peaks.empty or "family" not in peaks:
+        return ""
+    g = peaks[peaks["family"] == family]
+    rows = [{"group": p["group"].split("|", 1)[1], "matmul": f"{p['size']}^3",
+             "peak GFLOP/s [q1-q3]": f"{p['peak_flops'] / 1e9:.1f} [{p['peak_q1'] / 1e9:.1f}-{p['peak_q3'] / 1e9:.1f}]",
+             "load avg (start, end)": ", ".join("-" if x is None else f"{x:.1f}" for x in p["load"]),
+             "disturbed": p["disturbed"] or "no",
+             "group wall s": "-" if pd.isna(p.get("elapsed_s", np.nan)) else f"{p['elapsed_s']:.1f}"}
+            for _, p in g.iterrows()]
+    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt="github", showindex=False) if rows else ""
+
+
+def machine_state(cases: pd.DataFrame, peaks: pd.DataFrame) -> list[str]:
+    """The banner at the top: was the window disturbed, with the figures."""
+    if peaks.empty or "disturbed" not in peaks:
+        return ["Machine state: not recorded (rows without interleaved groups, e.g. pytest-benchmark's); "
+                "no timed target is claimed from them.", ""]
+    bad = peaks[peaks["disturbed"].astype(bool)]
+    loads = [x for ls in peaks["load"] for x in ls if x is not None]
+    spread = ((peaks["peak_q3"] - peaks["peak_q1"]) / peaks["peak_flops"]).max()
+    cores = cases.iloc[0].get("cpu_count", "?")
+    figures = (f"load average up to {max(loads):.1f} on {cores} cores" if loads else "load average unknown") + \
+        f"; matmul peak spread up to {spread:.0%} across rounds"
+    if len(bad):
+        return [f"**Disturbed window: {len(bad)} of {len(peaks)} groups were measured while the machine was "
+                f"disturbed** ({figures}). Their rows are marked (d) and the targets measured in them are "
+                "not claimed. Groups: " + "; ".join(f"{g.split('|', 1)[1]}: {d}" for g, d in
+                                                   zip(bad["group"], bad["disturbed"])), ""]
+    return [f"Machine state: not disturbed ({figures}).", ""]
+
+
+def print_targets(rows: list[dict]) -> None:
+    """The targets, as the report shows them, on the terminal."""
+    cases, _ = frame(rows)
+    if cases.empty:
+        return
+    for t in TARGETS:
+        e = evaluate(t, cases)
+        print(f"target: {e['target']}: {MET_TEXT[e['met']]} ({e['measured']}; threshold {e['threshold']})")
+
+
+def method_lines(cases: pd.DataFrame, device: str) -> list[str]:
+    threads = sorted({int(x) for x in cases["threads"].dropna()}) if "threads" in cases else []
+    interleaved = bool(cases["interleaved"].fillna(False).astype(bool).any())
+    rounds = sorted({int(x) for x in cases["rounds"].dropna()}) if "rounds" in cases else []
+    lines = ["## Method", ""]
+    if interleaved:
+        lines.append(
+            "- Time: `torch.utils.benchmark.Timer`, the one timing engine (CPU and CUDA; its timer synchronizes "
+            "CUDA; garbage collector off), with `num_threads` set explicitly to "
+            f"{', '.join(map(str, threads)) or '?'} (also `torch.set_num_threads`, and recorded in every row). "
+            "The variants of one family at one shape, dtype and mode form a group; the group's variants, the "
+            f"family's reference and a square matmul are timed in {', '.join(map(str, rounds))} alternating rounds "
+            "in one window (forward order, then reverse), after one warm-up call each. Each round is Timer blocks "
+            "for at least `--min-time`: a call of a quarter of that or more is a block by itself, a shorter one "
+            "gets its block size once from `blocked_autorange`. `median ms` and `IQR ms`: over every block of "
+            "every round.")
+        lines.append(
+            "- Ratios: `vs baseline` (reference time / variant time, > 1 is faster) and `% peak` are taken round "
+            "by round in the same window and shown as the median with the quartiles across rounds [q1-q3]; a "
+            "target is met only when its lower quartile meets the threshold.")
+    else:
+        lines.append(
+            "- Time: rows from pytest-benchmark (`benchmarks/`, same callables, its own timer; threads "
+            f"{', '.join(map(str, threads)) or '?'}). Not interleaved: no ratio is stated and no timed target "
+            "is claimed from them.")
+    lines += [
+        "- `fwd` runs under `torch.no_grad()` in eval mode (where torch's fused fast paths run); `fwd+bwd` runs "
+        "forward with autograd and `backward` with a seeded gradient, eval mode (dropout off), gradients reset "
+        "before each call.",
+        "- FLOPs: `torch.utils.flop_counter.FlopCounterMode`, matmul-class operators. `GFLOP/s` and `% peak` "
+        "count FLOPs as executed: the CPU flash kernel with `is_causal` computes only the key blocks (512 "
+        "wide; query blocks of 32, 64 or 256) that start before the diagonal, and its backward recomputes "
+        "QK^T (5 matmuls per visited block); explicit masked attention computes every score. `% peak dense-eq.` "
+        "counts every score of QK^T and PV (torch's own formulas, whose flash backward also counts the "
+        "recomputation): labelled dense-equivalent. At T=512 the two agree for the flash kernel (one 512-wide "
+        "key block per query block: it skips nothing); from T=1024 the causal kernel skips blocks. Formulas added for the "
+        "CPU flash kernel and torch's fused MHA / encoder fast paths, which torch 2.13 does not count.",
+        "- `% peak`: executed FLOP/s over the FLOP/s of the square matmul timed in the same rounds, same dtype "
+        "(per family below, with its spread and the load average).",
+        "- A group is **disturbed** when the 1-minute load average at its start or end exceeds the cores + 0.5, "
+        "or its matmul peak's IQR across rounds exceeds 10% of its median; its rows are marked (d).",
+        "- Saved for backward: `torch.autograd.graph.saved_tensors_hooks`, unique storages, parameters and "
+        "inputs excluded.",
+        f"- Peak memory: {CUDA_PEAK_METHOD if device.startswith('cuda') else CPU_PEAK_METHOD}. `not measured` "
+        "says why in `results.csv` (`rss_note`).",
+        "- `compiled` rows: `torch.compile` (Inductor), compiled by the first call outside any dispatch mode; "
+        "`compile s` is that first call (Dynamo + Inductor + one run), timings are steady state after it; the "
+        "row is refused unless Dynamo's counters show a compiled graph. Their FLOPs, path and memory are the "
+        "eager module's.",
+        "- `path`: the kernel operators recorded by `torch.profiler`, nested ones included.",
+        "",
+    ]
+    return lines
 
 
 def write_report(
@@ -220,12 +401,35 @@ def write_report(
     threshold: float = 0.10,
     profile: str = "",
     note: str = "",
-    agreement: dict | None = None,
+    compared_with: str | None = None,
 ) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    cases, peaks = frame(rows)
+    """Write the report into a temporary folder beside ``out``, then put it in place: a
+    report is written whole or not at all."""
+    import os
+    import shutil
+    import tempfile
+
+    cases, _ = frame(rows)
     if cases.empty:
         raise ResultsFileError("no benchmark rows to report")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        _write(rows, tmp, results=results, paths=paths, old_rows=old_rows, threshold=threshold,
+               profile=profile, note=note, compared_with=compared_with)
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        if out.exists():
+            out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out / "REPORT.md"
+
+
+def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, note, compared_with) -> None:
+    cases, peaks = frame(rows)
     if old_rows is not None:
         cases = compare_with(cases, old_rows, threshold)
     first = cases.iloc[0]
@@ -237,8 +441,8 @@ def write_report(
 
     write_json(str(out / "results.json"),
                {"environment": env, "profile": profile, "peaks": peaks.replace({np.nan: None}).to_dict("records"),
-                "rows": payload_rows, "agreement": agreement})
-    cases.to_csv(out / "results.csv", index=False)
+                "rows": payload_rows})
+    cases.drop(columns=["path_ops", "round_s"], errors="ignore").to_csv(out / "results.csv", index=False)
 
     plots = plot_sweeps(cases, out)
     verdict_png = plot_verdicts(results, "float32" if device == "cpu" else "bfloat16", out) if results else None
@@ -246,50 +450,33 @@ def write_report(
     lines = [f"# Benchmark report: {env.get('device_name', device)}", ""]
     lines += [f"Profile `{profile}`, made {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC by "
               f"`python -m harness report`. {note}".rstrip(), ""]
+    lines += machine_state(cases, peaks)
     lines += ["## Environment", "", tabulate(
-        [(k, env.get(k, "")) for k in ENV_KEYS] + [("device", device)] +
-        [(f"matmul peak {p['dtype']}", f"{p['peak_flops'] / 1e9:.1f} GFLOP/s ({p['size']}x{p['size']} @ {p['size']}x{p['size']})")
-         for _, p in peaks.iterrows()],
-        headers=["", ""], tablefmt="github"), ""]
+        [(k, env.get(k, "")) for k in ENV_KEYS] + [("device", device)],
+        headers=["", ""], tablefmt="github"), "",
+        "The matmul peak is timed beside each group's rows, in the same rounds (per family below).", ""]
 
     lines += ["## Targets", ""]
     evaluated = [evaluate(t, cases) for t in TARGETS]
-    if agreement:
-        diff = agreement["harness_s"] / agreement["timer_s"] - 1
-        evaluated.append({"target": f"harness timing vs torch.utils.benchmark.Timer on the same callable ({agreement['case']})",
-                          "threshold": "within 5%", "met": abs(diff) <= 0.05,
-                          "measured": f"{diff:+.1%} ({agreement['harness_s'] * 1e3:.2f} ms vs {agreement['timer_s'] * 1e3:.2f} ms)"})
-    lines += [tabulate(pd.DataFrame(
-        [{**e, "met": {True: "yes", False: "NO", None: "not measured"}[e["met"]]} for e in evaluated]),
-        headers="keys", tablefmt="github", showindex=False), ""]
-
-    lines += ["## Method", "",
-              "- Time: warm-up calls, then samples until both a minimum count and a minimum time are "
-              "reached; a sample is one call, or a block of calls for calls under 1 ms (as "
-              "`torch.utils.benchmark` does); median and interquartile range of the per-call times. "
-              f"CPU: `time.perf_counter`, threads fixed at {env.get('threads')}; CUDA: events around "
-              "each sample, synchronized.",
-              "- `fwd` runs under `torch.no_grad()` in eval mode (where torch's fused fast paths run); "
-              "`fwd+bwd` runs forward with autograd and `backward` with a seeded gradient, eval mode "
-              "(dropout off), gradients reset before each call.",
-              "- FLOPs: `torch.utils.flop_counter.FlopCounterMode`, matmul-class operators, dense count "
-              "(formulas added for the CPU flash-attention kernel and torch's fused MHA / encoder fast "
-              "paths, which torch 2.13 does not count). `% peak` = achieved FLOP/s over the matmul peak "
-              "measured in the same run and dtype.",
-              "- Saved for backward: `torch.autograd.graph.saved_tensors_hooks`, unique storages, "
-              "parameters and inputs excluded.",
-              f"- Peak memory: {CUDA_PEAK_METHOD if device.startswith('cuda') else CPU_PEAK_METHOD}.",
-              "- `vs baseline`: the family's PyTorch reference time over the variant's time (> 1 is faster).",
-              ""]
+    lines += [tabulate(pd.DataFrame([{**e, "met": MET_TEXT[e["met"]]} for e in evaluated]),
+                       headers="keys", tablefmt="github", showindex=False), ""]
+    lines += method_lines(cases, device)
     if old_rows is not None:
         n_reg = int(cases["regression"].sum())
-        lines += [f"Compared with an earlier run: {n_reg} regression(s) beyond {threshold:.0%} "
-                  "(`change` column: median time against the old median).", ""]
+        lines += [f"Compared with `{compared_with or 'an earlier run'}`: {n_reg} regression(s) beyond "
+                  f"{threshold:.0%} (`change` column: median time against the old median, where the same case "
+                  "was measured there).", ""]
 
     for family in cases["family"].unique():
         ref = reference_of(family)
         lines += [f"## {family}", "", f"Call: `{get_family(family).call}`. Baseline: "
                   f"`{ref.id if ref else '-'}`.", "", family_table(cases, family), ""]
+        mech = mechanisms_table(cases, family)
+        if mech:
+            lines += ["Kernel paths at the largest shape measured, and what they mean:", "", mech, ""]
+        pk = peaks_table(peaks, family)
+        if pk:
+            lines += ["Matmul peak timed beside these rows:", "", pk, ""]
         for p in plots:
             if p.startswith((f"time_{family}_", f"memory_{family}_")):
                 lines += [f"![{p}]({p})", ""]
@@ -316,9 +503,7 @@ def write_report(
     if len(failed):
         lines += ["## Not measured", "", tabulate(failed[["key", "status", "error"]], headers="keys",
                                                   tablefmt="github", showindex=False), ""]
-    report = out / "REPORT.md"
-    report.write_text("\n".join(lines) + "\n")
-    return report
+    (out / "REPORT.md").write_text("\n".join(lines) + "\n")
 
 
 def load_old(path: str) -> list[dict]:
