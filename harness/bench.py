@@ -111,7 +111,7 @@ class Sweep:
 LAYERS = ("norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block")
 
 # Timing per profile: seconds of timed calls per variant per round, and rounds per group.
-TIMING = {"quick": {"min_time": 0.02, "rounds": 7}, "full": {"min_time": 0.05, "rounds": 7}}
+TIMING = {"quick": {"min_time": 0.02, "rounds": 5}, "full": {"min_time": 0.05, "rounds": 7}}
 
 PROFILES: dict[str, dict[str, list[Sweep]]] = {
     "quick": {  # within two minutes on an idle 2-core CPU, with the check
@@ -260,7 +260,11 @@ def prepare(case: BenchCase) -> Prepared:
 
 PEAK = "__matmul_peak__"
 PEAK_SIZE = {"cpu": 1024, "cuda": 8192}
-PEAK_SPREAD_LIMIT = 0.10   # matmul peak: IQR over median across rounds above this = disturbed
+# Matmul peak: IQR over median across rounds above this = disturbed. Measured on this 2-core
+# machine at load 0.8-1.9 (no other work running): 1024 matmuls in 0.02 s rounds spread 4-32%
+# across rounds, so 10% flagged a quiet machine; a target is claimed only when its lower
+# quartile holds anyway. The load average is the other signal.
+PEAK_SPREAD_LIMIT = 0.35
 
 
 def load_average() -> float | None:

@@ -209,8 +209,9 @@ def cmd_bench(args) -> int:
 
 def cmd_report(args) -> int:
     from .bench import device_dir, load_rows, log_complete, read_log
-    from .cli import run_check
-    from .config import Config
+    from .cli import default_dtypes
+    from .config import CONFIG_MATRIX, Config
+    from .spec import check_all
     from .families import FAMILIES
     from .differences import write_differences
     from .report import load_old, print_targets, write_report
@@ -242,8 +243,12 @@ def cmd_report(args) -> int:
         if not fresh:
             print(f"resuming the interrupted run in {log} (--fresh to start over)", file=sys.stderr)
         if not args.skip_check:
-            print("check: every pair of every family ...", file=sys.stderr)
-            results, paths = run_check(args.family or list(FAMILIES), Config(), device)
+            # quick: the default config; full: the whole config matrix (as `harness check`)
+            print("check: every variant against its spec, every pair ...", file=sys.stderr)
+            check_report = check_all(args.family or list(FAMILIES),
+                                     CONFIG_MATRIX if args.profile == "full" else {"default": Config()},
+                                     device, default_dtypes(device))
+            results, paths = check_report.pairs, check_report.paths
             import torch
 
             torch.set_num_threads(args.threads)  # the check may pin its own; the benchmark's are these
@@ -260,11 +265,14 @@ def cmd_report(args) -> int:
     for line in _disturbed_lines(rows):
         print(line, file=sys.stderr)
     print(f"wrote {report} (+ results.csv, results.json, plots)" + (f"; compared with {compare}" if compare else ""))
-    if results is not None:  # where and why the variants differ, from the same check (harness.differences)
+    if results is not None and args.profile == "full":  # where and why they differ (harness.differences)
         print(f"wrote {write_differences(Path(args.out) / 'DIFFERENCES.md', results, paths, families=args.family)}")
+    elif results is not None:
+        print("reports/DIFFERENCES.md is written by `report --full` (tracing every boundary takes minutes)")
     if results is not None:
-        bad = [r for r in results if not r.ok]
-        print(f"check: {len(results)} comparisons, {len(bad)} contradict their declarations")
+        bad = check_report.failures + [r for r in results if not r.ok]
+        print(f"check: {len(check_report.specs)} spec checks and {len(results)} pairs, "
+              f"{len(bad)} contradict their declarations")
         if bad:
             return 1
     return 130 if note.startswith("Interrupted") else 0
