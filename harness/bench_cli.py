@@ -207,6 +207,22 @@ def cmd_bench(args) -> int:
     return 130 if interrupted else 0
 
 
+def _coverage(rows, profile: str, device: str) -> str:
+    """' Incomplete: ...' when the rows cover only part of their profile's plan."""
+    from .bench import PROFILES, plan
+
+    if profile not in PROFILES:
+        return ""
+    planned = {c.key: c for c in plan(profile, device)}
+    measured = {r.get("key") for r in rows}
+    missing = [c for k, c in planned.items() if k not in measured]
+    if not missing:
+        return ""
+    families = sorted({c.family for c in missing})
+    return (f" **Incomplete: {len(missing)} of {len(planned)} cases of the {profile} profile were not "
+            f"measured** (the sweep was stopped; families with missing cases: {', '.join(families)}).")
+
+
 def cmd_report(args) -> int:
     from .bench import device_dir, load_rows, log_complete, read_log
     from .cli import default_dtypes
@@ -227,6 +243,7 @@ def cmd_report(args) -> int:
         device_folder = root / device_dir(measured.get("device", device), measured.get("device_name"))
         out = device_folder / "from"
         profile = measured.get("profile") or "from a file"
+        note += _coverage(rows, profile, measured.get("device", device))
     else:
         device_folder = root / device_dir(device)
         out = device_folder / args.profile

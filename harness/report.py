@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
+from .bench import PEAK_SPREAD_LIMIT
 from .compare import PairResult, PathResult
 from .errors import HarnessError, ResultsFileError
 from .families import get_family
@@ -376,7 +377,7 @@ def method_lines(cases: pd.DataFrame, device: str) -> list[str]:
         "- `% peak`: executed FLOP/s over the FLOP/s of the square matmul timed in the same rounds, same dtype "
         "(per family below, with its spread and the load average).",
         "- A group is **disturbed** when the 1-minute load average at its start or end exceeds the cores + 0.5, "
-        "or its matmul peak's IQR across rounds exceeds 10% of its median; its rows are marked (d).",
+        f"or its matmul peak's IQR across rounds exceeds {PEAK_SPREAD_LIMIT:.0%} of its median; its rows are marked (d).",
         "- Saved for backward: `torch.autograd.graph.saved_tensors_hooks`, unique storages, parameters and "
         "inputs excluded.",
         f"- Peak memory: {CUDA_PEAK_METHOD if device.startswith('cuda') else CPU_PEAK_METHOD}. `not measured` "
