@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .config import Config
-from .errors import ConfigError, HarnessError, InputError
+from .errors import HarnessError, InputError
 from .families import Family, get_family
 from .porting import Zero, zero_unrepresented
 from .precision import DEFAULT_TOLERANCE

@@ -36,7 +36,7 @@ from .errors import (
     ConfigError, HarnessError, InputError, PortingError, SpecError, UnknownName, VariantFileError,
 )
 from .families import Family, get_family
-from .porting import Chunk, Param, Transposed, Zero, entry_code, zero_unrepresented
+from .porting import Chunk, Param, Transposed, Zero, entry_code
 from .registry import Variant, reference_of, scratch
 
 MAX_CANDIDATES = 20000

@@ -22,7 +22,6 @@ import math
 from typing import Any, Callable, Mapping
 
 import torch
-import torch.nn.functional as F
 
 from .config import Config
 from .errors import SpecError

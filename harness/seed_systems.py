@@ -310,7 +310,6 @@ def compare_train_step(family: str, cfg: Config) -> list[StepResult]:
 def _compare_train_step(family: str, cfg: Config) -> list[StepResult]:
     models = Models(family, cfg)
     fam = models.family
-    case = DECODE_CASE[family]
     labels = _labels(family, models.inputs, cfg)
     usable = [v for v in variants_of(family) if not v.supports(cfg)]
     after: dict[tuple, dict] = {}

@@ -29,7 +29,7 @@ import hashlib
 import itertools
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import torch
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import Chunk, Param, PortingError, Transposed, register
+from harness import Chunk, Param, PortingError, register
 from harness.cli import main
 from harness.config import Config
 from harness.diff import AGREE, diff_pair, explain_variant, first_divergence

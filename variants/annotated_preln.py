@@ -276,7 +276,7 @@ register(
 
 import copy  # noqa: E402
 
-from harness.model_families import PAD, dropout_sites, layers, register_decoding  # noqa: E402
+from harness.model_families import dropout_sites, layers, register_decoding  # noqa: E402
 from harness.registry import get_variant  # noqa: E402
 
 
