@@ -1,7 +1,10 @@
 """The quick profile's cases as a pytest-benchmark suite (not part of the default run).
 
-    pytest benchmarks --benchmark-only --benchmark-json bench.json
+    pytest benchmarks -n 0 --benchmark-only --benchmark-json bench.json
     python -m harness report --from bench.json
+
+(``-n 0``: the project's pytest defaults run two xdist workers, under which
+pytest-benchmark refuses to time.)
 
 The same callables as ``python -m harness bench`` (``harness.bench.prepare``), timed by
 pytest-benchmark one case at a time, with torch's threads set explicitly. CUDA work is
