@@ -111,7 +111,7 @@ class Sweep:
 LAYERS = ("norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block")
 
 # Timing per profile: seconds of timed calls per variant per round, and rounds per group.
-TIMING = {"quick": {"min_time": 0.02, "rounds": 5}, "full": {"min_time": 0.05, "rounds": 7}}
+TIMING = {"quick": {"min_time": 0.02, "rounds": 7}, "full": {"min_time": 0.05, "rounds": 7}}
 
 PROFILES: dict[str, dict[str, list[Sweep]]] = {
     "quick": {  # within two minutes on an idle 2-core CPU, with the check
@@ -260,6 +260,10 @@ def prepare(case: BenchCase) -> Prepared:
 
 PEAK = "__matmul_peak__"
 PEAK_SIZE = {"cpu": 1024, "cuda": 8192}
+# Seconds of matmul per round (several blocks, their median is the round's peak): with the
+# rows' 0.02 s a 1024 matmul (16 ms here) got 2 blocks a round, and one slow block moved
+# the peak's spread past the limit in 1 quick run of 2 on this machine.
+PEAK_MIN_TIME = 0.1
 # Matmul peak: IQR over median across rounds above this = disturbed. Measured on this 2-core
 # machine at load 0.8-1.9 (no other work running): 1024 matmuls in 0.02 s rounds spread 4-32%
 # across rounds, so 10% flagged a quiet machine; a target is claimed only when its lower
@@ -342,7 +346,8 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
             rows[case.variant] = _failed(row, case, exc)
     size = PEAK_SIZE["cuda" if first.device.startswith("cuda") else "cpu"]
     mm, mm_flops = measure.matmul_callable(first.device, dtype_of(first.dtype), size)
-    timed = measure.interleave({**fns, PEAK: mm}, rounds=rounds, min_time=min_time, threads=threads)
+    timed = measure.interleave({**fns, PEAK: mm}, rounds=rounds, min_time=min_time, threads=threads,
+                               min_times={PEAK: max(min_time, PEAK_MIN_TIME)})
     loads.append(load_average())
     peak_rounds = [mm_flops / t for t in timed.rounds[PEAK]]
     disturbed = disturbance(loads, peak_rounds, first.device)
@@ -350,26 +355,32 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
     pk, pk1, pk3 = measure.quartiles(peak_rounds)
     peak_row = {"kind": "peak", "key": f"peak|{group}", "group": group, "family": first.family,
                 "device": first.device, "dtype": first.dtype, "size": size, "peak_flops": pk,
-                "peak_q1": pk1, "peak_q3": pk3, "rounds": rounds, "load": loads, "disturbed": disturbed,
+                "peak_q1": pk1, "peak_q3": pk3, "peak_rounds": peak_rounds, "rounds": rounds, "load": loads,
+                "disturbed": disturbed,
                 "threads": threads}
     for vid in fns:
         row = rows[vid]
         med, q1, q3 = measure.quartiles(timed.blocks[vid])
         per_round = timed.rounds[vid]
         fractions = [row["flops"] / t / p for t, p in zip(per_round, peak_rounds)] if row["flops"] else []
-        f, f1, f3 = measure.quartiles(fractions)
-        dense = measure.quartiles([row["flops_dense"] / t / p for t, p in zip(per_round, peak_rounds)])[0] \
-            if row["flops_dense"] else math.nan
+        _, f1, f3 = measure.quartiles(fractions)  # the per-round spread, shown
+        # the figure and the interval a target is decided on: ratio of the medians over rounds
+        f, f_lo, f_hi = (measure.ratio_of_medians([row["flops"] / t for t in per_round], peak_rounds)
+                         if row["flops"] else (math.nan,) * 3)
+        dense = f * row["flops_dense"] / row["flops"] if row["flops"] and row["flops_dense"] else math.nan
         row.update(median_s=med, q1_s=q1, q3_s=q3, iqr_s=q3 - q1, round_s=per_round, rounds=rounds,
                    reps=len(timed.blocks[vid]) * timed.number[vid],
                    gflops=row["flops"] / med / 1e9 if row["flops"] else math.nan,
                    gflops_dense=row["flops_dense"] / med / 1e9 if row["flops_dense"] else math.nan,
                    peak_flops=pk, peak_fraction=f, peak_fraction_q1=f1, peak_fraction_q3=f3,
+                   peak_fraction_lo=f_lo, peak_fraction_hi=f_hi,
                    peak_fraction_dense=dense,
                    load=loads, disturbed=disturbed, group=group, interleaved=True)
         if ref is not None and ref.id in fns:
-            r, r1, r3 = measure.quartiles(timed.ratio(ref.id, vid))
-            row.update(vs_baseline=r, vs_baseline_q1=r1, vs_baseline_q3=r3)
+            _, r1, r3 = measure.quartiles(timed.ratio(ref.id, vid))
+            r, r_lo, r_hi = measure.ratio_of_medians(timed.rounds[ref.id], per_round)
+            row.update(vs_baseline=r, vs_baseline_q1=r1, vs_baseline_q3=r3, vs_baseline_lo=r_lo,
+                       vs_baseline_hi=r_hi)
     if probe is not None:
         for vid in fns:
             case = next(c for c in cases if c.variant == vid)

@@ -34,6 +34,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
+import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -54,6 +55,34 @@ def quartiles(samples: list[float]) -> tuple[float, float, float]:
     q = statistics.quantiles(samples, n=4, method="inclusive")
     return statistics.median(samples), q[0], q[2]
 
+
+# The interval a timed target is decided on: a percentile bootstrap over the rounds.
+INTERVAL_LEVEL = 0.9
+RESAMPLES = 2000
+
+
+def ratio_of_medians(num: list[float], den: list[float], *, level: float = INTERVAL_LEVEL,
+                     resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
+    """(median(num) / median(den), low, high): the ratio of the two medians over paired
+    rounds, with a ``level`` percentile-bootstrap interval (rounds resampled in pairs,
+    seeded: the same rounds give the same interval).
+
+    Why not the per-round ratio's quartiles: on this 2-core shared machine a 0.1 s call
+    varies +-10% from call to call, independently of the matmul timed a second later in the
+    same round, so the per-round ratio carries both noises; two quick runs with the same
+    medians (109 and 110 GFLOP/s over a 131 GFLOP/s peak, 83.5% both) gave per-round
+    medians of 94.9% and 79.4%. The ratio of medians is what repeats; its interval is what
+    the rounds can tell."""
+    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if a.size == 0 or a.size != b.size:
+        return float("nan"), float("nan"), float("nan")
+    ratio = float(np.median(a) / np.median(b))
+    if a.size < 2:
+        return ratio, ratio, ratio
+    idx = np.random.default_rng(seed).integers(0, a.size, size=(resamples, a.size))
+    boot = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
+    low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return ratio, float(low), float(high)
 
 @dataclass
 class Timing:
@@ -96,30 +125,49 @@ class Interleaved:
 
 
 def interleave(fns: Mapping[str, Callable[[], object]], *, rounds: int = 7, min_time: float = 0.05,
-               threads: int | None = None) -> Interleaved:
+               threads: int | None = None, min_times: Mapping[str, float] | None = None) -> Interleaved:
     """Time every callable in ``rounds`` alternating rounds (forward order, then reverse, so
     a drift in machine speed falls on each pair both ways). Each callable is first called
     once (warm-up, discarded): a call of ``min_time / 4`` or more is a block by itself,
     a shorter one gets its block size from ``blocked_autorange`` (discarded too); then in
-    every round, Timer blocks of that size until ``min_time`` (at least one block)."""
+    every round, Timer blocks of that size until ``min_time`` (at least one block).
+    ``min_times`` gives some callables their own ``min_time`` (the matmul peak: more blocks
+    per round, so its round median is steady).
+
+    A block is one ``Timer`` run of ``number`` calls (its timer, garbage collector off, CUDA
+    synchronized) without ``Timer.timeit``'s own warm-up of two further calls per block:
+    every callable is already warm here, and that warm-up tripled the cost of a long call."""
     threads = threads or torch.get_num_threads()
     timers = {name: timer(fn, threads) for name, fn in fns.items()}
     out = Interleaved(threads=threads)
+    own = {name: (min_times or {}).get(name, min_time) for name in timers}
     for name, t in timers.items():
         first = t.timeit(1).raw_times[0]  # warm-up; a call this long is a block by itself
-        out.number[name] = 1 if first >= min_time / 4 else t.blocked_autorange(min_run_time=min_time).number_per_run
+        out.number[name] = 1 if first >= own[name] / 4 else t.blocked_autorange(min_run_time=own[name]).number_per_run
         out.rounds[name], out.blocks[name] = [], []
     order = list(timers)
-    for r in range(rounds):
-        for name in (order if r % 2 == 0 else order[::-1]):
-            t, number, spent, times = timers[name], out.number[name], 0.0, []
-            while not times or spent < min_time:
-                raw = t.timeit(number).raw_times[0]
-                spent += raw
-                times.append(raw / number)
-            out.rounds[name].append(statistics.median(times))
-            out.blocks[name] += times
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)  # what Timer.timeit sets around each block
+    try:
+        for r in range(rounds):
+            for name in (order if r % 2 == 0 else order[::-1]):
+                t, number, spent, times = timers[name], out.number[name], 0.0, []
+                while not times or spent < own[name]:
+                    raw = _block(t, number)
+                    spent += raw
+                    times.append(raw / number)
+                out.rounds[name].append(statistics.median(times))
+                out.blocks[name] += times
+    finally:
+        torch.set_num_threads(previous)
     return out
+
+
+def _block(t: Timer, number: int) -> float:
+    """Seconds for ``number`` calls: ``Timer._timeit`` (the timed part of ``Timer.timeit``),
+    or ``Timer.timeit`` where a torch release has no such method."""
+    run = getattr(t, "_timeit", None)
+    return run(number) if callable(run) else t.timeit(number).raw_times[0]
 
 
 def matmul_callable(device: str, dtype: torch.dtype, size: int) -> tuple[Callable[[], object], int]:

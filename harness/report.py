@@ -29,7 +29,8 @@ ENV_KEYS = ["torch", "python", "device_name", "cpu", "cpu_count", "threads", "co
 
 
 NUMERIC = ("median_s", "iqr_s", "gflops", "gflops_dense", "peak_fraction", "peak_fraction_q1",
-           "peak_fraction_q3", "peak_fraction_dense", "vs_baseline", "vs_baseline_q1", "vs_baseline_q3",
+           "peak_fraction_q3", "peak_fraction_lo", "peak_fraction_hi", "peak_fraction_dense", "vs_baseline",
+           "vs_baseline_q1", "vs_baseline_q3", "vs_baseline_lo", "vs_baseline_hi",
            "saved_bytes", "peak_bytes", "rss_peak_bytes", "flops", "flops_dense", "compile_s")
 TEXT = ("error", "path", "disturbed", "rss_note", "largest_tensor")
 
@@ -354,9 +355,11 @@ def method_lines(cases: pd.DataFrame, device: str) -> list[str]:
             "gets its block size once from `blocked_autorange`. `median ms` and `IQR ms`: over every block of "
             "every round.")
         lines.append(
-            "- Ratios: `vs baseline` (reference time / variant time, > 1 is faster) and `% peak` are taken round "
-            "by round in the same window and shown as the median with the quartiles across rounds [q1-q3]; a "
-            "target is met only when its lower quartile meets the threshold.")
+            "- Ratios: `vs baseline` (reference time / variant time, > 1 is faster) and `% peak` come from the "
+            "same interleaved rounds: the figure is the ratio of the two medians over rounds, shown with the "
+            "per-round ratio's quartiles [q1-q3]. A target is decided on a 90% bootstrap interval of that ratio "
+            "(rounds resampled in pairs, seeded): met only when its low end meets the threshold, not met only "
+            "when its high end misses it, undecided when the threshold lies inside it.")
     else:
         lines.append(
             "- Time: rows from pytest-benchmark (`benchmarks/`, same callables, its own timer; threads "

@@ -11,13 +11,17 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from .measure import INTERVAL_LEVEL
+
 
 @dataclass(frozen=True)
 class Target:
     """kind: 'speedup' (variant vs baseline, >= threshold), 'peak_fraction' (executed FLOP/s
     over the matmul peak, >= threshold), 'growth' (fitted exponent of ``metric`` against T,
-    <= threshold). Speed-up and peak fraction are read from the interleaved rounds: met
-    only when the lower quartile across rounds meets the threshold."""
+    <= threshold). Speed-up and peak fraction are read from the interleaved rounds as the
+    ratio of the medians with a bootstrap interval over the rounds: met only when the
+    interval's low end meets the threshold, not met when its high end misses it, and
+    undecided when the threshold lies inside it."""
 
     name: str
     kind: str
@@ -65,31 +69,39 @@ def _disturbed(rows: pd.DataFrame) -> str:
     return marks[0] if marks else ""
 
 
-def _spread(rows: pd.DataFrame, column: str) -> tuple[float, float, float] | None:
-    """(median, q1, q3) across interleaved rounds of the first selected row, or None when
-    the rows were not measured interleaved (e.g. pytest-benchmark rows)."""
+def _spread(rows: pd.DataFrame, column: str) -> tuple[float, float, float, float, float] | None:
+    """(figure, low, high, q1, q3) of the first selected row: the ratio of medians with its
+    bootstrap interval, and the per-round quartiles; None when the rows were not measured
+    interleaved (e.g. pytest-benchmark rows). Rows logged before the interval existed are
+    decided on their quartiles."""
     if column not in rows or f"{column}_q1" not in rows:
         return None
     r = rows.iloc[0]
     if not r.get("interleaved") or pd.isna(r[column]) or pd.isna(r[f"{column}_q1"]):
         return None
-    return float(r[column]), float(r[f"{column}_q1"]), float(r[f"{column}_q3"])
+    q1, q3 = float(r[f"{column}_q1"]), float(r[f"{column}_q3"])
+    low, high = r.get(f"{column}_lo"), r.get(f"{column}_hi")
+    if low is None or pd.isna(low):
+        low, high = q1, q3
+    return float(r[column]), float(low), float(high), q1, q3
 
 
 def evaluate(target: Target, df: pd.DataFrame) -> dict:
     """{'target', 'threshold', 'uses', 'measured', 'met'}. ``met`` is True/False, or None
-    when not measured, or the string 'not claimed' for a disturbed window. A timed target
-    is met only when its lower quartile across interleaved rounds meets the threshold."""
+    when not measured, or a string: 'not claimed' for a disturbed window, 'undecided' when
+    the threshold lies inside the interval. A timed target is decided on the ratio of the
+    medians over interleaved rounds and its bootstrap interval: met only when the interval's
+    low end meets the threshold, not met only when its high end misses it."""
     out = {"target": target.text or target.name, "threshold": "", "uses": "", "measured": "not measured",
            "met": None}
     rows = _select(df, target.family, target.variant, target.where)
     if target.kind in ("speedup", "peak_fraction"):
         column = "vs_baseline" if target.kind == "speedup" else "peak_fraction"
         if target.kind == "speedup":
-            out.update(threshold=f">= {target.threshold:g}x (lower quartile)",
+            out.update(threshold=f">= {target.threshold:g}x (interval's low end)",
                        uses=f"time ratio {target.baseline} / {target.variant}, round by round")
         else:
-            out.update(threshold=f">= {target.threshold:.0%} (lower quartile)",
+            out.update(threshold=f">= {target.threshold:.0%} (interval's low end)",
                        uses="executed FLOPs over the matmul peak timed in the same rounds")
         if target.kind == "speedup" and len(rows):
             base_rows = _select(df, target.family, target.baseline, target.where)
@@ -102,16 +114,17 @@ def evaluate(target: Target, df: pd.DataFrame) -> dict:
         if spread is None:
             out["measured"] = "not measured: the rows were not timed interleaved (e.g. pytest-benchmark rows)"
             return out
-        med, q1, q3 = spread
+        value, low, high, q1, q3 = spread
+        level = f"{INTERVAL_LEVEL:.0%} interval"
         if target.kind == "speedup":
-            out["measured"] = (f"{med:.2f}x, quartiles {q1:.2f}-{q3:.2f} over {int(r['rounds'])} rounds "
-                               f"({r['median_s'] * 1e3:.1f} ms)")
+            out["measured"] = (f"{value:.2f}x, {level} {low:.2f}-{high:.2f}; per-round quartiles {q1:.2f}-{q3:.2f} "
+                               f"over {int(r['rounds'])} rounds ({r['median_s'] * 1e3:.1f} ms)")
         else:
             dense = r.get("peak_fraction_dense")
-            out["measured"] = (f"{med:.1%}, quartiles {q1:.1%}-{q3:.1%} over {int(r['rounds'])} rounds "
-                               f"({r['gflops']:.1f} GFLOP/s executed; peak {r['peak_flops'] / 1e9:.1f} GFLOP/s; "
-                               f"dense-equivalent {dense:.1%})")
-        out["met"] = q1 >= target.threshold
+            out["measured"] = (f"{value:.1%}, {level} {low:.1%}-{high:.1%}; per-round quartiles {q1:.1%}-{q3:.1%} "
+                               f"over {int(r['rounds'])} rounds ({r['gflops']:.1f} GFLOP/s executed; "
+                               f"peak {r['peak_flops'] / 1e9:.1f} GFLOP/s; dense-equivalent {dense:.1%})")
+        out["met"] = True if low >= target.threshold else False if high < target.threshold else "undecided"
         why = _disturbed(rows)
         if why:
             out["met"] = "not claimed"
@@ -130,4 +143,5 @@ def evaluate(target: Target, df: pd.DataFrame) -> dict:
     return out
 
 
-MET_TEXT = {True: "yes", False: "NO", None: "not measured", "not claimed": "not claimed (disturbed)"}
+MET_TEXT = {True: "yes", False: "NO", None: "not measured", "not claimed": "not claimed (disturbed)",
+            "undecided": "undecided (threshold inside the interval)"}

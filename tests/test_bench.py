@@ -25,6 +25,7 @@ TINY = ["--device", "cpu", "--full", "--family", "norm", "--seq", "8,16", "--bat
 def small_peak(monkeypatch):
     """A 64x64 matmul as the peak: the method, not the machine, is under test here."""
     monkeypatch.setitem(bench.PEAK_SIZE, "cpu", 64)
+    monkeypatch.setattr(bench, "PEAK_MIN_TIME", 0.002)
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +34,7 @@ def norm_log(tmp_path_factory):
     log = tmp_path_factory.mktemp("bench") / "log.jsonl"
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(bench.PEAK_SIZE, "cpu", 64)
+        mp.setattr(bench, "PEAK_MIN_TIME", 0.002)
         assert main(["bench", *TINY, "--log", str(log)]) == 0
     return log
 
@@ -52,6 +54,20 @@ def test_interleaved_ratio_sees_a_known_factor():
     med, q1, q3 = measure.quartiles(timed.ratio("long", "short"))
     assert q1 <= med <= q3 and 1.5 < med < 8  # 4 in theory; wake-up latency moves it under load
 
+
+def test_interleave_gives_a_callable_its_own_min_time_and_counts_every_call():
+    calls = {"a": 0, "b": 0}
+
+    def bump(name):
+        calls[name] += 1
+
+    timed = measure.interleave({"a": lambda: bump("a"), "b": lambda: bump("b")}, rounds=2,
+                               min_time=1e-6, threads=1, min_times={"b": 0.02})
+    timed_b = sum(b * timed.number["b"] for b in timed.blocks["b"])
+    assert timed_b >= 2 * 0.02 * 0.9  # every round of b ran its own 0.02 s
+    assert sum(timed.blocks["a"]) * timed.number["a"] < timed_b
+    # calls = warm-up + block-size estimate + timed blocks (no hidden warm-up per block)
+    assert calls["b"] >= len(timed.blocks["b"]) * timed.number["b"]
 
 def test_flops_executed_and_dense_for_the_cpu_flash_kernel():
     q = torch.randn(1, 2, 32, 16)
@@ -266,3 +282,31 @@ def test_load_rows_reads_pytest_benchmark_json(tmp_path):
     [row] = load_rows(path)
     assert row["median_s"] == 0.001 and row["gflops"] == pytest.approx(1e-3) and row["cpu"] == "test cpu"
     assert row["interleaved"] is False and "vs_baseline" not in row
+
+
+@pytest.mark.parametrize("q1, q3, met", [(0.90, 0.95, True), (0.70, 0.80, False), (0.80, 0.90, "undecided")])
+def test_timed_target_is_met_not_met_or_undecided_from_its_interval(q1, q3, met):
+    import pandas as pd
+
+    from harness.targets import MET_TEXT, Target, evaluate
+
+    target = Target(name="t", kind="peak_fraction", family="attention", variant="v", threshold=0.85)
+    row = {"family": "attention", "variant": "v", "status": "ok", "interleaved": True, "rounds": 7,
+           "peak_fraction": (q1 + q3) / 2, "peak_fraction_q1": q1, "peak_fraction_q3": q3,
+           "peak_fraction_dense": (q1 + q3) / 2, "gflops": 100.0, "peak_flops": 1.2e11, "disturbed": ""}
+    out = evaluate(target, pd.DataFrame([row]))  # a row logged before the interval: its quartiles
+    assert out["met"] == met and MET_TEXT[out["met"]]
+    # the interval decides where there is one, whatever the per-round quartiles
+    wide = {**row, "peak_fraction_q1": 0.5, "peak_fraction_q3": 1.2, "peak_fraction_lo": q1, "peak_fraction_hi": q3}
+    assert evaluate(target, pd.DataFrame([wide]))["met"] == met
+    disturbed = evaluate(target, pd.DataFrame([{**row, "disturbed": "load 3.0"}]))
+    assert disturbed["met"] == "not claimed"
+
+
+def test_ratio_of_medians_interval_is_seeded_and_brackets_the_ratio():
+    num, den = [1.0, 1.2, 0.9, 1.1, 1.0, 1.3, 0.95], [2.0, 2.1, 1.9, 2.0, 2.2, 1.8, 2.05]
+    first = measure.ratio_of_medians(num, den)
+    assert first == measure.ratio_of_medians(num, den)
+    ratio, low, high = first
+    assert ratio == pytest.approx(1.0 / 2.0) and low <= ratio <= high and high - low < 0.3
+    assert measure.ratio_of_medians([3.0], [1.5]) == (2.0, 2.0, 2.0)

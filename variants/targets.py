@@ -2,7 +2,8 @@
 on the rows it measured. Shown in the report; never asserted in a timed test.
 
 Speed-up and peak fraction are read from interleaved rounds (met when the lower quartile
-across rounds meets the threshold); the peak fraction counts executed FLOPs (at T=512 the
+across rounds meets the threshold, undecided when the threshold lies between the quartiles);
+the peak fraction counts executed FLOPs (at T=512 the
 CPU flash kernel's causal block skipping skips nothing: its key blocks are 512 wide)."""
 
 from harness.targets import register_target
