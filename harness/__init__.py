@@ -11,12 +11,12 @@ from .errors import (
     ConfigError, HarnessError, InputError, PortingError, RegistryError, UnknownName,
     VariantFileError,
 )
-from .porting import Chunk, Concat, Param, Tied, Transposed, Zero, fused_entries, linear_entries, nest, norm_entries
+from .porting import Absent, Chunk, Concat, Param, Tied, Transposed, Zero, fused_entries, linear_entries, nest, norm_entries
 from .registry import REGISTRY, Variant, register
 
 __all__ = [
     "Config", "register", "REGISTRY", "Variant",
-    "Param", "Chunk", "Concat", "Transposed", "Zero", "Tied", "nest", "linear_entries", "norm_entries", "fused_entries",
+    "Param", "Chunk", "Concat", "Transposed", "Zero", "Absent", "Tied", "nest", "linear_entries", "norm_entries", "fused_entries",
     "HarnessError", "ConfigError", "PortingError", "InputError", "UnknownName",
     "VariantFileError", "RegistryError",
 ]

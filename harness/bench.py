@@ -4,7 +4,8 @@ A sweep expands into ``BenchCase`` rows (family x variant x batch x seq x dtype 
 compile). Cases that differ only by variant form a group; a group's variants, the family's
 reference and a square matmul (the machine's peak) are timed together, interleaved in
 alternating rounds (``harness.measure.interleave``), so every ratio (variant vs reference,
-achieved vs peak) is taken round by round in one window, with its spread. Each case builds
+achieved vs peak) is the ratio of the medians over rounds of one window, with its per-round
+spread and a bootstrap interval. Each case builds
 the variant with the family's seeded canonical weights and the family's benchmark inputs;
 a compiled case is compiled outside any dispatch mode, its compile time kept apart.
 Rows are appended to a JSONL log as each group finishes: an interrupted sweep keeps what it
@@ -39,7 +40,8 @@ from .registry import get_variant, reference_of, variants_of
 from .seeding import build
 
 MODES = ("fwd", "fwd+bwd")
-BENCH_FAMILIES = ("attention", "norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block")
+BENCH_FAMILIES = ("attention", "norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block",
+                  "encoder_decoder", "decoder_only_model")
 # The family case each benchmark runs: no padding for attention (causal, so SDPA may use
 # is_causal), the padded cases for layers (what a batch of real sentences looks like).
 BENCH_CASE = {"attention": "causal_only", "decoder_only_block": "right_pad"}
@@ -109,6 +111,8 @@ class Sweep:
 
 
 LAYERS = ("norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block")
+# Whole models (N=2 layers, the family's vocabulary of 11: the copy task's), full profile only
+MODELS = ("encoder_decoder", "decoder_only_model")
 
 # Timing per profile: seconds of timed calls per variant per round, and rounds per group.
 TIMING = {"quick": {"min_time": 0.02, "rounds": 7}, "full": {"min_time": 0.05, "rounds": 7}}
@@ -135,6 +139,7 @@ PROFILES: dict[str, dict[str, list[Sweep]]] = {
             Sweep(("attention",), batch=(2, 8), seq=(64, 128, 256, 512, 1024), d_model=256, heads=8),
             Sweep(("attention",), batch=(8,), seq=(256,), d_model=256, heads=8, compiled=(True,)),
             Sweep(LAYERS, batch=(8,), seq=(64, 256, 1024), d_model=512, heads=8),
+            Sweep(MODELS, batch=(8,), seq=(64, 256), d_model=512, heads=8),
         ],
         "cuda": [
             Sweep(("attention",), batch=(8,), seq=(128, 256, 512, 1024, 2048, 4096, 8192), d_model=1024,
@@ -143,6 +148,7 @@ PROFILES: dict[str, dict[str, list[Sweep]]] = {
                   dtypes=("bfloat16",), compiled=(True,)),
             Sweep(LAYERS, batch=(8,), seq=(512, 2048, 8192), d_model=1024, heads=8,
                   dtypes=("float32", "bfloat16", "float16")),
+            Sweep(MODELS, batch=(8,), seq=(512, 2048), d_model=1024, heads=8, dtypes=("float32", "bfloat16")),
         ],
     },
 }

@@ -150,7 +150,7 @@ def _summary(rows) -> str:
             "mode": r["mode"] + (" compiled" if r.get("compiled") else ""),
             "median ms": f"{r['median_s'] * 1e3:.3g}" if ok else r.get("status"),
             "IQR ms": f"{r['iqr_s'] * 1e3:.2g}" if ok else str(r.get("error", ""))[:40],
-            "vs baseline [q1-q3]": (f"{ratio:.2f}x [{r['vs_baseline_q1']:.2f}-{r['vs_baseline_q3']:.2f}]"
+            "vs baseline [round q1-q3]": (f"{ratio:.2f}x [{r['vs_baseline_q1']:.2f}-{r['vs_baseline_q3']:.2f}]"
                                     if ok and ratio is not None and ratio == ratio else "-"),
             "GFLOP/s": f"{r['gflops']:.1f}" if ok and r.get("gflops") == r.get("gflops") else "-",
             "path": r.get("path", "-") if ok else "-",

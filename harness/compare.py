@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .config import Config
 from .errors import HarnessError, InputError
 from .families import Family, get_family
-from .porting import Zero, zero_unrepresented
+from .porting import Fills, absent_fills, zero_unrepresented
 from .precision import DEFAULT_TOLERANCE
 from .registry import Variant, variants_of
 from .seeding import build
@@ -354,8 +354,10 @@ class Checker:
             self._weights[family.name] = family.canonical_weights(self.cfg)
         return zero_unrepresented(self._weights[family.name], zero)
 
-    def zero_names(self, variant: Variant) -> frozenset[str]:
-        return frozenset(n for n, e in variant.map_for(self.cfg).items() if isinstance(e, Zero))
+    def zero_names(self, variant: Variant) -> Fills:
+        """The canonical parameters ``variant`` does not have, each with the value it reads as
+        (zero for a missing bias, one for a missing norm's weight)."""
+        return absent_fills(variant.map_for(self.cfg))
 
     def oracle(self, family: Family, traits: Mapping[str, Any], case: str, zero: frozenset[str],
                dtype: torch.dtype, compute: torch.dtype = torch.float64) -> Run:

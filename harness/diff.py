@@ -48,7 +48,7 @@ from .compare import (
 from .config import Config
 from .errors import ConfigError, HarnessError
 from .families import Family, get_family
-from .porting import Chunk, Concat, Param, PortMap, Tied, Transposed, Zero, entry_code, zero_unrepresented
+from .porting import Absent, Chunk, Concat, Param, PortMap, Tied, Transposed, absent_fills, entry_code, zero_unrepresented
 from .registry import Variant, get_variant
 from .seeding import build
 
@@ -74,7 +74,7 @@ def canonical_units(family: Family, cfg: Config) -> list[str]:
 
 def _entry_paths(entry) -> list[tuple[str, bool]]:
     """(module parameter path, whole parameter?) for every region of a map entry."""
-    if isinstance(entry, (Zero, Tied)):  # no module parameter of its own
+    if isinstance(entry, (Absent, Tied)):  # no module parameter of its own
         return []
     if isinstance(entry, Transposed):
         return _entry_paths(entry.inner)
@@ -287,11 +287,11 @@ def _dispatch_projection(unit: str, portmap: PortMap, uses: list[OpUse], batch: 
     """A projection read off the ops that consumed its parameters (fused paths)."""
     weight = portmap.entries.get(f"{unit}.weight")
     bias = portmap.entries.get(f"{unit}.bias")
-    if weight is None or isinstance(weight, Zero):
+    if weight is None or isinstance(weight, Absent):
         return None, "", ""
     ranges = []
     for entry in (weight, bias):
-        if entry is not None and not isinstance(entry, Zero):
+        if entry is not None and not isinstance(entry, Absent):
             r = _out_range(entry, portmap.params)
             if r is None:
                 return None, "", ""
@@ -709,7 +709,7 @@ def _linear_owned(variant: Variant, cfg: Config, family: Family) -> bool:
     mods = dict(module.named_modules())
     for n in _square_weights(family, cfg):
         entry = portmap.entries.get(n)
-        if isinstance(entry, Zero) or entry is None:
+        if isinstance(entry, Absent) or entry is None:
             continue
         if isinstance(entry, Transposed):
             return False
@@ -751,7 +751,7 @@ def layout_hints(family: Family, a: Variant, b: Variant, case: str, cfg: Config,
             return got is not None and compare_tensors(got, ref, None, None, dtype).verdict in AGREE
 
         square = [n for n in _square_weights(family, cfg)
-                  if not isinstance(subject.map_for(cfg).get(n), Zero)]
+                  if not isinstance(subject.map_for(cfg).get(n), Absent)]
         for n in square:
             if fixes({**weights, n: weights[n].t().contiguous()}):
                 entry = subject.map_for(cfg)[n]
@@ -822,7 +822,7 @@ def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32",
         if reason:
             raise ConfigError(f"{v.key} cannot be built for this config: {reason}")
     dt = dtype_of(dtype)
-    zero = frozenset(n for v in (va, vb) for n, e in v.map_for(cfg).items() if isinstance(e, Zero))
+    zero = absent_fills(va.map_for(cfg)) | absent_fills(vb.map_for(cfg))
     weights = zero_unrepresented(fam.canonical_weights(cfg), zero)
     inputs = fam.inputs(case, cfg)
     ta64 = trace_variant(va, cfg, inputs, weights, torch.float64, device="cpu")

@@ -4,7 +4,8 @@ Time: ``torch.utils.benchmark.Timer`` is the one timing engine, on CPU and CUDA 
 synchronizes CUDA; it runs with the garbage collector off and ``num_threads`` set).
 ``time_callable`` is ``blocked_autorange``; ``interleave`` times several callables in
 alternating rounds in one window (A B C, C B A, ...), each round a few Timer blocks, so
-that a ratio between two of them is taken round by round and its spread is known.
+that a ratio between two of them comes from one window: the ratio of their medians
+(``ratio_of_medians``, with a bootstrap interval over rounds) and its per-round spread.
 FLOPs: ``torch.utils.flop_counter.FlopCounterMode``, matmul-class operators, counted twice
 in one pass: as executed (the CPU flash kernel computes only the key blocks its causal
 loop visits, from the kernel's block sizes; its backward recomputes QK^T per block, five

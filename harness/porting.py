@@ -9,6 +9,10 @@ variant's own module. The entries are data:
     Concat(["heads.0.q.weight", ...])         per-head rows h*d_k:(h+1)*d_k, stacked
     Zero()                                    not represented (a bias-free Linear):
                                               reads as zeros, accepts only zeros
+    Absent(1.0)                               not represented, neutral value 1 (the
+                                              weight of a final norm the write-up
+                                              leaves out): reads as ones, accepts only
+                                              ones; Zero() is Absent(0.0)
     Tied("embed.weight")                      the same tensor as another canonical
                                               parameter (weight tying): reads as it,
                                               accepts only a value equal to it
@@ -73,11 +77,22 @@ class Concat:
 
 
 @dataclass(frozen=True)
-class Zero:
-    """A canonical parameter the variant does not have (e.g. a bias of a bias-free Linear)."""
+class Absent:
+    """A canonical parameter the variant does not have, read as the constant ``fill``: 0 for
+    a bias of a bias-free Linear (``Zero()``), 1 for the weight of a norm the variant leaves
+    out. A partner that has the parameter is compared with it set to ``fill``: for an absent
+    final norm its own norm keeps a unit scale (a zero scale would flatten its output to the
+    bias and every logit to the same value)."""
+
+    fill: float = 0.0
 
     def regions(self) -> list:
         return []
+
+
+def Zero() -> Absent:  # noqa: N802 - reads as the entry it builds, like Param(...)
+    """Not represented, reads as zeros: ``Absent(0.0)``."""
+    return Absent(0.0)
 
 
 @dataclass(frozen=True)
@@ -108,7 +123,7 @@ class Tied:
         return []
 
 
-MapEntry = Union[Param, Chunk, Concat, Zero, Transposed, Tied]
+MapEntry = Union[Param, Chunk, Concat, Absent, Transposed, Tied]
 ParamMap = Mapping[str, MapEntry]
 
 
@@ -124,7 +139,7 @@ def entry_code(entry: MapEntry) -> str:
         return "Concat([" + ", ".join(f'"{p}"' for p in entry.paths) + "]" + (f", dim={entry.dim})" if entry.dim else ")")
     if isinstance(entry, Tied):
         return f'Tied("{entry.to}")'
-    return "Zero()"
+    return "Zero()" if entry.fill == 0 else f"Absent({entry.fill:g})"
 
 
 def nest(param_map: ParamMap, canonical_prefix: str, module_prefix: str) -> dict[str, MapEntry]:
@@ -206,7 +221,7 @@ class PortMap:
                                      f"{self._orientation_hint(entry, want)}") from None
             if isinstance(entry, Tied) and not isinstance(self.entries.get(entry.to), (Param, Chunk, Concat, Transposed)):
                 raise self._fail(f"canonical '{canonical}' is tied to '{entry.to}', which is not held by a parameter")
-            if not isinstance(entry, Zero):
+            if not isinstance(entry, Absent):
                 shape = tuple(self.read(canonical).shape)
                 want = tuple(self.canonical_shapes[canonical])
                 if shape != want:
@@ -255,10 +270,11 @@ class PortMap:
 
     # -- reading and writing --------------------------------------------------------
     def represented(self, canonical: str) -> bool:
-        return not isinstance(self.entries[canonical], Zero)
+        return not isinstance(self.entries[canonical], Absent)
 
-    def zero_names(self) -> frozenset[str]:
-        return frozenset(n for n, e in self.entries.items() if isinstance(e, Zero))
+    def zero_names(self) -> Fills:
+        """The canonical parameters the module does not have, each with the value it reads as."""
+        return absent_fills(self.entries)
 
     def read(self, canonical: str, grad: bool = False) -> torch.Tensor | None:
         """The canonical tensor (a view into the module), or its gradient."""
@@ -268,14 +284,14 @@ class PortMap:
             # canonical tensor has), so a tied model and an oracle that uses ``to`` agree
             source = self.read(entry.to)
             return torch.zeros_like(source) if grad and source is not None else source
-        if isinstance(entry, Zero):
+        if isinstance(entry, Absent):
             if grad:
                 return None
             shape = self.canonical_shapes[canonical]
             some = next(iter(self.params.values()), None)
             dtype = some.dtype if some is not None else torch.float32
             device = some.device if some is not None else "cpu"
-            return torch.zeros(shape, dtype=dtype, device=device)
+            return torch.full(tuple(shape), entry.fill, dtype=dtype, device=device)
         return self._read_plain(entry, grad)
 
     def _read_plain(self, entry: MapEntry, grad: bool = False) -> torch.Tensor | None:
@@ -320,11 +336,12 @@ class PortMap:
                             f"take a different value"
                         )
                     continue
-                if isinstance(entry, Zero):
-                    if value.count_nonzero():
+                if isinstance(entry, Absent):
+                    if (value != entry.fill).any():
                         raise self._fail(
-                            f"has no '{name}' (not represented, reads as zero) and cannot "
-                            f"take a non-zero value (max |x| = {value.abs().max().item():.3g})"
+                            f"has no '{name}' (not represented, reads as {entry.fill:g}) and cannot "
+                            f"take another value (max |x - {entry.fill:g}| = "
+                            f"{(value - entry.fill).abs().max().item():.3g})"
                         )
                     continue
                 if isinstance(entry, Transposed):  # stored (in, out): write the transpose
@@ -343,11 +360,39 @@ class PortMap:
                     offset += size or 0
 
 
-def zero_unrepresented(weights: Mapping[str, torch.Tensor], names: Iterable[str]) -> dict[str, torch.Tensor]:
-    """``weights`` with the canonical tensors in ``names`` set to zero: what a variant
-    (or a pair of variants) whose map has ``Zero()`` there can be compared on."""
-    names = set(names)
-    return {n: (torch.zeros_like(t) if n in names else t) for n, t in weights.items()}
+class Fills(dict):
+    """{canonical name: the value it reads as} for parameters a variant does not have.
+    Hashable (runs are cached by it), iterates over the names, and ``|`` joins two (a pair
+    compared on the parameters either lacks)."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
+    def __or__(self, other: Mapping[str, float]) -> "Fills":  # type: ignore[override]
+        return Fills({**self, **other})
+
+    def __ror__(self, other: Mapping[str, float]) -> "Fills":  # type: ignore[override]
+        return Fills({**other, **self})
+
+
+def absent_fills(entries: Mapping[str, object]) -> Fills:
+    """The map's ``Absent`` entries: {canonical name: the value it reads as}."""
+    return Fills({n: e.fill for n, e in entries.items() if isinstance(e, Absent)})
+
+
+def absent_norm(canonical: str) -> dict[str, Absent]:
+    """Entries for a norm the variant does not have (e.g. no final norm after a post-norm
+    stack): its weight reads as ones and its bias as zeros, the norm's neutral values."""
+    return {f"{canonical}.weight": Absent(1.0), f"{canonical}.bias": Zero()}
+
+
+def zero_unrepresented(weights: Mapping[str, torch.Tensor], names: Iterable[str] | Mapping[str, float]
+                       ) -> dict[str, torch.Tensor]:
+    """``weights`` with the canonical tensors in ``names`` set to the value the variant reads
+    them as (zero, or a mapping's fill: one for an absent norm's weight): what a variant (or
+    a pair of variants) whose map has ``Absent``/``Zero()`` there can be compared on."""
+    fills = dict(names) if isinstance(names, Mapping) else dict.fromkeys(names, 0.0)
+    return {n: (torch.full_like(t, fills[n]) if n in fills else t) for n, t in weights.items()}
 
 
 def port_weights(src: PortMap, dst: PortMap) -> None:

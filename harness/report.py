@@ -503,11 +503,33 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
         bad = [r for r in results if not r.ok]
         lines += [f"{len(results)} comparisons, {len(bad)} contradict their declarations.", ""]
 
+    lines += models_section(out.parent.parent / "models")
+
     failed = cases[cases["status"] != "ok"]
     if len(failed):
         lines += ["## Not measured", "", tabulate(failed[["key", "status", "error"]], headers="keys",
                                                   tablefmt="github", showindex=False), ""]
     (out / "REPORT.md").write_text("\n".join(lines) + "\n")
+
+
+def models_section(models: Path) -> list[str]:
+    """The whole-model runs beside the benchmark (``python -m harness copy-task`` and
+    ``cache-bench`` write them to ``reports/models/``): the copy-task curves and the k/v
+    cache's speed-up, shown here as they were written there, with their own method line."""
+    parts = [(name, models / f"{name}.md", f"../../models/{name}.png")
+             for name in ("copy_task", "cache_bench") if (models / f"{name}.md").exists()]
+    if not parts:
+        return []
+    titles = {"copy_task": "Copy task (004): loss and exact match per encoder-decoder model",
+              "cache_bench": "Greedy decoding with and without the k/v cache"}
+    lines = ["## Whole models", "",
+             "From `reports/models/` (`python -m harness copy-task` and `cache-bench`, run apart from this "
+             "sweep; their own method and machine state are in each table's note).", ""]
+    for name, md, png in parts:
+        lines += [f"### {titles[name]}", "", md.read_text().strip(), ""]
+        if (models / f"{name}.png").exists():
+            lines += [f"![{name}]({png})", ""]
+    return lines
 
 
 def load_old(path: str) -> list[dict]:

@@ -26,7 +26,7 @@ from .config import Config
 from .errors import ConfigError, UnknownName
 from .families import get_family
 from .model_families import DECODINGS, PAD, START, Decoding
-from .porting import zero_unrepresented
+from .porting import Fills, zero_unrepresented
 from .registry import Variant, variants_of
 from .seeding import build
 from .spec import one_thread
@@ -84,8 +84,11 @@ class Models:
         self.inputs = self.family.inputs(DECODE_CASE[family], cfg)
         self._built: dict[tuple, Any] = {}
 
-    def zero(self, *variants: Variant) -> frozenset[str]:
-        return frozenset().union(*(self.checker.zero_names(v) for v in variants))
+    def zero(self, *variants: Variant) -> Fills:
+        out = Fills()
+        for v in variants:
+            out = out | self.checker.zero_names(v)
+        return out
 
     def weights(self, zero: frozenset[str]) -> dict[str, torch.Tensor]:
         return self.checker.weights(self.family, zero)

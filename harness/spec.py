@@ -207,7 +207,7 @@ class SpecChecker:
         ref = reference_of(family.name)
         if ref is not None and (ref.supports(checker.cfg) or not applicable(ref, case)):
             ref = None
-        zero = checker.zero_names(variant) | (checker.zero_names(ref) if ref else frozenset())
+        zero = checker.zero_names(variant) | (checker.zero_names(ref) if ref else {})
         run = checker.run(variant, case, zero, dtype)
         oracle = checker.oracle(family, variant.traits, case, zero, dtype)
         overflow = fill_overflow(variant, dtype)
@@ -411,7 +411,7 @@ class SpecChecker:
         own spec ran with; None when it did not run."""
         family = get_family(variant.family)
         ref = reference_of(family.name)
-        zero = checker.zero_names(variant) | (checker.zero_names(ref) if ref and not ref.supports(checker.cfg) else frozenset())
+        zero = checker.zero_names(variant) | (checker.zero_names(ref) if ref and not ref.supports(checker.cfg) else {})
         run = checker.run(variant, case, zero, dtype)
         if run.error:
             return None

@@ -44,7 +44,7 @@ def traits_table(family: str, tablefmt: str = "simple") -> str:
     df = pd.DataFrame(
         [{"id": v.id, "source": v.source, **{k: val for k, val in v.traits.items() if k != "cases"}}
          for v in members]
-    ).fillna("")
+    ).astype(object).fillna("")  # a trait some variants leave out: blank, whatever its dtype
     return tabulate(df, headers="keys", tablefmt=tablefmt, showindex=False)
 
 

@@ -99,10 +99,10 @@ def evaluate(target: Target, df: pd.DataFrame) -> dict:
         column = "vs_baseline" if target.kind == "speedup" else "peak_fraction"
         if target.kind == "speedup":
             out.update(threshold=f">= {target.threshold:g}x (interval's low end)",
-                       uses=f"time ratio {target.baseline} / {target.variant}, round by round")
+                       uses=f"median time {target.baseline} over median time {target.variant}, interleaved rounds")
         else:
             out.update(threshold=f">= {target.threshold:.0%} (interval's low end)",
-                       uses="executed FLOPs over the matmul peak timed in the same rounds")
+                       uses="median executed FLOP/s over the median matmul peak, the same interleaved rounds")
         if target.kind == "speedup" and len(rows):
             base_rows = _select(df, target.family, target.baseline, target.where)
             if not len(base_rows):

@@ -65,6 +65,28 @@ def test_equivalent_models_emit_the_same_greedy_tokens(family):
     assert equivalent and all(r.same_tokens for r in equivalent)
     differing = [r for r in results if not r.same_tokens]
     assert differing and all(r.first_diff and not math.isnan(r.margin_a) for r in differing)
+    # a margin of exactly 0 is a flattened model (every logit equal), not a close call
+    assert all(r.margin_a > 0 and r.margin_b > 0 for r in differing), differing
+
+
+def test_an_absent_final_norm_leaves_the_partners_norm_a_unit_scale():
+    """postnorm_blog has no final norm; compared with torch_pre, whose stacks end with one,
+    the pair's weights give that norm the absent one's neutral values (scale 1, shift 0),
+    not zeros that would flatten torch_pre's output to its generator's bias."""
+    models = ss.Models("encoder_decoder", Config())
+    blog, pre = get_variant("encoder_decoder", "postnorm_blog"), get_variant("encoder_decoder", "torch_pre")
+    fills = models.zero(blog, pre)
+    assert fills["encoder.norm.weight"] == fills["decoder.norm.weight"] == 1.0
+    assert fills["encoder.norm.bias"] == fills["decoder.norm.bias"] == 0.0
+    weights = models.weights(fills)
+    assert torch.equal(weights["decoder.norm.weight"], torch.ones_like(weights["decoder.norm.weight"]))
+    with torch.no_grad():
+        out = pre.call(models.get(pre, fills), models.inputs)
+    assert out.std(dim=-1).min() > 1e-3
+    _, portmap = build(blog, Config())
+    halved = {**portmap.export(), "encoder.norm.weight": torch.full_like(weights["encoder.norm.weight"], 0.5)}
+    with pytest.raises(PortingError, match="encoder.norm.weight.*reads as 1"):
+        portmap.load(halved)
 
 
 @pytest.mark.parametrize("family,cached", [

@@ -197,7 +197,7 @@ register(
 # blocks' own projections, norms and FFN (the attention of the new rows computed there).
 
 from harness.model_families import dropout_sites, incremental, layers, register_decoding  # noqa: E402
-from harness.porting import Param, Zero, nest  # noqa: E402
+from harness.porting import Param, Zero, absent_norm, nest  # noqa: E402
 from harness.registry import get_variant  # noqa: E402
 
 
@@ -249,7 +249,7 @@ class Decoder(nn.Module):
 def _decoder_map(cfg, block_id):
     block = get_variant("decoder_only_block", block_id).map_for(cfg)
     out = {"embed.weight": Param("emb.weight"), "pos.weight": Zero(),
-           "norm.weight": Zero(), "norm.bias": Zero(),
+           **absent_norm("norm"),
            "head.weight": Param("out.weight"), "head.bias": Param("out.bias")}
     for i in range(layers(cfg)):
         out.update(nest(block, f"blocks.{i}.", f"layer_list.{i}."))

@@ -239,7 +239,7 @@ register(
 # over ``decode`` runs it.
 
 from harness.model_families import dropout_sites, layers, register_decoding  # noqa: E402
-from harness.porting import Zero  # noqa: E402
+from harness.porting import absent_norm  # noqa: E402
 from harness.registry import get_variant  # noqa: E402
 
 
@@ -284,7 +284,7 @@ def _blog_model_map(cfg):
     dec = get_variant("decoder_layer", "postnorm_blog").map_for(cfg)
     out = {"src_embed.weight": Param("src_embed.weight"), "tgt_embed.weight": Param("tgt_embed.weight"),
            **linear_entries({"generator": "linear"}),
-           **{f"{stack}.norm.{p}": Zero() for stack in ("encoder", "decoder") for p in ("weight", "bias")}}
+           **absent_norm("encoder.norm"), **absent_norm("decoder.norm")}
     for i in range(layers(cfg)):
         out.update(nest(enc, f"encoder.{i}.", f"encoder.{i}."))
         out.update(nest(dec, f"decoder.{i}.", f"decoder.{i}."))

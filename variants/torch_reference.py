@@ -227,7 +227,7 @@ register(
 import math  # noqa: E402
 
 from harness.model_families import dropout_sites, layers, register_decoding  # noqa: E402
-from harness.porting import Tied  # noqa: E402
+from harness.porting import Tied, absent_norm  # noqa: E402
 
 
 def sinusoid_table(length: int, d_model: int) -> torch.Tensor:
@@ -288,7 +288,7 @@ def _seq2seq_map(cfg, final_norm):
         out.update(nest(DECODER_MAP, f"decoder.{i}.", f"transformer.decoder.layers.{i}."))
     for stack in ("encoder", "decoder"):
         out.update(norm_entries(f"{stack}.norm", f"transformer.{stack}.norm") if final_norm
-                   else {f"{stack}.norm.weight": Zero(), f"{stack}.norm.bias": Zero()})
+                   else absent_norm(f"{stack}.norm"))
     return out
 
 
@@ -357,7 +357,7 @@ def _lm_map(cfg, final_norm, learned_pos, tied):
            "pos.weight": Param("pos.weight") if learned_pos else Zero(),
            "head.weight": Tied("embed.weight") if tied else Param("head.weight"),
            "head.bias": Zero() if tied else Param("head.bias"),
-           **(norm_entries("norm", "blocks.norm") if final_norm else {"norm.weight": Zero(), "norm.bias": Zero()})}
+           **(norm_entries("norm", "blocks.norm") if final_norm else absent_norm("norm"))}
     for i in range(layers(cfg)):
         out.update(nest(ENCODER_MAP, f"blocks.{i}.", f"blocks.layers.{i}."))
     return out
