@@ -133,7 +133,8 @@ class Workdir:
         """Run for FULL_LIMIT_S; by then it must have written rows to a log. Ctrl-C then."""
         before = self._logs()
         proc = subprocess.Popen(["bash", "-c", f"exec {rest}"], cwd=self.path, env=_env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_as_in_a_terminal)
         try:
             out, err = proc.communicate(timeout=FULL_LIMIT_S)
             return subprocess.CompletedProcess(rest, proc.returncode, out, err)
@@ -149,6 +150,13 @@ class Workdir:
         ok = bool(written) and "Traceback" not in err
         note = f"\n(stopped after {FULL_LIMIT_S} s; logs written: {[str(p) for p in written]})"
         return subprocess.CompletedProcess(rest, 0 if ok else 1, out, err + note)
+
+
+def _as_in_a_terminal() -> None:
+    """Ctrl-C as a user's terminal delivers it: SIGINT at its default disposition. A test
+    run started in the background (``cmd &`` in a non-interactive shell, as CI may start
+    it) ignores SIGINT, every child inherits that, and the command could not be stopped."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _tracked_files() -> list[str]:
