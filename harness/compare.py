@@ -349,7 +349,7 @@ class Checker:
             self._inputs[key] = family.inputs(case, self.cfg)
         return self._inputs[key]
 
-    def weights(self, family: Family, zero: frozenset[str]) -> dict[str, torch.Tensor]:
+    def weights(self, family: Family, zero: Fills) -> dict[str, torch.Tensor]:
         if family.name not in self._weights:
             self._weights[family.name] = family.canonical_weights(self.cfg)
         return zero_unrepresented(self._weights[family.name], zero)
@@ -359,7 +359,7 @@ class Checker:
         (zero for a missing bias, one for a missing norm's weight)."""
         return absent_fills(variant.map_for(self.cfg))
 
-    def oracle(self, family: Family, traits: Mapping[str, Any], case: str, zero: frozenset[str],
+    def oracle(self, family: Family, traits: Mapping[str, Any], case: str, zero: Fills,
                dtype: torch.dtype, compute: torch.dtype = torch.float64) -> Run:
         """The family's oracle built from ``traits``, on the same weights and inputs as the
         variants' runs; ``dtype`` is the dtype of the run it is compared with, ``compute``
@@ -373,7 +373,7 @@ class Checker:
                                          self.weights(family, zero), dtype, compute)
         return self._runs[key]
 
-    def run(self, variant: Variant, case: str, zero: frozenset[str], dtype: torch.dtype,
+    def run(self, variant: Variant, case: str, zero: Fills, dtype: torch.dtype,
             device: str | None = None, mode: str = "autograd") -> Run:
         device = device or self.device
         key = (variant.key, case, zero, dtype, device, mode)

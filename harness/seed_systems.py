@@ -90,10 +90,10 @@ class Models:
             out = out | self.checker.zero_names(v)
         return out
 
-    def weights(self, zero: frozenset[str]) -> dict[str, torch.Tensor]:
+    def weights(self, zero: Fills) -> dict[str, torch.Tensor]:
         return self.checker.weights(self.family, zero)
 
-    def get(self, variant: Variant, zero: frozenset[str], dtype: torch.dtype = torch.float32):
+    def get(self, variant: Variant, zero: Fills, dtype: torch.dtype = torch.float32):
         key = (variant.key, zero, dtype)
         if key not in self._built:
             self._built[key] = build(variant, self.cfg, dtype=dtype, weights=self.weights(zero))[0]
