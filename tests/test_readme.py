@@ -102,7 +102,11 @@ RUNNABLE = [c for c in COMMANDS if c is not TEST_COMMAND]
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_VARIANTS", "PYTEST_ADDOPTS")}
+    # A user's terminal has none of what this pytest session set: xdist's PYTEST_XDIST_WORKER
+    # makes pytest-benchmark disable itself (and refuse --benchmark-only) in the command's pytest.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HARNESS_VARIANTS", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST")
+           and not k.startswith("PYTEST_XDIST_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env[NESTED_ENV] = "1"
     return env
@@ -254,3 +258,13 @@ def test_the_test_commands_pytest_runs_collect_tests(workdir: Workdir):
                              timeout=COMMAND_TIMEOUT_S)
         assert run.returncode == 0, _shown(run)
         assert re.search(r"\d+ tests? collected", run.stdout), _shown(run)
+
+
+def test_commands_run_without_this_sessions_pytest_variables(monkeypatch):
+    """Under xdist, PYTEST_XDIST_WORKER reached the README's own pytest and pytest-benchmark
+    refused ``--benchmark-only`` there: a README command must see a user's environment."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    env = _env()
+    assert not [k for k in env if k.startswith("PYTEST_XDIST_") or k == "PYTEST_CURRENT_TEST"]
+    assert env[NESTED_ENV] == "1"
