@@ -167,9 +167,8 @@ class ParamOps(TorchDispatchMode):
         uses, data = [], []
         in_ptrs = set()
         for t in tensors:
-            try:
-                ptr = t.untyped_storage().data_ptr()
-            except (RuntimeError, NotImplementedError):
+            ptr = _storage_ptr(t)
+            if ptr is None:
                 continue
             in_ptrs.add(ptr)
             if ptr in self.by_ptr:
@@ -180,14 +179,23 @@ class ParamOps(TorchDispatchMode):
         first = _first_tensor(out)
         is_view = False
         if first is not None:
-            try:
-                is_view = first.untyped_storage().data_ptr() in in_ptrs
-            except (RuntimeError, NotImplementedError):
-                is_view = True
+            ptr = _storage_ptr(first)
+            is_view = ptr is None or ptr in in_ptrs  # no storage of its own: not a new value
         if uses and not is_view:
             self.uses.append(OpUse(self.counter[0], name, uses, _clone(first),
                                    [_clone(d) for d in data if d.is_floating_point()]))
         return out
+
+
+def _storage_ptr(t: torch.Tensor) -> int | None:
+    """The address of the storage ``t`` lives in; None where it has none to read (a wrapper
+    subclass or sparse tensor raises there). Such a tensor is matched to no parameter, and an
+    op output without storage is not recorded as a projection's value; the module hooks of
+    ``trace_variant`` still observe the unit."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
 
 
 @dataclass

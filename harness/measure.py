@@ -85,6 +85,7 @@ def ratio_of_medians(num: list[float], den: list[float], *, level: float = INTER
     low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
     return ratio, float(low), float(high)
 
+
 @dataclass
 class Timing:
     median: float

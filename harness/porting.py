@@ -371,9 +371,6 @@ class Fills(dict):
     def __or__(self, other: Mapping[str, float]) -> "Fills":  # type: ignore[override]
         return Fills({**self, **other})
 
-    def __ror__(self, other: Mapping[str, float]) -> "Fills":  # type: ignore[override]
-        return Fills({**other, **self})
-
 
 def absent_fills(entries: Mapping[str, object]) -> Fills:
     """The map's ``Absent`` entries: {canonical name: the value it reads as}."""
@@ -386,12 +383,10 @@ def absent_norm(canonical: str) -> dict[str, Absent]:
     return {f"{canonical}.weight": Absent(1.0), f"{canonical}.bias": Zero()}
 
 
-def zero_unrepresented(weights: Mapping[str, torch.Tensor], names: Iterable[str] | Mapping[str, float]
-                       ) -> dict[str, torch.Tensor]:
-    """``weights`` with the canonical tensors in ``names`` set to the value the variant reads
-    them as (zero, or a mapping's fill: one for an absent norm's weight): what a variant (or
-    a pair of variants) whose map has ``Absent``/``Zero()`` there can be compared on."""
-    fills = dict(names) if isinstance(names, Mapping) else dict.fromkeys(names, 0.0)
+def zero_unrepresented(weights: Mapping[str, torch.Tensor], fills: Mapping[str, float]) -> dict[str, torch.Tensor]:
+    """``weights`` with each canonical tensor named in ``fills`` set to the value the variant
+    reads it as (zero, one for an absent norm's weight): what a variant (or a pair of
+    variants) whose map has ``Absent``/``Zero()`` there can be compared on."""
     return {n: (torch.full_like(t, fills[n]) if n in fills else t) for n, t in weights.items()}
 
 

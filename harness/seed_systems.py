@@ -26,7 +26,7 @@ from .config import Config
 from .errors import ConfigError, UnknownName
 from .families import get_family
 from .model_families import DECODINGS, PAD, START, Decoding
-from .porting import Fills, zero_unrepresented
+from .porting import Fills, absent_fills, zero_unrepresented
 from .registry import Variant, variants_of
 from .seeding import build
 from .spec import one_thread
@@ -385,7 +385,7 @@ def _train_copy(variant, decoding, cfg, steps, batch, length, warmup, eval_batch
     decoding on ``eval_batch`` fresh sequences: exact-match and token accuracy."""
     cfg = cfg.replace(vocab=COPY_VOCAB, dropout=0.0, src_len=length, tgt_len=length)
     family = _model_family(variant.family)
-    weights = zero_unrepresented(family.canonical_weights(cfg), Checker(cfg).zero_names(variant))
+    weights = zero_unrepresented(family.canonical_weights(cfg), absent_fills(variant.map_for(cfg)))
     module, _ = build(variant, cfg, weights=weights)
     module.train()
     warmup = warmup or max(1, steps // 4)

@@ -69,6 +69,8 @@ def test_interleave_gives_a_callable_its_own_min_time_and_counts_every_call():
     # calls = warm-up + block-size estimate + timed blocks (no hidden warm-up per block)
     assert calls["b"] >= len(timed.blocks["b"]) * timed.number["b"]
 
+
+
 def test_flops_executed_and_dense_for_the_cpu_flash_kernel():
     q = torch.randn(1, 2, 32, 16)
     sdpa = torch.nn.functional.scaled_dot_product_attention

@@ -1,9 +1,9 @@
 """The project's performance targets (issue 3), evaluated by ``python -m harness report``
 on the rows it measured. Shown in the report; never asserted in a timed test.
 
-Speed-up and peak fraction are read from interleaved rounds (met when the lower quartile
-across rounds meets the threshold, undecided when the threshold lies between the quartiles);
-the peak fraction counts executed FLOPs (at T=512 the
+Speed-up and peak fraction are read from interleaved rounds as the ratio of the medians
+with a 90% bootstrap interval (met when its low end meets the threshold, not met when its
+high end misses it, undecided between); the peak fraction counts executed FLOPs (at T=512 the
 CPU flash kernel's causal block skipping skips nothing: its key blocks are 512 wide)."""
 
 from harness.targets import register_target

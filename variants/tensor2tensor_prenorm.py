@@ -318,7 +318,7 @@ register(
 # come from the config (the write-up's layers always build 8 heads; here ``head_size`` is
 # passed through, 8 when the config says 8); the write-up's ``utils`` pad index is PAD.
 # Its decoding loop is not shown in the post; ``t2t_greedy`` is the loop the model implies
-# (a placeholder after the prefix, dropped by the shift; the k/v cache of the
+# (a pad token appended after the prefix, dropped by the shift; the k/v cache of the
 # encoder-decoder attention passed to ``decode`` on every step).
 
 from harness.model_families import PAD, dropout_sites, layers, register_decoding  # noqa: E402
@@ -422,7 +422,7 @@ def _t2t_prepare(model, inputs, cached):
 
 
 def _t2t_step(model, state, ys):
-    """Log-probabilities of the token after ``ys``: a placeholder is appended, which the
+    """Log-probabilities of the token after ``ys``: a pad token is appended, which the
     shift inside ``decode`` drops; the decoder sees [zero vector, ys]."""
     targets = F.pad(ys, (0, 1), value=model.trg_pad_idx)
     t_self_mask = create_trg_self_mask(targets.size(1), device=targets.device)
