@@ -36,7 +36,7 @@ from .config import Config
 from .errors import ConfigError, HarnessError, ResultsFileError, UnknownName
 from .families import get_family
 from .porting import zero_unrepresented
-from .registry import get_variant, reference_of, variants_of
+from .registry import REGISTRY, get_variant, reference_of, variants_of
 from .seeding import build
 
 MODES = ("fwd", "fwd+bwd")
@@ -444,9 +444,80 @@ def device_dir(device: str, device_name: str | None = None) -> str:
     return f"cuda-{slug.replace('nvidia-', '')}"
 
 
+# -- the log's first line: what measured it --------------------------------------------------------
+
+LOG_MAGIC = "attention-harness bench log"
+
+
+def code_fingerprint(variant_files: Iterable[str] = ()) -> str:
+    """A hash of the code a measurement depends on: the harness package's sources, the files
+    every registered variant came from (its pack module or a user's file), and ``variant_files``.
+    Rows measured under another fingerprint are not reused."""
+    import hashlib
+
+    files = {Path(f).resolve() for f in Path(__file__).resolve().parent.rglob("*.py")}
+    for origin in {v.origin for v in REGISTRY.values() if v.origin} | set(variant_files):
+        module = sys.modules.get(origin)
+        path = getattr(module, "__file__", None) if module is not None else origin
+        if path and Path(path).is_file():
+            files.add(Path(path).resolve())
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def log_stamp(*, device: str, profile: str, min_time: float, rounds: int, threads: int, memory: bool,
+              variant_files: Iterable[str] = ()) -> dict[str, Any]:
+    """What a log's rows were measured with: rows are resumed or reused only under an equal stamp."""
+    return {"code": code_fingerprint(variant_files), "torch": torch.__version__, "device": device,
+            "cpu": cpu_model(), "profile": profile, "min_time": min_time, "rounds": rounds,
+            "threads": threads, "memory": memory}
+
+
+def stamp_difference(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
+    """'' when equal, else what differs, for the message that explains a fresh start."""
+    if old is None:
+        return "it has no header line (written by an earlier version of the harness)"
+    names = {"code": "the harness's or the variants' code", "min_time": "--min-time", "rounds": "--rounds",
+             "threads": "--threads", "memory": "--no-rss", "profile": "the profile"}
+    diff = [names.get(k, k) for k in new if old.get(k) != new[k]]
+    return ", ".join(diff) + (" differ" if len(diff) > 1 else " differs") if diff else ""
+
+
+def refuse_foreign_log(log: Path) -> None:
+    """Refuse a non-empty file whose first line is not this harness's: a log is only ever
+    appended to, resumed or replaced when the harness wrote it."""
+    if not log.is_file():
+        return
+    with log.open("rb") as f:
+        first = f.readline().decode(errors="replace").strip()
+        more = f.read(1)
+    if not first and not more:
+        return
+    header = json.dumps({"harness_log": LOG_MAGIC})[:-1]
+    try:
+        ours = _is_harness_row(json.loads(first))
+    except json.JSONDecodeError:  # the header itself cut off by an interrupt
+        ours = not more and (header.startswith(first) or first.startswith(header))
+    if not ours:
+        raise ResultsFileError(f"'{log}' is not a log written by this harness; it is left as it is: "
+                               "give another --log path")
+
+
+def _is_harness_row(row: Any) -> bool:
+    return isinstance(row, dict) and (row.get("harness_log") == LOG_MAGIC
+                                      or row.get("kind") in ("case", "peak", "end") and "key" in row)
+
+
 # -- the sweep -------------------------------------------------------------------------------------------
 
 def read_log(path: Path, *, quiet: bool = False) -> list[dict]:
+    """The measured rows of a JSONL log (its first line, what measured it, left out)."""
+    return [r for r in _read_jsonl(path, quiet=quiet) if r.get("harness_log") != LOG_MAGIC]
+
+
+def _read_jsonl(path: Path, *, quiet: bool = False) -> list[dict]:
     """Rows of a JSONL log. A cut-off last line (the row in progress when the run stopped)
     is dropped with a message; every earlier row is kept. A bad line before it is an error."""
     rows: list[dict] = []
@@ -464,7 +535,8 @@ def read_log(path: Path, *, quiet: bool = False) -> list[dict]:
                     print(f"note: {path}:{n} is cut off (the row in progress when the run stopped); "
                           f"dropped, {len(rows)} earlier row(s) kept", file=sys.stderr)
                 break
-            raise ResultsFileError(f"{path}:{n} is not a JSON line; delete it or pass --fresh") from None
+            raise ResultsFileError(f"{path}:{n} is not a JSON line: not a log of this harness, or damaged; "
+                                   "it is left as it is (give another --log path)") from None
     return rows
 
 
@@ -506,14 +578,35 @@ def run_sweep(
 
     threads = threads or torch.get_num_threads()
     log.parent.mkdir(parents=True, exist_ok=True)
-    if fresh and log.exists():
+    stamp = log_stamp(device=cases[0].device if cases else "cpu", profile=profile, min_time=min_time,
+                      rounds=rounds, threads=threads, memory=memory, variant_files=variant_files or [])
+    refuse_foreign_log(log)
+    old = _read_jsonl(log, quiet=fresh)
+    if old and not all(_is_harness_row(r) for r in old):
+        raise ResultsFileError(f"'{log}' is not a log written by this harness; it is left as it is: "
+                               "give another --log path")
+    header = next((r for r in old if r.get("harness_log") == LOG_MAGIC), None)
+    stale = stamp_difference(header and header.get("stamp"), stamp) if old else ""
+    if stale:
+        print(f"{log}: its rows were measured with other settings ({stale}); measuring again",
+              file=sys.stderr)
+    if (fresh or stale) and log.exists():
         log.unlink()
-    old = read_log(log)
+        old = []
     if old:
         _rewrite_without_cut_line(log, old)
+    old = [r for r in old if r is not header]
     done = {r["key"] for r in old if r.get("kind", "case") == "case"}
     env = environment(cases[0].device) if cases else {}
     env["threads"] = threads
+    if old and cases:
+        left = sum(c.key not in done for c in cases)
+        if left:
+            print(f"resuming {log}: {len(cases) - left} of {len(cases)} case(s) already measured with this "
+                  "code and these settings (--fresh measures all again)", file=sys.stderr)
+        else:
+            print(f"all {len(cases)} case(s) already measured in {log} with this code and these settings; "
+                  "nothing to measure (--fresh measures again)", file=sys.stderr)
     todo = [g for g in groups(cases) if any(c.key not in done for c in g)]
     cpu = bool(cases) and not cases[0].device.startswith("cuda")
     probe = MemProbe(list(variant_files or []), threads) if memory and cpu else None
@@ -522,6 +615,9 @@ def run_sweep(
             def emit(row):
                 out.write(json.dumps(row, default=str) + "\n")
                 out.flush()
+
+            if not old:
+                emit({"harness_log": LOG_MAGIC, "kind": "log", "stamp": stamp})
 
             bar = tqdm(todo, desc="bench", unit="group", disable=not progress, dynamic_ncols=True)
             for group in bar:
@@ -541,12 +637,6 @@ def run_sweep(
     finally:
         if probe is not None:
             probe.close()
-
-
-def log_complete(path: Path) -> bool:
-    """True when the log's last row is the end of a whole sweep."""
-    rows = read_log(path, quiet=True) if path.exists() else []
-    return bool(rows) and rows[-1].get("kind") == "end"
 
 
 # -- sizes that cannot fit ---------------------------------------------------------------------------

@@ -182,12 +182,13 @@ def _disturbed_lines(rows) -> list[str]:
 
 
 def cmd_bench(args) -> int:
-    from .bench import device_dir, read_log
+    from .bench import device_dir, read_log, refuse_foreign_log
 
     device = _setup(args)
     log = Path(args.log) if args.log else Path("reports") / device_dir(device) / f"bench-{args.profile}.jsonl"
     cases = _plan(args, device)
     _writable_file(log, "the bench log")
+    refuse_foreign_log(log)
     if args.json:
         _writable_file(Path(args.json), "--json")
     _, interrupted = _measure(args, cases, log, args.fresh)
@@ -224,7 +225,7 @@ def _coverage(rows, profile: str, device: str) -> str:
 
 
 def cmd_report(args) -> int:
-    from .bench import device_dir, load_rows, log_complete, read_log
+    from .bench import device_dir, load_rows, read_log, refuse_foreign_log
     from .cli import default_dtypes
     from .config import CONFIG_MATRIX, Config
     from .spec import check_all
@@ -256,9 +257,8 @@ def cmd_report(args) -> int:
     if cases is not None:
         log = device_folder / f"report-{args.profile}.jsonl"
         _writable_file(log, "the bench log")
-        fresh = args.fresh or not log.exists() or log_complete(log)
-        if not fresh:
-            print(f"resuming the interrupted run in {log} (--fresh to start over)", file=sys.stderr)
+        refuse_foreign_log(log)
+        fresh = args.fresh  # rows measured with this code and settings are reused
         if not args.skip_check:
             # quick: the default config; full: the whole config matrix (as `harness check`)
             print("check: every variant against its spec, every pair ...", file=sys.stderr)

@@ -168,6 +168,40 @@ def test_bench_rows_carry_method_and_resume(norm_log):
     assert norm_log.read_text() == before
 
 
+def test_log_first_line_says_what_measured_it(norm_log):
+    first = json.loads(norm_log.read_text().splitlines()[0])
+    assert first["harness_log"] == bench.LOG_MAGIC
+    assert first["stamp"]["rounds"] == 3 and first["stamp"]["threads"] == 1 and first["stamp"]["code"]
+
+
+def test_rows_measured_with_other_settings_are_measured_again(norm_log, tmp_path, capsys):
+    log = tmp_path / "log.jsonl"
+    log.write_text(norm_log.read_text())
+    assert main(["bench", *TINY, "--log", str(log), "--rounds", "4"]) == 0
+    assert "(--rounds differs); measuring again" in capsys.readouterr().err
+    cases = [r for r in read_log(log) if r["kind"] == "case"]
+    assert cases and all(len(r["round_s"]) == 4 for r in cases)  # none of the 3-round rows kept
+
+
+def test_a_changed_variant_file_is_another_fingerprint(tmp_path):
+    mine = tmp_path / "mine.py"
+    mine.write_text("x = 1\n")
+    before = bench.code_fingerprint([str(mine)])
+    assert bench.code_fingerprint([str(mine)]) == before
+    mine.write_text("x = 2\n")
+    assert bench.code_fingerprint([str(mine)]) != before
+
+
+@pytest.mark.parametrize("fresh", [[], ["--fresh"]])
+@pytest.mark.parametrize("content", ['{"a": 1}\n', "not json at all\n", '{"kind": "case"}\n{"x": 2}\n'])
+def test_a_file_the_harness_did_not_write_is_refused_and_kept(tmp_path, capsys, content, fresh):
+    theirs = tmp_path / "results.jsonl"
+    theirs.write_text(content)
+    assert main(["bench", *TINY, "--log", str(theirs), *fresh]) == 2
+    assert "left as it is" in capsys.readouterr().err
+    assert theirs.read_text() == content
+
+
 def test_interrupted_sweep_keeps_what_it_measured(tmp_path):
     log = tmp_path / "log.jsonl"
     cases = plan("full", "cpu", ["norm"], None, [1], [8])
@@ -187,7 +221,7 @@ def test_cut_off_last_line_is_dropped_and_the_rest_kept(norm_log, tmp_path, caps
     lines = norm_log.read_text().splitlines()
     log.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
     rows = read_log(log)
-    assert len(rows) == len(lines) - 1
+    assert len(rows) == len(lines) - 2  # the first line (what measured it) and the cut one
     assert "cut off" in capsys.readouterr().err
     log.write_text("{broken\n" + "\n".join(lines) + "\n")
     with pytest.raises(bench.ResultsFileError, match=":1 is not a JSON line"):

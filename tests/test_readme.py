@@ -4,12 +4,16 @@ the two cannot drift apart.
 
 - Each runs in a copy of the repository (nothing here is written to), with this Python
   environment first on PATH, and must exit 0. Commands of one block run in README order
-  in one copy (``report --from reports/...`` reads what ``report`` wrote before it).
+  in one copy (``report --from reports/...`` reads what ``report`` wrote before it); the
+  blocks that run ``harness report`` share one copy, in README order, so a later
+  ``report`` finds the log an earlier one measured, as a user's second run would. Each
+  copy is one pytest-xdist group (``--dist loadgroup``): independent copies run on
+  different workers.
 - Fast commands run in the default suite; every other command is marked ``slow`` and
   runs with ``pytest -m slow``, which the README's test command runs after the default
-  suite. A command with ``--full`` (the full sweep, hours) runs for FULL_LIMIT_S seconds
-  and must, by then, have started and written rows to its JSONL log; it is then stopped
-  with Ctrl-C (SIGINT), which it must survive without a traceback.
+  suite. A command with ``--full`` (the full sweep, hours) must start and write rows to
+  its JSONL log within FULL_LIMIT_S seconds; once a row is written (polled every second)
+  it is stopped with Ctrl-C (SIGINT), which it must survive without a traceback.
 - Setup commands (``python3 -m venv``, activate, ``pip install``): the install must pin
   ``torch==2.13.0`` and install the project editable (``-e``); the part after the setup
   runs in this environment. The test command's pytest runs are not re-run inside
@@ -25,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 NESTED_ENV = "HARNESS_README_COMMAND"  # set for the commands' own processes
 FULL_LIMIT_S = 300
+POLL_S = 1.0
 COMMAND_TIMEOUT_S = 1800
 FAST = re.compile(r"^python -m harness list\b")  # seconds each; everything else is slow
 SETUP = re.compile(r"^(python3? -m venv \S+|\. \S+/bin/activate|source \S+/bin/activate|pip install .+)$")
@@ -134,26 +140,37 @@ class Workdir:
         return {p: p.stat().st_mtime_ns for p in (self.path / "reports").rglob("*.jsonl")}
 
     def _run_limited(self, rest: str) -> subprocess.CompletedProcess:
-        """Run for FULL_LIMIT_S; by then it must have written rows to a log. Ctrl-C then."""
+        """Run until it has written rows to a log (at most FULL_LIMIT_S), then Ctrl-C."""
         before = self._logs()
         proc = subprocess.Popen(["bash", "-c", f"exec {rest}"], cwd=self.path, env=_env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=_as_in_a_terminal)
-        try:
-            out, err = proc.communicate(timeout=FULL_LIMIT_S)
+        start = time.monotonic()
+        while proc.poll() is None and time.monotonic() - start < FULL_LIMIT_S:
+            if self._written(before):
+                break
+            time.sleep(POLL_S)
+        if proc.poll() is not None:  # it ended by itself (an error, or a sweep that short)
+            out, err = proc.communicate()
             return subprocess.CompletedProcess(rest, proc.returncode, out, err)
+        waited = time.monotonic() - start
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=120)
         except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
-            try:
-                out, err = proc.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, err = proc.communicate()
-                return subprocess.CompletedProcess(rest, -9, out, err + "\n(did not stop on Ctrl-C)")
-        written = [p for p, t in self._logs().items() if before.get(p) != t and p.read_text().strip()]
-        ok = bool(written) and "Traceback" not in err
-        note = f"\n(stopped after {FULL_LIMIT_S} s; logs written: {[str(p) for p in written]})"
+            proc.kill()
+            out, err = proc.communicate()
+            return subprocess.CompletedProcess(rest, -9, out, err + "\n(did not stop on Ctrl-C)")
+        written = self._written(before)
+        ok = bool(written) and "Traceback" not in err and proc.returncode in (0, 130)
+        note = (f"\n(stopped with Ctrl-C after {waited:.0f} s, exit {proc.returncode}; "
+                f"logs written: {[str(p) for p in written]})")
         return subprocess.CompletedProcess(rest, 0 if ok else 1, out, err + note)
+
+    def _written(self, before: dict[Path, int]) -> list[Path]:
+        """Logs changed since ``before`` that hold at least one measured row."""
+        return [p for p, t in self._logs().items()
+                if before.get(p) != t and '"kind": "case"' in p.read_text()]
 
 
 def _as_in_a_terminal() -> None:
@@ -169,9 +186,7 @@ def _tracked_files() -> list[str]:
     return listed.stdout.splitlines() if listed.returncode == 0 else []
 
 
-@pytest.fixture(scope="session")
-def workdir(tmp_path_factory) -> Workdir:
-    copy = tmp_path_factory.mktemp("readme") / "repo"
+def _copy_repository(copy: Path) -> None:
     files = _tracked_files()
     if files:
         for name in files:
@@ -182,7 +197,34 @@ def workdir(tmp_path_factory) -> Workdir:
     else:  # not a git checkout: everything but environments and caches
         shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(
             ".git", ".venv", "*.egg-info", "__pycache__", ".pytest_cache", ".benchmarks"))
-    return Workdir(copy)
+
+
+def copy_group(command: Command) -> str:
+    """The copy a command runs in: one per block, but every block that runs ``harness
+    report`` shares one (a user's second ``report`` finds the first one's log)."""
+    block = [c for c in RUNNABLE if c.block == command.block]
+    if any(re.match(r"^python -m harness report\b", split_setup(c.text)[1]) for c in block):
+        return "report"
+    return f"block{command.block}"
+
+
+@pytest.fixture(scope="session")
+def workdirs(tmp_path_factory):
+    made: dict[str, Workdir] = {}
+
+    def get(group: str) -> Workdir:
+        if group not in made:
+            copy = tmp_path_factory.mktemp(f"readme-{group}") / "repo"
+            _copy_repository(copy)
+            made[group] = Workdir(copy)
+        return made[group]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def workdir(workdirs) -> Workdir:
+    return workdirs("collect")
 
 
 def _shown(result: subprocess.CompletedProcess) -> str:
@@ -192,7 +234,9 @@ def _shown(result: subprocess.CompletedProcess) -> str:
 def _params():
     for c in RUNNABLE:
         _, rest = split_setup(c.text)
-        marks = [] if FAST.match(rest) else [pytest.mark.slow]
+        marks = [pytest.mark.xdist_group(f"readme-{copy_group(c)}")]
+        if not FAST.match(rest):
+            marks.append(pytest.mark.slow)
         yield pytest.param(c, marks=marks, id=c.id)
 
 
@@ -204,9 +248,10 @@ def test_the_readme_shows_commands():
 
 
 @pytest.mark.parametrize("command", list(_params()))
-def test_readme_command(command: Command, workdir: Workdir):
-    for earlier in RUNNABLE:  # what the block ran before it, in README order
-        if earlier.block == command.block and earlier.line < command.line:
+def test_readme_command(command: Command, workdirs):
+    workdir = workdirs(copy_group(command))
+    for earlier in RUNNABLE:  # what its copy ran before it, in README order
+        if copy_group(earlier) == copy_group(command) and earlier.line < command.line:
             result = workdir.run(earlier)
             assert result.returncode == 0, f"an earlier command of its block failed: {earlier.text}\n" + _shown(result)
     result = workdir.run(command)
