@@ -41,6 +41,46 @@ def pytest_addoption(parser):
     )
 
 
+def worker_gpu(env: dict[str, str], device_count: int) -> str | None:
+    """The one GPU a pytest-xdist worker keeps, as a ``CUDA_VISIBLE_DEVICES`` value: worker
+    ``gwN`` takes the N-th (modulo) of the GPUs the run was given (an outer
+    ``CUDA_VISIBLE_DEVICES`` is honoured: ``4,5`` with two workers gives gw0 GPU 4 and gw1
+    GPU 5). None outside xdist, with fewer than two GPUs, or when ``HARNESS_NO_GPU_PINNING``
+    is set."""
+    worker = env.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not worker[2:].isdigit() or env.get("HARNESS_NO_GPU_PINNING"):
+        return None
+    outer = env.get("CUDA_VISIBLE_DEVICES")
+    visible = [d.strip() for d in outer.split(",") if d.strip()] if outer else [str(i) for i in range(device_count)]
+    if len(visible) < 2:
+        return None
+    return visible[int(worker[2:]) % len(visible)]
+
+
+def _gpu_count() -> int:
+    """GPUs the driver lists, without initialising CUDA in this process (nvidia-smi)."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    """On a host with several GPUs, each xdist worker sees only its own (set before any
+    conftest imports torch, so CUDA starts on that GPU alone)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        gpu = worker_gpu(dict(os.environ), _gpu_count() if not os.environ.get("CUDA_VISIBLE_DEVICES") else 0)
+        if gpu is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+
+
 def variant_files(config) -> list[str]:
     files = list(config.getoption("variants") or [])
     files += [p for p in os.environ.get(VARIANTS_ENV, "").split(os.pathsep) if p]

@@ -43,19 +43,40 @@ def family_params():
     ]
 
 
+def _narrowed(items, family: str, device: str) -> list[str] | None:
+    """The variants of ``family`` on ``device`` that the selected tests need (``pytest -k
+    attention/annotated`` needs one), or None when one of them needs the whole family (its
+    pair matrix, or a test without a variant parameter)."""
+    keys = []
+    for item in items:
+        if "family_check" not in getattr(item, "fixturenames", ()):
+            continue
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if params.get("family", family) != family or params.get("device", device) != device:
+            continue
+        if "variant" not in params:
+            return None
+        keys.append(f"{family}/{params['variant']}")
+    return sorted(set(keys)) or None
+
+
 @pytest.fixture(scope="session")
-def family_check():
-    """family, device -> the CheckReport of that family over the config matrix (cached)."""
+def family_check(request):
+    """family, device -> the CheckReport of that family over the config matrix (cached). A
+    run that selects some of a family's spec tests only (``-k``) checks only those variants
+    (and the family reference, the precision baseline)."""
     cache: dict[tuple, object] = {}
+    items = request.session.items
 
     def get(family: str, device: str, half: bool = False):
-        key = (family, device, half)
+        only = _narrowed(items, family, device)
+        key = (family, device, half, tuple(only or ()))
         if key not in cache:
             if half:
                 cache[key] = check_all([family], {"default": CONFIG_MATRIX["default"]}, device,
-                                       HALF_ON_CPU, extras=False)
+                                       HALF_ON_CPU, extras=False, variants=only)
             else:
-                cache[key] = check_all([family], CONFIG_MATRIX, device, DTYPES[device])
+                cache[key] = check_all([family], CONFIG_MATRIX, device, DTYPES[device], variants=only)
         return cache[key]
 
     return get
