@@ -40,8 +40,8 @@ MODEL_FAMILIES = ("encoder_decoder", "decoder_only_model")
 HALF = ("rg_half_zero_after_softmax", "rg_norm_finfo_eps")  # only wrong in bfloat16 / float16
 
 
-def load_ids(path: Path = FILE) -> tuple[dict, dict, dict]:
-    """(REGIME_WRONG, REGIME_CONTROLS, id -> family) of the variants file."""
+def load_ids(path: Path = FILE) -> tuple[dict, dict, dict, dict]:
+    """(REGIME_WRONG, REGIME_CONTROLS, id -> family, EXHIBITS) of the variants file."""
     sys.path.insert(0, str(ROOT))
     from harness.registry import load_file, scratch
 
@@ -49,7 +49,7 @@ def load_ids(path: Path = FILE) -> tuple[dict, dict, dict]:
         added = load_file(path)
         module = next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(path))
         families = {v.id: v.family for v in added}
-    return module.REGIME_WRONG, module.REGIME_CONTROLS, families
+    return module.REGIME_WRONG, module.REGIME_CONTROLS, families, module.EXHIBITS
 
 
 def _run(cmd: list[str]) -> tuple[int, str, float]:
@@ -129,7 +129,7 @@ def pytest_side(ids: list[str]) -> tuple[dict, float]:
 
 
 def measure(run_pytest: bool = True) -> dict:
-    wrong, controls, families = load_ids()
+    wrong, controls, families, exhibits = load_ids()
     ids = [*wrong, *controls]
     by_family: dict[str, list[str]] = {}
     for vid in ids:
@@ -156,7 +156,12 @@ def measure(run_pytest: bool = True) -> dict:
             rows[vid] = {"id": vid, "family": family, "control": vid in controls,
                          "class": controls.get(vid) or wrong.get(vid),
                          "check": found[vid], "decode": extra.get(vid, []), "half": half_found.get(vid, []),
-                         "pytest": None}
+                         "pytest": None, "exhibit": None}
+    t0 = time.perf_counter()
+    for vid in ids:  # the mistake shown outside the harness's regime (or the control right there)
+        regime, measured, baseline = exhibits[vid]()
+        rows[vid]["exhibit"] = {"regime": regime, "measured": measured, "baseline": baseline}
+    timings["exhibits (in process)"] = time.perf_counter() - t0
     if run_pytest:
         side, secs = pytest_side(ids)
         timings["pytest"] = secs
@@ -167,6 +172,14 @@ def measure(run_pytest: bool = True) -> dict:
 
 def _cell(items: list[str]) -> str:
     return items[0] + (f" (+{len(items) - 1})" if len(items) > 1 else "") if items else "-"
+
+
+def _ex(r: dict) -> str:
+    e = r["exhibit"]
+    if e is None:
+        return ""
+    word = "bound" if r["control"] else "right"
+    return f"{e['regime']}: {e['measured']:.3g} ({word} {e['baseline']:.3g})"
 
 
 def table(result: dict) -> str:
@@ -181,6 +194,9 @@ def table(result: dict) -> str:
           ("yes" if r["half"] else "NO") if r["id"] in HALF else "",
           {"failed": "yes", "passed": "NO"}.get(r["pytest"], r["pytest"] or "")) for r in wrong],
         headers=("id", "family", "class", "check", "where", "decode", "bfloat16", "pytest")))
+    lines.append("\n== The mistakes are real: each wrong variant outside the harness's regime, against its right "
+                 "sibling (inf: raises or not finite)")
+    lines.append(tabulate([(r["id"], _ex(r)) for r in result["rows"]], headers=("id", "regime: measured")))
     lines.append("\n== Controls: stayed equivalent?")
     lines.append(tabulate(
         [(r["id"], r["family"], r["class"], "yes" if not r["check"] else "NO", _cell(r["check"]),

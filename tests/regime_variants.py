@@ -356,10 +356,14 @@ register(
     build=lambda cfg: ZeroPadEmbedding(cfg.vocab, cfg.d_model), call=lambda m, i: m(i["tokens"], i["pad_idx"]),
     param_map={"weight": Param("weight")}, traits={"embedding_scale": "1", "pad_rows": "zeroed"},
 )
+def _pad_mask_zero(tokens, pad_idx):
+    return tokens != 0  # pad_idx ignored
+
+
 register(
     id="rg_mask_pad_zero", family="masks", source="tests/regime_variants.py",
     summary="issue 15: pad mask tokens != 0, not != pad_idx",
-    build=lambda cfg: None, call=lambda m, i: i["tokens"] != 0,
+    build=lambda cfg: None, call=lambda m, i: _pad_mask_zero(i["tokens"], i["pad_idx"]),
     traits={"cases": ("pad",), "mask_convention": "True = keep", "pad_mask": "tokens != pad"},
 )
 
@@ -476,3 +480,328 @@ register(
 )
 register_decoding("encoder_decoder", "rg_greedy_newest_token", prepare=_seq2seq_prepare,
                   step=lambda m, s, ys: m.decode(ys, s["memory"], s["src_pad"])[:, -1], greedy=_greedy_newest)
+
+
+# == Exhibits: each wrong variant is wrong in its regime, each control right there ==================
+# ``EXHIBITS[id]()`` -> (regime, measured, baseline). For a wrong variant, ``measured`` is how
+# far it is from the correct computation in the regime issue 15 names (inf: it raises or
+# gives NaN) and ``baseline`` the same measure for its correct sibling (0 where that is
+# exact); for a control, ``measured`` is its distance from the correct computation there and
+# ``baseline`` the bound it must stay within. Small sizes, float64 unless said, CPU, seconds.
+
+from harness.config import Config  # noqa: E402
+
+CFG = Config()  # D=48, H=4, F=192
+
+
+def _dist(a, b):
+    """max |a - b|; inf where either is not finite."""
+    a, b = a.detach().double(), b.detach().double()
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return math.inf
+    return float((a - b).abs().max())
+
+
+def _pair(make, mistake, dtype=torch.float64):
+    torch.manual_seed(0)
+    right = make(None).to(dtype).eval()
+    wrong = make(mistake).to(dtype).eval()
+    wrong.load_state_dict(right.state_dict(), strict=False)
+    return right, wrong
+
+
+def _raises(fn):
+    try:
+        fn()
+    except Exception:
+        return True
+    return False
+
+
+def _x(*shape, scale=1.0, seed=1, dtype=torch.float64):
+    return scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def _pad(lengths, t, left=False):
+    pad = torch.arange(t)[None] < torch.tensor(lengths)[:, None]
+    return pad.flip(-1) if left else pad
+
+
+def _attn(mistake, p=0.0):
+    return lambda m: RegimeAttention(48, 4, p, m if m is None else mistake)
+
+
+def _attn_pair(mistake, p=0.0, dtype=torch.float64):
+    return _pair(lambda m: RegimeAttention(48, 4, p, m), mistake, dtype)
+
+
+def ex_pe_cached():
+    m = CachedPE(48)
+    m(_x(2, 3, 48))
+    return "T=3 then T=7", math.inf if _raises(lambda: m(_x(2, 7, 48))) else 0.0, 0.0
+
+
+def ex_mask_cached():
+    right, wrong = _pair(lambda m: PostLNEncoderLayer(CFG, m), "mask_cached_by_length")
+    x = _x(3, 7, 48, scale=0.1)
+    with torch.no_grad():
+        wrong(x, _pad([7, 3, 5], 7))
+        b = _pad([7, 6, 2], 7)
+        return "two calls, same T, other padding", _dist(wrong(x, b)[b], right(x, b)[b]), 0.0
+
+
+def ex_causal_buffer():
+    m = CachedCausalBlock(48, 4, 192, dropout=0.0, batch_first=True).double().eval()
+    with torch.no_grad():
+        m(_x(2, 3, 48), _pad([3, 2], 3))
+        return "T=3 then T=7", math.inf if _raises(lambda: m(_x(2, 7, 48), _pad([7, 5], 7))) else 0.0, 0.0
+
+
+def ex_kv_cache():
+    torch.manual_seed(0)
+    model = Decoder(12, 48, 4, 2, 0.0, block=SimpleDecoderLayer).double().eval()
+    gen = torch.Generator().manual_seed(3)
+    worst = 0.0
+    with torch.no_grad():
+        for _ in range(2):  # two sequences, one module
+            ys = torch.randint(2, 12, (2, 6), generator=gen)
+            state = _sticky_prepare(model, {}, True)
+            for k in range(1, 7):
+                cached = _sticky_step(model, state, ys[:, :k])
+                worst = max(worst, _dist(cached, model(ys[:, :k], None)[:, -1].log()))
+    return "second cached session", worst, 0.0
+
+
+def ex_pad_flip():
+    m = PostLNEncoderLayer(CFG, "pad_flip_inplace").double().eval()
+    pad = _pad([7, 3, 5], 7)
+    before = pad.clone()
+    with torch.no_grad():
+        m(_x(3, 7, 48, scale=0.1), pad)
+    return "the caller's pad mask after the call (entries changed)", float((pad != before).sum()), 0.0
+
+
+def ex_target_filled():
+    logits, target = _x(8, 11), torch.tensor([3, 4, 5, 6, 7, 0, 0, 0])
+    before = target.clone()
+    F.cross_entropy(logits, target.masked_fill_(target == 0, -100), label_smoothing=0.1)
+    return "the caller's target after the call (entries changed)", float((target != before).sum()), 0.0
+
+
+def ex_query_scaled():
+    right, wrong = _attn_pair("query_scaled_inplace")
+    x, mask = _x(3, 7, 48), _pad([7, 3, 5], 7)[:, None, :].expand(3, 7, 7)
+    with torch.no_grad():
+        xr, xw = x.clone(), x.clone()
+        d = _dist(wrong(xw, xw, xw, mask), right(xr, xr, xr, mask))
+    return "no-grad eval, query is key is value", max(d, _dist(xw, x)), 0.0
+
+
+def ex_softmax_no_max():
+    right, wrong = _attn_pair("softmax_no_max", dtype=torch.float32)
+    x, mask = _x(3, 7, 48, scale=12.0, dtype=torch.float32), _pad([7, 3, 5], 7)[:, None, :].expand(3, 7, 7)
+    with torch.no_grad():
+        return "float32, inputs x12 (logits in the hundreds)", _dist(wrong(x, x, x, mask), right(x, x, x, mask)), 0.0
+
+
+def ex_log_softmax_loss():
+    logits = _x(12, 11, scale=50.0, dtype=torch.float32)
+    target = torch.tensor([2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 0, 1])
+    i = {"logits": logits, "target": target, "pad_idx": 0, "smoothing": 0.1}
+    ref = F.cross_entropy(logits, target, ignore_index=0, label_smoothing=0.1)
+    return "float32 logits of std 50", _dist(_log_softmax_loss(i), ref), 0.0
+
+
+def ex_flash_no_rescale():
+    right, wrong = _attn_pair("flash_no_rescale")
+    q, kv = _x(2, 5, 48), _x(2, 100, 48, seed=2)
+    mask = torch.ones(2, 5, 100, dtype=torch.bool)
+    with torch.no_grad():
+        return "S = 100 (two key blocks)", _dist(wrong(q, kv, kv, mask), right(q, kv, kv, mask)), 0.0
+
+
+def ex_pad_from_lengths():
+    right, wrong = _pair(lambda m: PostLNEncoderLayer(CFG, m), "pad_from_lengths")
+    x, pad = _x(3, 7, 48, scale=0.1), _pad([7, 3, 5], 7, left=True)
+    with torch.no_grad():
+        return "left padding", _dist(wrong(x, pad)[pad], right(x, pad)[pad]), 0.0
+
+
+def ex_fused_query_is_key():
+    right, wrong = _attn_pair("fused_query_is_key")
+    x, v, mask = _x(3, 7, 48), _x(3, 7, 48, seed=2), _pad([7, 3, 5], 7)[:, None, :].expand(3, 7, 7)
+    with torch.no_grad():
+        return "query = key != value", _dist(wrong(x, x, v, mask), right(x, x, v, mask)), 0.0
+
+
+def ex_pad_idx_zero():
+    m = ZeroPadEmbedding(12, 48).double()
+    tokens = torch.tensor([[3, 4, 0, 5, 5], [6, 7, 8, 5, 5]])  # pad_idx 5; 0 is a real token here
+    right = m.weight[tokens].masked_fill((tokens == 5)[..., None], 0.0)
+    return "pad_idx 5", _dist(m(tokens, 5), right), 0.0
+
+
+def ex_mask_pad_zero():
+    tokens = torch.tensor([[3, 4, 0, 5, 5], [6, 7, 8, 5, 5]])
+    return "pad_idx 5 (entries wrong)", float((_pad_mask_zero(tokens, 5) != (tokens != 5)).sum()), 0.0
+
+
+def ex_lr_factor():
+    i = {"d_model": 48, "warmup": 400, "factor": 2.0, "steps": 50}
+    wrong = _rates(i, lambda s, d, f, w: d ** (-0.5) * min(s ** (-0.5), s * w ** (-1.5)))
+    right = _rates(i, lambda s, d, f, w: f * d ** (-0.5) * min(s ** (-0.5), s * w ** (-1.5)))
+    return "factor 2 (max relative error)", float(((wrong - right) / right).abs().max()), 0.0
+
+
+def ex_eval_fast_path():
+    right, wrong = _attn_pair("eval_fast_path")
+    x, mask = _x(3, 7, 48), _pad([7, 3, 5], 7)[:, None, :].expand(3, 7, 7)
+    with torch.no_grad():
+        return "no-grad eval, key padding", _dist(wrong(x, x, x, mask), right(x, x, x, mask)), 0.0
+
+
+def _mean_gap(right, wrong, call, k=400):
+    """max |mean of k train outputs - eval output|, for the wrong variant and the right one."""
+    gaps = []
+    for m in (wrong, right):
+        with torch.no_grad():
+            m.eval()
+            base = call(m)
+            m.train()
+            torch.manual_seed(5)
+            mean = sum(call(m) for _ in range(k)) / k
+            m.eval()
+        gaps.append(_dist(mean, base))
+    return gaps
+
+
+def ex_dropout_on_scores():
+    right, wrong = _attn_pair("dropout_on_scores", p=0.5)
+    x, mask = _x(3, 7, 48, scale=4.0), _pad([7, 3, 5], 7)[:, None, :].expand(3, 7, 7)
+    w, r = _mean_gap(right, wrong, lambda m: m(x, x, x, mask))
+    return "p=0.5, inputs x4: mean of 400 train calls vs eval", w, r
+
+
+def ex_dropout_whole_residual():
+    cfg = CFG.replace(dropout=0.5)
+    right, wrong = _pair(lambda m: PostLNEncoderLayer(cfg, m), "dropout_whole_residual")
+    for m in (right, wrong):  # both sublayers output zero: only the residual stream is left
+        for p in (m.self_attn.out_proj.weight, m.self_attn.out_proj.bias, m.linear2.weight, m.linear2.bias):
+            p.data.zero_()
+    x, pad = _x(3, 7, 48, scale=0.1), _pad([7, 3, 5], 7)
+    gaps = []
+    for m in (wrong, right):
+        with torch.no_grad():
+            base = m.eval()(x, pad)
+            torch.manual_seed(5)
+            gaps.append(_dist(m.train()(x, pad), base))
+    return "p=0.5, sublayers zeroed: train vs eval", gaps[0], gaps[1]
+
+
+def _dropped_fraction(m, x, k=50):
+    """Fraction of the hidden units live before dropout that the dropout zeroed (train)."""
+    seen = []
+    m.w2.register_forward_pre_hook(lambda mod, args: seen.append(args[0]))
+    live = F.relu(m.w1(x)) != 0
+    m.train()
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for _ in range(k):
+            m(x)
+    m.eval()
+    return float(sum(((h == 0) & live).sum() for h in seen) / (live.sum() * k))
+
+
+def ex_dropout_rate():
+    x = _x(3, 7, 48)
+    torch.manual_seed(0)
+    wrong, right = FFN(48, 192, 0.5, "hardcoded_rate").double(), FFN(48, 192, 0.5).double()
+    return "config p=0.5: |dropped fraction - p|", abs(_dropped_fraction(wrong, x) - 0.5), abs(_dropped_fraction(right, x) - 0.5)
+
+
+def _half_err(make, mistake, call, dtype=torch.bfloat16):
+    right64, wrong = _pair(make, mistake)
+    right = make(None).eval()
+    right.load_state_dict(right64.state_dict())
+    with torch.no_grad():
+        ref = call(right64, torch.float64)
+        return _dist(call(wrong.to(dtype), dtype), ref), _dist(call(right.to(dtype), dtype), ref)
+
+
+def ex_half_zero():
+    x, mask = _x(3, 7, 48), _pad([7, 3, 5], 7)[:, None, :].expand(3, 7, 7)
+    w, r = _half_err(lambda m: RegimeAttention(48, 4, 0.0, m), "half_zero_after_softmax",
+                     lambda m, dt: m(x.to(dt), x.to(dt), x.to(dt), mask))
+    return "bfloat16: error vs float64 (baseline: the right variant in bfloat16)", w, r
+
+
+def ex_finfo_eps():
+    x = _x(3, 7, 1, scale=0.5) + _x(3, 7, 48, scale=0.1, seed=2)
+    w, r = _half_err(lambda m: LayerNorm(48, m), "finfo_eps", lambda m, dt: m(x.to(dt)))
+    return "bfloat16: error vs float64 (baseline: the right variant in bfloat16)", w, r
+
+
+def ex_greedy_newest():
+    torch.manual_seed(0)
+    model = TorchSeq2Seq(CFG.replace(dropout=0.0), norm_first=False, eps=1e-5, final_norm=False, scale=False).double().eval()
+    src = torch.randint(2, CFG.vocab, (2, 5), generator=torch.Generator().manual_seed(1))
+    ys = torch.randint(2, CFG.vocab, (2, 4), generator=torch.Generator().manual_seed(2))
+    state = _seq2seq_prepare(model, {"src": src, "pad_idx": 0}, False)
+    with torch.no_grad():
+        full = model.decode(ys, state["memory"], state["src_pad"])[:, -1]
+        newest = model.decode(ys[:, -1:], state["memory"], state["src_pad"])[:, -1]
+    return "log-probabilities after a 4-token prefix", _dist(newest, full), 0.0
+
+
+def ex_no_affine():
+    wrong, right = PostLNEncoderLayer(CFG, "no_affine"), PostLNEncoderLayer(CFG)
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    return "learnable parameters missing (the norms' gains and biases)", float(count(right) - count(wrong)), 0.0
+
+
+def ex_ctl_flash():
+    right, ctl = _attn_pair("flash_rescaled")
+    q, kv = _x(2, 5, 48), _x(2, 200, 48, seed=2)
+    mask = torch.rand(2, 5, 200, generator=torch.Generator().manual_seed(3)) < 0.7
+    with torch.no_grad():
+        return "S = 200, random mask, float64", _dist(ctl(q, kv, kv, mask), right(q, kv, kv, mask)), 1e-12
+
+
+def ex_ctl_rand_like():
+    torch.manual_seed(0)
+    x = _x(3, 7, 48)
+    m = FFN(48, 192, 0.5, "rand_like").double()
+    n = float((F.relu(m.w1(x)) != 0).sum()) * 50
+    return "p=0.5: |dropped fraction - p| (bound: 4 binomial sd)", abs(_dropped_fraction(m, x) - 0.5), 4 * math.sqrt(0.25 / n)
+
+
+def ex_ctl_float32():
+    torch.manual_seed(0)
+    m = LayerNorm(48, "float32_internal").double()
+    x = _x(3, 7, 1, scale=0.5) + _x(3, 7, 48, scale=0.1, seed=2)
+    ref = F.layer_norm(x, (48,), m.weight, m.bias, 1e-5)
+    return "float64 input: error vs float64 LayerNorm (bound: float32 tolerance)", _dist(m(x), ref), 1e-5
+
+
+def ex_ctl_lr():
+    i = {"d_model": 48, "warmup": 400, "factor": 1.0, "steps": 1200}
+    ctl = _rates(i, lambda s, d, f, w: f * min(s ** (-0.5), s * w ** (-1.5)) * (1.0 / math.sqrt(d)))
+    right = _rates(i, lambda s, d, f, w: f * d ** (-0.5) * min(s ** (-0.5), s * w ** (-1.5)))
+    return "1200 rates: max relative difference (bound: 4 ulp)", float(((ctl - right) / right).abs().max()), 4 * 2.0 ** -52
+
+
+EXHIBITS = {
+    "rg_pe_cached_first_len": ex_pe_cached, "rg_mask_cached_by_length": ex_mask_cached,
+    "rg_causal_buffer_first_T": ex_causal_buffer, "rg_kv_cache_not_reset": ex_kv_cache,
+    "rg_pad_flipped_inplace": ex_pad_flip, "rg_target_filled_inplace": ex_target_filled,
+    "rg_query_scaled_inplace": ex_query_scaled, "rg_softmax_no_max": ex_softmax_no_max,
+    "rg_log_softmax_loss": ex_log_softmax_loss, "rg_flash_no_rescale": ex_flash_no_rescale,
+    "rg_pad_from_lengths": ex_pad_from_lengths, "rg_fused_query_is_key": ex_fused_query_is_key,
+    "rg_pad_idx_zero": ex_pad_idx_zero, "rg_mask_pad_zero": ex_mask_pad_zero, "rg_lr_ignores_factor": ex_lr_factor,
+    "rg_eval_fast_path_drops_padding": ex_eval_fast_path, "rg_dropout_on_scores": ex_dropout_on_scores,
+    "rg_dropout_whole_residual": ex_dropout_whole_residual, "rg_dropout_hardcoded_rate": ex_dropout_rate,
+    "rg_half_zero_after_softmax": ex_half_zero, "rg_norm_finfo_eps": ex_finfo_eps,
+    "rg_greedy_newest_token": ex_greedy_newest, "rg_layer_norm_no_affine": ex_no_affine,
+    "ctl_flash_rescaled": ex_ctl_flash, "ctl_rand_like_dropout": ex_ctl_rand_like,
+    "ctl_float32_internal": ex_ctl_float32, "ctl_lr_sqrt_last": ex_ctl_lr,
+}

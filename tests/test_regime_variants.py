@@ -13,6 +13,7 @@ checks (greedy pairs, the k/v cache), and the half-precision classes a bfloat16 
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -120,9 +121,10 @@ def _mark(vid, table):
     return vid
 
 
-with scratch():  # the ids, from the file itself (collection time, no check run)
+with scratch():  # the ids and exhibits, from the file itself (collection time, no check run)
     load_file(FILE)
-    WRONG, CONTROLS = dict(_module().REGIME_WRONG), dict(_module().REGIME_CONTROLS)
+    MODULE = _module()
+    WRONG, CONTROLS = dict(MODULE.REGIME_WRONG), dict(MODULE.REGIME_CONTROLS)
 
 
 def test_every_id_is_listed_once():
@@ -148,3 +150,28 @@ def test_an_input_changed_in_place_is_named(runs, vid):
     say which input the variant changed."""
     notes = " ".join(str(getattr(f, "note", "")) for f in runs.contradictions(vid))
     assert "input" in notes and "changed" in notes, notes
+
+
+# -- the evidence is real: each wrong variant is wrong in its regime, each control right there -------
+
+def _exhibit(vid):
+    return MODULE.EXHIBITS[vid]()
+
+
+def is_wrong(measured: float, baseline: float) -> bool:
+    """Far from the right computation: not finite, or over 5x the right sibling's own
+    distance (0 where that is exact) and over 1e-6."""
+    return not math.isfinite(measured) or measured > max(5 * baseline, 1e-6)
+
+
+@pytest.mark.parametrize("vid", list(WRONG))
+def test_wrong_variant_is_wrong_in_its_regime(vid):
+    """Not a dud: outside the harness's regime the mistake shows (these pass today)."""
+    regime, measured, baseline = _exhibit(vid)
+    assert is_wrong(measured, baseline), f"{vid}: {regime}: {measured} (right sibling: {baseline})"
+
+
+@pytest.mark.parametrize("vid", list(CONTROLS))
+def test_control_is_right_in_its_regime(vid):
+    regime, measured, bound = _exhibit(vid)
+    assert measured <= bound, f"{vid}: {regime}: {measured} > {bound}"
