@@ -36,6 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FILE = ROOT / "tests" / "regime_variants.py"
+DEFECTS = ROOT / "tests" / "regime_defects.py"  # issue 15 item 12: variants that break the harness itself
 MODEL_FAMILIES = ("encoder_decoder", "decoder_only_model")
 HALF = ("rg_half_zero_after_softmax", "rg_norm_finfo_eps")  # only wrong in bfloat16 / float16
 
@@ -137,6 +138,32 @@ def pytest_side(ids: list[str]) -> tuple[dict, float]:
     return {vid: result.get(vid, "?") for vid in ids}, secs
 
 
+def defect(vid: str, family: str) -> dict:
+    """One ``check`` of a defect variant: exit status, JSON written?, its rows, recorder errors."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "check.json"
+        rc, text, secs = _run([sys.executable, "-m", "harness", "check", "--family", family, "--variants",
+                               str(DEFECTS), "--variant", vid, "--json", str(out)])
+        report = json.loads(out.read_text()) if out.exists() else None
+    rows = [] if report is None else [r for k in ("specs", "gradchecks", "dropouts") for r in report[k]
+                                      if r["variant"] == vid and not r["ok"]]
+    return {"id": vid, "family": family, "rc": rc, "json": report is not None, "failing_rows": len(rows),
+            "recorder_errors": sum("HigherOrderOperator" in str(r) for r in rows),
+            "last_line": text.strip().splitlines()[-1][:140] if text.strip() else "", "seconds": secs}
+
+
+def measure_defects() -> list[dict]:
+    sys.path.insert(0, str(ROOT))
+    from harness.registry import load_file, scratch
+
+    with scratch():
+        added = load_file(DEFECTS)
+        module = next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(DEFECTS))
+        families = {v.id: v.family for v in added}
+    return [{**defect(vid, families[vid]), "defect": text, "expect": module.EXPECT[vid]}
+            for vid, text in module.REGIME_DEFECTS.items()]
+
+
 def measure(run_pytest: bool = True) -> dict:
     wrong, controls, families, exhibits = load_ids()
     ids = [*wrong, *controls]
@@ -176,7 +203,11 @@ def measure(run_pytest: bool = True) -> dict:
         timings["pytest"] = secs
         for vid, outcome in side.items():
             rows[vid]["pytest"] = outcome
-    return {"rows": sorted(rows.values(), key=lambda r: order[r["id"]]), "timings": timings, "notes": notes}
+    t0 = time.perf_counter()
+    defects = measure_defects()
+    timings["defects"] = time.perf_counter() - t0
+    return {"rows": sorted(rows.values(), key=lambda r: order[r["id"]]), "defects": defects,
+            "timings": timings, "notes": notes}
 
 
 def _cell(items: list[str]) -> str:
@@ -211,6 +242,11 @@ def table(result: dict) -> str:
         [(r["id"], r["family"], r["class"], "yes" if not r["check"] else "NO", _cell(r["check"]),
           {"passed": "yes", "failed": "NO"}.get(r["pytest"], r["pytest"] or "")) for r in controls],
         headers=("id", "family", "why equivalent", "check", "contradiction", "pytest")))
+    lines.append("\n== Defects (tests/regime_defects.py): one check of each defect variant")
+    lines.append(tabulate(
+        [(d["id"], d["family"], d["defect"], d["rc"], "yes" if d["json"] else "NO", d["failing_rows"],
+          d["recorder_errors"], "" if d["json"] else d["last_line"]) for d in result.get("defects", [])],
+        headers=("id", "family", "defect", "exit", "JSON", "failing rows", "recorder errors", "last line (no JSON)")))
     caught = sum(bool(r["check"]) for r in wrong)
     any_caught = sum(bool(r["check"] or r["decode"] or r["half"]) for r in wrong)
     kept = sum(not r["check"] for r in controls)
