@@ -527,10 +527,6 @@ def _pad(lengths, t, left=False):
     return pad.flip(-1) if left else pad
 
 
-def _attn(mistake, p=0.0):
-    return lambda m: RegimeAttention(48, 4, p, m if m is None else mistake)
-
-
 def _attn_pair(mistake, p=0.0, dtype=torch.float64):
     return _pair(lambda m: RegimeAttention(48, 4, p, m), mistake, dtype)
 

@@ -9,6 +9,10 @@ the same evidence as a table.
 One check run per family (the default config matrix, float64 + float32, as ``python -m
 harness check --family F``), shared by the module; the model families also run the decode
 checks (greedy pairs, the k/v cache), and the half-precision classes a bfloat16 check.
+Unmarked, and passing today: each wrong variant is shown wrong outside the harness's regime
+(``EXHIBITS`` in the variants file), so an xfail here is a real miss, not a dud variant.
+Last, tests/regime_defects.py: variants that break the harness itself (item 12), one CLI
+check each in a subprocess (the flex one poisons flex_attention in its process).
 """
 
 from __future__ import annotations
