@@ -801,3 +801,13 @@ EXHIBITS = {
     "ctl_flash_rescaled": ex_ctl_flash, "ctl_rand_like_dropout": ex_ctl_rand_like,
     "ctl_float32_internal": ex_ctl_float32, "ctl_lr_sqrt_last": ex_ctl_lr,
 }
+
+
+def run_exhibit(vid):
+    """``EXHIBITS[vid]()`` on one intra-op thread (small tensors: threads only contend)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return EXHIBITS[vid]()
+    finally:
+        torch.set_num_threads(threads)

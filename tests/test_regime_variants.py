@@ -159,7 +159,7 @@ def test_an_input_changed_in_place_is_named(runs, vid):
 # -- the evidence is real: each wrong variant is wrong in its regime, each control right there -------
 
 def _exhibit(vid):
-    return MODULE.EXHIBITS[vid]()
+    return MODULE.run_exhibit(vid)
 
 
 def is_wrong(measured: float, baseline: float) -> bool:
