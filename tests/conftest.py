@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.config import CONFIG_MATRIX
-from harness.families import FAMILIES
+from harness.base.config import CONFIG_MATRIX
+from harness.check.api import check_all
+from harness.families.catalog import FAMILIES
 from harness.registry import REGISTRY
-from harness.spec import check_all
 
 CUDA_SKIP = "no CUDA device: the float32/bfloat16/float16 CUDA checks run on a GPU machine"
 DEVICES = ("cpu", "cuda")

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.cli import VARIANTS_ENV, main
+from harness.cli.common import VARIANTS_ENV
+from harness.cli.main import main
 from harness.registry import scratch
 
 ROOT = Path(__file__).resolve().parents[1]

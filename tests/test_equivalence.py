@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from harness.cli import explain_failures
-from harness.config import CONFIG_MATRIX
-from harness.families import get_family
-from harness.registry import REGISTRY
-from harness.tables import differences_table, failures_table
+import pytest
 
 from conftest import family_params, variant_params
-
-import pytest
+from harness.base.config import CONFIG_MATRIX
+from harness.families.catalog import get_family
+from harness.registry import REGISTRY
+from harness.report.tables import differences_table, failures_table
+from harness.trace.explain import explain_failures
 
 
 def _mine(report, variant: str):
@@ -39,7 +38,7 @@ def test_variant_meets_its_spec(family, variant, device, family_check):
     p for p in variant_params() if p.values[2] == "cpu" and get_family(p.values[0]).matrix is None])
 def test_variant_precision_in_half_precision_on_cpu(family, variant, device, family_check):
     """bfloat16 and float16 on CPU (default config): no semantic contradiction; 'less
-    precise' is reported, not failed (see harness.spec.LENIENT_DTYPES). Whole models are
+    precise' is reported, not failed (see harness.check.spec.LENIENT_DTYPES). Whole models are
     left out: their layers are checked here in their own families."""
     mine = _mine(family_check(family, device, half=True), variant)
     bad = [r for r in mine.specs if not r.ok]

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from harness import RegistryError, register
-from harness import precision as P
-from harness.compare import Checker
-from harness.config import CONFIG_MATRIX, Config
-from harness.families import get_family
+from harness.base.config import CONFIG_MATRIX, Config
+from harness.check import precision as P
+from harness.check.api import check_all
+from harness.check.runs import Checker
+from harness.families.catalog import get_family
 from harness.registry import get_variant, load_file, scratch
-from harness.spec import check_all
 
 WRONG_FILE = Path(__file__).with_name("wrong_variants.py")
 ONE_CONFIG = {"default": CONFIG_MATRIX["default"]}

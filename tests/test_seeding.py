@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from harness import InputError
-from harness.compare import Checker, cast_inputs
-from harness.spec import check_all
-from harness.config import Config
-from harness.families import get_family
-from harness.registry import get_variant
-from harness.seeding import build, seed_everything
+from harness.base.config import Config
+from harness.base.seeding import seed_everything
+from harness.check.api import check_all
+from harness.check.runs import Checker, cast_inputs
+from harness.families.catalog import get_family
+from harness.registry import build, get_variant
 
 
 def test_same_seed_same_weights_inputs_and_modules():

@@ -1,0 +1,3 @@
+"""Whole models as systems: greedy decoding and the incremental cache, one training step,
+the copy task and the cache benchmark.
+"""
