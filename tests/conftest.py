@@ -10,15 +10,16 @@ import pytest
 import torch
 
 from harness.base.config import CONFIG_MATRIX
+from harness.base.dtypes import default_dtypes
 from harness.check.api import check_all
 from harness.families.catalog import FAMILIES
 from harness.registry import REGISTRY
 
 CUDA_SKIP = "no CUDA device: the float32/bfloat16/float16 CUDA checks run on a GPU machine"
 DEVICES = ("cpu", "cuda")
-# Precision dtypes per device (float64 always runs, for semantics). Half precision on CPU
-# runs on the default config only, to keep the suite inside its budget.
-DTYPES = {"cpu": ["float32"], "cuda": ["float32", "bfloat16", "float16"]}
+# Precision dtypes per device: harness.base.dtypes.default_dtypes (float64 always runs, for
+# semantics). Half precision on CPU runs on the default config only, to keep the suite
+# inside its budget.
 HALF_ON_CPU = ["bfloat16", "float16"]
 
 
@@ -55,7 +56,7 @@ def family_check():
                 cache[key] = check_all([family], {"default": CONFIG_MATRIX["default"]}, device,
                                        HALF_ON_CPU, extras=False)
             else:
-                cache[key] = check_all([family], CONFIG_MATRIX, device, DTYPES[device])
+                cache[key] = check_all([family], CONFIG_MATRIX, device, default_dtypes(device))
         return cache[key]
 
     return get

@@ -25,13 +25,46 @@ def _mine(report, variant: str):
     )
 
 
+def _assert_ok(family: str, variant: str, aspect: str, mine) -> None:
+    results = [*mine.specs, *mine.gradchecks, *mine.dropouts]
+    bad = [r for r in results if not r.ok]
+    assert not bad, (f"{family}/{variant} contradicts its declaration ({aspect}):\n" + failures_table(mine)
+                     + "\n" + explain_failures(mine, CONFIG_MATRIX))
+
+
+# One test per aspect (HF's tester-mixin habit): `pytest -k semantics`, `-k precision`,
+# `-k gradcheck`, `-k dropout` select one, and a failure names it. They share the family's
+# check (``family_check`` runs it once per family and device).
+
 @pytest.mark.parametrize("family,variant,device", variant_params())
-def test_variant_meets_its_spec(family, variant, device, family_check):
+def test_variant_semantics(family, variant, device, family_check):
+    """float64: the variant's output and every gradient against the float64 oracle of its
+    declared traits, on every config and case."""
     mine = _mine(family_check(family, device), variant)
     assert mine.specs, f"{family}/{variant} was checked on no config and case"
-    bad = [r for r in (*mine.specs, *mine.gradchecks, *mine.dropouts) if not r.ok]
-    assert not bad, (f"{family}/{variant} contradicts its declaration:\n" + failures_table(mine)
-                     + "\n" + explain_failures(mine, CONFIG_MATRIX))
+    semantics = [s for s in mine.specs if s.dtype in ("float64", "bool")]
+    _assert_ok(family, variant, "semantics", SimpleNamespace(specs=semantics, gradchecks=[], dropouts=[]))
+
+
+@pytest.mark.parametrize("family,variant,device", variant_params())
+def test_variant_precision(family, variant, device, family_check):
+    """The device's precision dtypes (float32 on CPU): the error against the oracle within
+    the allowed multiple of the baseline's."""
+    mine = _mine(family_check(family, device), variant)
+    lower = [s for s in mine.specs if s.dtype not in ("float64", "bool")]
+    _assert_ok(family, variant, "precision", SimpleNamespace(specs=lower, gradchecks=[], dropouts=[]))
+
+
+@pytest.mark.parametrize("family,variant,device", variant_params())
+def test_variant_gradcheck(family, variant, device, family_check):
+    mine = _mine(family_check(family, device), variant)
+    _assert_ok(family, variant, "gradcheck", SimpleNamespace(specs=[], gradchecks=mine.gradchecks, dropouts=[]))
+
+
+@pytest.mark.parametrize("family,variant,device", variant_params())
+def test_variant_dropout(family, variant, device, family_check):
+    mine = _mine(family_check(family, device), variant)
+    _assert_ok(family, variant, "dropout", SimpleNamespace(specs=[], gradchecks=[], dropouts=mine.dropouts))
 
 
 @pytest.mark.parametrize("family,variant,device", [

@@ -3,29 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from tabulate import tabulate
 
 from harness.base.config import Config
 from harness.base.errors import ConfigError
+from harness.bench.counters import peak_bytes
 from harness.check.spec import one_thread
-from harness.families.models import Decoding
-from harness.registry import Variant
-from harness.systems.decoding import prefix
+from harness.systems.decoding import greedy_steps, prefix
 from harness.systems.models import MODEL_FAMILIES, Models, decodable
-
-
-def generate(variant: Variant, decoding: Decoding, module, inputs: dict, steps: int, cached: bool) -> torch.Tensor:
-    """Greedy tokens through ``step``, with or without the model's cache."""
-    with torch.no_grad():
-        state = decoding.prepare(module, inputs, cached)
-        ys = prefix(variant, decoding, inputs)
-        for _ in range(steps):
-            ys = torch.cat([ys, decoding.step(module, state, ys).argmax(-1, keepdim=True)], dim=1)
-        return ys
 
 
 @dataclass
@@ -58,10 +51,6 @@ def cache_bench(lengths: list[int], cfg: Config | None = None, repeats: int = 3)
 
 
 def _cache_sweep(rows: list, lengths: list[int], cfg: Config, repeats: int) -> None:
-    import os
-    import statistics
-
-    from harness.bench.counters import peak_bytes
 
     for family in MODEL_FAMILIES:
         for t in lengths:
@@ -76,20 +65,20 @@ def _cache_sweep(rows: list, lengths: list[int], cfg: Config, repeats: int) -> N
                 for _ in range(repeats):
                     for cached in (True, False):
                         start = time.perf_counter()
-                        generate(variant, decoding, module, models.inputs, steps, cached)
+                        greedy_steps(variant, decoding, module, models.inputs, steps, cached=cached)
                         times[cached].append(time.perf_counter() - start)
                 for cached in (True, False):
                     seconds = statistics.median(times[cached])
-                    peak = peak_bytes(lambda: generate(variant, decoding, module, models.inputs, steps, cached), "cpu")
+                    peak = peak_bytes(lambda: greedy_steps(variant, decoding, module, models.inputs, steps,
+                                                           cached=cached), "cpu")
                     rows.append(CacheBenchRow(family, variant.id, t, c.batch, cached, seconds,
                                               c.batch * steps / seconds, peak, os.getloadavg()[0],
                                               torch.get_num_threads()))
 
 
-def write_cache_bench(out_dir: str | Path, lengths: list[int] | None = None, cfg: Config | None = None) -> list[CacheBenchRow]:
+def write_cache_bench(out_dir: str | Path, lengths: list[int] | None = None,
+                      cfg: Config | None = None) -> list[CacheBenchRow]:
     """Runs ``cache_bench`` and writes cache_bench.json, cache_bench.md and cache_bench.png."""
-    from tabulate import tabulate
-
     lengths = lengths or [8, 16, 32, 64]
     if min(lengths) < 2:
         raise ConfigError(f"impossible sweep: generated lengths {lengths} must be at least 2")
@@ -100,7 +89,8 @@ def write_cache_bench(out_dir: str | Path, lengths: list[int] | None = None, cfg
     table = []
     for r in rows:
         if r.cached:
-            base = next(x for x in rows if (x.family, x.variant, x.seq, x.cached) == (r.family, r.variant, r.seq, False))
+            base = next(x for x in rows
+                        if (x.family, x.variant, x.seq, x.cached) == (r.family, r.variant, r.seq, False))
             table.append((r.family, r.variant, r.seq, f"{r.tokens_per_s:.0f}", f"{base.tokens_per_s:.0f}",
                           f"{r.tokens_per_s / base.tokens_per_s:.2f}x", r.peak_bytes, base.peak_bytes, f"{r.load:.1f}"))
     text = tabulate(table, headers=("family", "model", "T", "tokens/s cached", "tokens/s full", "speed-up",
@@ -112,9 +102,6 @@ def write_cache_bench(out_dir: str | Path, lengths: list[int] | None = None, cfg
 
 def _machine_note(rows: list[CacheBenchRow]) -> str:
     """Method and machine, and a warning when the machine was loaded during the sweep."""
-    import os
-    import platform
-
     cores, load = os.cpu_count() or 1, max(r.load for r in rows)
     note = (f"Greedy generation on CPU ({platform.processor() or platform.machine()}, {cores} cores, "
             f"torch {torch.__version__}, {rows[0].threads} intra-op thread(s)); per length, cached and "

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
 from harness.base.kernels import PATH_OPS
@@ -70,8 +71,6 @@ def instrumented(fn: Callable[[], object], device: str, resident: Iterable[torch
     """One call of ``fn`` under the profiler (path), the FLOP counter (executed and dense),
     the live-storage tracker (tensor peak) and, when ``resident`` is given, the saved-tensor
     hooks (bytes saved for backward): one call instead of four."""
-    from torch.profiler import ProfilerActivity, profile
-
     fc = FlopCount()
     skip = {_storage_key(t) for t in resident or ()}
     saved: dict[tuple, int] = {}

@@ -25,7 +25,8 @@ def serve(files: list[str], threads: int) -> None:
             answer: dict[str, Any] = {"rss_peak_bytes": rss_rise(prepared.step)}
             del prepared
         except Exception as exc:  # reported on the row, the sweep goes on
-            answer = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:200]}
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            answer = {"error": f"{type(exc).__name__}: {first}"[:200]}
         print(json.dumps(answer), flush=True)
 
 

@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
+from tqdm import tqdm
 
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError
 from harness.bench import counters, timing
 from harness.bench.cases import BenchCase, Prepared, prepare
 from harness.bench.log import _rewrite_without_cut_line, read_log
+from harness.bench.memprobe import MemProbe
 from harness.registry import get_variant, reference_of
 
 PEAK = "__matmul_peak__"
@@ -227,9 +229,6 @@ def run_sweep(
     peak row) as soon as the group finishes; yield the case rows. A group is timed as a
     whole (its ratios need one window), so a resumed group is measured again whole.
     Ends the log with an ``end`` row when every group is done."""
-    from tqdm import tqdm
-
-    from harness.bench.memprobe import MemProbe
 
     threads = threads or torch.get_num_threads()
     log.parent.mkdir(parents=True, exist_ok=True)

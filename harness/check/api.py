@@ -3,50 +3,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from harness.base.config import Config
+from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.dtypes import default_dtypes
 from harness.check import precision as P
-from harness.check.extras import COMPILED_FAMILIES, CompiledResult, compiled_check, dropout_checks, gradcheck_variant
-from harness.check.results import DropoutResult, GradcheckResult, PairResult, PathResult, SpecResult
+from harness.check.extras import COMPILED_FAMILIES, compiled_check, dropout_checks, gradcheck_variant
+from harness.check.results import CheckReport
 from harness.check.spec import SpecChecker, one_thread
 from harness.families.catalog import get_family
 from harness.registry import Variant, variants_of
-
-
-@dataclass
-class CheckReport:
-    configs: dict[str, Config]
-    dtypes: list[str]
-    specs: list[SpecResult] = field(default_factory=list)
-    pairs: list[PairResult] = field(default_factory=list)
-    paths: list[PathResult] = field(default_factory=list)
-    gradchecks: list[GradcheckResult] = field(default_factory=list)
-    dropouts: list[DropoutResult] = field(default_factory=list)
-    compiled: list[CompiledResult] = field(default_factory=list)
-    skipped: list[tuple[str, str, str, str]] = field(default_factory=list)  # family, variant, config, why
-
-    @property
-    def failures(self) -> list:
-        """Everything that contradicts a declaration."""
-        return ([s for s in self.specs if not s.ok] + [g for g in self.gradchecks if not g.ok]
-                + [d for d in self.dropouts if not d.ok] + [c for c in self.compiled if not c.ok])
-
-    def as_dict(self) -> dict:
-        return {
-            "configs": {n: {**asdict(c), "d_k": c.d_k} for n, c in self.configs.items()},
-            "dtypes": self.dtypes,
-            "specs": [s.as_dict() for s in self.specs],
-            "pairs": [p.as_dict() for p in self.pairs],
-            "paths": [p.as_dict() for p in self.paths],
-            "gradchecks": [g.as_dict() for g in self.gradchecks],
-            "dropouts": [d.as_dict() for d in self.dropouts],
-            "compiled": [c.as_dict() for c in self.compiled],
-            "skipped": [dict(zip(("family", "variant", "config", "why"), s)) for s in self.skipped],
-            "contradictions": len(self.failures),
-        }
 
 
 def check_all(families: Iterable[str], configs: Mapping[str, Config], device: str = "cpu",
@@ -120,8 +86,6 @@ def run_check(families: list[str], cfg: Config | None, device: str, dtypes: list
               progress=None):
     """Every variant of ``families`` against its spec and the pairwise matrix derived from it,
     on ``cfg`` (or the default config matrix when None); returns (pair results, path results)."""
-    from harness.base.config import CONFIG_MATRIX
-    from harness.check.api import check_all
 
     configs = {"default": cfg} if cfg is not None else CONFIG_MATRIX
     report = check_all(families, configs, device, dtypes or default_dtypes(device))
@@ -133,8 +97,6 @@ def check_one_variant(variant: Variant, configs: Mapping[str, Config] | None = N
     """One variant against its spec over the config matrix (float64 for semantics, ``dtypes``
     for precision), plus gradcheck and the dropout checks. Returns every result; each has
     ``.ok``. (``harness.check.api.check_all`` does whole families and the pair matrix.)"""
-    from harness.base.config import CONFIG_MATRIX
-    from harness.check.api import check_all
 
     report = check_all([variant.family], configs or CONFIG_MATRIX, device, list(dtypes),
                        variants=[variant.key])

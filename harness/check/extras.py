@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import torch
 
@@ -11,10 +10,10 @@ from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError
 from harness.check import precision as P
-from harness.check.results import DropoutResult, GradcheckResult
+from harness.check.results import CompiledResult, DropoutResult, GradcheckResult
 from harness.check.runs import (
-    Checker,
     OpRecorder,
+    RunCache,
     applicable,
     cast_inputs,
     run_variant,
@@ -158,27 +157,9 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
 COMPILED_FAMILIES = ("attention", "encoder_layer", "decoder_layer", "decoder_only_block", "ffn", "norm")
 
 
-@dataclass
-class CompiledResult:
-    family: str
-    variant: str
-    config: str
-    case: str
-    dtype: str
-    backend: str
-    verdict: str          # identical | equivalent | less precise | different | error
-    ok: bool
-    graphs: int           # graphs Dynamo compiled for this call (0: it ran eager)
-    graph_breaks: int
-    err: float            # compiled vs oracle, worst tensor
-    eager_err: float      # eager vs oracle, same tensor
-    note: str = ""
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
-def compiled_check(variant: Variant, checker: Checker, config: str, dtype_name: str = "float32",
+def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name: str = "float32",
                    backend: str = "inductor", factor: float = P.PRECISION_FACTOR) -> CompiledResult | None:
     """The variant under ``torch.compile`` against the same variant eager, forward and
     backward, on the first applicable case: both against the float64 oracle, the compiled
@@ -193,7 +174,7 @@ def compiled_check(variant: Variant, checker: Checker, config: str, dtype_name: 
     if case is None:
         return None
     dtype = dtype_of(dtype_name)
-    zero = checker.zero_names(variant)
+    zero = checker.fills(variant)
     eager = checker.run(variant, case, zero, dtype)
     oracle = checker.oracle(family, variant.traits, case, zero, dtype)
     torch._dynamo.reset()

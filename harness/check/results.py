@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from harness.base.config import Config
+
 
 @dataclass
 class PairResult:
@@ -111,3 +113,56 @@ class DropoutResult:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class CompiledResult:
+    family: str
+    variant: str
+    config: str
+    case: str
+    dtype: str
+    backend: str
+    verdict: str          # identical | equivalent | less precise | different | error
+    ok: bool
+    graphs: int           # graphs Dynamo compiled for this call (0: it ran eager)
+    graph_breaks: int
+    err: float            # compiled vs oracle, worst tensor
+    eager_err: float      # eager vs oracle, same tensor
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class CheckReport:
+    configs: dict[str, Config]
+    dtypes: list[str]
+    specs: list[SpecResult] = field(default_factory=list)
+    pairs: list[PairResult] = field(default_factory=list)
+    paths: list[PathResult] = field(default_factory=list)
+    gradchecks: list[GradcheckResult] = field(default_factory=list)
+    dropouts: list[DropoutResult] = field(default_factory=list)
+    compiled: list[CompiledResult] = field(default_factory=list)
+    skipped: list[tuple[str, str, str, str]] = field(default_factory=list)  # family, variant, config, why
+
+    @property
+    def failures(self) -> list:
+        """Everything that contradicts a declaration."""
+        return ([s for s in self.specs if not s.ok] + [g for g in self.gradchecks if not g.ok]
+                + [d for d in self.dropouts if not d.ok] + [c for c in self.compiled if not c.ok])
+
+    def as_dict(self) -> dict:
+        return {
+            "configs": {n: {**asdict(c), "d_k": c.d_k} for n, c in self.configs.items()},
+            "dtypes": self.dtypes,
+            "specs": [s.as_dict() for s in self.specs],
+            "pairs": [p.as_dict() for p in self.pairs],
+            "paths": [p.as_dict() for p in self.paths],
+            "gradchecks": [g.as_dict() for g in self.gradchecks],
+            "dropouts": [d.as_dict() for d in self.dropouts],
+            "compiled": [c.as_dict() for c in self.compiled],
+            "skipped": [dict(zip(("family", "variant", "config", "why"), s)) for s in self.skipped],
+            "contradictions": len(self.failures),
+        }

@@ -28,7 +28,7 @@ from harness.check.results import PathResult
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.families.catalog import get_family
-from harness.porting.portmap import Fills, absent_fills, zero_unrepresented
+from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
 from harness.registry import Variant, build
 
 
@@ -103,6 +103,24 @@ def cotangent(shape: torch.Size, seed: int) -> torch.Tensor:
     return torch.randn(tuple(shape), generator=gen, dtype=torch.float64)
 
 
+def backward_grads(family: Family, cfg: Config, out: torch.Tensor, inputs: Mapping[str, Any],
+                   portmap: PortMap | None) -> dict[str, torch.Tensor]:
+    """Backward of ``out`` against the seeded cotangent: the gradient of every grad input and
+    of every mapped parameter, float64 on CPU, named ``grad:NAME`` (a variant's run and a
+    trace collect the same tensors)."""
+    (out * cotangent(out.shape, cfg.seed).to(out.device, out.dtype)).sum().backward()
+    grads: dict[str, torch.Tensor] = {}
+    for name, t in unique_grad_inputs(family, inputs).items():
+        if t.grad is not None:
+            grads[f"grad:{name}"] = t.grad.detach().to("cpu", torch.float64)
+    if portmap is not None:
+        for name in portmap.entries:
+            g = portmap.read(name, grad=True)
+            if g is not None:
+                grads[f"grad:{name}"] = g.detach().to("cpu", torch.float64)
+    return grads
+
+
 def run_variant(
     variant: Variant,
     cfg: Config,
@@ -141,15 +159,7 @@ def run_variant(
     if backward and family.differentiable and not out.requires_grad:
         run.note = "the output does not require grad (detached?): no gradient reaches any input or parameter"
     if backward and family.differentiable and out.requires_grad:
-        (out * cotangent(out.shape, cfg.seed).to(out.device, out.dtype)).sum().backward()
-        for name, t in unique_grad_inputs(family, inputs).items():
-            if t.grad is not None:
-                run.tensors[f"grad:{name}"] = t.grad.detach().to("cpu", torch.float64)
-        if portmap is not None:
-            for name in portmap.entries:
-                g = portmap.read(name, grad=True)
-                if g is not None:
-                    run.tensors[f"grad:{name}"] = g.detach().to("cpu", torch.float64)
+        run.tensors.update(backward_grads(family, cfg, out, inputs, portmap))
     return run
 
 
@@ -196,8 +206,10 @@ def fill_overflow(variant: Variant, dtype: torch.dtype) -> str | None:
 # -- the pairwise check ---------------------------------------------------------------------------------
 
 
-class Checker:
-    """Compares every pair of a family's variants on every case; caches runs."""
+class RunCache:
+    """The runs of one config on one device, cached: each case's inputs, the canonical
+    weights, and each (variant, case, fills, dtype, mode) run. The spec, pair and trace
+    checks read their runs from here; it compares nothing itself."""
 
     def __init__(self, cfg: Config, device: str = "cpu", record: bool = True):
         self.cfg = cfg
@@ -218,7 +230,7 @@ class Checker:
             self._weights[family.name] = family.canonical_weights(self.cfg)
         return zero_unrepresented(self._weights[family.name], zero)
 
-    def zero_names(self, variant: Variant) -> Fills:
+    def fills(self, variant: Variant) -> Fills:
         """The canonical parameters ``variant`` does not have, each with the value it reads as
         (zero for a missing bias, one for a missing norm's weight)."""
         return absent_fills(variant.map_for(self.cfg))
@@ -253,7 +265,7 @@ class Checker:
         if not family.differentiable or not applicable(variant, case) or variant.supports(self.cfg):
             return None
         dtype = dtype_of(dtype_name)
-        zero = self.zero_names(variant)
+        zero = self.fills(variant)
         grad_run = self.run(variant, case, zero, dtype)
         inf_run = self.run(variant, case, zero, dtype, mode="inference")
         if grad_run.error or inf_run.error:

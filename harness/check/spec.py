@@ -38,8 +38,8 @@ from harness.base.errors import ConfigError
 from harness.check import precision as P
 from harness.check.results import PairResult, SpecResult, TensorCheck
 from harness.check.runs import (
-    Checker,
     Run,
+    RunCache,
     applicable,
     fill_overflow,
 )
@@ -59,10 +59,10 @@ def worst_spec(verdicts: Iterable[str]) -> str:
     return max(verdicts, key=SPEC_RANK.__getitem__, default="equivalent")
 
 
-def expected_names(family: Family, oracle: Run, checker: Checker, variant: Variant) -> list[str]:
+def expected_names(family: Family, oracle: Run, checker: RunCache, variant: Variant) -> list[str]:
     """Tensors a variant must produce: the output, the family's gradient inputs, and the
     gradient of every canonical parameter it represents (not the ``Zero()`` ones)."""
-    zero = {f"grad:{n}" for n in checker.zero_names(variant)}
+    zero = {f"grad:{n}" for n in checker.fills(variant)}
     return [n for n in oracle.tensors if n not in zero]
 
 
@@ -119,7 +119,7 @@ class SpecChecker:
         self.factor = factor
         self.lenient = () if strict else LENIENT_DTYPES
         # The kernel path is recorded on the first config only (a dispatch mode costs time).
-        self.checkers = {name: Checker(cfg, device, record=i == 0)
+        self.checkers = {name: RunCache(cfg, device, record=i == 0)
                          for i, (name, cfg) in enumerate(self.configs.items())}
         self._specs: dict[tuple, SpecResult | None] = {}
 
@@ -141,7 +141,7 @@ class SpecChecker:
         ref = reference_of(family.name)
         if ref is not None and (ref.supports(checker.cfg) or not applicable(ref, case)):
             ref = None
-        zero = checker.zero_names(variant) | (checker.zero_names(ref) if ref else {})
+        zero = checker.fills(variant) | (checker.fills(ref) if ref else {})
         run = checker.run(variant, case, zero, dtype)
         oracle = checker.oracle(family, variant.traits, case, zero, dtype)
         overflow = fill_overflow(variant, dtype)
@@ -171,7 +171,8 @@ class SpecChecker:
         else:
             sem64 = self.check(variant, config, case, "float64")
             baselines = [checker.oracle(family, variant.traits, case, zero, dtype, compute=dtype)]
-            same_function = ref is not None and family.semantic_traits(ref.traits) == family.semantic_traits(variant.traits)
+            same_function = (ref is not None
+                             and family.semantic_traits(ref.traits) == family.semantic_traits(variant.traits))
             if same_function:
                 ref_run = checker.run(ref, case, zero, dtype)
                 if not ref_run.error:
@@ -241,7 +242,8 @@ class SpecChecker:
             differing = [t for t in family.traits if sem_a.get(t) != sem_b.get(t)]
             in_case = [t for t in differing if t in family.semantic_for(case)]
             reason = "; ".join(f"{t}: {sem_a.get(t)} vs {sem_b.get(t)}" for t in (in_case or differing))
-            base = dict(family=family_name, a=a.id, b=b.id, case=case, dtype=dtype_name, device=self.device, config=config,
+            base = dict(family=family_name, a=a.id, b=b.id, case=case, dtype=dtype_name, device=self.device,
+                        config=config,
                         path_a=sa.path, path_b=sb.path, noise_ratio=math.nan, grad_noise_ratio=math.nan)
             if sa.verdict == "error" or sb.verdict == "error":
                 note = "; ".join(f"{s.variant}: {s.note}" for s in (sa, sb) if s.verdict == "error")
@@ -250,7 +252,7 @@ class SpecChecker:
                                       reason=reason, ok=both_expected, max_abs=math.nan, max_rel=math.nan,
                                       grad_verdict="error", grad_max_abs=math.nan, worst_grad="", note=note))
                 continue
-            zero = checker.zero_names(a) | checker.zero_names(b)
+            zero = checker.fills(a) | checker.fills(b)
             oa = checker.oracle(family, a.traits, case, zero, dtype)
             ob = checker.oracle(family, b.traits, case, zero, dtype)
             key = (id(oa), id(ob), zero)  # one gap per pair of classes, not per pair of variants
@@ -280,11 +282,13 @@ class SpecChecker:
                 out.append(PairResult(**base, verdict=verdict, expected="equivalent", reason="",
                                       ok=specs_ok and verdict != "different",
                                       max_abs=m_out if measured else (0.0 if same else math.nan), max_rel=math.nan,
-                                      grad_verdict=verdict, grad_max_abs=m_grad if measured else (0.0 if same else math.nan),
+                                      grad_verdict=verdict,
+                                      grad_max_abs=m_grad if measured else (0.0 if same else math.nan),
                                       worst_grad=m_worst if measured else "", note=self._spec_note(sa, sb)))
                 continue
             if biggest <= tol64:
-                verdict, note = "not exercised", f"the declared difference does not show on case {case!r} of config {config!r}"
+                verdict = "not exercised"
+                note = f"the declared difference does not show on case {case!r} of config {config!r}"
             elif dtype != torch.float64 and not P.resolvable(biggest, dtype, self._allowed(sa), self._allowed(sb)):
                 verdict, note = "not resolvable", (f"the declared difference ({biggest:.2g}) is below "
                                                    f"{dtype_name}'s resolution here")
@@ -316,10 +320,10 @@ class SpecChecker:
         return float(finite.abs().max()) if finite.numel() else 0.0
 
     @staticmethod
-    def _gap(oa: Run, ob: Run, checker: Checker, a: Variant, b: Variant) -> tuple[float, float, str]:
+    def _gap(oa: Run, ob: Run, checker: RunCache, a: Variant, b: Variant) -> tuple[float, float, str]:
         """Largest |x_a - x_b| on the output and on the gradients both represent (two oracles,
         or two runs on the same weights)."""
-        skip = {f"grad:{n}" for n in checker.zero_names(a) | checker.zero_names(b)}
+        skip = {f"grad:{n}" for n in checker.fills(a) | checker.fills(b)}
         out_gap, grad_gap, worst = 0.0, 0.0, ""
         for name, ta in oa.tensors.items():
             if name in skip or name not in ob.tensors:
@@ -340,12 +344,12 @@ class SpecChecker:
                 grad_gap, worst = g, name.removeprefix("grad:")
         return out_gap, grad_gap, worst
 
-    def _digest(self, checker: Checker, variant: Variant, case: str, dtype: torch.dtype) -> str | None:
+    def _digest(self, checker: RunCache, variant: Variant, case: str, dtype: torch.dtype) -> str | None:
         """A hash of every tensor of the variant's run (for 'identical'), on the weights its
         own spec ran with; None when it did not run."""
         family = get_family(variant.family)
         ref = reference_of(family.name)
-        zero = checker.zero_names(variant) | (checker.zero_names(ref) if ref and not ref.supports(checker.cfg) else {})
+        zero = checker.fills(variant) | (checker.fills(ref) if ref and not ref.supports(checker.cfg) else {})
         run = checker.run(variant, case, zero, dtype)
         if run.error:
             return None

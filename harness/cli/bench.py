@@ -9,10 +9,29 @@ report  runs the check and the benchmarks and writes reports/<device>/<profile>/
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
+import torch
+from tabulate import tabulate
+
+from harness.base.config import CONFIG_MATRIX, Config
+from harness.base.dtypes import default_dtypes, resolve_device
 from harness.base.errors import ConfigError, HarnessError
+from harness.bench.cases import PROFILES, TIMING, check_sizes, plan
+from harness.bench.log import load_rows, log_complete, read_log
+from harness.bench.sweep import device_dir, run_sweep
+from harness.check.api import check_all
+from harness.cli.common import _load, _variant_files
+from harness.families.catalog import FAMILIES
+from harness.report.bench_frame import load_old
+from harness.report.bench_tables import print_targets
+from harness.report.differences_md import write_differences
+from harness.report.io import ensure_writable, write_json
+from harness.report.markdown import write_report
+from harness.trace.differences import differences
 
 
 def _int_list(text: str) -> list[int]:
@@ -68,8 +87,6 @@ def add_commands(sub, common) -> None:
 
 def _validate(args) -> None:
     """Options that cannot work, refused before anything runs."""
-    from harness.bench.cases import TIMING
-
     timing = TIMING[args.profile or "quick"]
     args.min_time = timing["min_time"] if args.min_time is None else args.min_time
     args.rounds = timing["rounds"] if args.rounds is None else args.rounds
@@ -92,10 +109,6 @@ def _validate(args) -> None:
 
 
 def _setup(args):
-    import torch
-
-    from harness.base.dtypes import resolve_device
-    from harness.cli.common import _load
 
     _validate(args)
     _load(args)
@@ -105,32 +118,13 @@ def _setup(args):
 
 
 def _plan(args, device):
-    from harness.bench.cases import check_sizes, plan
-
     cases = plan(args.profile, device, args.family, args.variant,
                  _int_list(args.batch) if args.batch else None, _int_list(args.seq) if args.seq else None)
     check_sizes(cases)
     return cases
 
 
-def _writable_file(path: Path, what: str) -> None:
-    """Refuse, before the run, an output file that cannot be written."""
-    try:
-        if path.is_dir():
-            raise IsADirectoryError(21, "is a directory")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        existed = path.exists()
-        with path.open("a"):
-            pass
-        if not existed:
-            path.unlink()
-    except OSError as exc:
-        raise HarnessError(f"cannot write {what} '{path}': {exc.strerror or exc}") from None
-
-
 def _writable_dir(path: Path, what: str) -> None:
-    import tempfile
-
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         Path(tempfile.mkdtemp(dir=path.parent, prefix=".probe-")).rmdir()
@@ -139,9 +133,6 @@ def _writable_dir(path: Path, what: str) -> None:
 
 
 def _summary(rows) -> str:
-    import pandas as pd
-    from tabulate import tabulate
-
     out = []
     for r in rows:
         ok = r.get("status") == "ok"
@@ -162,9 +153,6 @@ def _summary(rows) -> str:
 
 def _measure(args, cases, log: Path, fresh: bool) -> tuple[list, bool]:
     """Run the sweep over ``cases``; returns (new rows, interrupted)."""
-    from harness.bench.sweep import run_sweep
-    from harness.cli.common import _variant_files
-
     rows, interrupted = [], False
     try:
         for row in run_sweep(cases, log, fresh=fresh, min_time=args.min_time, rounds=args.rounds,
@@ -184,15 +172,12 @@ def _disturbed_lines(rows) -> list[str]:
 
 
 def cmd_bench(args) -> int:
-    from harness.bench.log import read_log
-    from harness.bench.sweep import device_dir
-
     device = _setup(args)
     log = Path(args.log) if args.log else Path("reports") / device_dir(device) / f"bench-{args.profile}.jsonl"
     cases = _plan(args, device)
-    _writable_file(log, "the bench log")
+    ensure_writable(str(log), "the bench log")
     if args.json:
-        _writable_file(Path(args.json), "--json")
+        ensure_writable(args.json)
     _, interrupted = _measure(args, cases, log, args.fresh)
     wanted = {c.key for c in cases}
     logged = read_log(log, quiet=True)
@@ -204,16 +189,12 @@ def cmd_bench(args) -> int:
         print(line, file=sys.stderr)
     print(f"\n{len(rows)} case(s) in {log}; threads {args.threads}")
     if args.json:
-        from harness.report.io import write_json
-
         write_json(args.json, peaks + rows)
     return 130 if interrupted else 0
 
 
 def _coverage(rows, profile: str, device: str) -> str:
     """' Incomplete: ...' when the rows cover only part of their profile's plan."""
-    from harness.bench.cases import PROFILES, plan
-
     if profile not in PROFILES:
         return ""
     planned = {c.key: c for c in plan(profile, device)}
@@ -227,18 +208,6 @@ def _coverage(rows, profile: str, device: str) -> str:
 
 
 def cmd_report(args) -> int:
-    from harness.base.config import CONFIG_MATRIX, Config
-    from harness.base.dtypes import default_dtypes
-    from harness.bench.log import load_rows, log_complete, read_log
-    from harness.bench.sweep import device_dir
-    from harness.check.api import check_all
-    from harness.families.catalog import FAMILIES
-    from harness.report.bench_frame import load_old
-    from harness.report.bench_tables import print_targets
-    from harness.report.differences_md import write_differences
-    from harness.report.markdown import write_report
-    from harness.trace.differences import differences
-
     device = _setup(args)
     root = Path(args.out)
     results = paths = None
@@ -262,7 +231,7 @@ def cmd_report(args) -> int:
     _writable_dir(out, "the report to")
     if cases is not None:
         log = device_folder / f"report-{args.profile}.jsonl"
-        _writable_file(log, "the bench log")
+        ensure_writable(str(log), "the bench log")
         fresh = args.fresh or not log.exists() or log_complete(log)
         if not fresh:
             print(f"resuming the interrupted run in {log} (--fresh to start over)", file=sys.stderr)
@@ -273,7 +242,6 @@ def cmd_report(args) -> int:
                                      CONFIG_MATRIX if args.profile == "full" else {"default": Config()},
                                      device, default_dtypes(device))
             results, paths = check_report.pairs, check_report.paths
-            import torch
 
             torch.set_num_threads(args.threads)  # the check may pin its own; the benchmark's are these
         _, interrupted = _measure(args, cases, log, fresh)

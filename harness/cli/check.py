@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from harness.base.dtypes import default_dtypes, resolve_device
+from harness import registry
+from harness.base.config import config_matrix
+from harness.base.dtypes import default_dtypes, dtype_of, resolve_device
 from harness.base.errors import HarnessError, UnknownName
+from harness.check.api import check_all
 from harness.cli.common import _families, _load
+from harness.families.catalog import get_family
+from harness.registry import REGISTRY, variants_of
+from harness.report.check_text import check_text, summary_line
 from harness.report.io import ensure_writable, write_json
+from harness.report.tables import (
+    traits_table,
+    variants_table,
+)
 from harness.trace.explain import explain_differences, explain_failures
 
 
 def cmd_list(args) -> int:
-    from harness.registry import PACK_NOTES, REGISTRY
-    from harness.report.tables import traits_table, variants_table
-
     _load(args)
     families = _families(args)
     ensure_writable(args.json)
@@ -21,7 +28,7 @@ def cmd_list(args) -> int:
         print(traits_table(families[0]))
     else:
         print(variants_table(variants))
-    for pack, note in sorted(PACK_NOTES.items()):
+    for pack, note in sorted(registry.PACK_NOTES.items()):  # read now: loading packs adds notes
         print(f"\nsource ({pack}): {note}")
     if args.json:
         write_json(args.json, [
@@ -33,9 +40,6 @@ def cmd_list(args) -> int:
 
 
 def _check_dtypes(names: list[str] | None, families: list[str], device: str) -> list[str]:
-    from harness.base.dtypes import dtype_of
-    from harness.families.catalog import get_family
-
     dtypes = names or default_dtypes(device)
     for name in dtypes:
         if not dtype_of(name).is_floating_point:
@@ -45,22 +49,21 @@ def _check_dtypes(names: list[str] | None, families: list[str], device: str) -> 
     return dtypes
 
 
-def cmd_check(args) -> int:
-    from harness.base.config import config_matrix
-    from harness.check.api import check_all
-    from harness.families.catalog import get_family
-    from harness.registry import variants_of
-    from harness.report.tables import (
-        LEGEND,
-        classes_table,
-        compiled_table,
-        differences_table,
-        failures_table,
-        paths_table,
-        spec_matrix,
-        verdict_matrix,
-    )
+def _wanted(names: list[str] | None, families: list[str], any_family: bool) -> list[str] | None:
+    """The keys of the variants ``--variant`` names (None: every variant)."""
+    if not names:
+        return None
+    wanted = []
+    for vid in names:
+        matches = [v.key for f in families for v in variants_of(f) if v.id == vid]
+        if not matches:
+            known = sorted({v.id for f in families for v in variants_of(f)})
+            raise UnknownName(f"no variant '{vid}' in {'any family' if any_family else families}; known: {known}")
+        wanted += matches
+    return wanted
 
+
+def cmd_check(args) -> int:
     _load(args)
     families = _families(args)
     configs = config_matrix(args.set)
@@ -69,72 +72,15 @@ def cmd_check(args) -> int:
     if args.precision_factor <= 0:
         raise HarnessError(f"--precision-factor {args.precision_factor} must be positive")
     ensure_writable(args.json)
-    wanted = None
-    if args.variant:
-        wanted = []
-        for vid in args.variant:
-            matches = [v.key for f in families for v in variants_of(f) if v.id == vid]
-            if not matches:
-                known = sorted({v.id for f in families for v in variants_of(f)})
-                raise UnknownName(f"no variant '{vid}' in {families if args.family else 'any family'}; known: {known}")
-            wanted += matches
+    wanted = _wanted(args.variant, families, any_family=not args.family)
     report = check_all(families, configs, device, dtypes, factor=args.precision_factor, variants=wanted,
                        strict=args.strict_precision, pairs=args.pairs,
                        compile_backend=args.compile_backend if args.compiled else None)
-    print(LEGEND)
-    print("\nconfigs (one symbol per config in each spec cell, in this order):")
-    for name, cfg in configs.items():
-        print(f"  {name:9s} {cfg.describe()}")
-    for family in families:
-        fam = get_family(family)
-        print(f"\n== {family}: {fam.call}")
-        if fam.matrix is not None and not args.set:
-            print(f"   configs: {', '.join(fam.configs_of(configs))} (its layers run the whole matrix in their families)")
-        for case in fam.cases:
-            print(f"   case {case.name}: {case.note}")
-        for fam_name, vid, config, why in report.skipped:
-            if fam_name == family:
-                print(f"   {vid} skips config {config}: {why}")
-        for v in variants_of(family):
-            limited = v.traits.get("cases")
-            if limited is not None:
-                left_out = [c.name for c in fam.cases if c.name not in limited]
-                if left_out:
-                    print(f"   {v.id} does not apply to {', '.join(left_out)} (declared traits['cases']"
-                          + (f": {v.traits['note']}" if v.traits.get("note") else "") + ")")
-        for dtype in fam.dtypes or report.dtypes:
-            what = ("semantics: each variant against the float64 oracle of its declared traits"
-                    if dtype == "float64" else
-                    f"precision: error against the oracle, as a multiple of the baseline's (at most {args.precision_factor:g}x)")
-            print(f"\n-- {dtype} on {device}: {what}")
-            print(spec_matrix(report.specs, family, dtype, fam.configs_of(configs)))
-        print("\n-- equivalence classes (equal semantic traits)")
-        print(classes_table(family))
-        for dtype in fam.dtypes or report.dtypes:
-            print(f"\n-- pairs in {dtype} ({'measured' if args.pairs == 'all' else 'derived from the classes'})")
-            print(verdict_matrix(report.pairs, family, dtype))
-    print("\n== Differences (declared, with their effect)")
-    print(differences_table(report.pairs))
-    print("\n== Kernel paths: autograd vs torch.no_grad() (eval mode)")
-    print(paths_table(report.paths))
-    if args.compiled:
-        print(f"\n== torch.compile (backend {args.compile_backend}) against eager, first config")
-        print(compiled_table(report.compiled))
-    if args.explain:
-        print("\n== Where each declared difference first shows (harness.trace)")
-        print(explain_differences(report, configs))
-    print("\n== Contradictions")
-    print(failures_table(report))
-    explained = explain_failures(report, configs)
-    if explained:
-        print("\nwhere they first diverge from a variant declaring the same traits (harness.trace):")
-        print(explained)
+    print(check_text(report, configs, families=families, device=device, factor=args.precision_factor, pairs=args.pairs,
+                     matrix_note=not args.set, compile_backend=args.compile_backend if args.compiled else None,
+                     explained_differences=explain_differences(report, configs) if args.explain else None,
+                     explained_failures=explain_failures(report, configs)))
     if args.json:
         write_json(args.json, report.as_dict())
-    n_var = len({(s.family, s.variant) for s in report.specs})
-    grads = sum(g.ok for g in report.gradchecks)
-    drops = sum(d.ok for d in report.dropouts)
-    print(f"\n{n_var} variants x {len(configs)} config(s): {len(report.specs)} spec checks, "
-          f"{len(report.pairs)} pairs, gradcheck {grads}/{len(report.gradchecks)}, "
-          f"dropout {drops}/{len(report.dropouts)}; {len(report.failures)} contradict")
+    print(summary_line(report, configs))
     return 1 if report.failures else 0

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 
+from harness.families.catalog import FAMILIES, get_family
+from harness.registry import load_all
+
 VARIANTS_ENV = "HARNESS_VARIANTS"
 
 
@@ -16,14 +19,10 @@ def _variant_files(args) -> list[str]:
 
 
 def _load(args) -> None:
-    from harness.registry import load_all
-
     load_all(_variant_files(args))
 
 
 def _families(args) -> list[str]:
-    from harness.families.catalog import FAMILIES, get_family
-
     names = args.family or list(FAMILIES)
     for name in names:
         get_family(name)

@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH", help="also write the list as JSON")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("check", help="every variant against its spec, and the verdict matrix; exit 1 on a contradiction")
+    p = sub.add_parser("check",
+                       help="every variant against its spec, and the verdict matrix; exit 1 on a contradiction")
     common(p)
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
     p.add_argument("--dtype", action="append",

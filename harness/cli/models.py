@@ -13,7 +13,18 @@ from __future__ import annotations
 
 import math
 
+from tabulate import tabulate
+
 from harness.base.config import Config
+from harness.base.errors import ConfigError
+from harness.bench.cache_bench import write_cache_bench
+from harness.cli.bench import _int_list
+from harness.cli.common import _load
+from harness.report.io import write_json
+from harness.systems.copy_task import copy_task_table, write_copy_task
+from harness.systems.decoding import check_cache, compare_greedy
+from harness.systems.models import MODEL_FAMILIES, _model_family
+from harness.systems.training import ADAM, compare_train_step
 
 
 def add_commands(sub, common) -> None:
@@ -52,8 +63,6 @@ def add_commands(sub, common) -> None:
 
 def _families(args) -> list[str]:
     """The model families asked for (all by default); any other family is an error."""
-    from harness.systems.models import MODEL_FAMILIES, _model_family
-
     return [_model_family(name).name for name in args.family or MODEL_FAMILIES]
 
 
@@ -62,11 +71,6 @@ def _fmt(x: float) -> str:
 
 
 def cmd_decode(args) -> int:
-    from tabulate import tabulate
-
-    from harness.cli.common import _load
-    from harness.report.io import write_json
-    from harness.systems.decoding import check_cache, compare_greedy
 
     _load(args)
     cfg = Config.parse(args.set)
@@ -93,11 +97,6 @@ def cmd_decode(args) -> int:
 
 
 def cmd_train_step(args) -> int:
-    from tabulate import tabulate
-
-    from harness.cli.common import _load
-    from harness.report.io import write_json
-    from harness.systems.training import ADAM, compare_train_step
 
     _load(args)
     cfg = Config.parse(args.set)
@@ -117,10 +116,6 @@ def cmd_train_step(args) -> int:
 
 
 def cmd_copy_task(args) -> int:
-    from harness.base.errors import ConfigError
-    from harness.cli.common import _load
-    from harness.systems.copy_task import copy_task_table, write_copy_task
-
     _load(args)
     if min(args.steps, args.batch, args.eval) < 1:
         raise ConfigError(f"--steps {args.steps}, --batch {args.batch} and --eval {args.eval} must be positive")
@@ -131,10 +126,6 @@ def cmd_copy_task(args) -> int:
 
 
 def cmd_cache_bench(args) -> int:
-    from harness.bench.cache_bench import write_cache_bench
-    from harness.cli.bench import _int_list
-    from harness.cli.common import _load
-
     _load(args)
     write_cache_bench(args.out, _int_list(args.seq), Config.parse(args.set))
     print(open(f"{args.out}/cache_bench.md").read())

@@ -5,20 +5,19 @@ from __future__ import annotations
 import time
 
 from harness.base.config import Config
-from harness.base.dtypes import resolve_device
+from harness.base.dtypes import dtype_of, resolve_device
 from harness.cli.common import _load
+from harness.families.catalog import get_family
+from harness.registry import get_variant
 from harness.report.differences_md import write_differences
 from harness.report.io import ensure_writable, write_json
 from harness.trace.differences import differences
+from harness.trace.mapsearch import propose_map
+from harness.trace.pairs import diff_pair, pick_case
+from harness.trace.render import render
 
 
 def cmd_diff(args) -> int:
-    from harness.base.dtypes import dtype_of
-    from harness.families.catalog import get_family
-    from harness.registry import get_variant
-    from harness.trace.pairs import diff_pair, pick_case
-    from harness.trace.render import render
-
     _load(args)
     cfg = Config.parse(args.set)
     device = resolve_device(args.device)
@@ -40,8 +39,6 @@ def cmd_diff(args) -> int:
 
 
 def cmd_map(args) -> int:
-    from harness.trace.mapsearch import propose_map
-
     _load(args)
     ensure_writable(args.json)
     proposal = propose_map(args.target, args.family, init=args.init, call=args.call,

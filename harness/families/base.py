@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from harness.base.config import Config
+from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.errors import UnknownName
 from harness.families import oracles
 
@@ -99,8 +99,6 @@ class Family:
 
     def configs_of(self, configs: Mapping[str, Config]) -> dict[str, Config]:
         """``configs`` narrowed to this family's matrix (a --set config always applies)."""
-        from harness.base.config import CONFIG_MATRIX
-
         return {n: c for n, c in configs.items()
                 if self.matrix is None or n in self.matrix or n not in CONFIG_MATRIX}
 

@@ -105,7 +105,8 @@ def entry_code(entry: MapEntry) -> str:
     if isinstance(entry, Chunk):
         return f'Chunk("{entry.path}", {entry.index}, {entry.chunks}' + (f", dim={entry.dim})" if entry.dim else ")")
     if isinstance(entry, Concat):
-        return "Concat([" + ", ".join(f'"{p}"' for p in entry.paths) + "]" + (f", dim={entry.dim})" if entry.dim else ")")
+        paths = ", ".join(f'"{p}"' for p in entry.paths)
+        return "Concat([" + paths + "]" + (f", dim={entry.dim})" if entry.dim else ")")
     if isinstance(entry, Tied):
         return f'Tied("{entry.to}")'
     return "Zero()" if entry.fill == 0 else f"Absent({entry.fill:g})"

@@ -93,7 +93,8 @@ class PortMap:
                     raise self._fail(f"canonical '{canonical}': {exc} (dim {dim} of '{path}', shape "
                                      f"{tuple(self.params[path].shape)})"
                                      f"{self._orientation_hint(entry, want)}") from None
-            if isinstance(entry, Tied) and not isinstance(self.entries.get(entry.to), (Param, Chunk, Concat, Transposed)):
+            tied_to = self.entries.get(entry.to) if isinstance(entry, Tied) else None
+            if isinstance(entry, Tied) and not isinstance(tied_to, (Param, Chunk, Concat, Transposed)):
                 raise self._fail(f"canonical '{canonical}' is tied to '{entry.to}', which is not held by a parameter")
             if not isinstance(entry, Absent):
                 shape = tuple(self.read(canonical).shape)

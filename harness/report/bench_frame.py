@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from harness.base.errors import HarnessError, ResultsFileError
+from harness.bench.log import load_rows
 
 ENV_KEYS = ["torch", "python", "device_name", "cpu", "cpu_count", "threads", "commit"]
 
@@ -55,8 +56,6 @@ def compare_with(cases: pd.DataFrame, old_rows: list[dict], threshold: float) ->
 
 
 def load_old(path: str) -> list[dict]:
-    from harness.bench.log import load_rows
-
     try:
         return load_rows(Path(path))
     except HarnessError:

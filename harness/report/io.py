@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from harness.base.errors import HarnessError
@@ -10,8 +11,6 @@ from harness.base.errors import HarnessError
 
 def strict_json(value):
     """NaN becomes null and infinities the strings "inf"/"-inf": valid JSON for any parser."""
-    import math
-
     if isinstance(value, float) and not math.isfinite(value):
         return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, dict):

@@ -8,6 +8,9 @@ check's pair results.
 from __future__ import annotations
 
 import datetime as _dt
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +24,7 @@ from harness.families.catalog import get_family
 from harness.registry import TARGETS, reference_of
 from harness.report.bench_frame import ENV_KEYS, compare_with, frame
 from harness.report.bench_tables import family_table, machine_state, mechanisms_table, peaks_table
+from harness.report.io import write_json
 from harness.report.plots import plot_sweeps, plot_verdicts
 from harness.report.tables import LEGEND, differences_table, paths_table, traits_table, verdict_matrix
 from harness.report.targets import MET_TEXT, evaluate
@@ -63,12 +67,14 @@ def method_lines(cases: pd.DataFrame, device: str) -> list[str]:
         "QK^T (5 matmuls per visited block); explicit masked attention computes every score. `% peak dense-eq.` "
         "counts every score of QK^T and PV (torch's own formulas, whose flash backward also counts the "
         "recomputation): labelled dense-equivalent. At T=512 the two agree for the flash kernel (one 512-wide "
-        "key block per query block: it skips nothing); from T=1024 the causal kernel skips blocks. Formulas added for the "
+        "key block per query block: it skips nothing); from T=1024 the causal kernel skips blocks. "
+        "Formulas added for the "
         "CPU flash kernel and torch's fused MHA / encoder fast paths, which torch 2.13 does not count.",
         "- `% peak`: executed FLOP/s over the FLOP/s of the square matmul timed in the same rounds, same dtype "
         "(per family below, with its spread and the load average).",
         "- A group is **disturbed** when the 1-minute load average at its start or end exceeds the cores + 0.5, "
-        f"or its matmul peak's IQR across rounds exceeds {PEAK_SPREAD_LIMIT:.0%} of its median; its rows are marked (d).",
+        f"or its matmul peak's IQR across rounds exceeds {PEAK_SPREAD_LIMIT:.0%} of its median; "
+        "its rows are marked (d).",
         "- Saved for backward: `torch.autograd.graph.saved_tensors_hooks`, unique storages, parameters and "
         "inputs excluded.",
         f"- Peak memory: {CUDA_PEAK_METHOD if device.startswith('cuda') else CPU_PEAK_METHOD}. `not measured` "
@@ -97,10 +103,6 @@ def write_report(
 ) -> Path:
     """Write the report into a temporary folder beside ``out``, then put it in place: a
     report is written whole or not at all."""
-    import os
-    import shutil
-    import tempfile
-
     cases, _ = frame(rows)
     if cases.empty:
         raise ResultsFileError("no benchmark rows to report")
@@ -129,7 +131,6 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
     device = str(first["device"])
 
     payload_rows = cases.replace({np.nan: None}).to_dict("records")
-    from harness.report.io import write_json
 
     write_json(str(out / "results.json"),
                {"environment": env, "profile": profile, "peaks": peaks.replace({np.nan: None}).to_dict("records"),

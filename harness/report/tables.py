@@ -85,13 +85,15 @@ def differences_table(results: list[PairResult], tablefmt: str = "simple", only_
     for (family, why, case, dtype), rs in groups.items():
         verdicts = sorted({r.verdict for r in rs}, key=PAIR_ORDER.index)
         pairs = sorted({f"{r.a} ~ {r.b}" for r in rs})
+        first_configs = {r.config for r in rs if r.verdict == verdicts[0]}
         rows.append({
             "family": family, "case": case, "dtype": dtype,
-            "verdict": " / ".join(verdicts) + (" (configs: " + ", ".join(sorted({r.config for r in rs if r.verdict == verdicts[0]})) + ")"
+            "verdict": " / ".join(verdicts) + (" (configs: " + ", ".join(sorted(first_configs)) + ")"
                                                if len(verdicts) > 1 else ""),
             "ok": "yes" if all(r.ok for r in rs) else "NO",
             "max_abs": fmt(max((r.max_abs for r in rs if r.max_abs == r.max_abs), default=math.nan)),
-            "grad_max_abs": fmt(max((r.grad_max_abs for r in rs if r.grad_max_abs == r.grad_max_abs), default=math.nan)),
+            "grad_max_abs": fmt(max((r.grad_max_abs for r in rs if r.grad_max_abs == r.grad_max_abs),
+                                    default=math.nan)),
             "pairs": f"{len(pairs)}: {pairs[0]}" + (", ..." if len(pairs) > 1 else ""),
             "why": why,
         })
@@ -161,7 +163,8 @@ def failures_table(report, tablefmt: str = "simple") -> str:
         if not d.ok:
             rows.append({"what": f"{d.family}/{d.variant}", "where": d.check, "found": d.measured,
                          "expected": d.expected, "worst": "", "max_abs": "-",
-                         "note": "declared dropout_sites" if d.check.startswith("train") else "dropout acts in eval mode"})
+                         "note": ("declared dropout_sites" if d.check.startswith("train")
+                                  else "dropout acts in eval mode")})
     if not rows:
         return "(none)"
     return tabulate(pd.DataFrame(rows), headers="keys", tablefmt=tablefmt, showindex=False)

@@ -10,6 +10,7 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from tabulate import tabulate
 
 from harness.base.config import Config
 from harness.base.errors import ConfigError
@@ -118,8 +119,6 @@ def write_copy_task(out_dir: str | Path, cfg: Config | None = None, steps: int =
 
 
 def copy_task_table(runs: list[CopyRun]) -> str:
-    from tabulate import tabulate
-
     rows = [(r.variant, r.steps, f"{r.losses[0]:.3f}", f"{sum(r.losses[-10:]) / len(r.losses[-10:]):.3f}",
              f"{r.exact_match:.1%}", f"{r.token_accuracy:.1%}", f"{r.seconds:.1f}") for r in runs]
     return tabulate(rows, headers=("model", "steps", "first loss", "last-10 loss", "exact match",

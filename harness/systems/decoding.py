@@ -18,15 +18,23 @@ from harness.systems.models import PROMPT, Models, _memo, decodable, expectation
 def greedy(variant: Variant, decoding: Decoding, module, inputs: dict, steps: int) -> torch.Tensor:
     """(B, steps) tokens from the model's own greedy loop, or the harness's loop over
     ``step`` after ``prefix`` (the start symbol, or the decoder-only prompt)."""
-    with torch.no_grad():
-        if decoding.greedy is not None:
+    if decoding.greedy is not None:
+        with torch.no_grad():
             return decoding.greedy(module, inputs, steps)
-        state = decoding.prepare(module, inputs, False)
+    ys = greedy_steps(variant, decoding, module, inputs, steps, cached=False)
+    return ys[:, ys.size(1) - steps:]
+
+
+def greedy_steps(variant: Variant, decoding: Decoding, module, inputs: dict, steps: int, *,
+                 cached: bool) -> torch.Tensor:
+    """``prefix`` and ``steps`` greedy tokens after it through ``step``, with or without the
+    model's cache (the harness's one greedy loop)."""
+    with torch.no_grad():
+        state = decoding.prepare(module, inputs, cached)
         ys = prefix(variant, decoding, inputs)
-        start = ys.size(1)
         for _ in range(steps):
             ys = torch.cat([ys, decoding.step(module, state, ys).argmax(-1, keepdim=True)], dim=1)
-        return ys[:, start:]
+        return ys
 
 
 def prefix(variant: Variant, decoding: Decoding, inputs: dict) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 
 from harness.base.config import Config
 from harness.base.errors import UnknownName
-from harness.check.runs import Checker
+from harness.check.runs import RunCache
 from harness.check.spec import one_thread
 from harness.families.catalog import get_family
 from harness.families.models import DECODINGS, Decoding
@@ -72,14 +72,14 @@ class Models:
     def __init__(self, family: str, cfg: Config):
         self.family = _model_family(family)
         self.cfg = cfg
-        self.checker = Checker(cfg)
+        self.checker = RunCache(cfg)
         self.inputs = self.family.inputs(DECODE_CASE[family], cfg)
         self._built: dict[tuple, Any] = {}
 
     def zero(self, *variants: Variant) -> Fills:
         out = Fills()
         for v in variants:
-            out = out | self.checker.zero_names(v)
+            out = out | self.checker.fills(v)
         return out
 
     def weights(self, zero: Fills) -> dict[str, torch.Tensor]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from harness.base.verdicts import AGREE
@@ -22,8 +24,6 @@ def _noise(x: torch.Tensor | None, x64: torch.Tensor | None) -> float:
 def _agree(x: torch.Tensor, ref: torch.Tensor, noise: float, dtype: torch.dtype):
     """A verdict on ``x`` against ``ref`` with a noise floor measured elsewhere (a patched
     run has no float64 twin of its own)."""
-    from types import SimpleNamespace
-
     if x.shape != ref.shape or not torch.equal(x.isnan(), ref.isnan()):
         return SimpleNamespace(verdict="different")
     ok = ~x.isnan()

@@ -21,7 +21,7 @@ from harness.base.numbers import fmt as _fmt
 from harness.base.verdicts import AGREE
 from harness.check.api import run_check
 from harness.check.results import PairResult, PathResult
-from harness.check.runs import Checker
+from harness.check.runs import RunCache, applicable
 from harness.families.catalog import FAMILIES, get_family
 from harness.registry import get_variant, variants_of
 from harness.trace.findings import Boundary, Contradiction, FamilyFindings
@@ -31,11 +31,12 @@ from harness.trace.render import summary_text
 SAME_FUNCTION = AGREE + ("not exercised",)  # a declared difference this case cannot show
 
 
-def measure_gap(checker: Checker, family: str, a: str, b: str, case: str, dtype: torch.dtype) -> tuple[float, float, str]:
+def measure_gap(checker: RunCache, family: str, a: str, b: str, case: str,
+                dtype: torch.dtype) -> tuple[float, float, str]:
     """The pair's own runs on the same weights and inputs: max |a - b| of the output and
     of the worst gradient both have (inf where NaN sits in one and not the other)."""
     va, vb = get_variant(family, a), get_variant(family, b)
-    zero = checker.zero_names(va) | checker.zero_names(vb)
+    zero = checker.fills(va) | checker.fills(vb)
     ra, rb = checker.run(va, case, zero, dtype), checker.run(vb, case, zero, dtype)
     if ra.error or rb.error:
         return math.nan, math.nan, "error"
@@ -56,7 +57,8 @@ def measure_gap(checker: Checker, family: str, a: str, b: str, case: str, dtype:
     return out, grad, worst
 
 
-def equivalence_classes(ids: list[str], results: Iterable[PairResult], cases: set[str] | None = None) -> list[list[str]]:
+def equivalence_classes(ids: list[str], results: Iterable[PairResult],
+                        cases: set[str] | None = None) -> list[list[str]]:
     """Variants joined when they compute the same function (float64 verdicts: identical,
     equivalent, or a declared difference the case cannot show) on every case (restricted
     to ``cases`` when given); connected components, in registry order."""
@@ -88,12 +90,10 @@ def _representative(members: list[str], family: str) -> str:
     return refs[0] if refs else members[0]
 
 
-def trait_costs(family: str, ids: list[str], checker: Checker) -> list[list]:
+def trait_costs(family: str, ids: list[str], checker: RunCache) -> list[list]:
     """Rows for pairs that differ in exactly one semantic trait on a case: the trait, the
     two values, one pair shown (the reference's where it can), how many pairs share those
     values, and the pair's measured forward/gradient max_abs in float32 and float64."""
-    from harness.check.runs import applicable
-
     fam = get_family(family)
     groups: dict[tuple, list[tuple[str, str]]] = {}
     for a, b in itertools.combinations(ids, 2):
@@ -121,12 +121,12 @@ def trait_costs(family: str, ids: list[str], checker: Checker) -> list[list]:
 def kernel_findings(family: str, paths: list[PathResult], cfg: Config) -> list[str]:
     """A torch fused path (no_grad, eval) whose result is not the autograd path's."""
     out = []
-    checker = Checker(cfg)
+    checker = RunCache(cfg)
     for p in paths:
         if p.family != family or p.verdict in AGREE:
             continue
         v = get_variant(family, p.variant)
-        zero = checker.zero_names(v)
+        zero = checker.fills(v)
         dtype = getattr(torch, p.dtype)
         grad = checker.run(v, p.case, zero, dtype).tensors.get("output")
         inf = checker.run(v, p.case, zero, dtype, mode="inference").tensors.get("output")
@@ -153,7 +153,7 @@ def _traits(family: str) -> tuple[list[str], list[list[str]]]:
     return keys, [[v.id, v.source, *[v.traits.get(k, "") for k in keys]] for v in members]
 
 
-def _boundaries(family: str, classes: list[list[str]], mine: list[PairResult], checker: Checker,
+def _boundaries(family: str, classes: list[list[str]], mine: list[PairResult], checker: RunCache,
                 cfg: Config) -> list[Boundary]:
     fam = get_family(family)
     out = []
@@ -192,7 +192,7 @@ def family_findings(family: str, results: list[PairResult], paths: list[PathResu
         trait_names, traits, compared=bool(mine))
     if not mine:
         return found
-    checker = Checker(cfg, record=False)
+    checker = RunCache(cfg, record=False)
     found.classes = equivalence_classes(ids, mine)
     if len(fam.cases) > 1:
         found.per_case = [(case.name, equivalence_classes(ids, mine, {case.name})) for case in fam.cases]

@@ -15,7 +15,7 @@ from harness.base.config import Config
 from harness.base.errors import HarnessError
 from harness.base.verdicts import AGREE
 from harness.check.precision import DEFAULT_TOLERANCE
-from harness.check.runs import OpRecorder, cast_inputs, cotangent, unique_grad_inputs
+from harness.check.runs import OpRecorder, backward_grads, cast_inputs
 from harness.check.tensors import NOISE_MULTIPLE, compare_tensors
 from harness.families.base import Family
 from harness.families.catalog import get_family
@@ -139,15 +139,7 @@ def trace_variant(
     if isinstance(out, torch.Tensor):
         tensors["output"] = out.detach().to("cpu", torch.float64 if out.is_floating_point() else out.dtype)
         if backward and family.differentiable and out.requires_grad:
-            (out * cotangent(out.shape, cfg.seed).to(out.device, out.dtype)).sum().backward()
-            for name, t in unique_grad_inputs(family, inputs).items():
-                if t.grad is not None:
-                    tensors[f"grad:{name}"] = t.grad.detach().to("cpu", torch.float64)
-            if portmap is not None:
-                for name in portmap.entries:
-                    g = portmap.read(name, grad=True)
-                    if g is not None:
-                        tensors[f"grad:{name}"] = g.detach().to("cpu", torch.float64)
+            tensors.update(backward_grads(family, cfg, out, inputs, portmap))
     elif error is None:
         error = f"adapter returned {type(out).__name__}, not a tensor"
     rec = OpRecorder()

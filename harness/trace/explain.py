@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from harness.trace.pairs import explain_variant, first_divergence
+
 MAX_EXPLAINED = 8  # a trace costs seconds: the first contradictions only
 
 
 def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
     """For each (variant, case) whose spec fails: the first divergence against a peer that
     declares the same traits, or the worst tensor when it has no peer."""
-    from harness.trace.pairs import explain_variant
-
     lines, seen = [], set()
     for s in report.specs:
         key = (s.family, s.variant, s.case)
@@ -31,8 +31,6 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
 def explain_differences(report, configs) -> str:
     """One first divergence per declared difference (reason and case), on its first pair
     and config that shows it."""
-    from harness.trace.pairs import first_divergence
-
     lines, seen = [], set()
     for p in report.pairs:
         key = (p.family, p.reason, p.case)

@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import inspect
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -189,8 +190,6 @@ def make_call(form: str, module: torch.nn.Module, cfg: Config) -> tuple[Callable
 
 
 def _replace_name(code: str, name: str, new: str) -> str:
-    import re
-
     return re.sub(rf"(?<![\w\"'.]){name}(?![\w\"'])", new, code)
 
 

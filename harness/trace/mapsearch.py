@@ -34,12 +34,13 @@ from harness.base.errors import (
 )
 from harness.base.masks import masked, per_head
 from harness.base.verdicts import AGREE
-from harness.check.runs import Checker
+from harness.check.runs import RunCache, cast_inputs, run_variant
 from harness.check.tensors import compare_tensors, worst
 from harness.families.base import Family
 from harness.families.catalog import get_family
 from harness.porting.entries import Transposed, entry_code
-from harness.registry import Variant, reference_of
+from harness.porting.portmap import PortMap
+from harness.registry import Variant, build, reference_of
 from harness.trace.map_candidates import (
     CALL_FORMS,
     CALL_NOTES,
@@ -68,7 +69,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     vid = variant_id or cls.__name__.lower()
     semantic_cases = {c for c, ts in family.case_semantic.items() if ts}
     forms = [call] if call else list(CALL_FORMS)
-    checker = Checker(cfg)
+    checker = RunCache(cfg)
     tried = 0
     closest: dict = {}
     ran_forms = []
@@ -121,15 +122,12 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     return Proposal(False, why, tried=tried, closest=closest)
 
 
-def _forward_verdict(checker: Checker, variant: Variant, ref: Variant, case: str,
+def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: str,
                      module: torch.nn.Module) -> tuple[str, float]:
     """The quick test of a candidate: the module built once, the candidate's weights
     ported in, float64 forward only, no op recording."""
-    from harness.check.runs import cast_inputs
-    from harness.porting.portmap import PortMap
-
     family = get_family(ref.family)
-    zero = checker.zero_names(variant) | checker.zero_names(ref)
+    zero = checker.fills(variant) | checker.fills(ref)
     want = checker.run(ref, case, zero, torch.float64).tensors.get("output")
     PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(
         checker.weights(family, zero))
@@ -146,12 +144,11 @@ def _forward_verdict(checker: Checker, variant: Variant, ref: Variant, case: str
     return tv.verdict, tv.max_abs
 
 
-def _compare(checker: Checker, variant: Variant, ref: Variant, case: str, forward_only: bool = False):
-    zero = checker.zero_names(variant) | checker.zero_names(ref)
+def _compare(checker: RunCache, variant: Variant, ref: Variant, case: str, forward_only: bool = False):
+    zero = checker.fills(variant) | checker.fills(ref)
     dtype = torch.float64
     ra = checker.run(ref, case, zero, dtype)
     family = get_family(ref.family)
-    from harness.check.runs import run_variant
 
     rb = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero), dtype,
                      backward=not forward_only)
@@ -179,7 +176,7 @@ def _infer_traits(checker, family, variant, ref, semantic_cases, uses_mask):
         if not uses_mask:
             continue
         names = family.case_semantic[case]
-        zero = checker.zero_names(variant)
+        zero = checker.fills(variant)
         run = checker.run(variant, case, zero, torch.float64)
         if run.error:
             notes.append(f"{', '.join(names)}: the module fails on '{case}' ({run.error}); declare them yourself")
@@ -205,7 +202,8 @@ def _infer_traits(checker, family, variant, ref, semantic_cases, uses_mask):
         traits.update({n: v for n, v in pick.items() if n in ref.traits or v != defaults[n]})
         shown = ", ".join(f"{n} = {v!r}" for n, v in pick.items())
         notes.append(f"{shown}: on '{case}' the module agrees with that oracle"
-                     + (f" (and {len(matches) - 1} other value set(s) it cannot tell apart)" if len(matches) > 1 else ""))
+                     + (f" (and {len(matches) - 1} other value set(s) it cannot tell apart)"
+                        if len(matches) > 1 else ""))
     return traits, notes
 
 
@@ -217,8 +215,6 @@ def _entry_classes(entry) -> set[str]:
 
 def _returns_tuple(variant: Variant, family: Family, cfg: Config, case: str, code: str) -> bool:
     """Whether the module's own call (``code``) returns a tuple (nn.MultiheadAttention)."""
-    from harness.registry import build
-
     module, _ = build(variant, cfg, dtype=torch.float64)
     inputs = family.inputs(case, cfg)
     scope = {"per_head": per_head, "masked": masked, "torch": torch, "m": module, "i": inputs}

@@ -41,12 +41,12 @@ from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError
 from harness.base.verdicts import AGREE, RANK
-from harness.check.runs import OpRecorder, cast_inputs
+from harness.check.runs import OpRecorder, RunCache, applicable, cast_inputs
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.families.catalog import get_family
 from harness.porting.portmap import absent_fills, zero_unrepresented
-from harness.registry import Variant, build, get_variant
+from harness.registry import Variant, build, get_variant, variants_of
 from harness.trace.attribution import attribute
 from harness.trace.divergence import locate, trace_rows, trace_variant, where_differs
 from harness.trace.hints import align_ops, layout_hints
@@ -189,9 +189,6 @@ def explain_variant(family: str, variant, case: str, cfg: Config | None = None, 
     that declares the same semantic traits (the family reference when it does, else the
     first such variant), so the trace shows where the variant leaves the function it
     declares. None when no other variant declares those traits."""
-    from harness.check.runs import applicable
-    from harness.registry import variants_of
-
     cfg = cfg or Config()
     fam = get_family(family)
     v = _variant(family, variant)
@@ -207,7 +204,7 @@ def explain_variant(family: str, variant, case: str, cfg: Config | None = None, 
 def quick_verdict(checker, a: Variant, b: Variant, case: str, dtype: torch.dtype) -> str:
     """The pair's verdict on one case: output and every gradient, each variant's own
     float64 run as its noise floor (what ``diff`` itself judges with)."""
-    zero = checker.zero_names(a) | checker.zero_names(b)
+    zero = checker.fills(a) | checker.fills(b)
     ra, rb = checker.run(a, case, zero, dtype), checker.run(b, case, zero, dtype)
     if ra.error or rb.error:
         return "error"
@@ -220,15 +217,13 @@ def quick_verdict(checker, a: Variant, b: Variant, case: str, dtype: torch.dtype
 def pick_case(family: str, a, b, cfg: Config, dtype: str) -> tuple[str, list[tuple[str, str]]]:
     """The first case on which the pair is not equivalent (else the first case), with
     every case's verdict."""
-    from harness.check.runs import Checker, applicable
-
     fam = get_family(family)
     va, vb = _variant(family, a), _variant(family, b)
     for v in (va, vb):
         reason = v.supports(cfg)
         if reason:
             raise ConfigError(f"{v.key} cannot be built for this config: {reason}")
-    checker = Checker(cfg, record=False)
+    checker = RunCache(cfg, record=False)
     dt = dtype_of(dtype)
     verdicts = [(c.name, quick_verdict(checker, va, vb, c.name, dt)) for c in fam.cases
                 if applicable(va, c.name) and applicable(vb, c.name)]

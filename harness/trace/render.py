@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from tabulate import tabulate
+
 from harness.base.verdicts import AGREE
 from harness.trace.divergence import _row_label
 
@@ -36,10 +38,9 @@ def summary_text(d: dict) -> str:
 # -- printing -----------------------------------------------------------------------------------------------------
 
 def render(d: dict) -> str:
-    from tabulate import tabulate
-
     out = [f"== diff {d['family']}: {d['a']} (A) vs {d['b']} (B), case {d['case']}, {d['dtype']} on {d['device']}",
-           f"verdict: {d['verdict']}; declared: {d['expected']}" + (f" ({d['declared_reason']})" if d['declared_reason'] else "")]
+           f"verdict: {d['verdict']}; declared: {d['expected']}"
+           + (f" ({d['declared_reason']})" if d['declared_reason'] else "")]
     out.append("\n-- traits (* differs, S semantic)")
     out.append(tabulate([[("*" if t["differs"] else "") + ("S" if t["semantic"] else ""), t["trait"], t["a"], t["b"]]
                          for t in d["traits"]], headers=["", "trait", d["a"], d["b"]], tablefmt="simple"))
@@ -69,7 +70,8 @@ def render(d: dict) -> str:
     if d.get("hints") or d.get("hint_candidates"):
         out.append(f"\n-- layout hints ({d['hint_candidates']} candidate layouts tried in float64)")
         out += [f"hint: {h}" for h in d["hints"]] or ["(no transposed or reordered weight makes them agree)"]
-    out.append(f"\n-- aten ops, aligned ({d['a']}: {d['op_counts'][d['a']]} ops, {d['b']}: {d['op_counts'][d['b']]} ops)")
+    counts = d["op_counts"]
+    out.append(f"\n-- aten ops, aligned ({d['a']}: {counts[d['a']]} ops, {d['b']}: {counts[d['b']]} ops)")
     out.append(tabulate([[tag, x, y] for tag, x, y in d["ops"]], headers=["", d["a"], d["b"]],
                         tablefmt="simple", maxcolwidths=[None, 60, 60]))
     out.append("\nkernel path: " + "; ".join(
