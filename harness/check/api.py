@@ -9,6 +9,7 @@ from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.dtypes import default_dtypes
 from harness.check import precision as P
 from harness.check.extras import COMPILED_FAMILIES, compiled_check, dropout_checks, gradcheck_variant
+from harness.check.pairs import derive_pairs
 from harness.check.results import CheckReport
 from harness.check.spec import SpecChecker, one_thread
 from harness.families.catalog import get_family
@@ -63,8 +64,8 @@ def _check_family(report: CheckReport, engine: SpecChecker, family_name: str, co
     for dtype_name in family.dtypes or report.dtypes:
         for config in configs:
             for case in family.cases:
-                report.pairs += [p for p in engine.pairs(family_name, config, case.name, dtype_name, index,
-                                                         measured=pairs == "all")
+                report.pairs += [p for p in derive_pairs(engine.checkers, family_name, config, case.name, dtype_name,
+                                                         specs=index, device=engine.device, measured=pairs == "all")
                                  if wanted is None or f"{family_name}/{p.a}" in wanted
                                  or f"{family_name}/{p.b}" in wanted]
     if not extras:

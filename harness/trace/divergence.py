@@ -36,6 +36,90 @@ from harness.trace.recording import (
 )
 
 
+class _UnitHooks:
+    """Forward hooks on the canonical sub-modules: each unit's first input and output
+    recorded (``units``), and replaced where ``patch`` says (``unit`` for the output,
+    ``unit:in`` for the input)."""
+
+    def __init__(self, owners: Mapping[str, str | None], patch: Mapping[str, torch.Tensor], counter: list[int]):
+        self.owners, self.patch, self.counter = owners, patch, counter
+        self.units: dict[str, Observed] = {}
+
+    def pre_hook(self, unit):
+        def hook(mod, args, kwargs):
+            self.counter[0] += 1
+            obs = self.units.get(unit)
+            if obs is None:
+                obs = self.units[unit] = Observed(unit, self.counter[0], f"module {self.owners[unit]}")
+                obs.inp = _clone(_first_tensor((args, kwargs)))
+            obs.calls += 1
+            key = f"{unit}:in"
+            if key in self.patch and obs.calls == 1 and args and isinstance(args[0], torch.Tensor):
+                with _disable_current_modes():
+                    new = self.patch[key].to(args[0].dtype).to(args[0].device).reshape(args[0].shape)
+                return (new, *args[1:]), kwargs
+            return None
+        return hook
+
+    def post_hook(self, unit):
+        def hook(mod, args, kwargs, out):
+            obs = self.units[unit]
+            if obs.calls == 1:
+                obs.out = _clone(_first_tensor(out))
+                first = _first_tensor(out)
+                if unit in self.patch and first is not None:
+                    with _disable_current_modes():
+                        new = self.patch[unit].to(first.dtype).to(first.device).reshape(first.shape)
+                    if isinstance(out, torch.Tensor):
+                        return new
+                    if isinstance(out, tuple) and out[0] is first:
+                        return (new, *out[1:])
+            return None
+        return hook
+
+    def install(self, modules: Mapping[str, nn.Module], observe: bool) -> list:
+        handles = []
+        for unit, owner in self.owners.items():
+            if owner and owner in modules and (observe or unit in self.patch or f"{unit}:in" in self.patch):
+                m = modules[owner]
+                handles.append(m.register_forward_pre_hook(self.pre_hook(unit), with_kwargs=True))
+                handles.append(m.register_forward_hook(self.post_hook(unit), with_kwargs=True))
+        return handles
+
+
+def _units_from_dispatch(units: dict[str, Observed], owners: Mapping[str, str | None], portmap: PortMap,
+                         mode: ParamOps, inputs: Mapping[str, Any], out, others: Mapping[str, Observed] | None,
+                         last_index: int) -> None:
+    """The projections no hook saw (a fused path with no sub-module): their values read from
+    the dispatched ops that used their parameters."""
+    batch = _batch_of(inputs)
+    final = _first_tensor(out)
+    for unit in owners:
+        if _projection_of(unit) is None:
+            continue
+        obs = units.get(unit)
+        other = others.get(unit) if others else None
+        first = min((u.index for u in mode.uses
+                     if any(p in _member_paths(portmap, unit) for p, *_ in u.uses)), default=last_index)
+        order = None
+        if obs is None or obs.out is None:
+            like = other.out if other else None
+            if _projection_of(unit) == "o":  # o's output is its attention's output
+                parent = units.get(unit.rsplit(".", 1)[0]) if "." in unit else None
+                like = parent.out if parent is not None else (_clone(final) if "." not in unit else like)
+            t, how, order = _dispatch_projection(unit, portmap, mode.uses, batch, False, like)
+            if t is not None:
+                obs = units.setdefault(unit, Observed(unit, first, how))
+                obs.out = t
+        if _projection_of(unit) == "o" and (obs is None or obs.inp is None):
+            t, how, _ = _dispatch_projection(unit, portmap, mode.uses, batch, True,
+                                             other.inp if other else None, order)
+            if t is not None:
+                if obs is None:
+                    obs = units[unit] = Observed(unit, first, how)
+                obs.inp = t
+
+
 def trace_variant(
     variant: Variant, cfg: Config, inputs64: Mapping[str, Any], weights64: Mapping[str, torch.Tensor],
     dtype: torch.dtype, *, device: str = "cpu", patch: Mapping[str, torch.Tensor] | None = None,
@@ -47,51 +131,10 @@ def trace_variant(
     module, portmap = build(variant, cfg, dtype=dtype, device=device, weights=weights64)
     inputs = cast_inputs(inputs64, dtype, device, family.grad_inputs if backward else ())
     counter = [0]
-    units: dict[str, Observed] = {}
-    handles = []
     owners = {u: owner_module(portmap, u) for u in canonical_units(family, cfg)} if portmap else {}
-    modules = dict(module.named_modules()) if isinstance(module, nn.Module) else {}
-    patch = dict(patch or {})
-
-    def pre_hook(unit):
-        def hook(mod, args, kwargs):
-            counter[0] += 1
-            obs = units.get(unit)
-            if obs is None:
-                obs = units[unit] = Observed(unit, counter[0], f"module {owners[unit]}")
-                obs.inp = _clone(_first_tensor((args, kwargs)))
-            obs.calls += 1
-            key = f"{unit}:in"
-            if key in patch and obs.calls == 1 and args and isinstance(args[0], torch.Tensor):
-                with _disable_current_modes():
-                    new = patch[key].to(args[0].dtype).to(args[0].device).reshape(args[0].shape)
-                return (new, *args[1:]), kwargs
-            return None
-        return hook
-
-    def post_hook(unit):
-        def hook(mod, args, kwargs, out):
-            obs = units[unit]
-            if obs.calls == 1:
-                obs.out = _clone(_first_tensor(out))
-                first = _first_tensor(out)
-                if unit in patch and first is not None:
-                    with _disable_current_modes():
-                        new = patch[unit].to(first.dtype).to(first.device).reshape(first.shape)
-                    if isinstance(out, torch.Tensor):
-                        return new
-                    if isinstance(out, tuple) and out[0] is first:
-                        return (new, *out[1:])
-            return None
-        return hook
-
-    for unit, owner in owners.items():
-        if owner and owner in modules and (observe or unit in patch or f"{unit}:in" in patch):
-            m = modules[owner]
-            handles.append(m.register_forward_pre_hook(pre_hook(unit), with_kwargs=True))
-            handles.append(m.register_forward_hook(post_hook(unit), with_kwargs=True))
-    params = dict(portmap.params) if portmap else {}
-    mode = ParamOps(params, counter)
+    hooks = _UnitHooks(owners, dict(patch or {}), counter)
+    handles = hooks.install(dict(module.named_modules()) if isinstance(module, nn.Module) else {}, observe)
+    mode = ParamOps(dict(portmap.params) if portmap else {}, counter)
     error = None
     out = None
     try:
@@ -107,33 +150,9 @@ def trace_variant(
     finally:
         for h in handles:
             h.remove()
-    batch = _batch_of(inputs)
+    units = hooks.units
     if portmap is not None and error is None and observe:
-        final = _first_tensor(out)
-        for unit in owners:
-            if _projection_of(unit) is None:
-                continue
-            obs = units.get(unit)
-            other = others.get(unit) if others else None
-            first = min((u.index for u in mode.uses
-                         if any(p in _member_paths(portmap, unit) for p, *_ in u.uses)), default=counter[0])
-            order = None
-            if obs is None or obs.out is None:
-                like = other.out if other else None
-                if _projection_of(unit) == "o":  # o's output is its attention's output
-                    parent = units.get(unit.rsplit(".", 1)[0]) if "." in unit else None
-                    like = parent.out if parent is not None else (_clone(final) if "." not in unit else like)
-                t, how, order = _dispatch_projection(unit, portmap, mode.uses, batch, False, like)
-                if t is not None:
-                    obs = units.setdefault(unit, Observed(unit, first, how))
-                    obs.out = t
-            if _projection_of(unit) == "o" and (obs is None or obs.inp is None):
-                t, how, _ = _dispatch_projection(unit, portmap, mode.uses, batch, True,
-                                                 other.inp if other else None, order)
-                if t is not None:
-                    if obs is None:
-                        obs = units[unit] = Observed(unit, first, how)
-                    obs.inp = t
+        _units_from_dispatch(units, owners, portmap, mode, inputs, out, others, counter[0])
     _label_sources(units, inputs)
     tensors: dict[str, torch.Tensor] = {}
     if isinstance(out, torch.Tensor):
