@@ -143,6 +143,8 @@ register(
 # ``Embeddings`` and ``PositionalEncoding``. Expected equivalent to 004's model: the
 # components differ in how they compute, not in what.
 
+# Imported here, not at the top: the 001 variants above register before the 004 ones, and
+# `list`, `check` and the reports show the registry in that order.
 from variants import annotated_preln as _preln  # noqa: E402
 
 

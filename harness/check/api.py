@@ -33,19 +33,20 @@ def check_all(families: Iterable[str], configs: Mapping[str, Config], device: st
     wanted = set(variants) if variants is not None else None
     with one_thread():
         for family_name in families:
-            _check_family(report, engine, family_name, configs, dtypes, wanted, pairs, extras, progress)
+            _check_family(report, engine, family_name, configs, dtypes, wanted=wanted, pairs=pairs,
+                          extras=extras, progress=progress)
             if compile_backend and family_name in COMPILED_FAMILIES:
                 first = next(iter(configs))
                 for v in variants_of(family_name):
                     if wanted is None or v.key in wanted:
-                        c = compiled_check(v, engine.checkers[first], first, "float32", compile_backend, factor)
+                        c = compiled_check(v, engine.checkers[first], first, "float32", compile_backend, factor=factor)
                         if c is not None:
                             report.compiled.append(c)
     return report
 
 
 def _check_family(report: CheckReport, engine: SpecChecker, family_name: str, configs, dtypes,
-                  wanted, pairs: str, extras: bool, progress) -> None:
+                  *, wanted, pairs: str, extras: bool, progress) -> None:
     family = get_family(family_name)
     configs = family.configs_of(configs)
     if not configs:

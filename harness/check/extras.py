@@ -160,7 +160,7 @@ COMPILED_FAMILIES = ("attention", "encoder_layer", "decoder_layer", "decoder_onl
 
 
 def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name: str = "float32",
-                   backend: str = "inductor", factor: float = P.PRECISION_FACTOR) -> CompiledResult | None:
+                   backend: str = "inductor", *, factor: float = P.PRECISION_FACTOR) -> CompiledResult | None:
     """The variant under ``torch.compile`` against the same variant eager, forward and
     backward, on the first applicable case: both against the float64 oracle, the compiled
     error at most ``factor`` x the eager one (plus one ulp). Dynamo's counters must show a
@@ -193,7 +193,7 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
                for name in names)
     checks = [_lower_check(n, compiled.tensors.get(n), oracle.tensors[n],
                            [(eager.tensors[n], oracle.tensors[n])] if n in eager.tensors else [],
-                           dtype, factor, 0.0) for n in names]
+                           dtype, factor=factor, scale=0.0) for n in names]
     bad = max(checks, key=lambda c: (SPEC_RANK[c.verdict], c.ratio))
     verdict = "identical" if same else bad.verdict
     note = "" if graphs else "Dynamo compiled no graph: this ran eager"

@@ -164,7 +164,7 @@ def run_variant(
 
 
 def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64: Mapping[str, Any],
-               weights64: Mapping[str, torch.Tensor], dtype: torch.dtype,
+               weights64: Mapping[str, torch.Tensor], *, dtype: torch.dtype,
                compute: torch.dtype = torch.float64) -> Run:
     """The oracle's forward and backward on CPU in ``compute`` (float64 for the spec); every
     tensor returned in float64, named like a variant's run."""
@@ -246,7 +246,7 @@ class RunCache:
                dtype, compute)
         if key not in self._runs:
             self._runs[key] = oracle_run(family, semantic, self.cfg, self.inputs(family, case),
-                                         self.weights(family, zero), dtype, compute)
+                                         self.weights(family, zero), dtype=dtype, compute=compute)
         return self._runs[key]
 
     def run(self, variant: Variant, case: str, zero: Fills, dtype: torch.dtype,

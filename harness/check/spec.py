@@ -86,7 +86,7 @@ def _float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal:
 
 
 def _lower_check(name: str, a: torch.Tensor | None, o: torch.Tensor, baselines: list[tuple[torch.Tensor, torch.Tensor]],
-                 dtype: torch.dtype, factor: float, scale: float) -> TensorCheck:
+                 dtype: torch.dtype, *, factor: float, scale: float) -> TensorCheck:
     """``baselines``: (result in ``dtype``, its float64 oracle) pairs computing the same
     function as the variant: the oracle evaluated in ``dtype``, and the family reference
     when it shares the variant's semantics. The largest of their errors is the baseline."""
@@ -184,7 +184,7 @@ class SpecChecker:
                 checks.append(_lower_check(
                     name, run.tensors.get(name), oracle.tensors[name],
                     [(b.tensors[name], oracle.tensors[name]) for b in baselines if name in b.tensors],
-                    dtype, self.factor, 0.0 if name == "output" else grad_scale))
+                    dtype, factor=self.factor, scale=0.0 if name == "output" else grad_scale))
             if sem64 is not None and sem64.verdict in ("different", "error"):
                 checks = [TensorCheck(c.name, "different" if c.verdict != "equivalent" or sem64.verdict == "different"
                                       else c.verdict, c.err, c.ref_err, c.allowed, c.ratio,

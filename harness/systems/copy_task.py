@@ -54,13 +54,14 @@ def _copy_inputs(decoding: Decoding, data: torch.Tensor) -> dict:
 
 
 def train_copy(variant: Variant, decoding: Decoding, cfg: Config, steps: int, batch: int = 32,
-               length: int = 8, warmup: int | None = None, eval_batch: int = 64,
+               *, length: int = 8, warmup: int | None = None, eval_batch: int = 64,
                on_step: Callable[[int, float], None] | None = None) -> CopyRun:
     with one_thread():  # tiny tensors: one intra-op thread is faster, and steady on a loaded machine
-        return _train_copy(variant, decoding, cfg, steps, batch, length, warmup, eval_batch, on_step)
+        return _train_copy(variant, decoding, cfg, steps, batch, length=length, warmup=warmup,
+                           eval_batch=eval_batch, on_step=on_step)
 
 
-def _train_copy(variant, decoding, cfg, steps, batch, length, warmup, eval_batch, on_step) -> CopyRun:
+def _train_copy(variant, decoding, cfg, steps, batch, *, length, warmup, eval_batch, on_step) -> CopyRun:
     """004's recipe on CPU: Adam(betas 0.9/0.98, eps 1e-9), rate 0.5 x Noam(d_model, factor 1,
     ``warmup``, default steps // 4), dropout 0, loss NLL per real token (004's LabelSmoothing
     with smoothing 0 is the same, see the ``loss`` family); then the model's own greedy

@@ -79,7 +79,7 @@ class DecodeResult:
         return asdict(self)
 
 
-def _margin(decoding: Decoding, variant: Variant, module, inputs: dict, row: int, generated: list[int]) -> float:
+def _margin(decoding: Decoding, variant: Variant, module, inputs: dict, row: int, *, generated: list[int]) -> float:
     """Top-1 minus top-2 log-probability of the model at one step of one row."""
     one = {k: (v[row:row + 1] if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
     ys = torch.cat([prefix(variant, decoding, one), torch.tensor([generated], dtype=torch.long)], dim=1)
@@ -117,8 +117,8 @@ def _compare_greedy(family: str, cfg: Config) -> list[DecodeResult]:
             if ra != rb:
                 s = next((i for i, (x, y) in enumerate(zip(ra, rb)) if x != y), min(len(ra), len(rb)))
                 first = f"row {r}, step {s}"
-                margin_a = _margin(da, va, ma, models.inputs, r, ra[:s])
-                margin_b = _margin(db, vb, mb, models.inputs, r, rb[:s])
+                margin_a = _margin(da, va, ma, models.inputs, r, generated=ra[:s])
+                margin_b = _margin(db, vb, mb, models.inputs, r, generated=rb[:s])
                 break
         same = not first
         ok = same if expected == "equivalent" else True  # different models may still agree

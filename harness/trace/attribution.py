@@ -60,7 +60,7 @@ def _feed_point(row: TraceRow, ta: Trace, tb: Trace) -> tuple[str, torch.Tensor]
     return None
 
 
-def attribute(va, vb, ta, ta64, tb, tb64, rows, cfg, inputs, weights, dtype, device) -> dict:
+def attribute(va, vb, ta, ta64, tb, *, tb64, rows, cfg, inputs, weights, dtype, device) -> dict:
     """Feed A's first diverging sub-module output into B and run on; while B's output
     still differs, feed the next sub-module that still diverges in the fed run."""
     patches: dict[str, torch.Tensor] = {}

@@ -32,7 +32,7 @@ SAME_FUNCTION = AGREE + ("not exercised",)  # a declared difference this case ca
 
 
 def measure_gap(checker: RunCache, family: str, a: str, b: str, case: str,
-                dtype: torch.dtype) -> tuple[float, float, str]:
+                *, dtype: torch.dtype) -> tuple[float, float, str]:
     """The pair's own runs on the same weights and inputs: max |a - b| of the output and
     of the worst gradient both have (inf where NaN sits in one and not the other)."""
     va, vb = get_variant(family, a), get_variant(family, b)
@@ -111,8 +111,8 @@ def trait_costs(family: str, ids: list[str], checker: RunCache) -> list[list]:
     rows = []
     for (trait, v1, v2, case), pairs in groups.items():
         a, b = next((p for p in pairs if any(get_variant(family, x).reference for x in p)), pairs[0])
-        f32 = measure_gap(checker, family, a, b, case, torch.float32)
-        f64 = measure_gap(checker, family, a, b, case, torch.float64)
+        f32 = measure_gap(checker, family, a, b, case, dtype=torch.float32)
+        f64 = measure_gap(checker, family, a, b, case, dtype=torch.float64)
         rows.append([trait, f"{v1} vs {v2}", case, f"{a} ~ {b}", len(pairs),
                      _fmt(f32[0]), _fmt(f32[1]), _fmt(f64[0]), _fmt(f64[1])])
     return rows
@@ -169,8 +169,8 @@ def _boundaries(family: str, classes: list[list[str]], mine: list[PairResult], c
                                      if part)) or ["(none declared)"]
         effects = []
         for r in sorted(differing, key=lambda r: [c.name for c in fam.cases].index(r.case)):
-            f32 = measure_gap(checker, family, a, b, r.case, torch.float32)
-            f64 = measure_gap(checker, family, a, b, r.case, torch.float64)
+            f32 = measure_gap(checker, family, a, b, r.case, dtype=torch.float32)
+            f64 = measure_gap(checker, family, a, b, r.case, dtype=torch.float64)
             effects.append(f"{r.case}: fwd {_fmt(f32[0])} / {_fmt(f64[0])}, grad {_fmt(f32[1])} / {_fmt(f64[1])}"
                            + (f" ({f64[2]})" if f64[2] else "") + ("" if r.ok else " (CONTRADICTS a declaration)"))
         d = diff_pair(family, va, vb, case, cfg, "float32", hints=False)

@@ -88,7 +88,7 @@ class _UnitHooks:
 
 
 def _units_from_dispatch(units: dict[str, Observed], owners: Mapping[str, str | None], portmap: PortMap,
-                         mode: ParamOps, inputs: Mapping[str, Any], out, others: Mapping[str, Observed] | None,
+                         mode: ParamOps, inputs: Mapping[str, Any], *, out, others: Mapping[str, Observed] | None,
                          last_index: int) -> None:
     """The projections no hook saw (a fused path with no sub-module): their values read from
     the dispatched ops that used their parameters."""
@@ -107,13 +107,13 @@ def _units_from_dispatch(units: dict[str, Observed], owners: Mapping[str, str | 
             if _projection_of(unit) == "o":  # o's output is its attention's output
                 parent = units.get(unit.rsplit(".", 1)[0]) if "." in unit else None
                 like = parent.out if parent is not None else (_clone(final) if "." not in unit else like)
-            t, how, order = _dispatch_projection(unit, portmap, mode.uses, batch, False, like)
+            t, how, order = _dispatch_projection(unit, portmap, mode.uses, batch, False, other=like)
             if t is not None:
                 obs = units.setdefault(unit, Observed(unit, first, how))
                 obs.out = t
         if _projection_of(unit) == "o" and (obs is None or obs.inp is None):
             t, how, _ = _dispatch_projection(unit, portmap, mode.uses, batch, True,
-                                             other.inp if other else None, order)
+                                             other=other.inp if other else None, order=order)
             if t is not None:
                 if obs is None:
                     obs = units[unit] = Observed(unit, first, how)
@@ -152,7 +152,7 @@ def trace_variant(
             h.remove()
     units = hooks.units
     if portmap is not None and error is None and observe:
-        _units_from_dispatch(units, owners, portmap, mode, inputs, out, others, counter[0])
+        _units_from_dispatch(units, owners, portmap, mode, inputs, out=out, others=others, last_index=counter[0])
     _label_sources(units, inputs)
     tensors: dict[str, torch.Tensor] = {}
     if isinstance(out, torch.Tensor):
@@ -352,7 +352,7 @@ class Where:
     rows: dict[str, int]   # mismatching elements per kind of row
 
 
-def where_differs(family: Family, inputs, name, a, b, a64, b64, dtype) -> Where | None:
+def where_differs(family: Family, inputs, name, a, b, *, a64, b64, dtype) -> Where | None:
     tv = compare_tensors(a, b, a64, b64, dtype)
     if a.shape != b.shape:
         return Where(name, tv.verdict, tv.max_abs, a.numel(), a.numel(), (), math.nan, math.nan, tv.note, {})

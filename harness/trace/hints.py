@@ -73,7 +73,7 @@ def _linear_owned(variant: Variant, cfg: Config, family: Family) -> bool:
 
 
 def layout_hints(family: Family, a: Variant, b: Variant, case: str, cfg: Config,
-                 weights: Mapping[str, torch.Tensor]) -> tuple[list[str], int]:
+                 *, weights: Mapping[str, torch.Tensor]) -> tuple[list[str], int]:
     """Hints whose fix makes the pair equivalent in float64 on ``case``; and the number of
     candidate layouts tried."""
     inputs = family.inputs(case, cfg)

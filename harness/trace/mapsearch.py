@@ -105,7 +105,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
                 continue
             verdicts = {c: _compare(checker, variant, ref, c)[0] for c in cases}
             if all(v in AGREE for v in verdicts.values()):
-                traits, trait_notes = _infer_traits(checker, family, variant, ref, semantic_cases, uses_mask)
+                traits, trait_notes = _infer_traits(checker, family, variant, ref, semantic_cases, uses_mask=uses_mask)
                 return _found(Hit(family=family, ref=ref, variant=variant, pmap=pmap, form=form, code=code,
                                   import_line=import_line, source=source, cls=cls, init=init, traits=traits,
                                   notes=trait_notes, cases=cases, tried=tried, ran_forms=ran_forms + [form],
@@ -164,7 +164,7 @@ def _compare(checker: RunCache, variant: Variant, ref: Variant, case: str, forwa
     return worst(verdicts), gap
 
 
-def _infer_traits(checker, family, variant, ref, semantic_cases, uses_mask):
+def _infer_traits(checker, family, variant, ref, semantic_cases, *, uses_mask):
     """The family's semantic traits: the reference's where the module agrees with it on
     the plain cases; on a case with traits of its own (a fully masked row), the values
     whose float64 oracle (``harness.families.oracles``) the module agrees with there."""

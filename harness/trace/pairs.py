@@ -110,7 +110,7 @@ def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32",
     for name in ta.tensors:
         if name in tb.tensors:
             w = where_differs(fam, inputs, name, ta.tensors[name], tb.tensors[name],
-                              ta64.tensors.get(name), tb64.tensors.get(name), dt)
+                              a64=ta64.tensors.get(name), b64=tb64.tensors.get(name), dtype=dt)
             where.append(w)
     verdict = max((w.verdict for w in where), key=RANK.__getitem__, default="identical")
     worst = max(where, key=lambda w: (RANK[w.verdict], w.max_abs if not math.isnan(w.max_abs) else -1), default=None)
@@ -118,11 +118,13 @@ def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32",
     first = locate(rows)
     attrib = None
     if attribution and first is not None and where and where[0].verdict not in AGREE:
-        attrib = attribute(va, vb, ta, ta64, tb, tb64, rows, cfg, inputs, weights, dt, device)
+        attrib = attribute(va, vb, ta, ta64, tb, tb64=tb64, rows=rows, cfg=cfg, inputs=inputs,
+                           weights=weights, dtype=dt, device=device)
         if not attrib["patched"]:  # B has no sub-module to feed (a fused root): feed B into A
             swapped = [dataclasses.replace(r, how_a=r.how_b, how_b=r.how_a, source_a=r.source_b,
                                            source_b=r.source_a) for r in rows]
-            back = attribute(vb, va, tb, tb64, ta, ta64, swapped, cfg, inputs, weights, dt, device)
+            back = attribute(vb, va, tb, tb64, ta, tb64=ta64, rows=swapped, cfg=cfg, inputs=inputs,
+                             weights=weights, dtype=dt, device=device)
             if back["patched"]:
                 attrib = {**back, "reversed": True,
                           "text": back["text"].replace("A's", "B's", 1).replace("into B, B's output agrees with A's",
@@ -130,7 +132,7 @@ def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32",
                           .replace("fed into B,", "fed into A,")}
     hint_list, tried = ([], 0)
     if hints and verdict not in AGREE and verdict != "error":
-        hint_list, tried = layout_hints(fam, va, vb, case, cfg, weights)
+        hint_list, tried = layout_hints(fam, va, vb, case, cfg, weights=weights)
     ops_inf = {}
     for v in (va, vb):
         rec = OpRecorder()

@@ -253,7 +253,7 @@ def _view_range(p: torch.Tensor, od: int, offset: int, shape: tuple, stride: tup
 
 
 def _dispatch_projection(unit: str, portmap: PortMap, uses: list[OpUse], batch: int,
-                         want_input: bool, other: torch.Tensor | None, order: str | None = None):
+                         want_input: bool, *, other: torch.Tensor | None, order: str | None = None):
     """A projection read off the ops that consumed its parameters (fused paths)."""
     weight = portmap.entries.get(f"{unit}.weight")
     bias = portmap.entries.get(f"{unit}.bias")
