@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import HarnessError
+from harness.base.errors import HarnessError
 from harness.registry import load_all
 
 

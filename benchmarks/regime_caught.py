@@ -91,7 +91,8 @@ def check_family(family: str, ids: list[str], dtypes: list[str] | None = None) -
                 if not d["ok"] and d["variant"] in found:
                     found[d["variant"]].append(f"dropout {d['check']}: {d['measured']} (expected {d['expected']})")
             for vid in ids:  # paths are listed, not counted: keep the largest no_grad-vs-autograd gap
-                paths = [p for p in report.get("paths", []) if p["variant"] == vid and isinstance(p.get("max_abs"), (int, float))]
+                paths = [p for p in report.get("paths", [])
+                         if p["variant"] == vid and isinstance(p.get("max_abs"), (int, float))]
                 worst = max(paths, key=lambda p: p["max_abs"], default=None)
                 if worst is not None and worst["max_abs"] > 1e-3 and not dtypes:
                     SHOWN[vid] = (f"paths (not counted): no_grad vs autograd {worst['max_abs']:.3g} on "
@@ -229,7 +230,8 @@ def table(result: dict) -> str:
     controls = [r for r in result["rows"] if r["control"]]
     lines = ["== Wrong variants: caught by the default check (a contradiction naming the variant)?"]
     lines.append(tabulate(
-        [(r["id"], r["family"], r["class"], "yes" if r["check"] else "NO", _cell(r["check"]) if r["check"] else r["shown"],
+        [(r["id"], r["family"], r["class"], "yes" if r["check"] else "NO",
+          _cell(r["check"]) if r["check"] else r["shown"],
           ("yes" if r["decode"] else "NO") if r["family"] in MODEL_FAMILIES else "",
           ("yes" if r["half"] else "NO") if r["id"] in HALF else "",
           {"failed": "yes", "passed": "NO"}.get(r["pytest"], r["pytest"] or "")) for r in wrong],

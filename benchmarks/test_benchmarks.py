@@ -6,7 +6,7 @@
 (``-n 0``: the project's pytest defaults run two xdist workers, under which
 pytest-benchmark refuses to time.)
 
-The same callables as ``python -m harness bench`` (``harness.bench.prepare``), timed by
+The same callables as ``python -m harness bench`` (``harness.bench.cases.prepare``), timed by
 pytest-benchmark one case at a time, with torch's threads set explicitly. CUDA work is
 synchronized inside the benchmarked call. Each benchmark carries the case, its FLOPs
 (executed and dense-equivalent), kernel path, saved bytes and tensor peak in
@@ -22,8 +22,9 @@ import dataclasses
 import pytest
 import torch
 
-from harness import measure
-from harness.bench import environment, plan, prepare
+from harness.bench import counters
+from harness.bench.cases import plan, prepare
+from harness.bench.sweep import environment
 from harness.registry import get_variant
 
 THREADS = torch.get_num_threads()
@@ -50,11 +51,11 @@ def test_case(benchmark, case):
             torch.cuda.synchronize()
     else:
         call = step
-    st = measure.instrumented(step, case.device, prepared.resident if case.mode == "fwd+bwd" else None)
+    st = counters.instrumented(step, case.device, prepared.resident if case.mode == "fwd+bwd" else None)
     benchmark.group = f"{case.family} {case.shape} {case.dtype} {case.mode}"
     benchmark.extra_info.update(
         dataclasses.asdict(case), key=case.key, case=case.case, kind="case", profile="quick",
         flops=st.flops, flops_dense=st.flops_dense, saved_bytes=st.saved_bytes, peak_bytes=st.peak_bytes,
-        path=measure.path_name(st.ops), path_ops=st.ops, **{**environment(case.device), "threads": THREADS},
+        path=counters.path_name(st.ops), path_ops=st.ops, **{**environment(case.device), "threads": THREADS},
     )
     benchmark(call)

@@ -7,7 +7,7 @@ Out of the default suite (Inductor's code generation and C++ build take 10-30 s 
 
 from __future__ import annotations
 
-from harness.bench import COMPILE_BACKEND, BenchCase, prepare
+from harness.bench.cases import COMPILE_BACKEND, BenchCase, prepare
 
 
 def test_inductor_compiles_the_benchmarked_case():

@@ -1,22 +1,59 @@
 """A harness that compares hand-written Transformer components: equivalence verdicts,
 seeded weight porting between parameter layouts, benchmarks and reports.
 
-A variant file needs only this package's public names::
+This module is the public API: a variant file (``variants/*.py``, a user's pack) needs only
+the names below::
 
     from harness import register, Param, Chunk, Concat, Transposed, Zero
+
+Where the rest lives: README's "Layout" section, one line per sub-package.
 """
 
-from .config import Config
-from .errors import (
-    ConfigError, HarnessError, InputError, PortingError, RegistryError, UnknownName,
+from harness.base.config import Config
+from harness.base.errors import (
+    ConfigError,
+    HarnessError,
+    InputError,
+    PortingError,
+    RegistryError,
+    SpecError,
+    UnknownName,
     VariantFileError,
 )
-from .porting import Absent, Chunk, Concat, Param, Tied, Transposed, Zero, fused_entries, linear_entries, nest, norm_entries
-from .registry import REGISTRY, Variant, register
+from harness.base.masks import causal_and_pad, masked, per_head
+from harness.families.models import PAD, START, dropout_sites, incremental, layers, register_decoding
+from harness.families.training import SPREADS, STEP_COUNTS, noam, optimizer_rates, smoothed_target
+from harness.porting.entries import (
+    Absent,
+    Chunk,
+    Concat,
+    Param,
+    Tied,
+    Transposed,
+    Zero,
+    fused_entries,
+    linear_entries,
+    nest,
+    norm_entries,
+)
+from harness.porting.portmap import absent_norm
+from harness.registry import REGISTRY, Target, Variant, get_variant, register, register_target
 
 __all__ = [
-    "Config", "register", "REGISTRY", "Variant",
-    "Param", "Chunk", "Concat", "Transposed", "Zero", "Absent", "Tied", "nest", "linear_entries", "norm_entries", "fused_entries",
+    # registering a variant, and reading one back
+    "register", "REGISTRY", "Variant", "get_variant", "Config",
+    # its parameter map
+    "Param", "Chunk", "Concat", "Transposed", "Zero", "Absent", "Tied",
+    "nest", "linear_entries", "norm_entries", "fused_entries", "absent_norm",
+    # masks: converting the canonical bool mask (True = may attend) at the variant's edge
+    "masked", "per_head", "causal_and_pad",
+    # whole models: how a model decodes, its layers and dropout sites
+    "register_decoding", "incremental", "layers", "dropout_sites", "PAD", "START",
+    # the training families' declared forms
+    "SPREADS", "STEP_COUNTS", "noam", "optimizer_rates", "smoothed_target",
+    # performance claims
+    "register_target", "Target",
+    # errors
     "HarnessError", "ConfigError", "PortingError", "InputError", "UnknownName",
-    "VariantFileError", "RegistryError",
+    "VariantFileError", "RegistryError", "SpecError",
 ]

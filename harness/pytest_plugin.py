@@ -7,7 +7,7 @@ package is installed).
 Each file is loaded before collection (with every installed variant pack) and collected
 as tests of its own: one per (variant, device), named ``family/id[device]``
 (``pytest -k my_einsum``), checking the variant against the spec its declared traits
-define (``harness.compare.check_variant``: float64 semantics and the precision dtypes
+define (``harness.check.api.check_one_variant``: float64 semantics and the precision dtypes
 over the config matrix, gradcheck, dropout) on every case that applies to it. A file
 that cannot be loaded is a usage error (exit 4), with one line naming the problem.
 Without ``--variants`` the plugin does nothing (and imports nothing: pytest runs of
@@ -26,8 +26,9 @@ import pytest
 # neither the harness nor torch (tests/test_cli.py checks the two agree).
 VARIANTS_ENV = "HARNESS_VARIANTS"
 CUDA_SKIP = "no CUDA device: the CUDA checks run on a GPU machine"
-# Precision dtypes per device (float64 always runs, for semantics), as in the project's suite.
-DTYPES = {"cpu": ("float32",), "cuda": ("float32", "bfloat16", "float16")}
+# The devices each variant is checked on; their precision dtypes: harness.base.dtypes (read
+# when a test runs, so that collecting no variant file imports neither the harness nor torch).
+DEVICES = ("cpu", "cuda")
 
 _FILES = pytest.StashKey[frozenset]()
 
@@ -92,7 +93,7 @@ def pytest_configure(config):
     files = variant_files(config)
     if not files:
         return
-    from harness.errors import HarnessError
+    from harness.base.errors import HarnessError
     from harness.registry import load_all
 
     base = config.invocation_params.dir
@@ -141,7 +142,7 @@ class VariantFile(pytest.File):
 
         origin = str(self.path.resolve())
         for variant in [v for v in REGISTRY.values() if v.origin == origin]:
-            for device in DTYPES:
+            for device in DEVICES:
                 item = VariantItem.from_parent(self, name=f"{variant.family}/{variant.id}[{device}]",
                                                key=variant.key, device=device)
                 if device == "cuda" and not torch.cuda.is_available():
@@ -161,9 +162,9 @@ class VariantItem(pytest.Item):
     def runtest(self):
         from types import SimpleNamespace
 
+        from harness.check.results import GradcheckResult, SpecResult
         from harness.registry import REGISTRY
-        from harness.spec import GradcheckResult, SpecResult
-        from harness.tables import failures_table
+        from harness.report.tables import failures_table
 
         results = _check_one(REGISTRY[self.key], self.device)
         wrong = [r for r in results if not r.ok]
@@ -186,10 +187,11 @@ class VariantItem(pytest.Item):
 
 def _check_one(variant, device: str) -> list:
     """The one place that decides a user's variant: its spec over the config matrix (the
-    lead's ``check_variant``). Returns every result; each has ``.ok``."""
-    from harness.compare import check_variant
+    lead's ``check_one_variant``). Returns every result; each has ``.ok``."""
+    from harness.base.dtypes import default_dtypes
+    from harness.check.api import check_one_variant
 
-    results = check_variant(variant, dtypes=DTYPES[device], device=device)
+    results = check_one_variant(variant, dtypes=default_dtypes(device), device=device)
     if not results:
         pytest.fail(f"{variant.key} was checked on no config and case (check traits['cases'] "
                     "and supports)", pytrace=False)

@@ -19,10 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .config import Config
-from .errors import RegistryError, UnknownName, VariantFileError
-from .families import FAMILIES, get_family
-from .porting import MapSpec, ParamMap
+import torch
+
+from harness.base.config import Config
+from harness.base.errors import ConfigError, RegistryError, UnknownName, VariantFileError
+from harness.base.seeding import seed_everything
+from harness.families.catalog import FAMILIES, get_family
+from harness.porting.entries import ParamMap
+from harness.porting.portmap import MapSpec, PortMap
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,7 @@ class Variant:
     """One implementation of one family.
 
     id        unique within its family (``annotated``, ``torch_mha``)
-    family    a name in ``harness.families.FAMILIES``
+    family    a name in ``harness.families.catalog.FAMILIES``
     source    the seed file it is faithful to, or ``torch``
     build     Config -> module (or, for the masks family, an object of builders)
     call      adapter: (module, canonical inputs) -> canonical output; converts the
@@ -266,3 +270,61 @@ def reference_of(family: str) -> Variant | None:
     refs = [v for v in variants_of(family) if v.reference]
     return refs[0] if refs else None
 
+
+def build(
+    variant: Variant,
+    cfg: Config,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    weights: Mapping[str, torch.Tensor] | None = None,
+) -> tuple[Any, PortMap | None]:
+    """Seed, build ``variant`` for ``cfg`` in eval mode on ``device``/``dtype`` and, when
+    ``weights`` (canonical) are given, port them in. Returns (module, port map)."""
+    reason = variant.supports(cfg)
+    if reason:
+        raise ConfigError(f"{variant.key} cannot be built for this config: {reason}")
+    seed_everything(cfg.seed)
+    module = variant.build(cfg)
+    if not isinstance(module, torch.nn.Module):
+        return module, None  # builders without parameters (the masks family)
+    module = module.to(device=device, dtype=dtype).eval()
+    family = get_family(variant.family)
+    portmap = PortMap(
+        variant.key, module, variant.map_for(cfg), family.canonical_shapes(cfg), variant.fixed
+    )
+    if weights is not None:
+        portmap.load(weights)
+    return module, portmap
+
+
+# -- performance targets: claims a pack registers, evaluated by the report ----------------------
+
+@dataclass(frozen=True)
+class Target:
+    """kind: 'speedup' (variant vs baseline, >= threshold), 'peak_fraction' (executed FLOP/s
+    over the matmul peak, >= threshold), 'growth' (fitted exponent of ``metric`` against T,
+    <= threshold). Speed-up and peak fraction are read from the interleaved rounds as the
+    ratio of the medians with a bootstrap interval over the rounds: met only when the
+    interval's low end meets the threshold, not met when its high end misses it, and
+    undecided when the threshold lies inside it."""
+
+    name: str
+    kind: str
+    family: str
+    variant: str
+    threshold: float
+    where: Mapping[str, object] = field(default_factory=dict)  # row filters: batch, seq, mode, ...
+    baseline: str = ""
+    metric: str = "saved_bytes"
+    minimum: float | None = None  # growth: also at least this exponent
+    text: str = ""
+
+
+TARGETS: list[Target] = []
+
+
+def register_target(**fields) -> Target:
+    target = Target(**fields)
+    TARGETS.append(target)
+    return target

@@ -9,16 +9,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.config import CONFIG_MATRIX
-from harness.families import FAMILIES
+from harness.base.config import CONFIG_MATRIX
+from harness.base.dtypes import default_dtypes
+from harness.check.api import check_all
+from harness.families.catalog import FAMILIES
 from harness.registry import REGISTRY
-from harness.spec import check_all
 
 CUDA_SKIP = "no CUDA device: the float32/bfloat16/float16 CUDA checks run on a GPU machine"
 DEVICES = ("cpu", "cuda")
-# Precision dtypes per device (float64 always runs, for semantics). Half precision on CPU
-# runs on the default config only, to keep the suite inside its budget.
-DTYPES = {"cpu": ["float32"], "cuda": ["float32", "bfloat16", "float16"]}
+# Precision dtypes per device: harness.base.dtypes.default_dtypes (float64 always runs, for
+# semantics). Half precision on CPU runs on the default config only, to keep the suite
+# inside its budget.
 HALF_ON_CPU = ["bfloat16", "float16"]
 
 
@@ -76,7 +77,7 @@ def family_check(request):
                 cache[key] = check_all([family], {"default": CONFIG_MATRIX["default"]}, device,
                                        HALF_ON_CPU, extras=False, variants=only)
             else:
-                cache[key] = check_all([family], CONFIG_MATRIX, device, DTYPES[device], variants=only)
+                cache[key] = check_all([family], CONFIG_MATRIX, device, default_dtypes(device), variants=only)
         return cache[key]
 
     return get

@@ -15,8 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import register
-from harness import linear_entries
+from harness import linear_entries, register
 
 REGIME_DEFECTS = {
     "df_kv_other_shape": "a port that fails (K/V weights of another shape, as grouped-query attention) "

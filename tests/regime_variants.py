@@ -29,9 +29,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import Absent, Param, Zero, fused_entries, linear_entries, nest, norm_entries, register
-from harness.model_families import register_decoding
-from harness.training_families import SPREADS, STEP_COUNTS, smoothed_target
+from harness import (
+    SPREADS,
+    STEP_COUNTS,
+    Absent,
+    Config,
+    Param,
+    Zero,
+    dropout_sites,
+    fused_entries,
+    layers,
+    linear_entries,
+    nest,
+    norm_entries,
+    register,
+    register_decoding,
+    smoothed_target,
+)
 
 REGIME_WRONG = {  # id -> the issue-15 class it stands for
     # 1. state across calls
@@ -88,7 +102,7 @@ def blocked_attention(q, k, v, keep, scale, rescale=True):
     """Online softmax over key blocks of ``BLOCK`` (flash attention's recurrence, in torch):
     q (B,H,T,d), k/v (B,H,S,d), keep (B,1,T,S) True = may attend; fill -1e9."""
     m = q.new_full(q.shape[:-1] + (1,), float("-inf"))
-    l = q.new_zeros(q.shape[:-1] + (1,))
+    row_sum = q.new_zeros(q.shape[:-1] + (1,))
     acc = torch.zeros_like(q)
     for j in range(0, k.size(-2), BLOCK):
         s = (q @ k[..., j:j + BLOCK, :].transpose(-2, -1)) * scale
@@ -96,10 +110,10 @@ def blocked_attention(q, k, v, keep, scale, rescale=True):
         m_new = torch.maximum(m, s.amax(-1, keepdim=True))
         p = torch.exp(s - m_new)
         alpha = torch.exp(m - m_new)
-        l = l * alpha + p.sum(-1, keepdim=True)
+        row_sum = row_sum * alpha + p.sum(-1, keepdim=True)
         acc = (acc * alpha if rescale else acc) + p @ v[..., j:j + BLOCK, :]  # the mistake: no rescale
         m = m_new
-    return acc / l
+    return acc / row_sum
 
 
 class RegimeAttention(nn.Module):
@@ -275,7 +289,8 @@ class PostLNEncoderLayer(nn.Module):
 
 
 MHA_MAP = {**fused_entries("in_proj_weight", "in_proj_bias", ("q", "k", "v")), **linear_entries({"o": "out_proj"})}
-ENCODER_MAP = {**nest(MHA_MAP, "self_attn.", "self_attn."), **nest(linear_entries({"w1": "linear1", "w2": "linear2"}), "ffn.", ""),
+ENCODER_MAP = {**nest(MHA_MAP, "self_attn.", "self_attn."),
+               **nest(linear_entries({"w1": "linear1", "w2": "linear2"}), "ffn.", ""),
                **norm_entries("norm1", "norm1"), **norm_entries("norm2", "norm2")}
 NO_AFFINE_MAP = {**{k: v for k, v in ENCODER_MAP.items() if not k.startswith("norm")},
                  "norm1.weight": Absent(1.0), "norm1.bias": Zero(), "norm2.weight": Absent(1.0), "norm2.bias": Zero()}
@@ -302,7 +317,8 @@ class CachedCausalBlock(nn.TransformerEncoderLayer):
     def forward(self, x, pad):
         t = x.size(1)
         if not hasattr(self, "future"):
-            self.register_buffer("future", ~torch.ones(t, t, dtype=torch.bool, device=x.device).tril(), persistent=False)
+            future = ~torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+            self.register_buffer("future", future, persistent=False)
         return super().forward(x, src_mask=self.future[:t, :t], src_key_padding_mask=~pad)
 
 
@@ -416,7 +432,6 @@ register(
 
 from variants.decoder_only import FOUR_X, MODEL_TRAITS, Decoder, SimpleDecoderLayer, _decoder_map, block_mask  # noqa: E402
 from variants.torch_reference import TorchSeq2Seq, _seq2seq_map  # noqa: E402
-from harness.model_families import dropout_sites, layers  # noqa: E402
 
 register(
     id="rg_kv_cache_not_reset", family="decoder_only_model", source="tests/regime_variants.py",
@@ -489,7 +504,6 @@ register_decoding("encoder_decoder", "rg_greedy_newest_token", prepare=_seq2seq_
 # exact); for a control, ``measured`` is its distance from the correct computation there and
 # ``baseline`` the bound it must stay within. Small sizes, float64 unless said, CPU, seconds.
 
-from harness.config import Config  # noqa: E402
 
 CFG = Config()  # D=48, H=4, F=192
 
@@ -712,7 +726,8 @@ def ex_dropout_rate():
     x = _x(3, 7, 48)
     torch.manual_seed(0)
     wrong, right = FFN(48, 192, 0.5, "hardcoded_rate").double(), FFN(48, 192, 0.5).double()
-    return "config p=0.5: |dropped fraction - p|", abs(_dropped_fraction(wrong, x) - 0.5), abs(_dropped_fraction(right, x) - 0.5)
+    return ("config p=0.5: |dropped fraction - p|", abs(_dropped_fraction(wrong, x) - 0.5),
+            abs(_dropped_fraction(right, x) - 0.5))
 
 
 def _half_err(make, mistake, call, dtype=torch.bfloat16):
@@ -739,7 +754,8 @@ def ex_finfo_eps():
 
 def ex_greedy_newest():
     torch.manual_seed(0)
-    model = TorchSeq2Seq(CFG.replace(dropout=0.0), norm_first=False, eps=1e-5, final_norm=False, scale=False).double().eval()
+    model = TorchSeq2Seq(CFG.replace(dropout=0.0), norm_first=False, eps=1e-5, final_norm=False, scale=False)
+    model = model.double().eval()
     src = torch.randint(2, CFG.vocab, (2, 5), generator=torch.Generator().manual_seed(1))
     ys = torch.randint(2, CFG.vocab, (2, 4), generator=torch.Generator().manual_seed(2))
     state = _seq2seq_prepare(model, {"src": src, "pad_idx": 0}, False)
@@ -768,7 +784,8 @@ def ex_ctl_rand_like():
     x = _x(3, 7, 48)
     m = FFN(48, 192, 0.5, "rand_like").double()
     n = float((F.relu(m.w1(x)) != 0).sum()) * 50
-    return "p=0.5: |dropped fraction - p| (bound: 4 binomial sd)", abs(_dropped_fraction(m, x) - 0.5), 4 * math.sqrt(0.25 / n)
+    return ("p=0.5: |dropped fraction - p| (bound: 4 binomial sd)", abs(_dropped_fraction(m, x) - 0.5),
+            4 * math.sqrt(0.25 / n))
 
 
 def ex_ctl_float32():
@@ -783,7 +800,8 @@ def ex_ctl_lr():
     i = {"d_model": 48, "warmup": 400, "factor": 1.0, "steps": 1200}
     ctl = _rates(i, lambda s, d, f, w: f * min(s ** (-0.5), s * w ** (-1.5)) * (1.0 / math.sqrt(d)))
     right = _rates(i, lambda s, d, f, w: f * d ** (-0.5) * min(s ** (-0.5), s * w ** (-1.5)))
-    return "1200 rates: max relative difference (bound: 4 ulp)", float(((ctl - right) / right).abs().max()), 4 * 2.0 ** -52
+    return ("1200 rates: max relative difference (bound: 4 ulp)", float(((ctl - right) / right).abs().max()),
+            4 * 2.0 ** -52)
 
 
 EXHIBITS = {

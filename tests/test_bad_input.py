@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.cli import VARIANTS_ENV, main
+from harness.cli.common import VARIANTS_ENV
+from harness.cli.main import main
 from harness.registry import scratch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,17 +25,22 @@ LN = "traits={'norm_formula': 'layernorm', 'eps': 1e-5}"
 FILES = {
     "syntax": ("from harness import register\n\nx = (\n", "has a syntax error at line 3: '(' was never closed"),
     "raises": ("import torch\n\n\nraise RuntimeError('boom')\n", "failed to import: RuntimeError: boom (line 4)"),
-    "missing_module": ("import not_a_module_anywhere\n", "ModuleNotFoundError: No module named 'not_a_module_anywhere' (line 1)"),
+    "missing_module": ("import not_a_module_anywhere\n",
+                       "ModuleNotFoundError: No module named 'not_a_module_anywhere' (line 1)"),
     "nothing": ("import torch\n", "registered no variant (call harness.register)"),
     "bad_family": ("from harness import register\nregister(id='x', family='nope', source='s', build=None, call=None)\n",
                    "unknown family 'nope'"),
-    "bad_field": ("from harness import register\nregister(id='x', family='norm', source='s', build=None, call=None, colour=1)\n",
+    "bad_field": ("from harness import register\n"
+                  "register(id='x', family='norm', source='s', build=None, call=None, colour=1)\n",
                   "bad register(...) call"),
-    "bad_id": (f"from harness import register\nregister(id='a b', family='norm', source='s', build=None, call=None, {LN})\n",
+    "bad_id": ("from harness import register\n"
+               f"register(id='a b', family='norm', source='s', build=None, call=None, {LN})\n",
                "variant id 'a b' must be letters, digits"),
-    "taken_id": (f"from harness import register\nregister(id='torch_layernorm', family='norm', source='s', build=None, call=None, {LN})\n",
+    "taken_id": ("from harness import register\n"
+                 f"register(id='torch_layernorm', family='norm', source='s', build=None, call=None, {LN})\n",
                  "variant 'norm/torch_layernorm' is registered twice"),
-    "twice": (f"from harness import register\nfor _ in range(2):\n    register(id='mine', family='norm', source='s', build=None, call=None, {LN})\n",
+    "twice": ("from harness import register\nfor _ in range(2):\n"
+              f"    register(id='mine', family='norm', source='s', build=None, call=None, {LN})\n",
               "variant 'norm/mine' is registered twice"),
 }
 
@@ -84,11 +90,13 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["diff", "attention", "annotated", "nope"], "unknown variant 'nope' in family 'attention'"),
         (["diff", "attention", "annotated", "torch_mha", "--case", "nope"], "family 'attention' has no case 'nope'"),
         (["diff", "attention", "annotated", "torch_mha", "--dtype", "float8"], "unknown dtype 'float8'"),
-        (["diff", "attention", "annotated", "torch_mha", "--json", "/proc/x.json"], "cannot write --json '/proc/x.json'"),
+        (["diff", "attention", "annotated", "torch_mha", "--json", "/proc/x.json"],
+         "cannot write --json '/proc/x.json'"),
         (["map", "--family", "attention"], "the following arguments are required: target"),
         (["map", "nope.py:X", "--family", "attention"], "file 'nope.py' does not exist"),
         (["map", "examples/my_attention.py", "--family", "attention"], "expected FILE.py:CLASS or module.path:CLASS"),
-        (["map", "torch.nn:NoSuchThing", "--family", "attention"], "'NoSuchThing' in 'torch.nn' is not an nn.Module class"),
+        (["map", "torch.nn:NoSuchThing", "--family", "attention"],
+         "'NoSuchThing' in 'torch.nn' is not an nn.Module class"),
         (["map", f"{ROOT}/examples/my_attention.py:EinsumAttention", "--family", "nope"], "unknown family 'nope'"),
         (["map", f"{ROOT}/examples/my_attention.py:EinsumAttention", "--family", "attention", "--init", "x=("],
          "bad --init 'x=('"),

@@ -11,9 +11,13 @@ import sys
 import pytest
 import torch
 
-from harness import bench, measure
-from harness.bench import BenchCase, load_rows, plan, prepare, read_log, run_sweep
-from harness.cli import main
+from harness.base.errors import ResultsFileError
+from harness.bench import counters, sweep, timing
+from harness.bench import log as bench_log
+from harness.bench.cases import BenchCase, plan, prepare
+from harness.bench.log import load_rows, read_log
+from harness.bench.sweep import run_sweep
+from harness.cli.main import main
 from harness.registry import variants_of
 
 FAST = ["--min-time", "0.002", "--rounds", "3", "--threads", "1", "--no-progress"]
@@ -24,8 +28,8 @@ TINY = ["--device", "cpu", "--full", "--family", "norm", "--seq", "8,16", "--bat
 @pytest.fixture(autouse=True)
 def small_peak(monkeypatch):
     """A 64x64 matmul as the peak: the method, not the machine, is under test here."""
-    monkeypatch.setitem(bench.PEAK_SIZE, "cpu", 64)
-    monkeypatch.setattr(bench, "PEAK_MIN_TIME", 0.002)
+    monkeypatch.setitem(sweep.PEAK_SIZE, "cpu", 64)
+    monkeypatch.setattr(sweep, "PEAK_MIN_TIME", 0.002)
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +37,14 @@ def norm_log(tmp_path_factory):
     """One tiny measured sweep (norm, T=8 and 16, both modes), shared by the tests below."""
     log = tmp_path_factory.mktemp("bench") / "log.jsonl"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(bench.PEAK_SIZE, "cpu", 64)
-        mp.setattr(bench, "PEAK_MIN_TIME", 0.002)
+        mp.setitem(sweep.PEAK_SIZE, "cpu", 64)
+        mp.setattr(sweep, "PEAK_MIN_TIME", 0.002)
         assert main(["bench", *TINY, "--log", str(log)]) == 0
     return log
 
 
 def test_time_callable_is_timer():
-    t = measure.time_callable(lambda: None, min_time=0.01, threads=1)
+    t = timing.time_callable(lambda: None, min_time=0.01, threads=1)
     assert t.reps >= 1 and t.q1 <= t.median <= t.q3 and t.iqr >= 0 and t.threads == 1
 
 
@@ -48,10 +52,10 @@ def test_interleaved_ratio_sees_a_known_factor():
     """Sleeps, not arithmetic: their ratio holds on a loaded machine too."""
     import time
 
-    timed = measure.interleave({"short": lambda: time.sleep(0.001), "long": lambda: time.sleep(0.004)},
+    timed = timing.interleave({"short": lambda: time.sleep(0.001), "long": lambda: time.sleep(0.004)},
                                rounds=3, min_time=0.01, threads=1)
     assert len(timed.rounds["short"]) == len(timed.rounds["long"]) == 3
-    med, q1, q3 = measure.quartiles(timed.ratio("long", "short"))
+    med, q1, q3 = timing.quartiles(timed.ratio("long", "short"))
     assert q1 <= med <= q3 and 1.5 < med < 8  # 4 in theory; wake-up latency moves it under load
 
 
@@ -61,7 +65,7 @@ def test_interleave_gives_a_callable_its_own_min_time_and_counts_every_call():
     def bump(name):
         calls[name] += 1
 
-    timed = measure.interleave({"a": lambda: bump("a"), "b": lambda: bump("b")}, rounds=2,
+    timed = timing.interleave({"a": lambda: bump("a"), "b": lambda: bump("b")}, rounds=2,
                                min_time=1e-6, threads=1, min_times={"b": 0.02})
     timed_b = sum(b * timed.number["b"] for b in timed.blocks["b"])
     assert timed_b >= 2 * 0.02 * 0.9  # every round of b ran its own 0.02 s
@@ -74,14 +78,14 @@ def test_interleave_gives_a_callable_its_own_min_time_and_counts_every_call():
 def test_flops_executed_and_dense_for_the_cpu_flash_kernel():
     q = torch.randn(1, 2, 32, 16)
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    assert measure.count_flops(lambda: sdpa(q, q, q)) == (2 * 2 * (2 * 32 * 32 * 16),) * 2
+    assert counters.count_flops(lambda: sdpa(q, q, q)) == (2 * 2 * (2 * 32 * 32 * 16),) * 2
     # causal, T=1024: query blocks of 256, key blocks of 512: 3/4 of the dense scores computed
     q = torch.randn(1, 1, 1024, 8)
-    executed, dense = measure.count_flops(lambda: sdpa(q, q, q, is_causal=True))
+    executed, dense = counters.count_flops(lambda: sdpa(q, q, q, is_causal=True))
     assert dense == 2 * 2 * 1024 * 1024 * 8 and executed == dense * 3 // 4
     # causal, T=512: one 512-wide key block per query block: nothing skipped
     q = torch.randn(1, 1, 512, 8)
-    executed, dense = measure.count_flops(lambda: sdpa(q, q, q, is_causal=True))
+    executed, dense = counters.count_flops(lambda: sdpa(q, q, q, is_causal=True))
     assert executed == dense
 
 
@@ -91,7 +95,7 @@ def test_flash_backward_counts_the_recomputation():
     def step():
         torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
 
-    executed, dense = measure.count_flops(step)
+    executed, dense = counters.count_flops(step)
     pairs = 1024 * 1024 * 3 // 4
     assert executed == 2 * 8 * pairs * (2 + 5)  # forward QK^T, PV; backward QK^T again, dV, dP, dQ, dK
     assert dense > executed
@@ -104,7 +108,7 @@ def test_kernel_path_sees_inside_the_mha_fast_path():
     x = torch.randn(2, 16, 32)
     future = torch.triu(torch.ones(16, 16, dtype=torch.bool), 1)
     with torch.no_grad():
-        ops = measure.kernel_path(lambda: mha(x, x, x, attn_mask=future, is_causal=True, need_weights=False))
+        ops = counters.kernel_path(lambda: mha(x, x, x, attn_mask=future, is_causal=True, need_weights=False))
     inner = [o for o in ops if o["parent"] == "_native_multi_head_attention"]
     assert [o["op"] for o in inner] == ["_masked_softmax"] and inner[0]["shapes"][0] == [2, 4, 16, 16]
 
@@ -112,7 +116,7 @@ def test_kernel_path_sees_inside_the_mha_fast_path():
 def test_saved_bytes_linear_for_sdpa_quadratic_for_explicit():
     def saved(variant, t):
         p = prepare(BenchCase("attention", variant, 1, t, 32, 4, 128, "float32", "cpu", "fwd+bwd"))
-        return measure.saved_bytes(p.forward, p.resident)
+        return counters.saved_bytes(p.forward, p.resident)
 
     assert saved("fused_sdpa", 128) / saved("fused_sdpa", 64) == pytest.approx(2.0, rel=0.05)
     assert saved("fused_explicit", 128) / saved("fused_explicit", 64) > 2.5
@@ -120,26 +124,27 @@ def test_saved_bytes_linear_for_sdpa_quadratic_for_explicit():
 
 def test_cpu_peak_sees_intermediates():
     x = torch.randn(256, 256)
-    peak = measure.peak_bytes(lambda: (x @ x).relu().sum(), "cpu")
+    peak = counters.peak_bytes(lambda: (x @ x).relu().sum(), "cpu")
     assert peak >= 2 * 256 * 256 * 4  # the matmul output and the relu output live at once
 
 
-@pytest.mark.skipif(bool(__import__("harness.memprobe", fromlist=["x"]).unavailable()),
+@pytest.mark.skipif(bool(__import__("harness.bench.memprobe", fromlist=["x"]).unavailable()),
                     reason="the RSS probe needs Linux /proc/self/clear_refs")
 def test_rss_probe_sees_what_a_kernel_allocates_and_frees():
     """A buffer allocated and freed inside one call (as a fused kernel's scratch space) is
     invisible to the storage count but raises the resident set of the probe process."""
-    from harness.memprobe import ENV
+    from harness.bench.memprobe import ENV
 
-    code = ("import torch\nfrom harness.memprobe import rss_rise\n"
+    code = ("import torch\nfrom harness.bench.memprobe import rss_rise\n"
             "torch.ones(2**20).sum()\n"
             "print(rss_rise(lambda: torch.ones(16 * 2**20).sum()))")  # 64 MiB, freed inside the call
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **ENV}, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.split()[-1]) >= 60 * 2**20
-    assert measure.peak_bytes(lambda: torch.ones(16 * 2**20).sum(), "cpu") >= 64 * 2**20  # the storage count sees it too
-    assert measure.peak_bytes(lambda: torch.nn.functional.scaled_dot_product_attention(
+    # the storage count sees it too
+    assert counters.peak_bytes(lambda: torch.ones(16 * 2**20).sum(), "cpu") >= 64 * 2**20
+    assert counters.peak_bytes(lambda: torch.nn.functional.scaled_dot_product_attention(
         *(torch.randn(1, 1, 8, 8),) * 3), "cpu") < 2**16  # but not a kernel's internal buffers
 
 
@@ -170,7 +175,7 @@ def test_bench_rows_carry_method_and_resume(norm_log):
 
 def test_log_first_line_says_what_measured_it(norm_log):
     first = json.loads(norm_log.read_text().splitlines()[0])
-    assert first["harness_log"] == bench.LOG_MAGIC
+    assert first["harness_log"] == bench_log.LOG_MAGIC
     assert first["stamp"]["rounds"] == 3 and first["stamp"]["threads"] == 1 and first["stamp"]["code"]
 
 
@@ -186,10 +191,10 @@ def test_rows_measured_with_other_settings_are_measured_again(norm_log, tmp_path
 def test_a_changed_variant_file_is_another_fingerprint(tmp_path):
     mine = tmp_path / "mine.py"
     mine.write_text("x = 1\n")
-    before = bench.code_fingerprint([str(mine)])
-    assert bench.code_fingerprint([str(mine)]) == before
+    before = bench_log.code_fingerprint([str(mine)])
+    assert bench_log.code_fingerprint([str(mine)]) == before
     mine.write_text("x = 2\n")
-    assert bench.code_fingerprint([str(mine)]) != before
+    assert bench_log.code_fingerprint([str(mine)]) != before
 
 
 @pytest.mark.parametrize("fresh", [[], ["--fresh"]])
@@ -224,15 +229,15 @@ def test_cut_off_last_line_is_dropped_and_the_rest_kept(norm_log, tmp_path, caps
     assert len(rows) == len(lines) - 2  # the first line (what measured it) and the cut one
     assert "cut off" in capsys.readouterr().err
     log.write_text("{broken\n" + "\n".join(lines) + "\n")
-    with pytest.raises(bench.ResultsFileError, match=":1 is not a JSON line"):
+    with pytest.raises(ResultsFileError, match=":1 is not a JSON line"):
         read_log(log)
 
 
 def test_disturbance_names_its_figures():
     cores = os.cpu_count()
-    assert bench.disturbance([0.1, 0.2], [100.0, 101.0, 99.0], "cpu") == ""
-    assert f"load average {cores + 3:.1f} on {cores} cores" in bench.disturbance([cores + 3.0], [100.0] * 3, "cpu")
-    assert "matmul peak spread" in bench.disturbance([0.1], [20.0, 100.0, 200.0, 100.0], "cpu")  # IQR/median 45%
+    assert sweep.disturbance([0.1, 0.2], [100.0, 101.0, 99.0], "cpu") == ""
+    assert f"load average {cores + 3:.1f} on {cores} cores" in sweep.disturbance([cores + 3.0], [100.0] * 3, "cpu")
+    assert "matmul peak spread" in sweep.disturbance([0.1], [20.0, 100.0, 200.0, 100.0], "cpu")  # IQR/median 45%
 
 
 def test_report_from_log_and_compare(norm_log, tmp_path, capsys):
@@ -274,7 +279,7 @@ def test_report_keeps_the_committed_reference_and_compares_with_it(norm_log, tmp
 
 
 def test_report_is_written_whole_or_not_at_all(norm_log, tmp_path, monkeypatch):
-    from harness import report
+    from harness.report import markdown
 
     out = tmp_path / "reports"
     assert main(["report", "--device", "cpu", "--from", str(norm_log), "--out", str(out)]) == 0
@@ -284,9 +289,9 @@ def test_report_is_written_whole_or_not_at_all(norm_log, tmp_path, monkeypatch):
         (folder / "results.json").write_text("half")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(report, "_write", broken)
+    monkeypatch.setattr(markdown, "_write", broken)
     with pytest.raises(KeyboardInterrupt):
-        report.write_report(read_log(norm_log), out / "cpu" / "from")
+        markdown.write_report(read_log(norm_log), out / "cpu" / "from")
     assert (out / "cpu" / "from" / "REPORT.md").read_text() == before
     assert sorted(p.name for p in (out / "cpu").iterdir()) == ["from"]
 
@@ -294,16 +299,16 @@ def test_report_is_written_whole_or_not_at_all(norm_log, tmp_path, monkeypatch):
 def test_unsupported_rows_are_recorded():
     """A variant that cannot take the shape is a row with its reason, and the sweep goes on."""
     case = BenchCase("encoder_layer", "t2t", 1, 8, 64, 4, 256, "float32", "cpu", "fwd")
-    rows, peak = bench.measure_group([case], min_time=0.002, rounds=3, threads=1)
+    rows, peak = sweep.measure_group([case], min_time=0.002, rounds=3, threads=1)
     assert rows[0]["status"] == "unsupported" and "8 heads" in rows[0]["error"] and peak["peak_flops"] > 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CUDA timing path runs on a GPU machine")
 def test_cuda_timing_and_peak():
     a = torch.randn(1024, 1024, device="cuda")
-    t = measure.time_callable(lambda: a @ a, min_time=0.05)
+    t = timing.time_callable(lambda: a @ a, min_time=0.05)
     assert t.median > 0
-    assert measure.peak_bytes(lambda: a @ a, "cuda") >= 1024 * 1024 * 4
+    assert counters.peak_bytes(lambda: a @ a, "cuda") >= 1024 * 1024 * 4
 
 
 def test_load_rows_reads_pytest_benchmark_json(tmp_path):
@@ -324,7 +329,7 @@ def test_load_rows_reads_pytest_benchmark_json(tmp_path):
 def test_timed_target_is_met_not_met_or_undecided_from_its_interval(q1, q3, met):
     import pandas as pd
 
-    from harness.targets import MET_TEXT, Target, evaluate
+    from harness.report.targets import MET_TEXT, Target, evaluate
 
     target = Target(name="t", kind="peak_fraction", family="attention", variant="v", threshold=0.85)
     row = {"family": "attention", "variant": "v", "status": "ok", "interleaved": True, "rounds": 7,
@@ -341,8 +346,8 @@ def test_timed_target_is_met_not_met_or_undecided_from_its_interval(q1, q3, met)
 
 def test_ratio_of_medians_interval_is_seeded_and_brackets_the_ratio():
     num, den = [1.0, 1.2, 0.9, 1.1, 1.0, 1.3, 0.95], [2.0, 2.1, 1.9, 2.0, 2.2, 1.8, 2.05]
-    first = measure.ratio_of_medians(num, den)
-    assert first == measure.ratio_of_medians(num, den)
+    first = timing.ratio_of_medians(num, den)
+    assert first == timing.ratio_of_medians(num, den)
     ratio, low, high = first
     assert ratio == pytest.approx(1.0 / 2.0) and low <= ratio <= high and high - low < 0.3
-    assert measure.ratio_of_medians([3.0], [1.5]) == (2.0, 2.0, 2.0)
+    assert timing.ratio_of_medians([3.0], [1.5]) == (2.0, 2.0, 2.0)

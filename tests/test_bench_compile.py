@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import bench
-from harness.bench import BenchCase, prepare
-from harness.compare import OpRecorder
+from harness.bench import cases
+from harness.bench.cases import BenchCase, prepare
+from harness.check.runs import OpRecorder
 
 CASE = BenchCase("norm", "torch_layernorm", 1, 4, 16, 2, 64, "float32", "cpu", "fwd", compiled=True)
 
@@ -33,7 +33,7 @@ def assert_compiled(case: BenchCase) -> None:
 
 
 def test_compiled_case_is_compiled_by_dynamo(monkeypatch):
-    monkeypatch.setattr(bench, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(cases, "COMPILE_BACKEND", "eager")
     assert_compiled(CASE)
 
 
@@ -54,5 +54,5 @@ def test_dispatch_mode_makes_dynamo_skip_the_frame():
 def test_compiled_case_on_cuda(monkeypatch):
     import dataclasses
 
-    monkeypatch.setattr(bench, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(cases, "COMPILE_BACKEND", "eager")
     assert_compiled(dataclasses.replace(CASE, device="cuda"))

@@ -7,8 +7,7 @@ import json
 import subprocess
 import sys
 
-
-from harness.cli import main
+from harness.cli.main import main
 
 CPU = ["--device", "cpu", "--no-progress"]
 

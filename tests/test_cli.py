@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness import registry
-from harness.cli import VARIANTS_ENV, main
+from harness.cli.common import VARIANTS_ENV
+from harness.cli.main import main
 from harness.registry import REGISTRY, load_file, packs_only, scratch
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,8 +5,8 @@ AOTAutograd, no C++ code generation: seconds, not the ~40 s inductor takes here)
 
 from __future__ import annotations
 
-from harness.config import Config
-from harness.spec import check_all
+from harness.base.config import Config
+from harness.check.api import check_all
 
 
 def test_compiled_variant_really_compiles_and_matches_eager():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.cli import main
-from harness.config import CONFIG_MATRIX, Config, config_matrix
+from harness.base.config import CONFIG_MATRIX, Config, config_matrix
+from harness.cli.main import main
 
 
 def test_the_default_config_gives_every_role_a_different_size():

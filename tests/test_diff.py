@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from harness import Chunk, Param, PortingError, register
-from harness.cli import main
-from harness.config import Config
-from harness.diff import AGREE, diff_pair, explain_variant, first_divergence
-from harness.families import get_family
-from harness.porting import PortMap
-from harness.registry import REGISTRY, get_variant, load_file, scratch
-from harness.seeding import build
+from harness.base.config import Config
+from harness.base.verdicts import AGREE
+from harness.cli.main import main
+from harness.families.catalog import get_family
+from harness.porting.portmap import PortMap
+from harness.registry import REGISTRY, build, get_variant, load_file, scratch
+from harness.trace.pairs import diff_pair, explain_variant, first_divergence
 
 ROOT = Path(__file__).resolve().parents[1]
 CONV1D = ROOT / "examples" / "conv1d_attention.py"

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from harness.cli import explain_failures
-from harness.config import CONFIG_MATRIX
-from harness.families import get_family
-from harness.registry import REGISTRY
-from harness.tables import differences_table, failures_table
+import pytest
 
 from conftest import family_params, variant_params
-
-import pytest
+from harness.base.config import CONFIG_MATRIX
+from harness.families.catalog import get_family
+from harness.registry import REGISTRY
+from harness.report.tables import differences_table, failures_table
+from harness.trace.explain import explain_failures
 
 
 def _mine(report, variant: str):
@@ -26,20 +25,53 @@ def _mine(report, variant: str):
     )
 
 
+def _assert_ok(family: str, variant: str, aspect: str, mine) -> None:
+    results = [*mine.specs, *mine.gradchecks, *mine.dropouts]
+    bad = [r for r in results if not r.ok]
+    assert not bad, (f"{family}/{variant} contradicts its declaration ({aspect}):\n" + failures_table(mine)
+                     + "\n" + explain_failures(mine, CONFIG_MATRIX))
+
+
+# One test per aspect (HF's tester-mixin habit): `pytest -k semantics`, `-k precision`,
+# `-k gradcheck`, `-k dropout` select one, and a failure names it. They share the family's
+# check (``family_check`` runs it once per family and device).
+
 @pytest.mark.parametrize("family,variant,device", variant_params())
-def test_variant_meets_its_spec(family, variant, device, family_check):
+def test_variant_semantics(family, variant, device, family_check):
+    """float64: the variant's output and every gradient against the float64 oracle of its
+    declared traits, on every config and case."""
     mine = _mine(family_check(family, device), variant)
     assert mine.specs, f"{family}/{variant} was checked on no config and case"
-    bad = [r for r in (*mine.specs, *mine.gradchecks, *mine.dropouts) if not r.ok]
-    assert not bad, (f"{family}/{variant} contradicts its declaration:\n" + failures_table(mine)
-                     + "\n" + explain_failures(mine, CONFIG_MATRIX))
+    semantics = [s for s in mine.specs if s.dtype in ("float64", "bool")]
+    _assert_ok(family, variant, "semantics", SimpleNamespace(specs=semantics, gradchecks=[], dropouts=[]))
+
+
+@pytest.mark.parametrize("family,variant,device", variant_params())
+def test_variant_precision(family, variant, device, family_check):
+    """The device's precision dtypes (float32 on CPU): the error against the oracle within
+    the allowed multiple of the baseline's."""
+    mine = _mine(family_check(family, device), variant)
+    lower = [s for s in mine.specs if s.dtype not in ("float64", "bool")]
+    _assert_ok(family, variant, "precision", SimpleNamespace(specs=lower, gradchecks=[], dropouts=[]))
+
+
+@pytest.mark.parametrize("family,variant,device", variant_params())
+def test_variant_gradcheck(family, variant, device, family_check):
+    mine = _mine(family_check(family, device), variant)
+    _assert_ok(family, variant, "gradcheck", SimpleNamespace(specs=[], gradchecks=mine.gradchecks, dropouts=[]))
+
+
+@pytest.mark.parametrize("family,variant,device", variant_params())
+def test_variant_dropout(family, variant, device, family_check):
+    mine = _mine(family_check(family, device), variant)
+    _assert_ok(family, variant, "dropout", SimpleNamespace(specs=[], gradchecks=[], dropouts=mine.dropouts))
 
 
 @pytest.mark.parametrize("family,variant,device", [
     p for p in variant_params() if p.values[2] == "cpu" and get_family(p.values[0]).matrix is None])
 def test_variant_precision_in_half_precision_on_cpu(family, variant, device, family_check):
     """bfloat16 and float16 on CPU (default config): no semantic contradiction; 'less
-    precise' is reported, not failed (see harness.spec.LENIENT_DTYPES). Whole models are
+    precise' is reported, not failed (see harness.check.spec.LENIENT_DTYPES). Whole models are
     left out: their layers are checked here in their own families."""
     mine = _mine(family_check(family, device, half=True), variant)
     bad = [r for r in mine.specs if not r.ok]

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from harness import RegistryError, register
-from harness import precision as P
-from harness.compare import Checker
-from harness.config import CONFIG_MATRIX, Config
-from harness.families import get_family
+from harness.base.config import CONFIG_MATRIX, Config
+from harness.check import precision as P
+from harness.check.api import check_all
+from harness.check.runs import RunCache
+from harness.families.catalog import get_family
 from harness.registry import get_variant, load_file, scratch
-from harness.spec import check_all
 
 WRONG_FILE = Path(__file__).with_name("wrong_variants.py")
 ONE_CONFIG = {"default": CONFIG_MATRIX["default"]}
@@ -111,7 +111,8 @@ def test_a_detached_output_is_different_and_named(wrong):
 def test_dropout_left_on_in_eval_is_caught(wrong):
     report, _ = wrong
     checks = {d.check.split(" (")[0]: d for d in report.dropouts if d.variant == "wrong_dropout_in_eval"}
-    assert not checks["eval: output unchanged"].ok and "random draw(s) in eval mode" in checks["eval: output unchanged"].measured
+    unchanged = checks["eval: output unchanged"]
+    assert not unchanged.ok and "random draw(s) in eval mode" in unchanged.measured
     assert checks["train: draws per call"].measured == "1" and checks["train: draws per call"].expected == "0"
 
 
@@ -194,7 +195,7 @@ def test_random_seeds_and_shapes_give_no_false_alarm():
 
 def test_fully_masked_rows_match_the_write_ups():
     """-inf gives NaN, -1e9 / -1e20 the mean of V, SDPA zeros (torch 2.13)."""
-    checker = Checker(Config(), "cpu")
+    checker = RunCache(Config(), "cpu")
     family = get_family("attention")
     inputs = checker.inputs(family, "fully_masked")
     row = (~inputs["mask"]).all(-1)  # (B, T) True where the row sees no key

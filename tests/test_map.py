@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.config import Config
-from harness.mapping import propose_map
-from harness.porting import entry_code
+from harness.base.config import Config
+from harness.cli.main import main
+from harness.porting.entries import entry_code
 from harness.registry import REGISTRY, get_variant, load_file, scratch
+from harness.trace.mapsearch import propose_map
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

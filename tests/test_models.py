@@ -14,16 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import seed_systems as ss
-from harness.cli import main
-from harness.config import Config
-from harness.errors import PortingError
-from harness.families import get_family
-from harness.model_families import DECODINGS, Decoding
-from harness.registry import get_variant, variants_of
-from harness.seeding import build
-
 from conftest import family_params
+from harness.base.config import Config
+from harness.base.errors import PortingError
+from harness.cli.main import main
+from harness.families.catalog import get_family
+from harness.families.models import DECODINGS, Decoding
+from harness.registry import build, get_variant, variants_of
+from harness.systems import copy_task, decoding, training
+from harness.systems.models import Models
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SEEDS = {"000": "000_4f2b0681cf261e4d.txt", "001": "001_fda7eea54f03ebb8.txt", "002": "002_a5adfb2f6616eb1a.txt",
@@ -59,7 +58,7 @@ def test_tied_output_takes_only_equal_values():
 
 @pytest.mark.parametrize("family", ["encoder_decoder", "decoder_only_model"])
 def test_equivalent_models_emit_the_same_greedy_tokens(family):
-    results = ss.compare_greedy(family, Config())
+    results = decoding.compare_greedy(family, Config())
     assert all(r.ok for r in results), [r for r in results if not r.ok]
     equivalent = [r for r in results if r.expected == "equivalent"]
     assert equivalent and all(r.same_tokens for r in equivalent)
@@ -73,7 +72,7 @@ def test_an_absent_final_norm_leaves_the_partners_norm_a_unit_scale():
     """postnorm_blog has no final norm; compared with torch_pre, whose stacks end with one,
     the pair's weights give that norm the absent one's neutral values (scale 1, shift 0),
     not zeros that would flatten torch_pre's output to its generator's bias."""
-    models = ss.Models("encoder_decoder", Config())
+    models = Models("encoder_decoder", Config())
     blog, pre = get_variant("encoder_decoder", "postnorm_blog"), get_variant("encoder_decoder", "torch_pre")
     fills = models.zero(blog, pre)
     assert fills["encoder.norm.weight"] == fills["decoder.norm.weight"] == 1.0
@@ -94,7 +93,7 @@ def test_an_absent_final_norm_leaves_the_partners_norm_a_unit_scale():
     ("decoder_only_model", {"decoder_only", "decoder_only_1e20", "nanogpt"}),
 ])
 def test_cache_gives_the_log_probabilities_of_full_recomputation(family, cached):
-    results = ss.check_cache(family, Config())
+    results = decoding.check_cache(family, Config())
     assert {r.variant for r in results} == cached
     assert all(r.ok and r.steps == Config().tgt_len for r in results), results
 
@@ -110,13 +109,13 @@ def test_a_cache_that_forgets_is_caught(monkeypatch):
 
     monkeypatch.setitem(DECODINGS, "decoder_only_model/nanogpt",
                         Decoding(prepare=right.prepare, step=forgetful, cache=right.cache))
-    results = {r.variant: r for r in ss.check_cache("decoder_only_model", Config())}
+    results = {r.variant: r for r in decoding.check_cache("decoder_only_model", Config())}
     assert results["nanogpt"].verdict == "different" and not results["nanogpt"].ok
     assert results["nanogpt"].max_abs > 1e-3 and results["decoder_only"].ok
 
 
 def test_one_training_step_through_the_canonical_map():
-    results = {(r.a, r.b): r for r in ss.compare_train_step("decoder_only_model", Config())}
+    results = {(r.a, r.b): r for r in training.compare_train_step("decoder_only_model", Config())}
     assert all(r.ok for r in results.values()), [r for r in results.values() if not r.ok]
     assert results["decoder_only", "torch_post"].verdict == "equivalent"
     assert results["nanogpt", "torch_pre_gelu"].verdict == "equivalent"
@@ -149,7 +148,7 @@ def test_noam_through_lambdalr_repeats_the_first_rate():
 
 def test_copy_task_loss_falls():
     variant = get_variant("encoder_decoder", "torch_pre")
-    run = ss.train_copy(variant, DECODINGS[variant.key], Config(), steps=24, batch=16, length=6, eval_batch=8)
+    run = copy_task.train_copy(variant, DECODINGS[variant.key], Config(), steps=24, batch=16, length=6, eval_batch=8)
     first, last = sum(run.losses[:4]) / 4, sum(run.losses[-4:]) / 4
     assert last < 0.7 * first, run.losses
     assert 0.0 <= run.exact_match <= run.token_accuracy <= 1.0

@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from harness import RegistryError, register
-from harness.config import Config
-from harness.porting import linear_entries
+from harness.base.config import Config
+from harness.check.api import check_all
+from harness.porting.entries import linear_entries
 from harness.registry import scratch
-from harness.spec import check_all
 
 CONFIGS = {"small": Config(batch=2, tgt_len=4, src_len=3)}
 QKVO = linear_entries({"q": "q", "k": "k", "v": "v", "o": "o"})
@@ -90,7 +90,7 @@ def test_an_additive_mask_differs_from_a_fill_only_in_gradients_of_a_fully_maske
 def test_an_additive_mask_cannot_give_zeros_on_a_fully_masked_row():
     with scratch(), pytest.raises(RegistryError):
         _register("nonsense", "post", 1e-5, True, sublayer="attention", mask_style="subtractive")
-    from harness import oracles
+    from harness.families import oracles
 
     with pytest.raises(Exception, match="additive mask gives the mean of V"):
         oracles.multi_head_attention({}, "", torch.zeros(1, 1, 4), torch.zeros(1, 1, 4), torch.zeros(1, 1, 4),

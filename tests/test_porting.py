@@ -9,11 +9,10 @@ import torch
 from torch import nn
 
 from harness import Chunk, Concat, Param, PortingError, Zero
-from harness.config import Config
-from harness.families import FAMILIES, get_family
-from harness.porting import PortMap, port_weights, zero_unrepresented
-from harness.registry import get_variant, variants_of
-from harness.seeding import build
+from harness.base.config import Config
+from harness.families.catalog import FAMILIES, get_family
+from harness.porting.portmap import PortMap, port_weights, zero_unrepresented
+from harness.registry import build, get_variant, variants_of
 
 CFG = Config()
 

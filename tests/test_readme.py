@@ -255,7 +255,8 @@ def _command_test(group: str):
         for earlier in RUNNABLE:  # what its copy ran before it, in README order
             if copy_group(earlier) == group and earlier.line < command.line:
                 result = workdir.run(earlier)
-                assert result.returncode == 0, f"an earlier command of its copy failed: {earlier.text}\n" + _shown(result)
+                assert result.returncode == 0, (f"an earlier command of its copy failed: {earlier.text}\n"
+                                                + _shown(result))
         result = workdir.run(command)
         assert result.returncode == 0, f"{command.text}\n" + _shown(result)
         assert "Traceback" not in result.stderr, _shown(result)

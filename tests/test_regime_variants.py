@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import CONFIG_MATRIX
+from harness.base.config import CONFIG_MATRIX
+from harness.check.api import check_all
 from harness.registry import load_file, scratch
-from harness.spec import check_all
 
 FILE = Path(__file__).with_name("regime_variants.py")
 MODEL_FAMILIES = ("encoder_decoder", "decoder_only_model")
@@ -93,8 +93,8 @@ class Runs:
         return self._half[family]
 
     def decode(self, family):
-        from harness import seed_systems as ss
-        from harness.config import Config
+        from harness.base.config import Config
+        from harness.systems import decoding as ss
 
         if family not in self._decode:
             self._decode[family] = (ss.compare_greedy(family, Config()), ss.check_cache(family, Config()))
@@ -200,21 +200,24 @@ def _check_cli(family, vid, tmp_path):
     return proc, report, rows
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15: one failing variant is that variant's error row (JSON written) not built yet")
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 15: one failing variant is that variant's error row (JSON written) not built yet"))
 def test_a_port_failure_is_the_variants_error_row(tmp_path):
     proc, report, rows = _check_cli("attention", "df_kv_other_shape", tmp_path)
     assert report is not None, proc.stdout[-300:] + proc.stderr[-300:]
     assert rows and proc.returncode == 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15: the masks crash (abs of a bool tensor in diff.where_differs) not fixed yet")
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 15: the masks crash (abs of a bool tensor in diff.where_differs) not fixed yet"))
 def test_a_masks_contradiction_writes_its_json(tmp_path):
     proc, report, rows = _check_cli("masks", "df_mask_polarity", tmp_path)
     assert report is not None, proc.stderr[-300:]
     assert rows and proc.returncode == 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15: a kernel-path recorder that leaves higher-order ops working not built yet")
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 15: a kernel-path recorder that leaves higher-order ops working not built yet"))
 def test_the_recorder_leaves_flex_attention_working(tmp_path):
     proc, report, rows = _check_cli("attention", "df_flex_attention", tmp_path)
     assert report is not None

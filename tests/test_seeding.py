@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from harness import InputError
-from harness.compare import Checker, cast_inputs
-from harness.spec import check_all
-from harness.config import Config
-from harness.families import get_family
-from harness.registry import get_variant
-from harness.seeding import build, seed_everything
+from harness.base.config import Config
+from harness.base.seeding import seed_everything
+from harness.check.api import check_all
+from harness.check.runs import RunCache, cast_inputs
+from harness.families.catalog import get_family
+from harness.registry import build, get_variant
 
 
 def test_same_seed_same_weights_inputs_and_modules():
@@ -53,7 +53,7 @@ def test_nan_in_inputs_is_refused():
 
 
 def test_nan_in_a_user_input_through_the_checker():
-    checker = Checker(Config())
+    checker = RunCache(Config())
     fam = get_family("norm")
     checker._inputs[("norm", "rows")] = {"x": torch.full((1, 2, 64), float("nan")), "case": "rows"}
     with pytest.raises(InputError, match="contains NaN"):

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness import Param, register
-from harness.porting import linear_entries
+from harness.porting.entries import linear_entries
 
 HONEST = {"sublayer": "attention", "fully_masked_row": "mean of V", "fill": -1e9}
 QKVO = linear_entries({"q": "q", "k": "k", "v": "v", "o": "o"})

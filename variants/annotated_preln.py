@@ -19,13 +19,27 @@ task, ``greedy_decode``) are at the end of this file, with their own registratio
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
 
-from harness import Param, register
-from harness.porting import linear_entries, nest, norm_entries
+from harness import (
+    SPREADS,
+    STEP_COUNTS,
+    Param,
+    dropout_sites,
+    get_variant,
+    layers,
+    linear_entries,
+    nest,
+    norm_entries,
+    optimizer_rates,
+    register,
+    register_decoding,
+)
 
 SEED = "004_4e525cb8a3aa6a12.txt"
 
@@ -274,10 +288,7 @@ register(
 # Deviations: ``Batch``'s pad index defaults to 2 in the write-up while its copy task
 # passes ``vocab['<pad>']`` = 0; here the caller always passes it.
 
-import copy  # noqa: E402
 
-from harness.model_families import dropout_sites, layers, register_decoding  # noqa: E402
-from harness.registry import get_variant  # noqa: E402
 
 
 class Transformer(nn.Module):
@@ -504,9 +515,7 @@ register_decoding("encoder_decoder", "annotated_preln", prepare=_annotated_prepa
 
 # -- registry entries: the loss and the schedule ---------------------------------------------
 
-from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
 
-from harness.training_families import SPREADS, STEP_COUNTS, optimizer_rates  # noqa: E402
 
 
 def _label_smoothing_loss(inputs):

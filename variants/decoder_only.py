@@ -24,8 +24,20 @@ import math
 import torch
 from torch import nn
 
-from harness import register
-from harness.porting import linear_entries, norm_entries
+from harness import (
+    Param,
+    Zero,
+    absent_norm,
+    dropout_sites,
+    get_variant,
+    incremental,
+    layers,
+    linear_entries,
+    nest,
+    norm_entries,
+    register,
+    register_decoding,
+)
 
 SEED = "002_a5adfb2f6616eb1a.txt"
 
@@ -196,9 +208,6 @@ register(
 # write-up has no cache; ``decode_step`` adds a self-attention k/v cache around the
 # blocks' own projections, norms and FFN (the attention of the new rows computed there).
 
-from harness.model_families import dropout_sites, incremental, layers, register_decoding  # noqa: E402
-from harness.porting import Param, Zero, absent_norm, nest  # noqa: E402
-from harness.registry import get_variant  # noqa: E402
 
 
 class Decoder(nn.Module):

@@ -24,9 +24,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import register
-from harness.adapt import causal_and_pad
-from harness.porting import fused_entries, linear_entries, nest, norm_entries
+from harness import (
+    Param,
+    Tied,
+    Zero,
+    causal_and_pad,
+    dropout_sites,
+    fused_entries,
+    get_variant,
+    incremental,
+    layers,
+    linear_entries,
+    nest,
+    norm_entries,
+    register,
+    register_decoding,
+)
 
 SOURCE = "nanoGPT (GPT-2 fused QKV layout)"
 
@@ -172,9 +185,6 @@ register(
 # (its ``generate`` re-runs the whole context): per block, the keys and values of the
 # tokens seen so far are kept, and only the new token is projected.
 
-from harness.model_families import dropout_sites, incremental, layers, register_decoding  # noqa: E402
-from harness.registry import get_variant  # noqa: E402
-from harness.porting import Param, Tied, Zero  # noqa: E402
 
 
 class GPT(nn.Module):

@@ -15,8 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import Concat, register
-from harness.porting import linear_entries
+from harness import Concat, linear_entries, register
 
 SEED = "003_5751987c9fd6921d.txt"
 

@@ -28,8 +28,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import Param, register
-from harness.porting import linear_entries, nest, norm_entries
+from harness import (
+    Param,
+    absent_norm,
+    dropout_sites,
+    get_variant,
+    layers,
+    linear_entries,
+    nest,
+    norm_entries,
+    register,
+    register_decoding,
+)
 
 SEED = "003_5751987c9fd6921d.txt"
 
@@ -238,9 +248,6 @@ register(
 # *query rows* (not keys). The blog shows no decoding loop: the harness's greedy loop
 # over ``decode`` runs it.
 
-from harness.model_families import dropout_sites, layers, register_decoding  # noqa: E402
-from harness.porting import absent_norm  # noqa: E402
-from harness.registry import get_variant  # noqa: E402
 
 
 class Transformer(nn.Module):

@@ -6,7 +6,7 @@ with a 90% bootstrap interval (met when its low end meets the threshold, not met
 high end misses it, undecided between); the peak fraction counts executed FLOPs (at T=512 the
 CPU flash kernel's causal block skipping skips nothing: its key blocks are 512 wide)."""
 
-from harness.targets import register_target
+from harness import register_target
 
 CPU_TARGET = {"batch": 8, "seq": 512, "d_model": 512, "heads": 8, "dtype": "float32",
               "device": "cpu", "mode": "fwd", "compiled": False}

@@ -29,9 +29,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import register
-from harness.adapt import masked
-from harness.porting import Param, linear_entries, nest, norm_entries
+from harness import (
+    PAD,
+    Param,
+    Tied,
+    Zero,
+    dropout_sites,
+    get_variant,
+    layers,
+    linear_entries,
+    masked,
+    nest,
+    norm_entries,
+    register,
+    register_decoding,
+)
 
 SEED = "000_4f2b0681cf261e4d.txt"
 
@@ -321,9 +333,6 @@ register(
 # (a pad token appended after the prefix, dropped by the shift; the k/v cache of the
 # encoder-decoder attention passed to ``decode`` on every step).
 
-from harness.model_families import PAD, dropout_sites, layers, register_decoding  # noqa: E402
-from harness.porting import Tied, Zero  # noqa: E402
-from harness.registry import get_variant  # noqa: E402
 
 
 class Encoder(nn.Module):

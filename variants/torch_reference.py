@@ -17,13 +17,34 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
 
-from harness import Param, Zero, register
-from harness.adapt import masked, per_head
-from harness.porting import fused_entries, linear_entries, nest, norm_entries
+from harness import (
+    SPREADS,
+    STEP_COUNTS,
+    Param,
+    Tied,
+    Zero,
+    absent_norm,
+    dropout_sites,
+    fused_entries,
+    layers,
+    linear_entries,
+    masked,
+    nest,
+    noam,
+    norm_entries,
+    optimizer_rates,
+    per_head,
+    register,
+    register_decoding,
+    smoothed_target,
+)
 
 SOURCE = "torch"
 
@@ -224,10 +245,7 @@ register(
 # ``torch_pre_gelu`` (pre-norm, GELU, learned positions, final LayerNorm, head tied to
 # the embedding: nanoGPT's GPT). Neither has a cache; the harness re-runs the prefix.
 
-import math  # noqa: E402
 
-from harness.model_families import dropout_sites, layers, register_decoding  # noqa: E402
-from harness.porting import Tied, absent_norm  # noqa: E402
 
 
 def sinusoid_table(length: int, d_model: int) -> torch.Tensor:
@@ -388,9 +406,6 @@ for vid, norm_first, activation, final_norm, learned_pos, tied, ref in LMS:
 
 # -- the loss and the schedule ---------------------------------------------------------------
 
-from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
-
-from harness.training_families import SPREADS, STEP_COUNTS, noam, optimizer_rates, smoothed_target  # noqa: E402
 
 
 register(

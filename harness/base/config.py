@@ -1,0 +1,128 @@
+"""The one configuration every family is built from.
+
+Shape legend, used in comments everywhere in the project:
+    B batch, T query (target) length, S key (source) length, D model width,
+    H heads, d_k = D / H per-head width, F feed-forward width.
+
+The default config gives every role a different size (B=3, T=7, S=5, D=48, H=4, d_k=12,
+F=192), so a bug that swaps two of them (a head split written ``view(B, T, d_k, H)``, a
+1/sqrt(H) scale, K read where V belongs) changes a shape or a value and cannot pass.
+``CONFIG_MATRIX`` is what ``check`` and pytest run by default: that config, eight heads,
+one head, and a B=1 / T=1 edge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+from harness.base.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Config:
+    d_model: int = 48   # D
+    heads: int = 4      # H   (d_k = 12)
+    d_ff: int = 192     # F   (= 4 D, the write-ups' fixed FFN width)
+    batch: int = 3      # B
+    tgt_len: int = 7    # T
+    src_len: int = 5    # S
+    vocab: int = 11     # V (embedding tables)
+    dropout: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "heads", "d_ff", "batch", "tgt_len", "src_len", "vocab"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be a positive integer")
+        if self.vocab < 2:
+            raise ConfigError(f"vocab={self.vocab} must be at least 2 (token 0 is the padding token)")
+        if self.d_model % self.heads:
+            raise ConfigError(
+                f"d_model={self.d_model} is not divisible by heads={self.heads}"
+            )
+        if self.d_model % 2:
+            raise ConfigError(
+                f"d_model={self.d_model} must be even (sinusoidal encodings pair dims)"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout={self.dropout!r} must be in [0, 1)")
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.heads
+
+    def replace(self, **changes) -> "Config":
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            known = ", ".join(f.name for f in dataclasses.fields(self))
+            raise ConfigError(f"unknown config key(s) {sorted(unknown)}; known: {known}")
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def parse(cls, items: list[str] | None, base: "Config | None" = None) -> "Config":
+        """Build from ``["d_model=128", "heads=4"]`` (the CLI's ``--set``); refuses a
+        config that cannot work, naming the key and the value."""
+        base = base or cls()
+        changes: dict[str, object] = {}
+        types = {f.name: f.type for f in dataclasses.fields(cls)}
+        for item in items or []:
+            key, sep, raw = item.partition("=")
+            key, raw = key.strip(), raw.strip()
+            if not sep or key not in types:
+                raise ConfigError(
+                    f"bad --set {item!r}: expected KEY=VALUE with KEY one of {sorted(types)}"
+                )
+            kind = "a number" if types[key] == "float" else "an integer"
+            try:
+                changes[key] = float(raw) if types[key] == "float" else int(raw)
+            except ValueError:
+                raise ConfigError(f"bad --set {item!r}: {key} takes {kind}, got {raw!r}") from None
+        return base.replace(**changes)
+
+    def estimate_bytes(self) -> int:
+        """A generous estimate of a check's peak memory on this config: the largest
+        intermediate (attention scores B*H*T*S, the FFN hidden B*T*F, an embedding table
+        V*D) in float64, times 16 for its copies, gradients and the oracle's."""
+        length = max(self.tgt_len, self.src_len)
+        largest = max(self.batch * self.heads * self.tgt_len * length, self.batch * length * self.d_ff,
+                      self.batch * length * self.d_model, self.vocab * self.d_model)
+        return 16 * 8 * largest
+
+    def describe(self) -> str:
+        return (f"B={self.batch} T={self.tgt_len} S={self.src_len} D={self.d_model} "
+                f"H={self.heads} d_k={self.d_k} F={self.d_ff}")
+
+
+# The default matrix. Every config keeps B, T, S, D, H, d_k and F apart where it can
+# (one head makes d_k = D; the edge makes B = T = 1 on purpose).
+CONFIG_MATRIX: dict[str, Config] = {
+    "default": Config(),
+    "heads8": Config(d_model=96, heads=8, d_ff=384, batch=2, tgt_len=6, src_len=9),
+    "one_head": Config(d_model=16, heads=1, d_ff=64, batch=2, tgt_len=5, src_len=3),
+    "edge": Config(batch=1, tgt_len=1, src_len=3),
+}
+
+
+def config_matrix(overrides: list[str] | None = None) -> dict[str, Config]:
+    """The default matrix; with ``--set`` overrides, the one default config changed by them.
+    A config whose check cannot fit in this machine's memory is refused with the estimate."""
+    configs = {"custom": Config.parse(overrides)} if overrides else dict(CONFIG_MATRIX)
+    for name, cfg in configs.items():
+        need, have = cfg.estimate_bytes(), physical_memory()
+        if have and need > have / 2:
+            raise ConfigError(
+                f"config {name} ({cfg.describe()}) needs about {need / 2**30:.3g} GiB to check "
+                f"(B*H*T*S scores and B*T*F activations in float64, with gradients); "
+                f"this machine has {have / 2**30:.3g} GiB")
+    return configs
+
+
+def physical_memory() -> int:
+    """Bytes of RAM, or 0 when the platform does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 0

@@ -1,0 +1,26 @@
+"""Mask conversions that adapters share. The canonical convention: bool, True = may attend.
+
+Every helper names the polarity it returns, because a flipped mask is the classic
+silent bug (nn.MultiheadAttention's bool attn_mask means True = NOT allowed).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def masked(mask: torch.Tensor) -> torch.Tensor:
+    """Canonical (True = may attend) -> True = masked out (000's and PyTorch's bool masks)."""
+    return ~mask
+
+
+def per_head(mask: torch.Tensor, heads: int) -> torch.Tensor:
+    """(B, T, S) -> (B*H, T, S), the 3-D attn_mask layout nn.MultiheadAttention takes."""
+    return mask.repeat_interleave(heads, dim=0)
+
+
+def causal_and_pad(pad: torch.Tensor) -> torch.Tensor:
+    """(B, T) True = real token -> (B, T, T) True = may attend: causal AND key is real."""
+    t = pad.shape[-1]
+    tril = torch.ones(t, t, dtype=torch.bool, device=pad.device).tril()
+    return tril[None] & pad[:, None, :]

@@ -1,0 +1,297 @@
+"""Benchmarks: cases as data, one loop, every row carrying its environment.
+
+A sweep expands into ``BenchCase`` rows (family x variant x batch x seq x dtype x mode x
+compile). Cases that differ only by variant form a group; a group's variants, the family's
+reference and a square matmul (the machine's peak) are timed together, interleaved in
+alternating rounds (``harness.bench.timing.interleave``), so every ratio (variant vs reference,
+achieved vs peak) is the ratio of the medians over rounds of one window, with its per-round
+spread and a bootstrap interval. Each case builds
+the variant with the family's seeded canonical weights and the family's benchmark inputs;
+a compiled case is compiled outside any dispatch mode, its compile time kept apart.
+Rows are appended to a JSONL log as each group finishes: an interrupted sweep keeps what it
+measured, and a rerun resumes. Unsupported cases, errors and CUDA out-of-memory are rows too.
+A group measured while the machine was disturbed (load average above its cores, or a
+matmul peak that moved across rounds) carries the figures in ``disturbed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+
+from harness.base.config import Config
+from harness.base.dtypes import PRECISION_DTYPES, dtype_of
+from harness.base.errors import ConfigError, UnknownName
+from harness.check.runs import cast_inputs, cotangent, unique_grad_inputs
+from harness.families.catalog import get_family
+from harness.porting.portmap import zero_unrepresented
+from harness.registry import build, get_variant, reference_of, variants_of
+
+MODES = ("fwd", "fwd+bwd")
+BENCH_FAMILIES = ("attention", "norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block",
+                  "encoder_decoder", "decoder_only_model")
+# The family case each benchmark runs: no padding for attention (causal, so SDPA may use
+# is_causal), the padded cases for layers (what a batch of real sentences looks like).
+BENCH_CASE = {"attention": "causal_only", "decoder_only_block": "right_pad"}
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    family: str
+    variant: str
+    batch: int
+    seq: int
+    d_model: int
+    heads: int
+    d_ff: int
+    dtype: str
+    device: str
+    mode: str
+    compiled: bool = False
+
+    @property
+    def case(self) -> str:
+        return BENCH_CASE.get(self.family, get_family(self.family).cases[0].name)
+
+    @property
+    def key(self) -> str:
+        return (f"{self.family}/{self.variant}|B={self.batch}|T={self.seq}|D={self.d_model}|H={self.heads}"
+                f"|F={self.d_ff}|{self.dtype}|{self.device}|{self.mode}|compile={int(self.compiled)}")
+
+    @property
+    def shape(self) -> str:
+        return f"B={self.batch} T={self.seq} D={self.d_model} H={self.heads}"
+
+    def config(self) -> Config:
+        return Config(d_model=self.d_model, heads=self.heads, d_ff=self.d_ff, batch=self.batch,
+                      tgt_len=self.seq, src_len=self.seq)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    families: tuple[str, ...]
+    batch: tuple[int, ...]
+    seq: tuple[int, ...]
+    d_model: int
+    heads: int
+    dtypes: tuple[str, ...] = ("float32",)
+    modes: tuple[str, ...] = MODES
+    compiled: tuple[bool, ...] = (False,)
+
+    def expand(self, device: str, families: Iterable[str] | None, variants: Iterable[str] | None) -> list[BenchCase]:
+        wanted_f = set(families) if families else None
+        wanted_v = set(variants) if variants else None
+        cases = []
+        for family in self.families:
+            if wanted_f and family not in wanted_f:
+                continue
+            for v in variants_of(family):
+                if wanted_v and v.id not in wanted_v:
+                    continue
+                for b in self.batch:
+                    for t in self.seq:
+                        for dt in self.dtypes:
+                            for mode in self.modes:
+                                for comp in self.compiled:
+                                    cases.append(BenchCase(family, v.id, b, t, self.d_model, self.heads,
+                                                           4 * self.d_model, dt, device, mode, comp))
+        return cases
+
+
+LAYERS = ("norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block")
+# Whole models (N=2 layers, the family's vocabulary of 11: the copy task's), full profile only
+MODELS = ("encoder_decoder", "decoder_only_model")
+
+# Timing per profile: seconds of timed calls per variant per round, and rounds per group.
+TIMING = {"quick": {"min_time": 0.02, "rounds": 7}, "full": {"min_time": 0.05, "rounds": 7}}
+
+PROFILES: dict[str, dict[str, list[Sweep]]] = {
+    "quick": {  # within two minutes on an idle 2-core CPU, with the check
+        "cpu": [
+            # the targets' shape (variants/targets.py): B=8, T=512, D=512, H=8, causal
+            Sweep(("attention",), batch=(8,), seq=(512,), d_model=512, heads=8, modes=("fwd",)),
+            # the saved-bytes growth targets: fwd+bwd over T (exponents over 64..256: 1.00, 1.50, 1.51)
+            Sweep(("attention",), batch=(2,), seq=(64, 128, 256), d_model=256, heads=8, modes=("fwd+bwd",)),
+            # the layer families, forward only (their backward is in the full profile)
+            Sweep(LAYERS, batch=(4,), seq=(128,), d_model=256, heads=8, modes=("fwd",)),
+        ],
+        "cuda": [
+            Sweep(("attention",), batch=(8,), seq=(512, 2048), d_model=512, heads=8,
+                  dtypes=("float32", "bfloat16")),
+            Sweep(LAYERS, batch=(8,), seq=(512,), d_model=512, heads=8, dtypes=("bfloat16",)),
+        ],
+    },
+    "full": {
+        "cpu": [
+            Sweep(("attention",), batch=(8,), seq=(512,), d_model=512, heads=8),
+            Sweep(("attention",), batch=(2, 8), seq=(64, 128, 256, 512, 1024), d_model=256, heads=8),
+            Sweep(("attention",), batch=(8,), seq=(256,), d_model=256, heads=8, compiled=(True,)),
+            Sweep(LAYERS, batch=(8,), seq=(64, 256, 1024), d_model=512, heads=8),
+            Sweep(MODELS, batch=(8,), seq=(64, 256), d_model=512, heads=8),
+        ],
+        "cuda": [
+            Sweep(("attention",), batch=(8,), seq=(128, 256, 512, 1024, 2048, 4096, 8192), d_model=1024,
+                  heads=8, dtypes=PRECISION_DTYPES["cuda"]),
+            Sweep(("attention",), batch=(8,), seq=(1024, 4096), d_model=1024, heads=8,
+                  dtypes=("bfloat16",), compiled=(True,)),
+            Sweep(LAYERS, batch=(8,), seq=(512, 2048, 8192), d_model=1024, heads=8,
+                  dtypes=PRECISION_DTYPES["cuda"]),
+            Sweep(MODELS, batch=(8,), seq=(512, 2048), d_model=1024, heads=8, dtypes=("float32", "bfloat16")),
+        ],
+    },
+}
+
+
+def plan(profile: str, device: str, families=None, variants=None, batch=None, seq=None) -> list[BenchCase]:
+    """The cases of a profile, optionally narrowed, or re-swept over ``batch``/``seq``."""
+    if profile not in PROFILES:
+        raise UnknownName(f"unknown profile '{profile}'; profiles: {sorted(PROFILES)}")
+    for f in families or []:
+        get_family(f)
+        if f not in BENCH_FAMILIES:
+            raise UnknownName(f"family '{f}' has no benchmark; benchmarked: {list(BENCH_FAMILIES)}")
+    for value in list(batch or []) + list(seq or []):
+        if value < 1:
+            raise ConfigError(f"impossible sweep: batch and seq must be positive, got {value}")
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    cases: list[BenchCase] = []
+    for sweep in PROFILES[profile][kind]:
+        if batch or seq:
+            sweep = dataclasses.replace(sweep, batch=tuple(batch or sweep.batch), seq=tuple(seq or sweep.seq))
+        cases += sweep.expand(device, families, variants)
+    if variants and not cases:
+        known = sorted({v.id for f in (families or BENCH_FAMILIES) if f in BENCH_FAMILIES for v in variants_of(f)})
+        raise UnknownName(f"no benchmarked variant is called {sorted(variants)}; variants: {', '.join(known)}")
+    if variants:  # the family's reference is timed beside them: the ratios need it
+        refs = {ref.id for f in {c.family for c in cases} if (ref := reference_of(f)) is not None}
+        if refs - set(variants):
+            return plan(profile, device, families, sorted(set(variants) | refs), batch, seq)
+    return _unique(cases)
+
+
+def _unique(cases: list[BenchCase]) -> list[BenchCase]:
+    seen, unique = set(), []
+    for c in cases:
+        if c.key not in seen:
+            seen.add(c.key)
+            unique.append(c)
+    for c in unique[:1]:
+        c.config()  # validates d_model / heads
+    return unique
+
+
+# -- running one group -----------------------------------------------------------------------
+
+COMPILE_BACKEND = "inductor"  # torch.compile's default; the tests use "eager" (Dynamo only, cheap)
+
+
+@dataclass
+class Prepared:
+    forward: Callable[[], torch.Tensor]   # eager forward (FLOPs, saved bytes, path: run under modes)
+    step: Callable[[], object]            # the timed callable of the case's mode (compiled if asked)
+    eager_step: Callable[[], object]      # the same step, eager
+    resident: list[torch.Tensor]
+    compile_s: float | None = None        # first compiled call: Dynamo + Inductor + one run
+    graphs: int | None = None             # graphs Dynamo compiled for it (0 = it ran eager)
+
+
+def prepare(case: BenchCase) -> Prepared:
+    """Build, port the seeded canonical weights, make inputs; return the callables. A
+    compiled case is compiled here, by its first call, outside any dispatch mode."""
+    variant = get_variant(case.family, case.variant)
+    family = get_family(case.family)
+    cfg = case.config()
+    dtype = dtype_of(case.dtype)
+    module, portmap = build(variant, cfg, dtype=dtype, device=case.device)
+    if portmap is not None:
+        portmap.load(zero_unrepresented(family.canonical_weights(cfg), portmap.zero_names()))
+    train = case.mode == "fwd+bwd"
+    inputs = cast_inputs(family.inputs(case.case, cfg), dtype, case.device, family.grad_inputs if train else ())
+    params = [p for p in module.parameters()] if isinstance(module, torch.nn.Module) else []
+    leaves = list(unique_grad_inputs(family, inputs).values()) + [p for p in params if p.requires_grad]
+    resident = params + [t for t in inputs.values() if isinstance(t, torch.Tensor)]
+    grad_out = None
+    if train:
+        probe = variant.call(module, inputs)
+        grad_out = cotangent(probe.shape, cfg.seed).to(case.device, dtype)
+        del probe
+
+    def make_step(target):
+        def forward():
+            return variant.call(target, inputs)
+
+        if not train:
+            def step():
+                with torch.no_grad():
+                    return forward()
+            return forward, step
+
+        def step():
+            for leaf in leaves:  # fresh gradients each call: no accumulation in the timing
+                leaf.grad = None
+            out = forward()
+            out.backward(grad_out)
+            return out
+        return forward, step
+
+    forward, eager_step = make_step(module)
+    if not case.compiled:
+        return Prepared(forward, eager_step, eager_step, resident)
+    from torch import _dynamo as dynamo
+    from torch._dynamo.utils import counters
+
+    dynamo.reset()  # a fresh cache: no recompile limit reached by earlier cases
+    before = counters["stats"]["unique_graphs"]
+    _, step = make_step(torch.compile(module, backend=COMPILE_BACKEND))
+    started = time.perf_counter()
+    step()
+    if case.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    compile_s = time.perf_counter() - started
+    graphs = counters["stats"]["unique_graphs"] - before
+    return Prepared(forward, step, eager_step, resident, compile_s, graphs)
+
+
+ATTENTION_FAMILIES = {"attention", "encoder_layer", "decoder_layer", "decoder_only_block"}
+
+
+def case_bytes(case: BenchCase) -> int:
+    """A rough lower estimate of one case's memory: inputs, output and activations of
+    (B, T, D) and (B, T, F), and, for families with attention, one (B, H, T, S) weights
+    tensor (the explicit variants hold it); twice that with backward."""
+    itemsize = dtype_of(case.dtype).itemsize
+    b, t, d = case.batch, case.seq, case.d_model
+    n = 6 * b * t * d + b * t * case.d_ff
+    if case.family in ATTENTION_FAMILIES:
+        n += b * case.heads * t * t
+    return itemsize * n * (2 if case.mode == "fwd+bwd" else 1)
+
+
+def available_bytes(device: str) -> int | None:
+    if device.startswith("cuda"):
+        return torch.cuda.mem_get_info()[0]
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_sizes(cases: list[BenchCase]) -> None:
+    """Refuse, before the run, a sweep whose largest case cannot fit in memory."""
+    if not cases:
+        return
+    big = max(cases, key=case_bytes)
+    need, have = case_bytes(big), available_bytes(big.device)
+    if have is not None and need > have:
+        raise ConfigError(
+            f"case {big.family}/{big.variant} B={big.batch} T={big.seq} D={big.d_model} {big.mode} needs at "
+            f"least ~{need / 2**30:,.1f} GiB (activations and the (B,H,T,S) attention weights), more than the "
+            f"{have / 2**30:,.1f} GiB available; lower --batch or --seq")

@@ -1,0 +1,148 @@
+"""The JSONL log of a sweep: its first line (what measured it), reading it, refusing a file
+the harness did not write, rows from pytest-benchmark."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+from harness.base.errors import ResultsFileError
+from harness.registry import REGISTRY
+
+LOG_MAGIC = "attention-harness bench log"
+
+
+def code_fingerprint(variant_files: Iterable[str] = ()) -> str:
+    """A hash of the code a measurement depends on: the harness package's sources, the files
+    every registered variant came from (its pack module or a user's file), and ``variant_files``.
+    Rows measured under another fingerprint are not reused."""
+    files = {f.resolve() for f in Path(__file__).resolve().parents[1].rglob("*.py")}
+    for origin in {v.origin for v in REGISTRY.values() if v.origin} | set(variant_files):
+        module = sys.modules.get(origin)
+        path = getattr(module, "__file__", None) if module is not None else origin
+        if path and Path(path).is_file():
+            files.add(Path(path).resolve())
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def stamp_difference(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
+    """'' when equal, else what differs, for the message that explains a fresh start."""
+    if old is None:
+        return "it has no header line (written by an earlier version of the harness)"
+    names = {"code": "the harness's or the variants' code", "min_time": "--min-time", "rounds": "--rounds",
+             "threads": "--threads", "memory": "--no-rss", "profile": "the profile"}
+    diff = [names.get(k, k) for k in new if old.get(k) != new[k]]
+    return ", ".join(diff) + (" differ" if len(diff) > 1 else " differs") if diff else ""
+
+
+def is_harness_row(row: Any) -> bool:
+    return isinstance(row, dict) and (row.get("harness_log") == LOG_MAGIC
+                                      or row.get("kind") in ("case", "peak", "end") and "key" in row)
+
+
+def refuse_foreign_log(log: Path) -> None:
+    """Refuse a non-empty file whose first line is not this harness's: a log is only ever
+    appended to, resumed or replaced when the harness wrote it."""
+    if not log.is_file():
+        return
+    with log.open("rb") as f:
+        first = f.readline().decode(errors="replace").strip()
+        more = f.read(1)
+    if not first and not more:
+        return
+    header = json.dumps({"harness_log": LOG_MAGIC})[:-1]
+    try:
+        ours = is_harness_row(json.loads(first))
+    except json.JSONDecodeError:  # the header itself cut off by an interrupt
+        ours = not more and (header.startswith(first) or first.startswith(header))
+    if not ours:
+        raise ResultsFileError(f"'{log}' is not a log written by this harness; it is left as it is: "
+                               "give another --log path")
+
+
+def read_log(path: Path, *, quiet: bool = False) -> list[dict]:
+    """The measured rows of a JSONL log (its first line, what measured it, left out)."""
+    return [r for r in read_jsonl(path, quiet=quiet) if r.get("harness_log") != LOG_MAGIC]
+
+
+def read_jsonl(path: Path, *, quiet: bool = False) -> list[dict]:
+    """Rows of a JSONL log. A cut-off last line (the row in progress when the run stopped)
+    is dropped with a message; every earlier row is kept. A bad line before it is an error."""
+    rows: list[dict] = []
+    if not path.exists():
+        return rows
+    if path.is_dir():
+        raise ResultsFileError(f"bench log '{path}' is a directory, not a JSONL file")
+    lines = [(n, line) for n, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+    for i, (n, line) in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                if not quiet:
+                    print(f"note: {path}:{n} is cut off (the row in progress when the run stopped); "
+                          f"dropped, {len(rows)} earlier row(s) kept", file=sys.stderr)
+                break
+            raise ResultsFileError(f"{path}:{n} is not a JSON line: not a log of this harness, or damaged; "
+                                   "it is left as it is (give another --log path)") from None
+    return rows
+
+
+def _rewrite_without_cut_line(path: Path, rows: list[dict]) -> None:
+    """Before appending to a log whose last line was cut off, write it back whole."""
+    if len([x for x in path.read_text().splitlines() if x.strip()]) > len(rows):
+        path.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
+
+
+# -- sizes that cannot fit ---------------------------------------------------------------------------
+
+
+def load_rows(path: Path) -> list[dict]:
+    """Rows from a bench log (JSONL), a results.json, or a pytest-benchmark JSON."""
+    if not path.exists():
+        raise ResultsFileError(f"results file '{path}' does not exist")
+    if path.is_dir():
+        raise ResultsFileError(f"results file '{path}' is a directory; give a results.json or a bench .jsonl in it")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsFileError(f"cannot read results file '{path}': {getattr(exc, 'strerror', None) or exc}") from None
+    if path.suffix == ".jsonl":
+        return read_log(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultsFileError(f"'{path}' is not JSON: {exc.msg} (line {exc.lineno})") from None
+    if isinstance(data, dict) and "benchmarks" in data:
+        return rows_from_pytest_benchmark(data)
+    if isinstance(data, dict) and "rows" in data:
+        data = data["rows"]
+    if not isinstance(data, list) or not all(isinstance(r, dict) and "key" in r for r in data):
+        raise ResultsFileError(f"'{path}' is not a results file of this harness (rows with a 'key')")
+    return data
+
+
+def rows_from_pytest_benchmark(data: dict) -> list[dict]:
+    """pytest-benchmark's --benchmark-json output -> rows of the same shape as ours."""
+    rows = []
+    machine = data.get("machine_info", {})
+    for bench in data["benchmarks"]:
+        info = bench.get("extra_info", {})
+        if "key" not in info:
+            raise ResultsFileError(f"benchmark '{bench.get('name')}' has no harness extra_info (not from benchmarks/)")
+        stats = bench["stats"]
+        row = dict(info)
+        row.update(kind="case", status="ok", median_s=stats["median"], q1_s=stats["q1"], q3_s=stats["q3"],
+                   iqr_s=stats["iqr"], reps=stats["rounds"], source="pytest-benchmark", interleaved=False,
+                   rss_note="the pytest-benchmark suite runs no RSS probe (python -m harness bench does)",
+                   cpu=machine.get("cpu", {}).get("brand_raw", info.get("cpu", "")))
+        if row.get("flops"):  # a rate of this row alone; no ratio (nothing timed beside it)
+            row["gflops"] = row["flops"] / row["median_s"] / 1e9
+        rows.append(row)
+    return rows

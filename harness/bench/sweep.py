@@ -1,0 +1,309 @@
+"""The sweep: cases measured in interleaved groups with a matmul peak beside them, every row
+carrying its environment, appended to the JSONL log."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from tqdm import tqdm
+
+from harness.base.dtypes import dtype_of
+from harness.base.errors import HarnessError, ResultsFileError
+from harness.bench import counters, timing
+from harness.bench.cases import BenchCase, Prepared, prepare
+from harness.bench.log import (
+    LOG_MAGIC,
+    _rewrite_without_cut_line,
+    code_fingerprint,
+    is_harness_row,
+    read_jsonl,
+    refuse_foreign_log,
+    stamp_difference,
+)
+from harness.bench.memprobe import MemProbe
+from harness.registry import get_variant, reference_of
+
+PEAK = "__matmul_peak__"
+PEAK_SIZE = {"cpu": 1024, "cuda": 8192}
+# Seconds of matmul per round (several blocks, their median is the round's peak): with the
+# rows' 0.02 s a 1024 matmul (16 ms here) got 2 blocks a round, and one slow block moved
+# the peak's spread past the limit in 1 quick run of 2 on this machine.
+PEAK_MIN_TIME = 0.1
+
+
+def load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def disturbance(loads: list[float | None], peak_rounds: list[float], device: str) -> str:
+    """Why the window was disturbed, with the figures; "" when it was not."""
+    why = []
+    cores = os.cpu_count() or 1
+    worst = max((x for x in loads if x is not None), default=None)
+    if device == "cpu" and worst is not None and worst > cores + 0.5:
+        why.append(f"load average {worst:.1f} on {cores} cores")
+    med, q1, q3 = timing.quartiles(peak_rounds)
+    if peak_rounds and med > 0 and (q3 - q1) / med > timing.PEAK_SPREAD_LIMIT:
+        why.append(f"matmul peak spread {(q3 - q1) / med:.0%} across rounds (IQR/median)")
+    return "; ".join(why)
+
+
+def _static(case: BenchCase, prepared: Prepared, row: dict) -> None:
+    """What is not time, from one instrumented call of the eager step: kernel path, FLOPs
+    (executed and dense-equivalent), tensor peak, bytes saved for backward."""
+    train = case.mode == "fwd+bwd"
+    st = counters.instrumented(prepared.eager_step, case.device, prepared.resident if train else None)
+    row["path"] = ("compiled: " if case.compiled else "") + counters.path_name(st.ops)
+    row.update(path_ops=st.ops, flops=st.flops, flops_dense=st.flops_dense, peak_bytes=st.peak_bytes,
+               largest_tensor=f"{list(st.largest[1])} ({st.largest[0] / 2**20:.3g} MiB)" if st.largest[0] else None,
+               peak_method=timing.CUDA_PEAK_METHOD if case.device.startswith("cuda") else timing.CPU_PEAK_METHOD)
+    if train:
+        row["saved_bytes"] = st.saved_bytes
+
+
+def _failed(row: dict, case: BenchCase, exc: Exception) -> dict:
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or (
+            "out of memory" in str(exc).lower() and torch.cuda.is_available()):
+        torch.cuda.empty_cache()
+        return {**row, "status": "oom", "error": str(exc).splitlines()[0]}
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    status = "unsupported" if case.compiled else "error"  # e.g. torch.compile unsupported here
+    return {**row, "status": status, "error": f"{type(exc).__name__}: {first}"[:300]}
+
+
+def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threads: int,
+                  probe=None) -> tuple[list[dict], dict]:
+    """Rows of one group (one family, shape, dtype, mode: its variants and the family's
+    reference) and its matmul-peak row, timed interleaved in one window with the peak."""
+    first = cases[0]
+    started = time.perf_counter()
+    ref = reference_of(first.family)
+    rows: dict[str, dict] = {}
+    fns: dict[str, Callable[[], object]] = {}
+    loads = [load_average()]
+    for case in cases:
+        row: dict[str, Any] = {**dataclasses.asdict(case), "case": case.case, "key": case.key,
+                               "threads": threads, "baseline": ref.id if ref else None}
+        reason = get_variant(case.family, case.variant).supports(case.config())
+        if reason:
+            rows[case.variant] = {**row, "status": "unsupported", "error": reason}
+            continue
+        try:
+            prepared = prepare(case)
+            if case.compiled:
+                row.update(compile_s=prepared.compile_s, compile_graphs=prepared.graphs)
+                if not prepared.graphs:
+                    raise RuntimeError("torch.compile compiled no graph: the case would run eager")
+            _static(case, prepared, row)
+            rows[case.variant] = {**row, "status": "ok"}
+            fns[case.variant] = prepared.step
+        except HarnessError:
+            raise
+        except Exception as exc:  # a finding, not a crash: the sweep goes on
+            rows[case.variant] = _failed(row, case, exc)
+    size = PEAK_SIZE["cuda" if first.device.startswith("cuda") else "cpu"]
+    mm, mm_flops = timing.matmul_callable(first.device, dtype_of(first.dtype), size)
+    timed = timing.interleave({**fns, PEAK: mm}, rounds=rounds, min_time=min_time, threads=threads,
+                               min_times={PEAK: max(min_time, PEAK_MIN_TIME)})
+    loads.append(load_average())
+    peak_rounds = [mm_flops / t for t in timed.rounds[PEAK]]
+    disturbed = disturbance(loads, peak_rounds, first.device)
+    group = first.key.replace(f"{first.family}/{first.variant}|", f"{first.family}|")
+    pk, pk1, pk3 = timing.quartiles(peak_rounds)
+    peak_row = {"kind": "peak", "key": f"peak|{group}", "group": group, "family": first.family,
+                "device": first.device, "dtype": first.dtype, "size": size, "peak_flops": pk,
+                "peak_q1": pk1, "peak_q3": pk3, "peak_rounds": peak_rounds, "rounds": rounds, "load": loads,
+                "disturbed": disturbed,
+                "threads": threads}
+    for vid in fns:
+        row = rows[vid]
+        med, q1, q3 = timing.quartiles(timed.blocks[vid])
+        per_round = timed.rounds[vid]
+        fractions = [row["flops"] / t / p for t, p in zip(per_round, peak_rounds)] if row["flops"] else []
+        _, f1, f3 = timing.quartiles(fractions)  # the per-round spread, shown
+        # the figure and the interval a target is decided on: ratio of the medians over rounds
+        f, f_lo, f_hi = (timing.ratio_of_medians([row["flops"] / t for t in per_round], peak_rounds)
+                         if row["flops"] else (math.nan,) * 3)
+        dense = f * row["flops_dense"] / row["flops"] if row["flops"] and row["flops_dense"] else math.nan
+        row.update(median_s=med, q1_s=q1, q3_s=q3, iqr_s=q3 - q1, round_s=per_round, rounds=rounds,
+                   reps=len(timed.blocks[vid]) * timed.number[vid],
+                   gflops=row["flops"] / med / 1e9 if row["flops"] else math.nan,
+                   gflops_dense=row["flops_dense"] / med / 1e9 if row["flops_dense"] else math.nan,
+                   peak_flops=pk, peak_fraction=f, peak_fraction_q1=f1, peak_fraction_q3=f3,
+                   peak_fraction_lo=f_lo, peak_fraction_hi=f_hi,
+                   peak_fraction_dense=dense,
+                   load=loads, disturbed=disturbed, group=group, interleaved=True)
+        if ref is not None and ref.id in fns:
+            _, r1, r3 = timing.quartiles(timed.ratio(ref.id, vid))
+            r, r_lo, r_hi = timing.ratio_of_medians(timed.rounds[ref.id], per_round)
+            row.update(vs_baseline=r, vs_baseline_q1=r1, vs_baseline_q3=r3, vs_baseline_lo=r_lo,
+                       vs_baseline_hi=r_hi)
+    if probe is not None:
+        for vid in fns:
+            case = next(c for c in cases if c.variant == vid)
+            if case.compiled:
+                rows[vid].update(rss_peak_bytes=None, rss_note="compiled: the probe would compile it again")
+            else:
+                rss, why = probe.measure(dataclasses.asdict(case))
+                rows[vid].update(rss_peak_bytes=rss, rss_note=why)
+    peak_row["elapsed_s"] = time.perf_counter() - started
+    return [rows[c.variant] for c in cases], peak_row
+
+
+# -- environment -----------------------------------------------------------------------------------
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit() -> str:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (sha + ("-dirty" if dirty else "")) if sha else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def environment(device: str) -> dict[str, Any]:
+    env = {
+        "torch": torch.__version__, "python": platform.python_version(), "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "commit": git_commit(),
+        "device": device,
+        "device_name": torch.cuda.get_device_name(0) if device.startswith("cuda") else cpu_model(),
+    }
+    return env
+
+
+def log_stamp(*, device: str, profile: str, min_time: float, rounds: int, threads: int, memory: bool,
+              variant_files: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """What a log's rows were measured with: rows are resumed or reused only under an equal stamp."""
+    return {"code": code_fingerprint(variant_files), "torch": torch.__version__, "device": device,
+            "cpu": cpu_model(), "profile": profile, "min_time": min_time, "rounds": rounds,
+            "threads": threads, "memory": memory}
+
+
+def device_dir(device: str, device_name: str | None = None) -> str:
+    """``cpu``, or ``cuda-<gpu>`` (e.g. ``cuda-h100-80gb-hbm3``) from the GPU's name."""
+    if not device.startswith("cuda"):
+        return "cpu"
+    name = (device_name or torch.cuda.get_device_name(0)).lower()
+    slug = "".join(ch if ch.isalnum() else "-" for ch in name).strip("-")
+    while "--" in slug:
+        slug = slug.replace("--", "-")
+    return f"cuda-{slug.replace('nvidia-', '')}"
+
+
+# -- the sweep -------------------------------------------------------------------------------------------
+
+
+def groups(cases: list[BenchCase]) -> list[list[BenchCase]]:
+    """Cases timed together: same family, shape, dtype, device, mode and compile flag."""
+    out: dict[tuple, list[BenchCase]] = {}
+    for c in cases:
+        out.setdefault((c.family, c.batch, c.seq, c.d_model, c.heads, c.d_ff, c.dtype, c.device, c.mode,
+                        c.compiled), []).append(c)
+    return list(out.values())
+
+
+def run_sweep(
+    cases: list[BenchCase],
+    log: Path,
+    *,
+    fresh: bool = False,
+    min_time: float = 0.05,
+    rounds: int = 7,
+    threads: int | None = None,
+    progress: bool = True,
+    memory: bool = True,
+    variant_files: list[str] | None = None,
+    profile: str = "",
+) -> Iterator[dict]:
+    """Measure each group with a case not yet in ``log``; append its rows (and its matmul
+    peak row) as soon as the group finishes; yield the case rows. A group is timed as a
+    whole (its ratios need one window), so a resumed group is measured again whole.
+    Ends the log with an ``end`` row when every group is done."""
+
+    threads = threads or torch.get_num_threads()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    stamp = log_stamp(device=cases[0].device if cases else "cpu", profile=profile, min_time=min_time,
+                      rounds=rounds, threads=threads, memory=memory, variant_files=variant_files or [])
+    refuse_foreign_log(log)
+    old = read_jsonl(log, quiet=fresh)
+    if old and not all(is_harness_row(r) for r in old):
+        raise ResultsFileError(f"'{log}' is not a log written by this harness; it is left as it is: "
+                               "give another --log path")
+    header = next((r for r in old if r.get("harness_log") == LOG_MAGIC), None)
+    stale = stamp_difference(header and header.get("stamp"), stamp) if old else ""
+    if stale:
+        print(f"{log}: its rows were measured with other settings ({stale}); measuring again",
+              file=sys.stderr)
+    if (fresh or stale) and log.exists():
+        log.unlink()
+        old = []
+    if old:
+        _rewrite_without_cut_line(log, old)
+    old = [r for r in old if r is not header]
+    done = {r["key"] for r in old if r.get("kind", "case") == "case"}
+    env = environment(cases[0].device) if cases else {}
+    env["threads"] = threads
+    if old and cases:
+        left = sum(c.key not in done for c in cases)
+        if left:
+            print(f"resuming {log}: {len(cases) - left} of {len(cases)} case(s) already measured with this "
+                  "code and these settings (--fresh measures all again)", file=sys.stderr)
+        else:
+            print(f"all {len(cases)} case(s) already measured in {log} with this code and these settings; "
+                  "nothing to measure (--fresh measures again)", file=sys.stderr)
+    todo = [g for g in groups(cases) if any(c.key not in done for c in g)]
+    cpu = bool(cases) and not cases[0].device.startswith("cuda")
+    probe = MemProbe(list(variant_files or []), threads) if memory and cpu else None
+    try:
+        with log.open("a") as out:
+            def emit(row):
+                out.write(json.dumps(row, default=str) + "\n")
+                out.flush()
+
+            if not old:
+                emit({"harness_log": LOG_MAGIC, "kind": "log", "stamp": stamp})
+
+            bar = tqdm(todo, desc="bench", unit="group", disable=not progress, dynamic_ncols=True)
+            for group in bar:
+                c = group[0]
+                bar.set_postfix_str(f"{c.family} B={c.batch} T={c.seq} {c.mode}", refresh=False)
+                rows, peak = measure_group(group, min_time=min_time, rounds=rounds, threads=threads, probe=probe)
+                if peak["disturbed"]:
+                    tqdm.write(f"disturbed: {c.family} B={c.batch} T={c.seq} {c.mode}: {peak['disturbed']}",
+                               file=sys.stderr)
+                emit({**peak, "profile": profile, **env})
+                for row in rows:
+                    row = {**row, "kind": "case", "profile": profile, **env}
+                    emit(row)
+                    yield row
+            if todo or not (old and old[-1].get("kind") == "end"):
+                emit({"kind": "end", "key": "end", "profile": profile})
+    finally:
+        if probe is not None:
+            probe.close()

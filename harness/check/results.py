@@ -1,0 +1,168 @@
+"""What checks return: spec, gradcheck, dropout, pair and kernel-path results (data only;
+the report renders them, the JSON output reads them)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from harness.base.config import Config
+
+
+@dataclass
+class PairResult:
+    family: str
+    a: str
+    b: str
+    case: str
+    dtype: str
+    device: str
+    verdict: str
+    expected: str
+    reason: str
+    ok: bool
+    max_abs: float
+    max_rel: float
+    noise_ratio: float
+    grad_verdict: str
+    grad_max_abs: float
+    grad_noise_ratio: float
+    worst_grad: str
+    path_a: str
+    path_b: str
+    note: str = ""
+    config: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class PathResult:
+    """Per variant and case: the autograd path against the no_grad (inference) path."""
+
+    family: str
+    variant: str
+    case: str
+    dtype: str
+    device: str
+    path_autograd: str
+    path_inference: str
+    verdict: str
+    max_abs: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TensorCheck:
+    name: str
+    verdict: str
+    err: float
+    ref_err: float | None
+    allowed: float
+    ratio: float
+    note: str = ""
+
+
+@dataclass
+class SpecResult:
+    family: str
+    variant: str
+    config: str
+    case: str
+    dtype: str
+    device: str
+    verdict: str          # equivalent | less precise | different | error
+    expected: str         # equivalent | less precise | error
+    ok: bool
+    err: float            # the worst tensor's max |variant - oracle|
+    ref_err: float        # the reference's on that tensor (NaN in float64)
+    ratio: float          # err over the baseline error (the ulp floor when the baseline is exact)
+    worst: str            # which tensor ("output", "grad:q.weight", ...)
+    reference: str
+    path: str
+    note: str = ""
+    tensors: list[TensorCheck] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class GradcheckResult:
+    family: str
+    variant: str
+    config: str
+    case: str
+    ok: bool
+    note: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class DropoutResult:
+    family: str
+    variant: str
+    check: str            # "eval: output unchanged (p=...)" | "train: draws per call (p=...)"
+    expected: str
+    measured: str
+    ok: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class CompiledResult:
+    family: str
+    variant: str
+    config: str
+    case: str
+    dtype: str
+    backend: str
+    verdict: str          # identical | equivalent | less precise | different | error
+    ok: bool
+    graphs: int           # graphs Dynamo compiled for this call (0: it ran eager)
+    graph_breaks: int
+    err: float            # compiled vs oracle, worst tensor
+    eager_err: float      # eager vs oracle, same tensor
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class CheckReport:
+    configs: dict[str, Config]
+    dtypes: list[str]
+    specs: list[SpecResult] = field(default_factory=list)
+    pairs: list[PairResult] = field(default_factory=list)
+    paths: list[PathResult] = field(default_factory=list)
+    gradchecks: list[GradcheckResult] = field(default_factory=list)
+    dropouts: list[DropoutResult] = field(default_factory=list)
+    compiled: list[CompiledResult] = field(default_factory=list)
+    skipped: list[tuple[str, str, str, str]] = field(default_factory=list)  # family, variant, config, why
+
+    @property
+    def failures(self) -> list:
+        """Everything that contradicts a declaration."""
+        return ([s for s in self.specs if not s.ok] + [g for g in self.gradchecks if not g.ok]
+                + [d for d in self.dropouts if not d.ok] + [c for c in self.compiled if not c.ok])
+
+    def as_dict(self) -> dict:
+        return {
+            "configs": {n: {**asdict(c), "d_k": c.d_k} for n, c in self.configs.items()},
+            "dtypes": self.dtypes,
+            "specs": [s.as_dict() for s in self.specs],
+            "pairs": [p.as_dict() for p in self.pairs],
+            "paths": [p.as_dict() for p in self.paths],
+            "gradchecks": [g.as_dict() for g in self.gradchecks],
+            "dropouts": [d.as_dict() for d in self.dropouts],
+            "compiled": [c.as_dict() for c in self.compiled],
+            "skipped": [dict(zip(("family", "variant", "config", "why"), s)) for s in self.skipped],
+            "contradictions": len(self.failures),
+        }

@@ -1,0 +1,274 @@
+"""The ``bench`` and ``report`` commands.
+
+bench   measures a profile's cases (resumable: rows already in the log are skipped)
+report  runs the check and the benchmarks and writes reports/<device>/<profile>/ (whole or
+        not at all); or, with --from FILE, writes reports/<device>/from/ from rows
+        measured before (a bench log, a results.json, or pytest-benchmark's JSON)
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tabulate import tabulate
+
+from harness.base.config import CONFIG_MATRIX, Config
+from harness.base.dtypes import default_dtypes, resolve_device
+from harness.base.errors import ConfigError, HarnessError
+from harness.bench.cases import PROFILES, TIMING, check_sizes, plan
+from harness.bench.log import load_rows, read_log, refuse_foreign_log
+from harness.bench.sweep import device_dir, run_sweep
+from harness.check.api import check_all
+from harness.cli.common import _load, _variant_files
+from harness.families.catalog import FAMILIES
+from harness.report.bench_frame import load_old
+from harness.report.bench_tables import print_targets
+from harness.report.differences_md import write_differences
+from harness.report.io import ensure_writable, write_json
+from harness.report.markdown import write_report
+from harness.trace.differences import differences
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"impossible sweep: {text!r} is not a comma-separated list of integers") from None
+    if not values:
+        raise ConfigError(f"impossible sweep: {text!r} names no value")
+    return values
+
+
+def add_commands(sub, common) -> None:
+    for name, helptext in (("bench", "speed and memory benchmarks (resumable)"),
+                           ("report", "check + benchmarks -> reports/<device>/<profile>/")):
+        p = sub.add_parser(name, help=helptext)
+        common(p)
+        p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
+        prof = p.add_mutually_exclusive_group()
+        prof.add_argument("--quick", dest="profile", action="store_const", const="quick",
+                          help="the quick profile (default; within two minutes on an idle 2-core CPU)")
+        prof.add_argument("--full", dest="profile", action="store_const", const="full", help="the full sweep")
+        p.set_defaults(profile=None)
+        p.add_argument("--variant", action="append", metavar="ID",
+                       help="only this variant (repeatable; the family's reference is timed beside it)")
+        p.add_argument("--seq", type=str, help="override the sequence lengths, e.g. 64,128")
+        p.add_argument("--batch", type=str, help="override the batch sizes, e.g. 1,8")
+        p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's default, set explicitly)")
+        p.add_argument("--fresh", action="store_true", help="ignore rows already measured in the log")
+        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        p.add_argument("--min-time", type=float,
+                       help="seconds of timed calls per variant per round (default: quick 0.02, full 0.05)")
+        p.add_argument("--rounds", type=int, help="interleaved rounds per group (default 7)")
+        p.add_argument("--no-rss", action="store_true", help="skip the CPU resident-set probe process")
+        if name == "bench":
+            p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+            p.add_argument("--log", metavar="PATH",
+                           help="the JSONL log (default reports/<device>/bench-<profile>.jsonl)")
+            p.set_defaults(func=cmd_bench)
+        else:
+            p.add_argument("--out", default="reports", help="parent folder of <device>/ (default reports)")
+            p.add_argument("--from", dest="from_file", metavar="FILE",
+                           help="make the report from rows measured before; measure nothing "
+                                "(written to <out>/<device>/from/)")
+            p.add_argument("--compare", metavar="OLD.json",
+                           help="a change column against an earlier results.json "
+                                "(default: the committed reference <out>/<device>/full/results.json)")
+            p.add_argument("--no-compare", action="store_true", help="no change column")
+            p.add_argument("--threshold", type=float, default=0.10, help="regression threshold (default 0.10)")
+            p.add_argument("--skip-check", action="store_true", help="leave the verdicts out")
+            p.set_defaults(func=cmd_report)
+
+
+def _validate(args) -> None:
+    """Options that cannot work, refused before anything runs."""
+    timing = TIMING[args.profile or "quick"]
+    args.min_time = timing["min_time"] if args.min_time is None else args.min_time
+    args.rounds = timing["rounds"] if args.rounds is None else args.rounds
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads {args.threads} must be at least 1")
+    if not args.min_time > 0:
+        raise ConfigError(f"--min-time {args.min_time:g} must be a positive number of seconds")
+    if args.rounds < 3:
+        raise ConfigError(f"--rounds {args.rounds} must be at least 3 (quartiles across rounds)")
+    if getattr(args, "threshold", 0) < 0 or getattr(args, "threshold", 0) != getattr(args, "threshold", 0):
+        raise ConfigError(f"--threshold {args.threshold:g} must be a fraction >= 0 (0.10 = 10% slower)")
+    if getattr(args, "from_file", None):
+        if args.profile:
+            raise ConfigError(f"--from {args.from_file} reports rows measured before; --{args.profile} "
+                              "(a profile to measure) contradicts it")
+        for opt in ("seq", "batch", "variant"):
+            if getattr(args, opt):
+                raise ConfigError(f"--from {args.from_file} measures nothing; --{opt} does not apply")
+    args.profile = args.profile or "quick"
+
+
+def _setup(args):
+
+    _validate(args)
+    _load(args)
+    args.threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(args.threads)  # set explicitly; recorded in every row
+    return resolve_device(args.device)
+
+
+def _plan(args, device):
+    cases = plan(args.profile, device, args.family, args.variant,
+                 _int_list(args.batch) if args.batch else None, _int_list(args.seq) if args.seq else None)
+    check_sizes(cases)
+    return cases
+
+
+def _writable_dir(path: Path, what: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Path(tempfile.mkdtemp(dir=path.parent, prefix=".probe-")).rmdir()
+    except OSError as exc:
+        raise HarnessError(f"cannot write {what} '{path}': {exc.strerror or exc}") from None
+
+
+def _summary(rows) -> str:
+    out = []
+    for r in rows:
+        ok = r.get("status") == "ok"
+        ratio = r.get("vs_baseline")
+        out.append({
+            "family": r["family"], "variant": r["variant"],
+            "shape": f"B={r['batch']} T={r['seq']} D={r['d_model']}", "dtype": r["dtype"],
+            "mode": r["mode"] + (" compiled" if r.get("compiled") else ""),
+            "median ms": f"{r['median_s'] * 1e3:.3g}" if ok else r.get("status"),
+            "IQR ms": f"{r['iqr_s'] * 1e3:.2g}" if ok else str(r.get("error", ""))[:40],
+            "vs baseline [round q1-q3]": (f"{ratio:.2f}x [{r['vs_baseline_q1']:.2f}-{r['vs_baseline_q3']:.2f}]"
+                                    if ok and ratio is not None and ratio == ratio else "-"),
+            "GFLOP/s": f"{r['gflops']:.1f}" if ok and r.get("gflops") == r.get("gflops") else "-",
+            "path": r.get("path", "-") if ok else "-",
+        })
+    return tabulate(pd.DataFrame(out), headers="keys", tablefmt="simple", showindex=False) if out else "(no rows)"
+
+
+def _measure(args, cases, log: Path, fresh: bool) -> tuple[list, bool]:
+    """Run the sweep over ``cases``; returns (new rows, interrupted)."""
+    rows, interrupted = [], False
+    try:
+        for row in run_sweep(cases, log, fresh=fresh, min_time=args.min_time, rounds=args.rounds,
+                             threads=args.threads, progress=not args.no_progress, memory=not args.no_rss,
+                             variant_files=_variant_files(args), profile=args.profile):
+            rows.append(row)
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"\ninterrupted: {len(rows)} new case(s) kept in {log}; run the same command to resume",
+              file=sys.stderr)
+    return rows, interrupted
+
+
+def _disturbed_lines(rows) -> list[str]:
+    peaks = [r for r in rows if r.get("kind") == "peak" and r.get("disturbed")]
+    return [f"disturbed window: {p['group']}: {p['disturbed']}" for p in peaks]
+
+
+def cmd_bench(args) -> int:
+    device = _setup(args)
+    log = Path(args.log) if args.log else Path("reports") / device_dir(device) / f"bench-{args.profile}.jsonl"
+    cases = _plan(args, device)
+    ensure_writable(str(log), "the bench log")
+    refuse_foreign_log(log)
+    if args.json:
+        ensure_writable(args.json)
+    _, interrupted = _measure(args, cases, log, args.fresh)
+    wanted = {c.key for c in cases}
+    logged = read_log(log, quiet=True)
+    rows = [r for r in logged if r.get("key") in wanted]
+    print(_summary(rows))
+    groups = {r.get("group") for r in rows}
+    peaks = [r for r in logged if r.get("kind") == "peak" and r.get("group") in groups]
+    for line in _disturbed_lines(peaks):
+        print(line, file=sys.stderr)
+    print(f"\n{len(rows)} case(s) in {log}; threads {args.threads}")
+    if args.json:
+        write_json(args.json, peaks + rows)
+    return 130 if interrupted else 0
+
+
+def _coverage(rows, profile: str, device: str) -> str:
+    """' Incomplete: ...' when the rows cover only part of their profile's plan."""
+    if profile not in PROFILES:
+        return ""
+    planned = {c.key: c for c in plan(profile, device)}
+    measured = {r.get("key") for r in rows}
+    missing = [c for k, c in planned.items() if k not in measured]
+    if not missing:
+        return ""
+    families = sorted({c.family for c in missing})
+    return (f" **Incomplete: {len(missing)} of {len(planned)} cases of the {profile} profile were not "
+            f"measured** (the sweep was stopped; families with missing cases: {', '.join(families)}).")
+
+
+def cmd_report(args) -> int:
+    device = _setup(args)
+    root = Path(args.out)
+    results = paths = None
+    note = ""
+    if args.from_file:
+        rows = load_rows(Path(args.from_file))
+        note = f"Rows from `{args.from_file}`."
+        measured = next((r for r in rows if r.get("kind", "case") == "case"), {})
+        device_folder = root / device_dir(measured.get("device", device), measured.get("device_name"))
+        out = device_folder / "from"
+        profile = measured.get("profile") or "from a file"
+        note += _coverage(rows, profile, measured.get("device", device))
+    else:
+        device_folder = root / device_dir(device)
+        out = device_folder / args.profile
+        profile = args.profile
+    reference = device_folder / "full" / "results.json"
+    compare = None if args.no_compare else (args.compare or (str(reference) if reference.is_file() else None))
+    old = load_old(compare) if compare else None
+    cases = None if args.from_file else _plan(args, device)
+    _writable_dir(out, "the report to")
+    if cases is not None:
+        log = device_folder / f"report-{args.profile}.jsonl"
+        ensure_writable(str(log), "the bench log")
+        refuse_foreign_log(log)
+        fresh = args.fresh  # rows measured with this code and settings are reused
+        if not args.skip_check:
+            # quick: the default config; full: the whole config matrix (as `harness check`)
+            print("check: every variant against its spec, every pair ...", file=sys.stderr)
+            check_report = check_all(args.family or list(FAMILIES),
+                                     CONFIG_MATRIX if args.profile == "full" else {"default": Config()},
+                                     device, default_dtypes(device))
+            results, paths = check_report.pairs, check_report.paths
+
+            torch.set_num_threads(args.threads)  # the check may pin its own; the benchmark's are these
+        _, interrupted = _measure(args, cases, log, fresh)
+        wanted = {c.key for c in cases}
+        logged = read_log(log, quiet=True)
+        groups = {r.get("group") for r in logged if r.get("key") in wanted}
+        rows = [r for r in logged if r.get("key") in wanted or (r.get("kind") == "peak" and r.get("group") in groups)]
+        if interrupted:
+            note = "Interrupted: the sweep is incomplete."
+    report = write_report(rows, out, results=results, paths=paths, old_rows=old, threshold=args.threshold,
+                          profile=profile, note=note, compared_with=compare)
+    print_targets(rows)
+    for line in _disturbed_lines(rows):
+        print(line, file=sys.stderr)
+    print(f"wrote {report} (+ results.csv, results.json, plots)" + (f"; compared with {compare}" if compare else ""))
+    if results is not None and args.profile == "full":  # where and why they differ (harness.trace.differences)
+        started = time.perf_counter()
+        findings = differences(results, paths, families=args.family, cfg=Config())
+        written = write_differences(Path(args.out) / "DIFFERENCES.md", findings, Config())
+        print(f"differences: {len(findings)} families in {time.perf_counter() - started:.0f} s")
+        print(f"wrote {written}")
+    elif results is not None:
+        print("reports/DIFFERENCES.md is written by `report --full` (tracing every boundary takes minutes)")
+    if results is not None:
+        bad = check_report.failures + [r for r in results if not r.ok]
+        print(f"check: {len(check_report.specs)} spec checks and {len(results)} pairs, "
+              f"{len(bad)} contradict their declarations")
+        if bad:
+            return 1
+    return 130 if note.startswith("Interrupted") else 0

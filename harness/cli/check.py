@@ -1,0 +1,86 @@
+"""``list`` and ``check``."""
+
+from __future__ import annotations
+
+from harness import registry
+from harness.base.config import config_matrix
+from harness.base.dtypes import default_dtypes, dtype_of, resolve_device
+from harness.base.errors import HarnessError, UnknownName
+from harness.check.api import check_all
+from harness.cli.common import _families, _load
+from harness.families.catalog import get_family
+from harness.registry import REGISTRY, variants_of
+from harness.report.check_text import check_text, summary_line
+from harness.report.io import ensure_writable, write_json
+from harness.report.tables import (
+    traits_table,
+    variants_table,
+)
+from harness.trace.explain import explain_differences, explain_failures
+
+
+def cmd_list(args) -> int:
+    _load(args)
+    families = _families(args)
+    ensure_writable(args.json)
+    variants = [v for v in REGISTRY.values() if v.family in set(families)]
+    if len(families) == 1:  # one family: its traits side by side, a column per trait
+        print(traits_table(families[0]))
+    else:
+        print(variants_table(variants))
+    for pack, note in sorted(registry.PACK_NOTES.items()):  # read now: loading packs adds notes
+        print(f"\nsource ({pack}): {note}")
+    if args.json:
+        write_json(args.json, [
+            {"id": v.id, "family": v.family, "source": v.source, "reference": v.reference,
+             "summary": v.summary, "traits": dict(v.traits), "origin": v.origin}
+            for v in variants
+        ])
+    return 0
+
+
+def _check_dtypes(names: list[str] | None, families: list[str], device: str) -> list[str]:
+    dtypes = names or default_dtypes(device)
+    for name in dtypes:
+        if not dtype_of(name).is_floating_point:
+            fixed = [f for f in families if get_family(f).dtypes]
+            raise UnknownName(f"dtype '{name}' is not a floating dtype; families are checked in float64, "
+                              f"float32, bfloat16 or float16" + (f" ({fixed} run in their own dtype)" if fixed else ""))
+    return dtypes
+
+
+def _wanted(names: list[str] | None, families: list[str], any_family: bool) -> list[str] | None:
+    """The keys of the variants ``--variant`` names (None: every variant)."""
+    if not names:
+        return None
+    wanted = []
+    for vid in names:
+        matches = [v.key for f in families for v in variants_of(f) if v.id == vid]
+        if not matches:
+            known = sorted({v.id for f in families for v in variants_of(f)})
+            raise UnknownName(f"no variant '{vid}' in {'any family' if any_family else families}; known: {known}")
+        wanted += matches
+    return wanted
+
+
+def cmd_check(args) -> int:
+    _load(args)
+    families = _families(args)
+    configs = config_matrix(args.set)
+    device = resolve_device(args.device)
+    dtypes = _check_dtypes(args.dtype, families, device)
+    if args.precision_factor <= 0:
+        raise HarnessError(f"--precision-factor {args.precision_factor} must be positive")
+    ensure_writable(args.json)
+    wanted = _wanted(args.variant, families, any_family=not args.family)
+    report = check_all(families, configs, device, dtypes, factor=args.precision_factor, variants=wanted,
+                       strict=args.strict_precision, pairs=args.pairs,
+                       compile_backend=args.compile_backend if args.compiled else None)
+    print(check_text(report, configs, families=families, device=device, factor=args.precision_factor, pairs=args.pairs,
+                     matrix_note=not args.set, compile_backend=args.compile_backend if args.compiled else None,
+                     explained_differences=explain_differences(report, configs) if args.explain else None,
+                     explained_failures=explain_failures(report, configs)))
+    if args.json:
+        write_json(args.json, report.as_dict())
+    print(summary_line(report, configs))
+    return 1 if report.failures else 0

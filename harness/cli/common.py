@@ -1,0 +1,36 @@
+"""What every command shares: the variant files to load, the families asked for."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from harness.families.catalog import FAMILIES, get_family
+from harness.registry import load_all
+
+VARIANTS_ENV = "HARNESS_VARIANTS"
+
+
+def _variant_files(args) -> list[str]:
+    files = list(getattr(args, "variants", None) or [])
+    env = os.environ.get(VARIANTS_ENV, "")
+    files += [p for p in env.split(os.pathsep) if p]
+    return files
+
+
+def _load(args) -> None:
+    load_all(_variant_files(args))
+
+
+def _families(args) -> list[str]:
+    names = args.family or list(FAMILIES)
+    for name in names:
+        get_family(name)
+    return names
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line on stderr and exit 2 (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")

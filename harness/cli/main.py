@@ -1,0 +1,77 @@
+"""``python -m harness {list,check,bench,report}``.
+
+User mistakes (unknown names, impossible configs, unreadable files) print one line and
+exit 2; a check whose verdicts contradict their declarations exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness.base.errors import HarnessError
+from harness.cli import bench as bench_commands
+from harness.cli import models as models_commands
+from harness.cli.check import cmd_check, cmd_list
+from harness.cli.common import VARIANTS_ENV, OneLineParser
+from harness.cli.review import add_review_commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+
+    def common(p, families=True):
+        p.add_argument("--variants", action="append", metavar="FILE",
+                       help=f"also load variants from this file (repeatable; or ${VARIANTS_ENV})")
+        if families:
+            p.add_argument("--family", action="append", metavar="F", help="only this family (repeatable)")
+
+    p = sub.add_parser("list", help="print every registered variant and its traits")
+    common(p)
+    p.add_argument("--json", metavar="PATH", help="also write the list as JSON")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("check",
+                       help="every variant against its spec, and the verdict matrix; exit 1 on a contradiction")
+    common(p)
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+    p.add_argument("--dtype", action="append",
+                   help="precision dtype (repeatable; default float32 on CPU; float64 always runs, for semantics)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="config override, e.g. d_model=128 (replaces the default config matrix by one config)")
+    p.add_argument("--variant", action="append", metavar="ID",
+                   help="check only this variant (repeatable; its family's reference still runs, as the baseline)")
+    p.add_argument("--pairs", choices=("derived", "all"), default="derived",
+                   help="derive the pair matrix from the equivalence classes (default), or measure every pair")
+    p.add_argument("--precision-factor", type=float, default=2.0,
+                   help="a variant may have this many times the baseline's error (default 2)")
+    p.add_argument("--strict-precision", action="store_true",
+                   help="'less precise' in bfloat16/float16 is a contradiction too")
+    p.add_argument("--explain", action="store_true",
+                   help="also trace where each declared difference first shows (seconds per difference)")
+    p.add_argument("--compiled", action="store_true",
+                   help="also check each attention/layer variant under torch.compile against itself eager (slow)")
+    p.add_argument("--compile-backend", default="inductor", metavar="NAME",
+                   help="torch.compile backend for --compiled (default inductor; aot_eager skips code generation)")
+    p.add_argument("--json", metavar="PATH", help="also write every spec, pair, path, gradcheck and dropout result")
+    p.set_defaults(func=cmd_check)
+
+    add_review_commands(sub, common)
+
+    bench_commands.add_commands(sub, common)  # bench, report
+    models_commands.add_commands(sub, common)  # decode, train-step, copy-task, cache-bench
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,132 @@
+"""Commands for the whole models (issue 11).
+
+decode       greedy tokens of every pair of models compared, and each cache against
+             re-running the whole prefix; exit 1 when an equivalent pair emits different
+             tokens or a cache changes the log-probabilities
+train-step   one Adam step on the same weights and batch, updated parameters compared
+             through the canonical map; exit 1 on a contradiction
+copy-task    004's copy task trained for every encoder-decoder model -> DIR
+cache-bench  tokens/s and peak memory with and without each cache as T grows -> DIR
+"""
+
+from __future__ import annotations
+
+import math
+
+from tabulate import tabulate
+
+from harness.base.config import Config
+from harness.base.errors import ConfigError
+from harness.bench.cache_bench import write_cache_bench
+from harness.cli.bench import _int_list
+from harness.cli.common import _load
+from harness.report.io import write_json
+from harness.systems.copy_task import copy_task_table, write_copy_task
+from harness.systems.decoding import check_cache, compare_greedy
+from harness.systems.models import MODEL_FAMILIES, _model_family
+from harness.systems.training import ADAM, compare_train_step
+
+
+def add_commands(sub, common) -> None:
+    def with_config(p):
+        p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. d_model=128")
+
+    p = sub.add_parser("decode", help="greedy decoding compared; cache vs full recomputation")
+    common(p)
+    with_config(p)
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.set_defaults(func=cmd_decode)
+
+    p = sub.add_parser("train-step", help="one training step compared across models")
+    common(p)
+    with_config(p)
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.set_defaults(func=cmd_train_step)
+
+    p = sub.add_parser("copy-task", help="train every encoder-decoder model on 004's copy task (CPU)")
+    common(p, families=False)
+    with_config(p)
+    p.add_argument("--out", required=True, metavar="DIR", help="writes copy_task.{json,md,png} here")
+    p.add_argument("--steps", type=int, default=300, help="updates per model (default 300)")
+    p.add_argument("--batch", type=int, default=32, help="sequences per update (default 32)")
+    p.add_argument("--eval", type=int, default=64, help="held-out sequences decoded for accuracy (default 64)")
+    p.add_argument("--variant", action="append", metavar="ID", help="only this model (repeatable)")
+    p.set_defaults(func=cmd_copy_task)
+
+    p = sub.add_parser("cache-bench", help="tokens/s and memory with and without the cache as T grows")
+    common(p, families=False)
+    with_config(p)
+    p.add_argument("--out", required=True, metavar="DIR", help="writes cache_bench.{json,md,png} here")
+    p.add_argument("--seq", default="8,16,32,64", help="generated lengths (default 8,16,32,64)")
+    p.set_defaults(func=cmd_cache_bench)
+
+
+def _families(args) -> list[str]:
+    """The model families asked for (all by default); any other family is an error."""
+    return [_model_family(name).name for name in args.family or MODEL_FAMILIES]
+
+
+def _fmt(x: float) -> str:
+    return "-" if isinstance(x, float) and math.isnan(x) else f"{x:.3g}"
+
+
+def cmd_decode(args) -> int:
+
+    _load(args)
+    cfg = Config.parse(args.set)
+    greedy_rows, cache_rows = [], []
+    for family in _families(args):
+        greedy_rows += compare_greedy(family, cfg)
+        cache_rows += check_cache(family, cfg)
+    print("== Greedy decoding: each model's own loop on the same ported weights")
+    print(tabulate([(r.family, f"{r.a} ~ {r.b}", r.expected, "same" if r.same_tokens else "differ",
+                     "yes" if r.ok else "NO", r.first_diff or "-", _fmt(r.margin_a), _fmt(r.margin_b))
+                    for r in greedy_rows],
+                   headers=("family", "pair", "expected", "tokens", "ok", "first difference",
+                            "margin a", "margin b")))
+    print("\n== Incremental decoding (cache) vs re-running the whole prefix, float32")
+    print(tabulate([(r.family, r.variant, r.cache, r.steps, r.verdict, "yes" if r.ok else "NO",
+                     _fmt(r.max_abs), _fmt(r.noise_ratio)) for r in cache_rows],
+                   headers=("family", "model", "cache", "steps", "verdict", "ok", "max_abs", "noise_ratio")))
+    bad = [r for r in greedy_rows if not r.ok] + [r for r in cache_rows if not r.ok]
+    if args.json:
+        write_json(args.json, {"greedy": [r.as_dict() for r in greedy_rows],
+                               "cache": [r.as_dict() for r in cache_rows]})
+    print(f"\n{len(greedy_rows)} pairs decoded, {len(cache_rows)} caches checked, {len(bad)} contradict")
+    return 1 if bad else 0
+
+
+def cmd_train_step(args) -> int:
+
+    _load(args)
+    cfg = Config.parse(args.set)
+    rows = []
+    for family in _families(args):
+        rows += compare_train_step(family, cfg)
+    print(f"== One Adam step {ADAM}, dropout 0: updated parameters through the canonical map")
+    print(tabulate([(r.family, f"{r.a} ~ {r.b}", r.expected, r.verdict, "yes" if r.ok else "NO", r.worst_param,
+                     _fmt(r.max_abs), _fmt(r.noise_ratio)) for r in rows],
+                   headers=("family", "pair", "expected", "verdict", "ok", "worst parameter", "max_abs",
+                            "noise_ratio")))
+    bad = [r for r in rows if not r.ok]
+    if args.json:
+        write_json(args.json, [r.as_dict() for r in rows])
+    print(f"\n{len(rows)} pairs stepped, {len(bad)} contradict")
+    return 1 if bad else 0
+
+
+def cmd_copy_task(args) -> int:
+    _load(args)
+    if min(args.steps, args.batch, args.eval) < 1:
+        raise ConfigError(f"--steps {args.steps}, --batch {args.batch} and --eval {args.eval} must be positive")
+    runs = write_copy_task(args.out, Config.parse(args.set), args.steps, args.batch, args.variant, args.eval)
+    print(copy_task_table(runs))
+    print(f"\nwrote {args.out}/copy_task.json, copy_task.md, copy_task.png")
+    return 0
+
+
+def cmd_cache_bench(args) -> int:
+    _load(args)
+    write_cache_bench(args.out, _int_list(args.seq), Config.parse(args.set))
+    print(open(f"{args.out}/cache_bench.md").read())
+    return 0

@@ -1,0 +1,95 @@
+"""``diff``, ``map`` and ``differences``: reviewing where and why variants differ."""
+
+from __future__ import annotations
+
+import time
+
+from harness.base.config import Config
+from harness.base.dtypes import dtype_of, resolve_device
+from harness.cli.common import _load
+from harness.families.catalog import get_family
+from harness.registry import get_variant
+from harness.report.differences_md import write_differences
+from harness.report.io import ensure_writable, write_json
+from harness.trace.differences import differences
+from harness.trace.mapsearch import propose_map
+from harness.trace.pairs import diff_pair, pick_case
+from harness.trace.render import render
+
+
+def cmd_diff(args) -> int:
+    _load(args)
+    cfg = Config.parse(args.set)
+    device = resolve_device(args.device)
+    dtype_of(args.dtype)
+    ensure_writable(args.json)
+    family = get_family(args.family)
+    a, b = get_variant(family.name, args.a), get_variant(family.name, args.b)
+    if args.case:
+        family.case(args.case)
+        case = args.case
+    else:
+        case, verdicts = pick_case(family.name, a, b, cfg, args.dtype)
+        print("cases: " + ", ".join(f"{c} {v}" for c, v in verdicts) + f"; tracing '{case}'")
+    result = diff_pair(family.name, a, b, case, cfg, args.dtype, device=device)
+    print(render(result))
+    if args.json:
+        write_json(args.json, result)
+    return 0
+
+
+def cmd_map(args) -> int:
+    _load(args)
+    ensure_writable(args.json)
+    proposal = propose_map(args.target, args.family, init=args.init, call=args.call,
+                           cfg=Config.parse(args.set), variant_id=args.id)
+    print(proposal.text)
+    if args.json:
+        write_json(args.json, proposal.as_dict())
+    return 0 if proposal.found else 1
+
+
+def cmd_differences(args) -> int:
+    _load(args)
+    ensure_writable(args.out, "--out")
+    cfg = Config.parse(args.set)
+    started = time.perf_counter()
+    findings = differences(None, None, families=args.family, cfg=cfg)
+    path = write_differences(args.out, findings, cfg)
+    print(f"differences: {len(findings)} families in {time.perf_counter() - started:.0f} s")
+    print(f"wrote {path}")
+    return 0
+
+
+def add_review_commands(sub, common) -> None:
+    """``diff``, ``map`` and ``differences``: reviewing where and why variants differ."""
+    p = sub.add_parser("diff", help="where two variants first diverge, why, and what it costs")
+    common(p, families=False)
+    p.add_argument("family", help="the family of both variants")
+    p.add_argument("a", help="variant A")
+    p.add_argument("b", help="variant B")
+    p.add_argument("--case", help="the case to trace (default: the first case where they differ)")
+    p.add_argument("--dtype", default="float32", help="float32 (default), float64, ...")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. heads=8")
+    p.add_argument("--json", metavar="PATH", help="also write everything as JSON")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("map", help="propose a parameter map for a module, by search")
+    common(p, families=False)
+    p.add_argument("target", help="FILE.py:CLASS or a module path such as torch.nn:MultiheadAttention")
+    p.add_argument("--family", required=True, help="the family the module belongs to")
+    p.add_argument("--init", help="constructor keyword arguments, e.g. 'embed_dim=cfg.d_model, "
+                                  "num_heads=cfg.heads' (default: guessed from the signature)")
+    p.add_argument("--call", help="how to call it: a call form name (see harness.trace.map_candidates.CALL_FORMS) "
+                                  "or an expression of m, query, key, value, mask (default: try the forms)")
+    p.add_argument("--id", help="the id to register it under (default: the class name, lower case)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override")
+    p.add_argument("--json", metavar="PATH", help="also write the proposal as JSON")
+    p.set_defaults(func=cmd_map)
+
+    p = sub.add_parser("differences", help="write reports/DIFFERENCES.md (classes, reasons, costs)")
+    common(p)
+    p.add_argument("--out", default="reports/DIFFERENCES.md", help="where to write it")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override")
+    p.set_defaults(func=cmd_differences)

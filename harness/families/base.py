@@ -1,0 +1,235 @@
+"""Families: the interface of each kind of component.
+
+A family fixes
+- the canonical call (what the adapter of every variant receives),
+- the canonical parameters (names and shapes) that weights are ported through,
+- the seeded cases (inputs) that every pair of its variants is compared on,
+- the semantic traits and their vocabulary: declared traits whose values say *what* a
+  variant computes. The family's float64 oracle (``harness.families.oracles``) is built from them,
+  and every variant is checked against the oracle of its own traits. Two variants whose
+  semantic traits are equal fall in one equivalence class. Other traits (scale
+  placement, QKV layout, ...) describe *how* a variant computes; they are known by name
+  (``DESCRIPTIVE_TRAITS``) and must not change the result beyond rounding.
+
+Declarations are validated at ``register``: an unknown trait key, a semantic value the
+oracle cannot build, or an unknown case name in ``traits["cases"]`` is an error listing
+what is known.
+
+Mask convention everywhere in the harness: bool, True = may attend. Pad masks are
+(B, L) with True on real tokens (keys that may be attended).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+from harness.base.config import CONFIG_MATRIX, Config
+from harness.base.errors import UnknownName
+from harness.families import oracles
+
+ParamSpec = dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, init kind)
+
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class TraitSpec:
+    """A semantic trait's vocabulary: the values its oracle can build (``values``), or any
+    number when ``number`` is set; ``default`` is used when a variant does not declare it."""
+
+    doc: str
+    values: tuple[Any, ...] = ()
+    number: bool = False
+    default: Any = REQUIRED
+
+    def accepts(self, value: Any) -> bool:
+        if self.number and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return math.isfinite(value) and value >= 0
+        return value in self.values
+
+    def known(self) -> str:
+        parts = [repr(v) for v in self.values] + (["a number >= 0"] if self.number else [])
+        return ", ".join(parts)
+
+
+# Traits every family knows besides its semantic ones: how a variant computes, not what.
+DESCRIPTIVE_TRAITS = {
+    "qkv_layout": "how Q, K, V projections are stored",
+    "bias": "which Linear layers carry a bias",
+    "scale": "where 1/sqrt(d_k) is applied",
+    "mask_convention": "the variant's own mask polarity (its adapter converts)",
+    "fill": "the value masked scores are filled with (a finite fill can overflow float16)",
+    "std": "how the norm's spread is computed",
+    "dropout_sites": "tuple of the places dropout draws a mask in training (checked: one draw each)",
+    "internal_dtype": "a dtype some of the work is done in whatever the input dtype ('float32'):"
+                      " in float64 the variant is then expected 'less precise', not 'different'",
+    "cases": "tuple of the family cases the variant applies to (default: all)",
+    "note": "free text",
+}
+EPS = TraitSpec("the norm's epsilon", values=oracles.EPS_NAMES, number=True)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    note: str  # what the case exercises
+    make: Callable[[Config, torch.Generator], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    call: str
+    doc: str
+    params: Callable[[Config], ParamSpec]
+    cases: tuple[Case, ...]
+    traits: Mapping[str, TraitSpec]       # the semantic traits and their vocabulary
+    oracle: oracles.Oracle | None = None  # float64, built from a variant's semantic traits
+    grad_inputs: tuple[str, ...] = ()
+    differentiable: bool = True
+    dtypes: tuple[str, ...] = ()  # fixed dtypes (the masks family: bool); else the device's
+    case_semantic: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Which configs of the default matrix its check runs (None: all). Whole models run on the
+    # default config only: their layers are checked over the whole matrix in their own families.
+    matrix: tuple[str, ...] | None = None
+
+    def configs_of(self, configs: Mapping[str, Config]) -> dict[str, Config]:
+        """``configs`` narrowed to this family's matrix (a --set config always applies)."""
+        return {n: c for n, c in configs.items()
+                if self.matrix is None or n in self.matrix or n not in CONFIG_MATRIX}
+
+    @property
+    def semantic(self) -> tuple[str, ...]:
+        """Semantic traits that matter on every case."""
+        per_case = {t for names in self.case_semantic.values() for t in names}
+        return tuple(t for t in self.traits if t not in per_case)
+
+    def case(self, name: str) -> Case:
+        for case in self.cases:
+            if case.name == name:
+                return case
+        raise UnknownName(
+            f"family '{self.name}' has no case '{name}'; cases: {[c.name for c in self.cases]}"
+        )
+
+    def semantic_for(self, case: str) -> tuple[str, ...]:
+        return self.semantic + tuple(self.case_semantic.get(case, ()))
+
+    def semantic_traits(self, traits: Mapping[str, Any]) -> dict[str, Any]:
+        """A variant's semantic traits with the family's defaults filled in."""
+        return {name: traits.get(name, spec.default) for name, spec in self.traits.items()
+                if name in traits or spec.default is not REQUIRED}
+
+    def validate_traits(self, variant_id: str, traits: Mapping[str, Any]) -> list[str]:
+        """Problems with a variant's declared traits (empty when they are executable)."""
+        problems = []
+        for key in traits:
+            if key not in self.traits and key not in DESCRIPTIVE_TRAITS:
+                problems.append(
+                    f"unknown trait {key!r}; semantic traits of {self.name}: {list(self.traits)}; "
+                    f"descriptive: {list(DESCRIPTIVE_TRAITS)}")
+        cases = traits.get("cases")
+        if cases is not None:
+            if isinstance(cases, str) or not all(isinstance(c, str) for c in cases):
+                problems.append(f"traits['cases'] must be a tuple of case names, got {cases!r}")
+            else:
+                unknown = [c for c in cases if c not in {k.name for k in self.cases}]
+                if unknown:
+                    problems.append(f"traits['cases'] names unknown case(s) {unknown}; "
+                                    f"cases of {self.name}: {[c.name for c in self.cases]}")
+        applicable = [c.name for c in self.cases if cases is None or c.name in cases]
+        needed = {t for c in applicable for t in self.semantic_for(c)}
+        for name, spec in self.traits.items():
+            if name in traits:
+                if not spec.accepts(traits[name]):
+                    problems.append(f"trait {name}={traits[name]!r} has no oracle; known: {spec.known()}")
+            elif spec.default is REQUIRED and name in needed:
+                problems.append(f"semantic trait {name!r} is not declared ({spec.doc}; known: {spec.known()})")
+        sites = traits.get("dropout_sites")
+        if sites is not None and (isinstance(sites, str) or not all(isinstance(x, str) for x in sites)):
+            problems.append(f"traits['dropout_sites'] must be a tuple of site names, got {sites!r}")
+        internal = traits.get("internal_dtype")
+        if internal is not None and internal not in ("float32", "bfloat16", "float16"):
+            problems.append(f"traits['internal_dtype'] must be 'float32', 'bfloat16' or 'float16', got {internal!r}")
+        return problems
+
+    def canonical_shapes(self, cfg: Config) -> dict[str, tuple[int, ...]]:
+        return {name: shape for name, (shape, _) in self.params(cfg).items()}
+
+    def canonical_weights(self, cfg: Config, seed: int | None = None) -> dict[str, torch.Tensor]:
+        """Seeded float64 canonical parameters: weights ~ N(0, 1/fan_in), biases
+        ~ N(0, 0.1^2), norm gains ~ 1 + N(0, 0.1^2). Non-trivial biases and gains on
+        purpose: a variant that ignores one cannot hide."""
+        gen = torch.Generator().manual_seed(cfg.seed if seed is None else seed)
+        out = {}
+        for name, (shape, kind) in self.params(cfg).items():
+            noise = torch.randn(shape, generator=gen, dtype=torch.float64)
+            if kind == "weight":
+                out[name] = noise / math.sqrt(shape[-1])
+            elif kind == "norm_weight":
+                out[name] = 1.0 + 0.1 * noise
+            else:  # bias, norm_bias
+                out[name] = 0.1 * noise
+        return out
+
+    def inputs(self, case: str, cfg: Config) -> dict[str, Any]:
+        """Seeded float64 (or bool / int) inputs of one case; same seed, same tensors."""
+        gen = torch.Generator().manual_seed(cfg.seed + 1)
+        return {**self.case(case).make(cfg, gen), "case": case}
+
+
+# -- parameter specs ---------------------------------------------------------------------
+
+def _attn_params(prefix: str, d: int) -> ParamSpec:
+    spec: ParamSpec = {}
+    for proj in "qkvo":
+        spec[f"{prefix}{proj}.weight"] = ((d, d), "weight")
+        spec[f"{prefix}{proj}.bias"] = ((d,), "bias")
+    return spec
+
+
+def _ffn_params(prefix: str, d: int, f: int) -> ParamSpec:
+    return {
+        f"{prefix}w1.weight": ((f, d), "weight"),
+        f"{prefix}w1.bias": ((f,), "bias"),
+        f"{prefix}w2.weight": ((d, f), "weight"),
+        f"{prefix}w2.bias": ((d,), "bias"),
+    }
+
+
+def _norm_params(prefix: str, d: int) -> ParamSpec:
+    return {f"{prefix}weight": ((d,), "norm_weight"), f"{prefix}bias": ((d,), "norm_bias")}
+
+
+# -- seeded inputs ---------------------------------------------------------------------------
+
+def lengths(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
+    """Random valid lengths in [1, length]: row 0 full, at least one row padded."""
+    lens = torch.randint(1, length + 1, (batch,), generator=gen)
+    lens[0] = length
+    if batch > 1 and bool((lens == length).all()):
+        lens[-1] = max(1, length - 2)
+    return lens
+
+
+def right_pad(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
+    """(B, L) bool, True on real tokens, padding at the end of each row."""
+    return torch.arange(length)[None, :] < lengths(gen, batch, length)[:, None]
+
+
+def left_pad(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
+    """(B, L) bool, True on real tokens, padding at the start of each row."""
+    return right_pad(gen, batch, length).flip(-1)
+
+
+def causal(length: int) -> torch.Tensor:
+    """(L, L) bool, True = may attend (key position <= query position)."""
+    return torch.ones(length, length, dtype=torch.bool).tril()
+
+
+def activations(gen: torch.Generator, *shape: int, std: float = 1.0) -> torch.Tensor:
+    return std * torch.randn(shape, generator=gen, dtype=torch.float64)

@@ -1,0 +1,331 @@
+"""The layer families: attention, norm, feed-forward, the three Transformer layers, positional
+encoding, embedding and the masks; each with its cases (inputs designed to expose a bug) and
+its oracle."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.base.config import Config
+from harness.families import oracles
+from harness.families.base import (
+    EPS,
+    Case,
+    Family,
+    TraitSpec,
+    _attn_params,
+    _ffn_params,
+    _norm_params,
+    activations,
+    causal,
+    left_pad,
+    right_pad,
+)
+
+# Layer inputs have std 0.1: LayerNorm's eps (1e-5 vs 1e-6) then changes the output by
+# ~5e-4 relative, well above float32 rounding, so an eps mismatch cannot pass as noise.
+LAYER_STD = 0.1
+
+
+def _attn_self(cfg: Config, gen: torch.Generator) -> dict:
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
+    pad = right_pad(gen, cfg.batch, cfg.tgt_len)
+    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.tgt_len)  # (B, T, T)
+    return {"query": x, "key": x, "value": x, "mask": mask.clone(), "causal": False}
+
+
+def _attn_self_kv(cfg: Config, gen: torch.Generator) -> dict:
+    """Self-shaped (S = T) but query, key and value are three different tensors."""
+    q, k, v = (activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model) for _ in range(3))
+    pad = right_pad(gen, cfg.batch, cfg.tgt_len)
+    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.tgt_len)
+    return {"query": q, "key": k, "value": v, "mask": mask.clone(), "causal": False}
+
+
+def _attn_cross(cfg: Config, gen: torch.Generator) -> dict:
+    """T != S, and key and value are different tensors."""
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
+    key = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
+    value = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
+    pad = right_pad(gen, cfg.batch, cfg.src_len)
+    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.src_len)  # (B, T, S)
+    return {"query": x, "key": key, "value": value, "mask": mask.clone(), "causal": False}
+
+
+def _attn_cross_memory(cfg: Config, gen: torch.Generator) -> dict:
+    """Encoder-decoder attention: T != S, key and value are the same encoder memory."""
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
+    memory = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
+    pad = right_pad(gen, cfg.batch, cfg.src_len)
+    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.src_len)
+    return {"query": x, "key": memory, "value": memory, "mask": mask.clone(), "causal": False}
+
+
+def _attn_causal(cfg: Config, gen: torch.Generator) -> dict:
+    inputs = _attn_self(cfg, gen)
+    inputs["mask"] = inputs["mask"] & causal(cfg.tgt_len)
+    return inputs
+
+
+def _attn_causal_only(cfg: Config, gen: torch.Generator) -> dict:
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
+    mask = causal(cfg.tgt_len).expand(cfg.batch, cfg.tgt_len, cfg.tgt_len).clone()
+    return {"query": x, "key": x, "value": x, "mask": mask, "causal": True}
+
+
+def random_mask(gen: torch.Generator, batch: int, rows: int, cols: int) -> torch.Tensor:
+    """(B, rows, cols) bool, each entry kept with probability 1/2, every row keeping at
+    least one key: neither causal nor padding, so a mask applied along the wrong axis,
+    transposed or broadcast from one row cannot pass."""
+    mask = torch.rand(batch, rows, cols, generator=gen) < 0.5
+    keep = torch.randint(0, cols, (batch, rows), generator=gen)
+    mask.scatter_(-1, keep[..., None], True)
+    return mask
+
+
+def _attn_random_mask(cfg: Config, gen: torch.Generator) -> dict:
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
+    mask = random_mask(gen, cfg.batch, cfg.tgt_len, cfg.tgt_len)
+    return {"query": x, "key": x, "value": x, "mask": mask, "causal": False}
+
+
+def _attn_fully_masked(cfg: Config, gen: torch.Generator) -> dict:
+    inputs = _attn_self(cfg, gen)
+    mask = inputs["mask"]
+    mask[-1, 0, :] = False          # one query row sees no key at all
+    if cfg.batch > 1 and cfg.tgt_len > 1:
+        mask[0, -1, :] = False
+    return inputs
+
+
+FULLY_MASKED_ROW = TraitSpec("what a query row that sees no key becomes", oracles.FULLY_MASKED_ROWS)
+
+ATTENTION = Family(
+    name="attention",
+    call="(query (B,T,D), key (B,S,D), value (B,S,D), mask (B,T,S) bool True=may attend) -> (B,T,D)",
+    doc="Multi-head attention with its Q, K, V and output projections.",
+    params=lambda cfg: _attn_params("", cfg.d_model),
+    cases=(
+        Case("self", "query = key = value, random key padding", _attn_self),
+        Case("self_kv", "S = T but query, key and value all different (K/V roles apart)", _attn_self_kv),
+        Case("cross", "T != S, key != value, random source padding", _attn_cross),
+        Case("cross_memory", "T != S, key = value = encoder memory, source padding", _attn_cross_memory),
+        Case("causal", "causal self-attention with key padding", _attn_causal),
+        Case("causal_only", "causal mask only (is_causal hint allowed)", _attn_causal_only),
+        Case("random_mask", "an arbitrary mask, every row keeps a key (axes and polarity)", _attn_random_mask),
+        Case("fully_masked", "rows whose keys are all masked", _attn_fully_masked),
+    ),
+    traits={
+        "sublayer": TraitSpec("what the module returns", oracles.ATTENTION_SUBLAYERS),
+        "fully_masked_row": FULLY_MASKED_ROW,
+        "mask_style": TraitSpec("masked scores replaced (fill) or added to (additive)",
+                                oracles.MASK_STYLES, default="fill"),
+        "eps": TraitSpec("eps of a LayerNorm inside the sublayer", EPS.values, True, default=1e-5),
+    },
+    oracle=oracles.attention,
+    case_semantic={"fully_masked": ("fully_masked_row", "mask_style")},
+    grad_inputs=("query", "key", "value"),
+)
+
+
+NORM_FORMULA = TraitSpec("the normalisation formula", oracles.NORM_FORMULAS)
+ACTIVATION = TraitSpec("the feed-forward activation", tuple(oracles.ACTIVATIONS))
+LAYER_TRAITS = {
+    "norm_placement": TraitSpec("norm before the sublayer (pre) or after the residual add (post)", ("pre", "post")),
+    "norm_formula": NORM_FORMULA,
+    "eps": EPS,
+    "activation": ACTIVATION,
+}
+
+
+def _rows(cfg: Config, gen: torch.Generator) -> dict:
+    # Per-row offsets (mean far from 0) and std 0.1: centring and eps both matter.
+    offset = activations(gen, cfg.batch, cfg.tgt_len, 1, std=0.5)
+    return {"x": offset + activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model, std=LAYER_STD)}
+
+
+NORM = Family(
+    name="norm",
+    call="(x (B,T,D)) -> (B,T,D)",
+    doc="Normalisation over the last dimension, with a gain and a bias.",
+    params=lambda cfg: _norm_params("", cfg.d_model),
+    cases=(Case("rows", "rows with non-zero mean and std 0.1", _rows),),
+    traits={"norm_formula": NORM_FORMULA, "eps": EPS},
+    oracle=oracles.norm,
+    grad_inputs=("x",),
+)
+
+
+def _ffn_rows(cfg: Config, gen: torch.Generator) -> dict:
+    return {"x": activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)}
+
+
+FFN = Family(
+    name="ffn",
+    call="(x (B,T,D)) -> (B,T,D)",
+    doc="Position-wise feed-forward network D -> F -> D.",
+    params=lambda cfg: _ffn_params("", cfg.d_model, cfg.d_ff),
+    cases=(Case("rows", "standard normal rows", _ffn_rows),),
+    traits={
+        "sublayer": TraitSpec("what the module returns", oracles.FFN_SUBLAYERS),
+        "activation": ACTIVATION,
+        "eps": TraitSpec("eps of a LayerNorm inside the sublayer", EPS.values, True, default=1e-5),
+    },
+    oracle=oracles.ffn,
+    grad_inputs=("x",),
+)
+
+
+def _encoder_padded(cfg: Config, gen: torch.Generator) -> dict:
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model, std=LAYER_STD)
+    return {"x": x, "pad": right_pad(gen, cfg.batch, cfg.tgt_len)}
+
+
+ENCODER_LAYER = Family(
+    name="encoder_layer",
+    call="(x (B,T,D), pad (B,T) bool True=real token) -> (B,T,D)",
+    doc="Self-attention and feed-forward sublayers with residuals and norms.",
+    params=lambda cfg: {
+        **_attn_params("self_attn.", cfg.d_model),
+        **_ffn_params("ffn.", cfg.d_model, cfg.d_ff),
+        **_norm_params("norm1.", cfg.d_model),
+        **_norm_params("norm2.", cfg.d_model),
+    },
+    cases=(Case("padded", "random right padding", _encoder_padded),),
+    traits=LAYER_TRAITS,
+    oracle=oracles.encoder_layer,
+    grad_inputs=("x",),
+)
+
+
+def _decoder_padded(cfg: Config, gen: torch.Generator) -> dict:
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model, std=LAYER_STD)
+    memory = activations(gen, cfg.batch, cfg.src_len, cfg.d_model, std=LAYER_STD)
+    src_pad = right_pad(gen, cfg.batch, cfg.src_len)
+    tgt_pad = right_pad(gen, cfg.batch, cfg.tgt_len)
+    tgt_mask = causal(cfg.tgt_len)[None] & tgt_pad[:, None, :]  # (B, T, T)
+    return {"x": x, "memory": memory, "src_pad": src_pad, "tgt_mask": tgt_mask}
+
+
+DECODER_LAYER = Family(
+    name="decoder_layer",
+    call="(x (B,T,D), memory (B,S,D), src_pad (B,S) True=real, tgt_mask (B,T,T) True=may attend) -> (B,T,D)",
+    doc="Encoder-decoder layer: causal self-attention, cross-attention, feed-forward.",
+    params=lambda cfg: {
+        **_attn_params("self_attn.", cfg.d_model),
+        **_attn_params("cross_attn.", cfg.d_model),
+        **_ffn_params("ffn.", cfg.d_model, cfg.d_ff),
+        **_norm_params("norm1.", cfg.d_model),
+        **_norm_params("norm2.", cfg.d_model),
+        **_norm_params("norm3.", cfg.d_model),
+    },
+    cases=(Case("padded", "causal target mask with target and source padding, T != S", _decoder_padded),),
+    traits=LAYER_TRAITS,
+    oracle=oracles.decoder_layer,
+    grad_inputs=("x", "memory"),
+)
+
+
+def _block_right(cfg: Config, gen: torch.Generator) -> dict:
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model, std=LAYER_STD)
+    return {"x": x, "pad": right_pad(gen, cfg.batch, cfg.tgt_len)}
+
+
+def _block_left(cfg: Config, gen: torch.Generator) -> dict:
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model, std=LAYER_STD)
+    return {"x": x, "pad": left_pad(gen, cfg.batch, cfg.tgt_len)}
+
+
+DECODER_ONLY_BLOCK = Family(
+    name="decoder_only_block",
+    call="(x (B,T,D), pad (B,T) bool True=real token) -> (B,T,D); causal inside",
+    doc="GPT-style block: causal self-attention and feed-forward.",
+    params=lambda cfg: {
+        **_attn_params("self_attn.", cfg.d_model),
+        **_ffn_params("ffn.", cfg.d_model, cfg.d_ff),
+        **_norm_params("norm1.", cfg.d_model),
+        **_norm_params("norm2.", cfg.d_model),
+    },
+    cases=(
+        Case("right_pad", "right padding: every query row sees a key", _block_right),
+        Case("left_pad", "left padding: early rows see no key at all", _block_left),
+    ),
+    traits={**LAYER_TRAITS, "fully_masked_row": FULLY_MASKED_ROW},
+    oracle=oracles.decoder_only_block,
+    case_semantic={"left_pad": ("fully_masked_row",)},
+    grad_inputs=("x",),
+)
+
+
+def _pe_rows(cfg: Config, gen: torch.Generator) -> dict:
+    return {"x": activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)}
+
+
+POSITIONAL_ENCODING = Family(
+    name="positional_encoding",
+    call="(x (B,T,D)) -> x + PE[:T]",
+    doc="Sinusoidal positional encodings added to embeddings.",
+    params=lambda cfg: {},
+    cases=(Case("rows", "standard normal embeddings", _pe_rows),),
+    traits={
+        "pe_layout": TraitSpec("how sines and cosines are laid out", oracles.PE_LAYOUTS),
+        "pe_frequencies": TraitSpec("the frequency of pair i", tuple(oracles.PE_FREQUENCIES)),
+    },
+    oracle=oracles.positional_encoding,
+    grad_inputs=("x",),
+)
+
+
+def _tokens(cfg: Config, gen: torch.Generator) -> dict:
+    pad_idx = 0
+    tokens = torch.randint(1, 11, (cfg.batch, cfg.tgt_len), generator=gen)
+    tokens[~right_pad(gen, cfg.batch, cfg.tgt_len)] = pad_idx
+    return {"tokens": tokens, "pad_idx": pad_idx}
+
+
+MASKS = Family(
+    name="masks",
+    call="builders: causal(T) -> (T,T); pad(tokens) -> (B,T); target(tokens) -> (B,T,T); all bool True=may attend",
+    doc="Every write-up's mask builders, converted to the one convention.",
+    params=lambda cfg: {},
+    cases=(
+        Case("causal", "causal mask from a length", _tokens),
+        Case("pad", "key padding mask from tokens", _tokens),
+        Case("target", "decoder self-attention mask from target tokens", _tokens),
+    ),
+    traits={
+        "causal_mask": TraitSpec("the causal mask", ("tril",)),
+        "pad_mask": TraitSpec("the key padding mask", ("tokens != pad",)),
+        "target_mask": TraitSpec("the decoder self-attention mask", oracles.TARGET_MASKS),
+    },
+    oracle=oracles.masks,
+    case_semantic={"causal": ("causal_mask",), "pad": ("pad_mask",), "target": ("target_mask",)},
+    differentiable=False,
+    dtypes=("bool",),
+)
+
+
+def _embed_tokens(cfg: Config, gen: torch.Generator) -> dict:
+    tokens = torch.randint(1, cfg.vocab, (cfg.batch, cfg.tgt_len), generator=gen)
+    tokens[~right_pad(gen, cfg.batch, cfg.tgt_len)] = 0
+    return {"tokens": tokens, "pad_idx": 0}
+
+
+EMBEDDING = Family(
+    name="embedding",
+    call="(tokens (B,T) int, pad_idx) -> (B,T,D)",
+    doc="Token embedding lookup (and whatever scaling a write-up applies).",
+    params=lambda cfg: {"weight": ((cfg.vocab, cfg.d_model), "weight")},
+    cases=(Case("padded", "tokens with right padding (pad_idx 0)", _embed_tokens),),
+    traits={
+        "embedding_scale": TraitSpec("the factor the lookup is multiplied by", tuple(oracles.EMBEDDING_SCALES)),
+        "pad_rows": TraitSpec("what the pad token's row becomes", ("kept", "zeroed")),
+    },
+    oracle=oracles.embedding,
+)
+
+
+LAYER_FAMILIES = (
+    ATTENTION, NORM, FFN, ENCODER_LAYER, DECODER_LAYER, DECODER_ONLY_BLOCK,
+    POSITIONAL_ENCODING, EMBEDDING, MASKS,
+)  # listed in harness.families.catalog

@@ -1,0 +1,163 @@
+"""Map entries (``Param``, ``Chunk``, ``Concat``, ``Absent``/``Zero``, ``Transposed``, ``Tied``)
+and the helpers that build maps of them; no tensors are moved here (``portmap`` does that)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Union
+
+
+@dataclass(frozen=True)
+class Param:
+    """A whole module parameter."""
+
+    path: str
+
+    def regions(self) -> list[tuple[str, slice | None, int]]:
+        return [(self.path, None, 0)]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """The ``index``-th of ``chunks`` equal slices of a parameter along ``dim``."""
+
+    path: str
+    index: int
+    chunks: int
+    dim: int = 0
+
+    def regions(self) -> list[tuple[str, slice | None, int]]:
+        return [(self.path, ("chunk", self.index, self.chunks), self.dim)]
+
+
+@dataclass(frozen=True)
+class Concat:
+    """Several whole parameters concatenated along ``dim`` (per-head projections)."""
+
+    paths: tuple[str, ...]
+    dim: int = 0
+
+    def __init__(self, paths: Iterable[str], dim: int = 0):
+        object.__setattr__(self, "paths", tuple(paths))
+        object.__setattr__(self, "dim", dim)
+
+    def regions(self) -> list[tuple[str, slice | None, int]]:
+        return [(p, None, self.dim) for p in self.paths]
+
+
+@dataclass(frozen=True)
+class Absent:
+    """A canonical parameter the variant does not have, read as the constant ``fill``: 0 for
+    a bias of a bias-free Linear (``Zero()``), 1 for the weight of a norm the variant leaves
+    out. A partner that has the parameter is compared with it set to ``fill``: for an absent
+    final norm its own norm keeps a unit scale (a zero scale would flatten its output to the
+    bias and every logit to the same value)."""
+
+    fill: float = 0.0
+
+    def regions(self) -> list:
+        return []
+
+
+def Zero() -> Absent:  # noqa: N802 - reads as the entry it builds, like Param(...)
+    """Not represented, reads as zeros: ``Absent(0.0)``."""
+    return Absent(0.0)
+
+
+@dataclass(frozen=True)
+class Transposed:
+    """The transpose of another 2-D entry: a weight stored as (in, out) where the family's
+    canonical layout is (out, in), as GPT-2's ``Conv1D`` stores it. For a fused Conv1D
+    weight (D, 3D) each projection is a column block: ``Transposed(Chunk(path, i, 3, dim=1))``."""
+
+    inner: Union[Param, Chunk, Concat]
+
+    def regions(self) -> list[tuple[str, slice | None, int]]:
+        return self.inner.regions()
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+
+@dataclass(frozen=True)
+class Tied:
+    """A canonical parameter that the variant holds in the same tensor as the canonical
+    parameter ``to`` (a tied output projection, a shared embedding). It covers no module
+    parameter of its own; its gradient accumulates on ``to``'s (it reads as zeros)."""
+
+    to: str
+
+    def regions(self) -> list:
+        return []
+
+
+MapEntry = Union[Param, Chunk, Concat, Absent, Transposed, Tied]
+ParamMap = Mapping[str, MapEntry]
+
+
+def entry_code(entry: MapEntry) -> str:
+    """The entry as the code that builds it: ``Transposed(Chunk("c_attn.weight", 0, 3, dim=1))``."""
+    if isinstance(entry, Transposed):
+        return f"Transposed({entry_code(entry.inner)})"
+    if isinstance(entry, Param):
+        return f'Param("{entry.path}")'
+    if isinstance(entry, Chunk):
+        return f'Chunk("{entry.path}", {entry.index}, {entry.chunks}' + (f", dim={entry.dim})" if entry.dim else ")")
+    if isinstance(entry, Concat):
+        paths = ", ".join(f'"{p}"' for p in entry.paths)
+        return "Concat([" + paths + "]" + (f", dim={entry.dim})" if entry.dim else ")")
+    if isinstance(entry, Tied):
+        return f'Tied("{entry.to}")'
+    return "Zero()" if entry.fill == 0 else f"Absent({entry.fill:g})"
+
+
+def nest(param_map: ParamMap, canonical_prefix: str, module_prefix: str) -> dict[str, MapEntry]:
+    """Re-root a sub-module's map: ``{"q.weight": Param("w_q.weight")}`` nested under
+    ``("self_attn.", "attn.")`` gives ``{"self_attn.q.weight": Param("attn.w_q.weight")}``."""
+    out: dict[str, MapEntry] = {}
+    for name, entry in param_map.items():
+        out[canonical_prefix + name] = (Tied(canonical_prefix + entry.to) if isinstance(entry, Tied)
+                                        else _rerooted(entry, module_prefix))
+    return out
+
+
+def _rerooted(entry: MapEntry, module_prefix: str) -> MapEntry:
+    if isinstance(entry, Transposed):
+        return Transposed(_rerooted(entry.inner, module_prefix))
+    if isinstance(entry, Param):
+        entry = Param(module_prefix + entry.path)
+    elif isinstance(entry, Chunk):
+        entry = Chunk(module_prefix + entry.path, entry.index, entry.chunks, entry.dim)
+    elif isinstance(entry, Concat):
+        entry = Concat([module_prefix + p for p in entry.paths], entry.dim)
+    return entry
+
+
+def linear_entries(names: Mapping[str, str], bias: bool = True) -> dict[str, MapEntry]:
+    """``{"q": "linear_q", ...}`` -> ``q.weight``/``q.bias`` entries; ``bias=False`` maps
+    the canonical biases to ``Zero()``."""
+    out: dict[str, MapEntry] = {}
+    for canonical, module in names.items():
+        out[f"{canonical}.weight"] = Param(f"{module}.weight")
+        out[f"{canonical}.bias"] = Param(f"{module}.bias") if bias else Zero()
+    return out
+
+
+def norm_entries(canonical: str, module: str, weight: str = "weight", bias: str | None = "bias") -> dict[str, MapEntry]:
+    """A norm's gain and bias; ``bias=None`` for a norm without one (RMSNorm)."""
+    return {
+        f"{canonical}.weight": Param(f"{module}.{weight}"),
+        f"{canonical}.bias": Param(f"{module}.{bias}") if bias else Zero(),
+    }
+
+
+def fused_entries(weight: str, bias: str | None, names: tuple[str, ...]) -> dict[str, MapEntry]:
+    """One fused Linear holding several projections as equal row blocks, in order:
+    ``fused_entries("qkv.weight", "qkv.bias", ("q", "k", "v"))`` maps q to rows 0:D,
+    k to rows D:2D, v to rows 2D:3D; ``bias=None`` maps the biases to ``Zero()``."""
+    out: dict[str, MapEntry] = {}
+    for i, name in enumerate(names):
+        out[f"{name}.weight"] = Chunk(weight, i, len(names))
+        out[f"{name}.bias"] = Chunk(bias, i, len(names)) if bias else Zero()
+    return out

@@ -1,0 +1,273 @@
+"""Seeded weight porting through a family's canonical parameters.
+
+Each variant declares, next to its class, a *parameter map*: for every canonical
+parameter of its family (``q.weight``, ``ffn.w1.bias``, ...) where it lives in the
+variant's own module. The entries are data:
+
+    Param("linear_q.weight")                  the whole parameter
+    Chunk("qkv.weight", index=0, chunks=3)    rows 0:D of a fused Linear(D, 3D)
+    Concat(["heads.0.q.weight", ...])         per-head rows h*d_k:(h+1)*d_k, stacked
+    Zero()                                    not represented (a bias-free Linear):
+                                              reads as zeros, accepts only zeros
+    Absent(1.0)                               not represented, neutral value 1 (the
+                                              weight of a final norm the write-up
+                                              leaves out): reads as ones, accepts only
+                                              ones; Zero() is Absent(0.0)
+    Tied("embed.weight")                      the same tensor as another canonical
+                                              parameter (weight tying): reads as it,
+                                              accepts only a value equal to it
+    Transposed(Param("c_proj.weight"))        stored as (in, out), the transpose of the
+                                              canonical (out, in): GPT-2's Conv1D
+    Transposed(Chunk("c_attn.weight", 0, 3, dim=1))
+                                              columns 0:D of a Conv1D (D, 3D), transposed
+
+Porting is strict: a map must cover every canonical parameter and every parameter of
+the module exactly once (parameters outside the family are listed in ``fixed`` with a
+reason); every shape is checked; a non-zero tensor the target cannot represent is an
+error that names the parameter. Nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Union
+
+import torch
+from torch import nn
+
+from harness.base.errors import PortingError
+from harness.porting.entries import Absent, Chunk, Concat, MapEntry, Param, ParamMap, Tied, Transposed, Zero, entry_code
+
+
+def _view(tensor: torch.Tensor, region, dim: int) -> torch.Tensor:
+    if region is None:
+        return tensor
+    _, index, chunks = region
+    size = tensor.shape[dim]
+    if size % chunks:
+        raise PortingError(f"cannot split size {size} into {chunks} equal chunks")
+    step = size // chunks
+    return tensor.narrow(dim, index * step, step)
+
+
+class PortMap:
+    """A variant's parameter map bound to one built module; validated on creation."""
+
+    def __init__(
+        self,
+        variant_id: str,
+        module: nn.Module,
+        param_map: ParamMap,
+        canonical_shapes: Mapping[str, tuple[int, ...]],
+        fixed: Mapping[str, str] | None = None,
+    ):
+        self.variant_id = variant_id
+        self.module = module
+        self.entries = dict(param_map)
+        self.canonical_shapes = dict(canonical_shapes)
+        self.fixed = dict(fixed or {})
+        self.params = dict(module.named_parameters())
+        self._validate()
+
+    # -- validation ---------------------------------------------------------------
+    def _fail(self, message: str) -> PortingError:
+        return PortingError(f"{self.variant_id}: {message}")
+
+    def _validate(self) -> None:
+        missing = sorted(set(self.canonical_shapes) - set(self.entries))
+        if missing:
+            raise self._fail(f"parameter map has no entry for canonical {missing}")
+        extra = sorted(set(self.entries) - set(self.canonical_shapes))
+        if extra:
+            raise self._fail(f"parameter map names unknown canonical {extra}")
+        coverage = {name: torch.zeros(p.shape, dtype=torch.int32) for name, p in self.params.items()}
+        for canonical, entry in self.entries.items():
+            for path, region, dim in entry.regions():
+                if path not in self.params:
+                    raise self._fail(
+                        f"canonical '{canonical}' maps to '{path}', which the module does not have"
+                    )
+                try:
+                    _view(coverage[path], region, dim).add_(1)
+                except PortingError as exc:
+                    want = tuple(self.canonical_shapes[canonical])
+                    raise self._fail(f"canonical '{canonical}': {exc} (dim {dim} of '{path}', shape "
+                                     f"{tuple(self.params[path].shape)})"
+                                     f"{self._orientation_hint(entry, want)}") from None
+            tied_to = self.entries.get(entry.to) if isinstance(entry, Tied) else None
+            if isinstance(entry, Tied) and not isinstance(tied_to, (Param, Chunk, Concat, Transposed)):
+                raise self._fail(f"canonical '{canonical}' is tied to '{entry.to}', which is not held by a parameter")
+            if not isinstance(entry, Absent):
+                shape = tuple(self.read(canonical).shape)
+                want = tuple(self.canonical_shapes[canonical])
+                if shape != want:
+                    raise self._fail(
+                        f"canonical '{canonical}' maps to a tensor of shape {shape}, "
+                        f"the family's canonical shape is {want}{self._orientation_hint(entry, want)}"
+                    )
+        for name, count in coverage.items():
+            if name in self.fixed:
+                if count.any():
+                    raise self._fail(f"'{name}' is listed as fixed but also mapped")
+                continue
+            if (count == 0).any():
+                raise self._fail(
+                    f"module parameter '{name}' has no canonical counterpart "
+                    "(map it, or list it in `fixed` with the reason)"
+                )
+            if (count > 1).any():
+                raise self._fail(f"module parameter '{name}' is mapped more than once")
+        unknown_fixed = sorted(set(self.fixed) - set(self.params))
+        if unknown_fixed:
+            raise self._fail(f"`fixed` names parameters the module does not have: {unknown_fixed}")
+
+    def _orientation_hint(self, entry: MapEntry, want: tuple[int, ...]) -> str:
+        """When the other orientation fits, say so and name the entry that would."""
+        if len(want) != 2:
+            return ""
+        if isinstance(entry, Transposed):
+            plain = entry.inner
+            if tuple(self._read_plain(plain).shape) == want:
+                return f"; without Transposed it fits: {entry_code(plain)}"
+            return ""
+        if isinstance(entry, Chunk):
+            other = Chunk(entry.path, entry.index, entry.chunks, 1 - entry.dim)
+            try:
+                fits = tuple(self._read_plain(other).shape)[::-1] == want
+            except PortingError:
+                fits = False
+            if fits:
+                return (f"; its transpose fits: an (in, out) layout such as GPT-2's Conv1D? "
+                        f"map it as Transposed({entry_code(other)})")
+        if tuple(self._read_plain(entry).shape)[::-1] == want:
+            return (f"; its transpose fits: an (in, out) layout such as GPT-2's Conv1D? "
+                    f"map it as {entry_code(Transposed(entry))}")
+        return ""
+
+    # -- reading and writing --------------------------------------------------------
+    def represented(self, canonical: str) -> bool:
+        return not isinstance(self.entries[canonical], Absent)
+
+    def zero_names(self) -> Fills:
+        """The canonical parameters the module does not have, each with the value it reads as."""
+        return absent_fills(self.entries)
+
+    def read(self, canonical: str, grad: bool = False) -> torch.Tensor | None:
+        """The canonical tensor (a view into the module), or its gradient."""
+        entry = self.entries[canonical]
+        if isinstance(entry, Tied):
+            # its gradient accumulates on ``to``: none of its own (zeros, as an unused
+            # canonical tensor has), so a tied model and an oracle that uses ``to`` agree
+            source = self.read(entry.to)
+            return torch.zeros_like(source) if grad and source is not None else source
+        if isinstance(entry, Absent):
+            if grad:
+                return None
+            shape = self.canonical_shapes[canonical]
+            some = next(iter(self.params.values()), None)
+            dtype = some.dtype if some is not None else torch.float32
+            device = some.device if some is not None else "cpu"
+            return torch.full(tuple(shape), entry.fill, dtype=dtype, device=device)
+        return self._read_plain(entry, grad)
+
+    def _read_plain(self, entry: MapEntry, grad: bool = False) -> torch.Tensor | None:
+        if isinstance(entry, Transposed):
+            inner = self._read_plain(entry.inner, grad)
+            return None if inner is None else inner.t()
+        pieces = []
+        for path, region, dim in entry.regions():
+            tensor = self.params[path].grad if grad else self.params[path]
+            if tensor is None:
+                return None
+            pieces.append(_view(tensor, region, dim))
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=entry.dim)
+
+    def export(self, grad: bool = False) -> dict[str, torch.Tensor | None]:
+        with torch.no_grad():
+            return {
+                name: (None if (t := self.read(name, grad)) is None else t.detach().clone())
+                for name in self.entries
+            }
+
+    def load(self, canonical: Mapping[str, torch.Tensor]) -> None:
+        """Write canonical tensors into the module, strictly."""
+        missing = sorted(set(self.entries) - set(canonical))
+        if missing:
+            raise self._fail(f"canonical weights lack {missing}")
+        extra = sorted(set(canonical) - set(self.entries))
+        if extra:
+            raise self._fail(f"canonical weights have unknown {extra}")
+        with torch.no_grad():
+            for name, value in canonical.items():
+                want = tuple(self.canonical_shapes[name])
+                if tuple(value.shape) != want:
+                    raise self._fail(
+                        f"canonical '{name}' has shape {tuple(value.shape)}, expected {want}"
+                    )
+                entry = self.entries[name]
+                if isinstance(entry, Tied):
+                    if not torch.equal(value, canonical[entry.to]):
+                        raise self._fail(
+                            f"holds '{name}' in the same tensor as '{entry.to}' (tied) and cannot "
+                            f"take a different value"
+                        )
+                    continue
+                if isinstance(entry, Absent):
+                    if (value != entry.fill).any():
+                        raise self._fail(
+                            f"has no '{name}' (not represented, reads as {entry.fill:g}) and cannot "
+                            f"take another value (max |x - {entry.fill:g}| = "
+                            f"{(value - entry.fill).abs().max().item():.3g})"
+                        )
+                    continue
+                if isinstance(entry, Transposed):  # stored (in, out): write the transpose
+                    entry, value = entry.inner, value.t()
+                offset = 0
+                for path, region, dim in entry.regions():
+                    target = _view(self.params[path], region, dim)
+                    size = target.shape[dim] if isinstance(entry, Concat) else None
+                    source = value.narrow(dim, offset, size) if size is not None else value
+                    if tuple(source.shape) != tuple(target.shape):
+                        raise self._fail(
+                            f"'{name}' slice for '{path}' has shape {tuple(source.shape)}, "
+                            f"the parameter region has {tuple(target.shape)}"
+                        )
+                    target.copy_(source.to(dtype=target.dtype, device=target.device))
+                    offset += size or 0
+
+
+class Fills(dict):
+    """{canonical name: the value it reads as} for parameters a variant does not have.
+    Hashable (runs are cached by it), iterates over the names, and ``|`` joins two (a pair
+    compared on the parameters either lacks)."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
+    def __or__(self, other: Mapping[str, float]) -> "Fills":  # type: ignore[override]
+        return Fills({**self, **other})
+
+
+def absent_fills(entries: Mapping[str, object]) -> Fills:
+    """The map's ``Absent`` entries: {canonical name: the value it reads as}."""
+    return Fills({n: e.fill for n, e in entries.items() if isinstance(e, Absent)})
+
+
+def absent_norm(canonical: str) -> dict[str, Absent]:
+    """Entries for a norm the variant does not have (e.g. no final norm after a post-norm
+    stack): its weight reads as ones and its bias as zeros, the norm's neutral values."""
+    return {f"{canonical}.weight": Absent(1.0), f"{canonical}.bias": Zero()}
+
+
+def zero_unrepresented(weights: Mapping[str, torch.Tensor], fills: Mapping[str, float]) -> dict[str, torch.Tensor]:
+    """``weights`` with each canonical tensor named in ``fills`` set to the value the variant
+    reads it as (zero, one for an absent norm's weight): what a variant (or a pair of
+    variants) whose map has ``Absent``/``Zero()`` there can be compared on."""
+    return {n: (torch.full_like(t, fills[n]) if n in fills else t) for n, t in weights.items()}
+
+
+def port_weights(src: PortMap, dst: PortMap) -> None:
+    """Copy every canonical parameter from ``src``'s module into ``dst``'s module."""
+    dst.load(src.export())
+
+
+MapSpec = Union[ParamMap, Callable[..., ParamMap]]

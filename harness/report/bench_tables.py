@@ -1,0 +1,173 @@
+"""The benchmark tables of REPORT.md: per family, kernel mechanisms, peaks, machine state."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from tabulate import tabulate
+
+from harness.registry import TARGETS
+from harness.report.bench_frame import frame
+from harness.report.targets import MET_TEXT, evaluate
+
+
+def _ms(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 1e3:.3g}"
+
+
+def _mib(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x / 2**20:.3g}"
+
+
+def _pct(x) -> str:
+    return "-" if x is None or pd.isna(x) else f"{x:.0%}"
+
+
+def _spread_text(r, column: str, fmt) -> str:
+    if pd.isna(r[column]):
+        return "-"
+    q1, q3 = r.get(f"{column}_q1"), r.get(f"{column}_q3")
+    if q1 is None or pd.isna(q1):
+        return fmt(r[column])
+    return f"{fmt(r[column])} [{fmt(q1)}-{fmt(q3)}]"
+
+
+def family_table(cases: pd.DataFrame, family: str) -> str:
+    g = cases[cases["family"] == family].copy()
+    g = g.sort_values(["mode", "compiled", "dtype", "batch", "d_model", "seq", "median_s"])
+    has_change = "change" in g
+    compiled = bool(g["compiled"].any())
+    rows = []
+    for _, r in g.iterrows():
+        row = {
+            "variant": r["variant"], "mode": r["mode"] + (" compiled" if r["compiled"] else ""),
+            "B": r["batch"], "T": r["seq"], "D": r["d_model"], "dtype": r["dtype"],
+            "median ms": _ms(r["median_s"]), "IQR ms": _ms(r["iqr_s"]),
+            "vs baseline [q1-q3]": _spread_text(r, "vs_baseline", lambda x: f"{x:.2f}x"),
+            "GFLOP/s": "-" if pd.isna(r["gflops"]) else f"{r['gflops']:.1f}",
+            "% peak [q1-q3]": _spread_text(r, "peak_fraction", _pct),
+            "% peak dense-eq.": _pct(r["peak_fraction_dense"]),
+            "saved MiB": _mib(r["saved_bytes"]), "tensor peak MiB": _mib(r["peak_bytes"]),
+            "RSS peak MiB": _mib(r["rss_peak_bytes"]) if not pd.isna(r["rss_peak_bytes"]) else (
+                "not measured" if r["status"] == "ok" and r["device"] == "cpu" else "-"),
+            "path": r["path"] if isinstance(r["path"], str) else "-",
+        }
+        if compiled:
+            row["compile s"] = "-" if pd.isna(r["compile_s"]) else f"{r['compile_s']:.1f}"
+        if r["status"] != "ok":
+            row["median ms"] = r["status"]
+            row["IQR ms"] = str(r.get("error", ""))[:60]
+        if isinstance(r["disturbed"], str) and r["disturbed"]:
+            row["median ms"] += " (d)"
+        if has_change:
+            row["change"] = "-" if pd.isna(r["change"]) else (
+                f"{r['change']:+.0%}" + (" REGRESSION" if r["regression"] else ""))
+        rows.append(row)
+    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt="github", showindex=False)
+
+
+def _shape(ops_shape) -> str:
+    return "(" + ", ".join(str(x) for x in ops_shape) + ")"
+
+
+def mechanism(r) -> str:
+    """What the recorded operators (nested ones included) say the variant ran."""
+    ops = r.get("path_ops")
+    if not isinstance(ops, list) or not ops:
+        return "-"
+    parts = []
+    names = {o["op"] for o in ops}
+    for o in ops:
+        shape = _shape(o["shapes"][0]) if o.get("shapes") else ""
+        if o["op"] == "_native_multi_head_attention":
+            inner = [x for x in ops if x.get("parent") == "_native_multi_head_attention"]
+            how = ", ".join(f"`{x['op']}` on {_shape(x['shapes'][0])}" for x in inner if x.get("shapes"))
+            parts.append("nn.MultiheadAttention's no-grad fast path `_native_multi_head_attention`: the kernel "
+                         "takes no `is_causal`; the mask is applied to every score" + (f" ({how})" if how else ""))
+        elif o["op"] == "_transformer_encoder_layer_fwd":
+            parts.append("nn.TransformerEncoderLayer's no-grad fast path (one fused kernel: attention + FFN)")
+        elif o["op"] == "_scaled_dot_product_flash_attention_for_cpu":
+            if o.get("parent") == "_native_multi_head_attention":
+                continue
+            if o.get("is_causal"):
+                frac = r["flops"] / r["flops_dense"] if r.get("flops_dense") else float("nan")
+                parts.append(f"CPU flash kernel on {shape}, `is_causal`: it computes the 512-wide key blocks "
+                             "that start before the diagonal; " + (
+                                 f"at T={r['seq']} that is every block (executed = dense)" if frac > 0.999 else
+                                 f"executed FLOPs {frac:.0%} of dense at T={r['seq']}"))
+            elif o.get("mask"):
+                parts.append(f"CPU flash kernel on {shape} with an explicit mask: every key block computed")
+            else:
+                parts.append(f"CPU flash kernel on {shape}, no mask")
+        elif o["op"] == "_scaled_dot_product_flash_attention_for_cpu_backward":
+            parts.append("flash backward (QK^T recomputed per block, counted as executed)")
+        elif o["op"] == "_masked_softmax" and o.get("parent") != "_native_multi_head_attention":
+            parts.append(f"`_masked_softmax` on {shape}")
+        elif o["op"] == "_softmax" and len(o.get("shapes", [[]])[0]) >= 3 and not names & {
+                "_native_multi_head_attention", "_scaled_dot_product_flash_attention_for_cpu"}:
+            times = f"{o['count']} x " if o.get("count", 1) > 1 else ""
+            parts.append(f"explicit softmax over {times}a {shape} weights tensor (materialized)")
+    largest = r.get("largest_tensor")
+    if isinstance(largest, str) and largest:
+        parts.append(f"largest tensor created: {largest}")
+    return "; ".join(dict.fromkeys(parts)) or "explicit ops"
+
+
+def mechanisms_table(cases: pd.DataFrame, family: str) -> str:
+    """Per variant and mode, at the family's largest measured shape: the path and what it means."""
+    g = cases[(cases["family"] == family) & (cases["status"] == "ok")]
+    rows = []
+    for (mode, comp), m in g.groupby(["mode", "compiled"]):
+        top = m.assign(size=m["batch"] * m["seq"] * m["d_model"]).sort_values("size").iloc[-1]
+        at = m[(m["batch"] == top["batch"]) & (m["seq"] == top["seq"]) & (m["d_model"] == top["d_model"])]
+        for _, r in at.sort_values("variant").iterrows():
+            rows.append({"variant": r["variant"], "mode": mode + (" compiled" if comp else ""),
+                         "shape": f"B={r['batch']} T={r['seq']} D={r['d_model']}",
+                         "executed / dense FLOPs": "-" if pd.isna(r["flops_dense"]) or not r["flops_dense"]
+                         else f"{r['flops'] / r['flops_dense']:.2f}",
+                         "mechanism (recorded operators, nested ones included)": mechanism(r)})
+    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt="github", showindex=False) if rows else ""
+
+
+def peaks_table(peaks: pd.DataFrame, family: str) -> str:
+    if peaks.empty or "family" not in peaks:
+        return ""
+    g = peaks[peaks["family"] == family]
+    rows = [{"group": p["group"].split("|", 1)[1], "matmul": f"{p['size']}^3",
+             "peak GFLOP/s [q1-q3]": f"{p['peak_flops'] / 1e9:.1f} [{p['peak_q1'] / 1e9:.1f}-{p['peak_q3'] / 1e9:.1f}]",
+             "load avg (start, end)": ", ".join("-" if x is None else f"{x:.1f}" for x in p["load"]),
+             "disturbed": p["disturbed"] or "no",
+             "group wall s": "-" if pd.isna(p.get("elapsed_s", np.nan)) else f"{p['elapsed_s']:.1f}"}
+            for _, p in g.iterrows()]
+    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt="github", showindex=False) if rows else ""
+
+
+def machine_state(cases: pd.DataFrame, peaks: pd.DataFrame) -> list[str]:
+    """The banner at the top: was the window disturbed, with the figures."""
+    if peaks.empty or "disturbed" not in peaks:
+        return ["Machine state: not recorded (rows without interleaved groups, e.g. pytest-benchmark's); "
+                "no timed target is claimed from them.", ""]
+    bad = peaks[peaks["disturbed"].astype(bool)]
+    loads = [x for ls in peaks["load"] for x in ls if x is not None]
+    spread = ((peaks["peak_q3"] - peaks["peak_q1"]) / peaks["peak_flops"]).max()
+    cores = cases.iloc[0].get("cpu_count", "?")
+    figures = (f"load average up to {max(loads):.1f} on {cores} cores" if loads else "load average unknown") + \
+        f"; matmul peak spread up to {spread:.0%} across rounds"
+    if len(bad):
+        return [f"**Disturbed window: {len(bad)} of {len(peaks)} groups were measured while the machine was "
+                f"disturbed** ({figures}). Their rows are marked (d) and the targets measured in them are "
+                "not claimed. Groups: " + "; ".join(f"{g.split('|', 1)[1]}: {d}" for g, d in
+                                                   zip(bad["group"], bad["disturbed"])), ""]
+    return [f"Machine state: not disturbed ({figures}).", ""]
+
+
+def print_targets(rows: list[dict]) -> None:
+    """The targets, as the report shows them, on the terminal."""
+    cases, _ = frame(rows)
+    if cases.empty:
+        return
+    for t in TARGETS:
+        e = evaluate(t, cases)
+        print(f"target: {e['target']}: {MET_TEXT[e['met']]} ({e['measured']}; threshold {e['threshold']})")

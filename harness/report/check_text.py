@@ -1,0 +1,86 @@
+"""The terminal report of ``check``: a function of the check's results (and of the first
+divergences the command traced for it); it computes nothing."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from harness.base.config import Config
+from harness.check.results import CheckReport
+from harness.families.catalog import get_family
+from harness.registry import variants_of
+from harness.report.tables import (
+    LEGEND,
+    classes_table,
+    compiled_table,
+    differences_table,
+    failures_table,
+    paths_table,
+    spec_matrix,
+    verdict_matrix,
+)
+
+
+def family_text(report: CheckReport, family: str, configs: Mapping[str, Config], *, device: str,
+                factor: float, pairs: str, matrix_note: bool) -> list[str]:
+    """One family: its call, cases, what was skipped, the spec matrices per dtype, the
+    equivalence classes and the pair matrices."""
+    fam = get_family(family)
+    lines = [f"\n== {family}: {fam.call}"]
+    if fam.matrix is not None and matrix_note:
+        lines.append(f"   configs: {', '.join(fam.configs_of(configs))} "
+                     "(its layers run the whole matrix in their families)")
+    lines += [f"   case {case.name}: {case.note}" for case in fam.cases]
+    lines += [f"   {vid} skips config {config}: {why}" for fam_name, vid, config, why in report.skipped
+              if fam_name == family]
+    for v in variants_of(family):
+        limited = v.traits.get("cases")
+        if limited is not None:
+            left_out = [c.name for c in fam.cases if c.name not in limited]
+            if left_out:
+                lines.append(f"   {v.id} does not apply to {', '.join(left_out)} (declared traits['cases']"
+                             + (f": {v.traits['note']}" if v.traits.get("note") else "") + ")")
+    for dtype in fam.dtypes or report.dtypes:
+        what = ("semantics: each variant against the float64 oracle of its declared traits"
+                if dtype == "float64" else
+                "precision: error against the oracle, as a multiple of the baseline's "
+                f"(at most {factor:g}x)")
+        lines += [f"\n-- {dtype} on {device}: {what}",
+                  spec_matrix(report.specs, family, dtype, fam.configs_of(configs))]
+    lines += ["\n-- equivalence classes (equal semantic traits)", classes_table(family)]
+    for dtype in fam.dtypes or report.dtypes:
+        lines += [f"\n-- pairs in {dtype} ({'measured' if pairs == 'all' else 'derived from the classes'})",
+                  verdict_matrix(report.pairs, family, dtype)]
+    return lines
+
+
+def check_text(report: CheckReport, configs: Mapping[str, Config], *, families: list[str], device: str,
+               factor: float, pairs: str, matrix_note: bool, compile_backend: str | None,
+               explained_differences: str | None, explained_failures: str) -> str:
+    """Everything ``check`` prints before its summary line."""
+    lines = [LEGEND, "\nconfigs (one symbol per config in each spec cell, in this order):"]
+    lines += [f"  {name:9s} {cfg.describe()}" for name, cfg in configs.items()]
+    for family in families:
+        lines += family_text(report, family, configs, device=device, factor=factor, pairs=pairs,
+                             matrix_note=matrix_note)
+    lines += ["\n== Differences (declared, with their effect)", differences_table(report.pairs),
+              "\n== Kernel paths: autograd vs torch.no_grad() (eval mode)", paths_table(report.paths)]
+    if compile_backend:
+        lines += [f"\n== torch.compile (backend {compile_backend}) against eager, first config",
+                  compiled_table(report.compiled)]
+    if explained_differences is not None:
+        lines += ["\n== Where each declared difference first shows (harness.trace)", explained_differences]
+    lines += ["\n== Contradictions", failures_table(report)]
+    if explained_failures:
+        lines += ["\nwhere they first diverge from a variant declaring the same traits (harness.trace):",
+                  explained_failures]
+    return "\n".join(lines)
+
+
+def summary_line(report: CheckReport, configs: Mapping[str, Config]) -> str:
+    n_var = len({(s.family, s.variant) for s in report.specs})
+    grads = sum(g.ok for g in report.gradchecks)
+    drops = sum(d.ok for d in report.dropouts)
+    return (f"\n{n_var} variants x {len(configs)} config(s): {len(report.specs)} spec checks, "
+            f"{len(report.pairs)} pairs, gradcheck {grads}/{len(report.gradchecks)}, "
+            f"dropout {drops}/{len(report.dropouts)}; {len(report.failures)} contradict")

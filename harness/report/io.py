@@ -1,0 +1,48 @@
+"""Writing results: strict JSON (NaN and inf as strings), checked before the work starts."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from harness.base.errors import HarnessError
+
+
+def strict_json(value):
+    """NaN becomes null and infinities the strings "inf"/"-inf": valid JSON for any parser."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
+def ensure_writable(path: str | None, what: str = "--json") -> None:
+    """Refuse an output path before a long run, not after it: create it (then remove it
+    again if it was not there), so a folder, a missing permission or /proc is found now."""
+    if not path:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise HarnessError(f"cannot write {what} '{path}': it is a directory")
+    existed = target.exists()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "a"):
+            pass
+    except OSError as exc:
+        raise HarnessError(f"cannot write {what} '{path}': {exc.strerror}") from None
+    if not existed:
+        target.unlink(missing_ok=True)
+
+
+def write_json(path: str, payload) -> None:
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(strict_json(payload), indent=2, default=str, allow_nan=False) + "\n")
+    except OSError as exc:
+        raise HarnessError(f"cannot write '{path}': {exc.strerror}") from None

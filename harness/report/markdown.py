@@ -1,0 +1,221 @@
+"""The report: ``reports/<device>/<profile>/`` with REPORT.md, results.csv, results.json and PNG plots.
+
+Tables through pandas + tabulate; plots through matplotlib (Agg). Made from benchmark
+rows (a bench log, a results.json or a pytest-benchmark JSON) and, when given, the
+check's pair results.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tabulate import tabulate
+
+from harness.base.errors import ResultsFileError
+from harness.bench.timing import CPU_PEAK_METHOD, CUDA_PEAK_METHOD, PEAK_SPREAD_LIMIT
+from harness.check.results import PairResult, PathResult
+from harness.families.catalog import get_family
+from harness.registry import TARGETS, reference_of
+from harness.report.bench_frame import ENV_KEYS, compare_with, frame
+from harness.report.bench_tables import family_table, machine_state, mechanisms_table, peaks_table
+from harness.report.io import write_json
+from harness.report.plots import plot_sweeps, plot_verdicts
+from harness.report.tables import LEGEND, differences_table, paths_table, traits_table, verdict_matrix
+from harness.report.targets import MET_TEXT, evaluate
+
+
+def method_lines(cases: pd.DataFrame, device: str) -> list[str]:
+    threads = sorted({int(x) for x in cases["threads"].dropna()}) if "threads" in cases else []
+    interleaved = bool(cases["interleaved"].fillna(False).astype(bool).any())
+    rounds = sorted({int(x) for x in cases["rounds"].dropna()}) if "rounds" in cases else []
+    lines = ["## Method", ""]
+    if interleaved:
+        lines.append(
+            "- Time: `torch.utils.benchmark.Timer`, the one timing engine (CPU and CUDA; its timer synchronizes "
+            "CUDA; garbage collector off), with `num_threads` set explicitly to "
+            f"{', '.join(map(str, threads)) or '?'} (also `torch.set_num_threads`, and recorded in every row). "
+            "The variants of one family at one shape, dtype and mode form a group; the group's variants, the "
+            f"family's reference and a square matmul are timed in {', '.join(map(str, rounds))} alternating rounds "
+            "in one window (forward order, then reverse), after one warm-up call each. Each round is Timer blocks "
+            "for at least `--min-time`: a call of a quarter of that or more is a block by itself, a shorter one "
+            "gets its block size once from `blocked_autorange`. `median ms` and `IQR ms`: over every block of "
+            "every round.")
+        lines.append(
+            "- Ratios: `vs baseline` (reference time / variant time, > 1 is faster) and `% peak` come from the "
+            "same interleaved rounds: the figure is the ratio of the two medians over rounds, shown with the "
+            "per-round ratio's quartiles [q1-q3]. A target is decided on a 90% bootstrap interval of that ratio "
+            "(rounds resampled in pairs, seeded): met only when its low end meets the threshold, not met only "
+            "when its high end misses it, undecided when the threshold lies inside it.")
+    else:
+        lines.append(
+            "- Time: rows from pytest-benchmark (`benchmarks/`, same callables, its own timer; threads "
+            f"{', '.join(map(str, threads)) or '?'}). Not interleaved: no ratio is stated and no timed target "
+            "is claimed from them.")
+    lines += [
+        "- `fwd` runs under `torch.no_grad()` in eval mode (where torch's fused fast paths run); `fwd+bwd` runs "
+        "forward with autograd and `backward` with a seeded gradient, eval mode (dropout off), gradients reset "
+        "before each call.",
+        "- FLOPs: `torch.utils.flop_counter.FlopCounterMode`, matmul-class operators. `GFLOP/s` and `% peak` "
+        "count FLOPs as executed: the CPU flash kernel with `is_causal` computes only the key blocks (512 "
+        "wide; query blocks of 32, 64 or 256) that start before the diagonal, and its backward recomputes "
+        "QK^T (5 matmuls per visited block); explicit masked attention computes every score. `% peak dense-eq.` "
+        "counts every score of QK^T and PV (torch's own formulas, whose flash backward also counts the "
+        "recomputation): labelled dense-equivalent. At T=512 the two agree for the flash kernel (one 512-wide "
+        "key block per query block: it skips nothing); from T=1024 the causal kernel skips blocks. "
+        "Formulas added for the "
+        "CPU flash kernel and torch's fused MHA / encoder fast paths, which torch 2.13 does not count.",
+        "- `% peak`: executed FLOP/s over the FLOP/s of the square matmul timed in the same rounds, same dtype "
+        "(per family below, with its spread and the load average).",
+        "- A group is **disturbed** when the 1-minute load average at its start or end exceeds the cores + 0.5, "
+        f"or its matmul peak's IQR across rounds exceeds {PEAK_SPREAD_LIMIT:.0%} of its median; "
+        "its rows are marked (d).",
+        "- Saved for backward: `torch.autograd.graph.saved_tensors_hooks`, unique storages, parameters and "
+        "inputs excluded.",
+        f"- Peak memory: {CUDA_PEAK_METHOD if device.startswith('cuda') else CPU_PEAK_METHOD}. `not measured` "
+        "says why in `results.csv` (`rss_note`).",
+        "- `compiled` rows: `torch.compile` (Inductor), compiled by the first call outside any dispatch mode; "
+        "`compile s` is that first call (Dynamo + Inductor + one run), timings are steady state after it; the "
+        "row is refused unless Dynamo's counters show a compiled graph. Their FLOPs, path and memory are the "
+        "eager module's.",
+        "- `path`: the kernel operators recorded by `torch.profiler`, nested ones included.",
+        "",
+    ]
+    return lines
+
+
+def write_report(
+    rows: list[dict],
+    out: Path,
+    *,
+    results: list[PairResult] | None = None,
+    paths: list[PathResult] | None = None,
+    old_rows: list[dict] | None = None,
+    threshold: float = 0.10,
+    profile: str = "",
+    note: str = "",
+    compared_with: str | None = None,
+) -> Path:
+    """Write the report into a temporary folder beside ``out``, then put it in place: a
+    report is written whole or not at all."""
+    cases, _ = frame(rows)
+    if cases.empty:
+        raise ResultsFileError("no benchmark rows to report")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        _write(rows, tmp, results=results, paths=paths, old_rows=old_rows, threshold=threshold,
+               profile=profile, note=note, compared_with=compared_with)
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        if out.exists():
+            out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out / "REPORT.md"
+
+
+def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, note, compared_with) -> None:
+    cases, peaks = frame(rows)
+    if old_rows is not None:
+        cases = compare_with(cases, old_rows, threshold)
+    first = cases.iloc[0]
+    env = {k: first.get(k, "") for k in ENV_KEYS}
+    device = str(first["device"])
+
+    payload_rows = cases.replace({np.nan: None}).to_dict("records")
+
+    write_json(str(out / "results.json"),
+               {"environment": env, "profile": profile, "peaks": peaks.replace({np.nan: None}).to_dict("records"),
+                "rows": payload_rows})
+    cases.drop(columns=["path_ops", "round_s"], errors="ignore").to_csv(out / "results.csv", index=False)
+
+    plots = plot_sweeps(cases, out)
+    verdict_png = plot_verdicts(results, "float32" if device == "cpu" else "bfloat16", out) if results else None
+
+    lines = [f"# Benchmark report: {env.get('device_name', device)}", ""]
+    lines += [f"Profile `{profile}`, made {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC by "
+              f"`python -m harness report`. {note}".rstrip(), ""]
+    lines += machine_state(cases, peaks)
+    lines += ["## Environment", "", tabulate(
+        [(k, env.get(k, "")) for k in ENV_KEYS] + [("device", device)],
+        headers=["", ""], tablefmt="github"), "",
+        "The matmul peak is timed beside each group's rows, in the same rounds (per family below).", ""]
+
+    lines += ["## Targets", ""]
+    evaluated = [evaluate(t, cases) for t in TARGETS]
+    lines += [tabulate(pd.DataFrame([{**e, "met": MET_TEXT[e["met"]]} for e in evaluated]),
+                       headers="keys", tablefmt="github", showindex=False), ""]
+    lines += method_lines(cases, device)
+    if old_rows is not None:
+        n_reg = int(cases["regression"].sum())
+        lines += [f"Compared with `{compared_with or 'an earlier run'}`: {n_reg} regression(s) beyond "
+                  f"{threshold:.0%} (`change` column: median time against the old median, where the same case "
+                  "was measured there).", ""]
+
+    for family in cases["family"].unique():
+        ref = reference_of(family)
+        lines += [f"## {family}", "", f"Call: `{get_family(family).call}`. Baseline: "
+                  f"`{ref.id if ref else '-'}`.", "", family_table(cases, family), ""]
+        mech = mechanisms_table(cases, family)
+        if mech:
+            lines += ["Kernel paths at the largest shape measured, and what they mean:", "", mech, ""]
+        pk = peaks_table(peaks, family)
+        if pk:
+            lines += ["Matmul peak timed beside these rows:", "", pk, ""]
+        for p in plots:
+            if p.startswith((f"time_{family}_", f"memory_{family}_")):
+                lines += [f"![{p}]({p})", ""]
+
+    if results:
+        lines += ["## Verdicts", "", LEGEND, ""]
+        if verdict_png:
+            lines += [f"![verdicts]({verdict_png})", ""]
+        for family in dict.fromkeys(r.family for r in results):
+            fam = get_family(family)
+            dtypes = sorted({r.dtype for r in results if r.family == family})
+            lines += [f"### {family}", "", "Declared traits, side by side:", "", traits_table(family, "github"), "",
+                      f"Cases, one symbol each: {', '.join(c.name for c in fam.cases)}.", ""]
+            for dt in dtypes:
+                lines += [f"{dt}:", "", verdict_matrix(results, family, dt, "github"), ""]
+        one = [r for r in results if r.dtype in ("float32", "bool", "bfloat16")]
+        lines += ["### Differences and their declared reasons", "", differences_table(one, "github"), ""]
+        if paths:
+            lines += ["### Kernel paths: autograd vs no_grad", "", paths_table(paths, "github"), ""]
+        bad = [r for r in results if not r.ok]
+        lines += [f"{len(results)} comparisons, {len(bad)} contradict their declarations.", ""]
+
+    lines += models_section(out.parent.parent / "models")
+
+    failed = cases[cases["status"] != "ok"]
+    if len(failed):
+        lines += ["## Not measured", "", tabulate(failed[["key", "status", "error"]], headers="keys",
+                                                  tablefmt="github", showindex=False), ""]
+    (out / "REPORT.md").write_text("\n".join(lines) + "\n")
+
+
+def models_section(models: Path) -> list[str]:
+    """The whole-model runs beside the benchmark (``python -m harness copy-task`` and
+    ``cache-bench`` write them to ``reports/models/``): the copy-task curves and the k/v
+    cache's speed-up, shown here as they were written there, with their own method line."""
+    parts = [(name, models / f"{name}.md", f"../../models/{name}.png")
+             for name in ("copy_task", "cache_bench") if (models / f"{name}.md").exists()]
+    if not parts:
+        return []
+    titles = {"copy_task": "Copy task (004): loss and exact match per encoder-decoder model",
+              "cache_bench": "Greedy decoding with and without the k/v cache"}
+    lines = ["## Whole models", "",
+             "From `reports/models/` (`python -m harness copy-task` and `cache-bench`, run apart from this "
+             "sweep; their own method and machine state are in each table's note).", ""]
+    for name, md, png in parts:
+        lines += [f"### {titles[name]}", "", md.read_text().strip(), ""]
+        if (models / f"{name}.png").exists():
+            lines += [f"![{name}]({png})", ""]
+    return lines

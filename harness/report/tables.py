@@ -1,0 +1,193 @@
+"""Plain-text and Markdown tables of registry entries and verdicts (pandas + tabulate)."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import pandas as pd
+from tabulate import tabulate
+
+from harness.base.numbers import fmt
+from harness.check.results import PairResult, PathResult
+from harness.families.catalog import get_family
+from harness.registry import Variant, variants_of
+
+SYMBOL = {"identical": "≡", "equivalent": "≈", "less precise": "≲", "different": "≠", "error": "E",
+          "not exercised": "○", "not resolvable": "◌"}
+LEGEND = ("≡ identical (bitwise)  ≈ equivalent  ≲ less precise than the reference  ≠ different  E error\n"
+          "○ declared difference not exercised by the case  ◌ below the dtype's resolution  "
+          "! contradicts the declaration  · not applicable  - config not supported")
+PAIR_ORDER = ("error", "different", "not resolvable", "not exercised", "less precise", "equivalent", "identical")
+
+
+def variants_table(variants: Iterable[Variant], tablefmt: str = "simple") -> str:
+    rows = []
+    for v in variants:
+        traits = {k: v for k, v in v.traits.items() if k != "cases"}
+        rows.append({"id": v.id, "family": v.family, "source": v.source,
+                     "reference": "yes" if v.reference else "",
+                     "traits": "; ".join(f"{k}={val}" for k, val in traits.items())})
+    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt=tablefmt, showindex=False)
+
+
+def traits_table(family: str, tablefmt: str = "simple") -> str:
+    """One family's traits side by side: a row per variant, a column per trait."""
+    members = variants_of(family)
+    df = pd.DataFrame(
+        [{"id": v.id, "source": v.source, **{k: val for k, val in v.traits.items() if k != "cases"}}
+         for v in members]
+    ).astype(object).fillna("")  # a trait some variants leave out: blank, whatever its dtype
+    return tabulate(df, headers="keys", tablefmt=tablefmt, showindex=False)
+
+
+def _pair_cell(rows: list[PairResult]) -> str:
+    """One symbol for a pair on one case over the config matrix: the strongest verdict
+    (a difference shown by any config counts), '!' when any config contradicts."""
+    verdict = min((r.verdict for r in rows), key=PAIR_ORDER.index)
+    if verdict == "equivalent" and all(r.verdict == "identical" for r in rows):
+        verdict = "identical"
+    return SYMBOL[verdict] + ("" if all(r.ok for r in rows) else "!")
+
+
+def verdict_matrix(results: list[PairResult], family: str, dtype: str, tablefmt: str = "simple") -> str:
+    """Cell (a, b): one symbol per case, in the family's case order (over every config)."""
+    cases = [c.name for c in get_family(family).cases]
+    ids = [v.id for v in variants_of(family)]
+    grouped: dict[tuple[str, str, str], list[PairResult]] = {}
+    for r in results:
+        if r.family == family and r.dtype == dtype:
+            grouped.setdefault((r.a, r.b, r.case), []).append(r)
+    cell: dict[tuple[str, str, str], str] = {}
+    for (a, b, case), rows in grouped.items():
+        cell[(a, b, case)] = cell[(b, a, case)] = _pair_cell(rows)
+    present = [i for i in ids if any(k[0] == i for k in cell)]
+    rows = []
+    for a in present:
+        row = {"": a}
+        for b in present:
+            row[b] = "" if a == b else "".join(cell.get((a, b, c), "·") for c in cases)
+        rows.append(row)
+    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt=tablefmt, showindex=False)
+
+
+def differences_table(results: list[PairResult], tablefmt: str = "simple", only_problems: bool = False) -> str:
+    """One row per declared difference (the traits that differ) and case, over every pair
+    and config that shows it: the verdicts seen and the largest effect."""
+    groups: dict[tuple, list[PairResult]] = {}
+    for r in results:
+        if r.verdict in ("identical", "equivalent") and r.ok:
+            continue
+        if only_problems and r.ok:
+            continue
+        groups.setdefault((r.family, r.reason or r.note, r.case, r.dtype), []).append(r)
+    rows = []
+    for (family, why, case, dtype), rs in groups.items():
+        verdicts = sorted({r.verdict for r in rs}, key=PAIR_ORDER.index)
+        pairs = sorted({f"{r.a} ~ {r.b}" for r in rs})
+        first_configs = {r.config for r in rs if r.verdict == verdicts[0]}
+        rows.append({
+            "family": family, "case": case, "dtype": dtype,
+            "verdict": " / ".join(verdicts) + (" (configs: " + ", ".join(sorted(first_configs)) + ")"
+                                               if len(verdicts) > 1 else ""),
+            "ok": "yes" if all(r.ok for r in rs) else "NO",
+            "max_abs": fmt(max((r.max_abs for r in rs if r.max_abs == r.max_abs), default=math.nan)),
+            "grad_max_abs": fmt(max((r.grad_max_abs for r in rs if r.grad_max_abs == r.grad_max_abs),
+                                    default=math.nan)),
+            "pairs": f"{len(pairs)}: {pairs[0]}" + (", ..." if len(pairs) > 1 else ""),
+            "why": why,
+        })
+    if not rows:
+        return "(none)"
+    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt=tablefmt, showindex=False)
+
+
+def spec_matrix(specs, family: str, dtype: str, configs: dict, tablefmt: str = "simple") -> str:
+    """Each variant against its oracle: a row per variant, a column per case, one symbol per
+    config (in matrix order) in each cell; '-' where the variant cannot take the config."""
+    cases = [c.name for c in get_family(family).cases]
+    by_key = {(s.variant, s.config, s.case): s for s in specs if s.family == family and s.dtype == dtype}
+    rows = []
+    for v in variants_of(family):
+        if not any(k[0] == v.id for k in by_key):
+            continue
+        row = {"variant": v.id}
+        for case in cases:
+            cell = ""
+            for config in configs:
+                s = by_key.get((v.id, config, case))
+                if s is None:
+                    cell += "-" if v.supports(configs[config]) else "·"
+                else:
+                    cell += SYMBOL[s.verdict] + ("" if s.ok else "!")
+            row[case] = cell
+        worst = max((s.ratio for k, s in by_key.items() if k[0] == v.id and s.ratio == s.ratio), default=math.nan)
+        row["worst ratio"] = fmt(worst) if dtype != "float64" else "-"
+        rows.append(row)
+    if not rows:
+        return "(no variant)"
+    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt=tablefmt, showindex=False)
+
+
+def classes_table(family: str, variants=None, tablefmt: str = "simple") -> str:
+    """The equivalence classes: variants whose declared semantic traits are equal."""
+    fam = get_family(family)
+    classes: dict[tuple, list[str]] = {}
+    for v in variants if variants is not None else variants_of(family):
+        sem = fam.semantic_traits(v.traits)
+        classes.setdefault(tuple(sorted(sem.items(), key=lambda kv: kv[0])), []).append(v.id)
+    rows = [{"class": chr(ord("A") + i), "variants": ", ".join(ids),
+             "semantic traits": "; ".join(f"{k}={val}" for k, val in key)}
+            for i, (key, ids) in enumerate(classes.items())]
+    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt=tablefmt, showindex=False)
+
+
+def failures_table(report, tablefmt: str = "simple") -> str:
+    """Every contradiction: a spec that failed, a gradcheck, a dropout check."""
+    rows = []
+    for s in report.specs:
+        if not s.ok:
+            rows.append({"what": f"{s.family}/{s.variant}", "where": f"{s.config} {s.case} {s.dtype}",
+                         "found": s.verdict + (f" ({s.ratio:.3g}x)" if s.verdict == "less precise" else ""),
+                         "expected": s.expected, "worst": s.worst, "max_abs": fmt(s.err), "note": s.note[:160]})
+    for g in report.gradchecks:
+        if not g.ok:
+            rows.append({"what": f"{g.family}/{g.variant}", "where": f"gradcheck {g.config} {g.case}",
+                         "found": "failed", "expected": "passes", "worst": "", "max_abs": "-", "note": g.note})
+    for c in getattr(report, "compiled", []):
+        if not c.ok:
+            rows.append({"what": f"{c.family}/{c.variant}", "where": f"torch.compile({c.backend}) {c.config} {c.case}",
+                         "found": c.verdict, "expected": "equivalent to eager, compiled", "worst": "",
+                         "max_abs": fmt(c.err), "note": c.note})
+    for d in report.dropouts:
+        if not d.ok:
+            rows.append({"what": f"{d.family}/{d.variant}", "where": d.check, "found": d.measured,
+                         "expected": d.expected, "worst": "", "max_abs": "-",
+                         "note": ("declared dropout_sites" if d.check.startswith("train")
+                                  else "dropout acts in eval mode")})
+    if not rows:
+        return "(none)"
+    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt=tablefmt, showindex=False)
+
+
+def paths_table(paths: list[PathResult], tablefmt: str = "simple") -> str:
+    """Only the variants whose kernel path is worth naming (a torch fused path, SDPA)."""
+    rows = [
+        {"variant": p.variant, "case": p.case, "dtype": p.dtype, "autograd path": p.path_autograd,
+         "no_grad path": p.path_inference, "no_grad vs autograd": p.verdict, "max_abs": fmt(p.max_abs)}
+        for p in paths
+        if p.path_autograd != p.path_inference or p.verdict not in ("identical", "equivalent")
+    ]
+    if not rows:
+        return "(every variant runs the same ops with and without autograd)"
+    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt=tablefmt, showindex=False)
+
+
+def compiled_table(results, tablefmt: str = "simple") -> str:
+    rows = [{"variant": f"{c.family}/{c.variant}", "backend": c.backend, "case": f"{c.config} {c.case} {c.dtype}",
+             "graphs": c.graphs, "graph breaks": c.graph_breaks, "compiled vs eager": c.verdict,
+             "compiled err": fmt(c.err), "eager err": fmt(c.eager_err), "note": c.note}
+            for c in results]
+    if not rows:
+        return "(none)"
+    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt=tablefmt, showindex=False)

@@ -1,0 +1,117 @@
+"""Performance targets as data, evaluated on benchmark rows by the report (never in a
+timed unit test). The harness knows no variant by name: the project's targets are
+registered by ``variants/targets.py``, a user's by their own file."""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from harness.bench.timing import INTERVAL_LEVEL
+from harness.registry import Target
+
+
+def _select(df: pd.DataFrame, family: str, variant: str, where: Mapping[str, object]) -> pd.DataFrame:
+    if df.empty:
+        return df
+    sel = df[(df["family"] == family) & (df["variant"] == variant) & (df["status"] == "ok")]
+    for column, value in where.items():
+        sel = sel[sel[column] == value]
+    return sel
+
+
+def growth_exponent(df: pd.DataFrame, metric: str = "saved_bytes") -> float:
+    """Slope of log(metric) against log(T): 1 is linear, 2 quadratic."""
+    df = df[df[metric].notna() & (df[metric] > 0)].sort_values("seq")
+    if df["seq"].nunique() < 2:
+        return math.nan
+    slope, _ = np.polyfit(np.log(df["seq"].astype(float)), np.log(df[metric].astype(float)), 1)
+    return float(slope)
+
+
+def _disturbed(rows: pd.DataFrame) -> str:
+    if "disturbed" not in rows:
+        return ""
+    marks = [str(x) for x in rows["disturbed"] if isinstance(x, str) and x]
+    return marks[0] if marks else ""
+
+
+def _spread(rows: pd.DataFrame, column: str) -> tuple[float, float, float, float, float] | None:
+    """(figure, low, high, q1, q3) of the first selected row: the ratio of medians with its
+    bootstrap interval, and the per-round quartiles; None when the rows were not measured
+    interleaved (e.g. pytest-benchmark rows). Rows logged before the interval existed are
+    decided on their quartiles."""
+    if column not in rows or f"{column}_q1" not in rows:
+        return None
+    r = rows.iloc[0]
+    if not r.get("interleaved") or pd.isna(r[column]) or pd.isna(r[f"{column}_q1"]):
+        return None
+    q1, q3 = float(r[f"{column}_q1"]), float(r[f"{column}_q3"])
+    low, high = r.get(f"{column}_lo"), r.get(f"{column}_hi")
+    if low is None or pd.isna(low):
+        low, high = q1, q3
+    return float(r[column]), float(low), float(high), q1, q3
+
+
+def evaluate(target: Target, df: pd.DataFrame) -> dict:
+    """{'target', 'threshold', 'uses', 'measured', 'met'}. ``met`` is True/False, or None
+    when not measured, or a string: 'not claimed' for a disturbed window, 'undecided' when
+    the threshold lies inside the interval. A timed target is decided on the ratio of the
+    medians over interleaved rounds and its bootstrap interval: met only when the interval's
+    low end meets the threshold, not met only when its high end misses it."""
+    out = {"target": target.text or target.name, "threshold": "", "uses": "", "measured": "not measured",
+           "met": None}
+    rows = _select(df, target.family, target.variant, target.where)
+    if target.kind in ("speedup", "peak_fraction"):
+        column = "vs_baseline" if target.kind == "speedup" else "peak_fraction"
+        if target.kind == "speedup":
+            out.update(threshold=f">= {target.threshold:g}x (interval's low end)",
+                       uses=f"median time {target.baseline} over median time {target.variant}, interleaved rounds")
+        else:
+            out.update(threshold=f">= {target.threshold:.0%} (interval's low end)",
+                       uses="median executed FLOP/s over the median matmul peak, the same interleaved rounds")
+        if target.kind == "speedup" and len(rows):
+            base_rows = _select(df, target.family, target.baseline, target.where)
+            if not len(base_rows):
+                rows = rows.iloc[0:0]
+        if not len(rows):
+            return out
+        spread = _spread(rows, column)
+        r = rows.iloc[0]
+        if spread is None:
+            out["measured"] = "not measured: the rows were not timed interleaved (e.g. pytest-benchmark rows)"
+            return out
+        value, low, high, q1, q3 = spread
+        level = f"{INTERVAL_LEVEL:.0%} interval"
+        if target.kind == "speedup":
+            out["measured"] = (f"{value:.2f}x, {level} {low:.2f}-{high:.2f}; per-round quartiles {q1:.2f}-{q3:.2f} "
+                               f"over {int(r['rounds'])} rounds ({r['median_s'] * 1e3:.1f} ms)")
+        else:
+            dense = r.get("peak_fraction_dense")
+            out["measured"] = (f"{value:.1%}, {level} {low:.1%}-{high:.1%}; per-round quartiles {q1:.1%}-{q3:.1%} "
+                               f"over {int(r['rounds'])} rounds ({r['gflops']:.1f} GFLOP/s executed; "
+                               f"peak {r['peak_flops'] / 1e9:.1f} GFLOP/s; dense-equivalent {dense:.1%})")
+        out["met"] = True if low >= target.threshold else False if high < target.threshold else "undecided"
+        why = _disturbed(rows)
+        if why:
+            out["met"] = "not claimed"
+            out["measured"] += f"; disturbed window: {why}"
+    elif target.kind == "growth":
+        low = target.minimum
+        out["threshold"] = (f"{low:g} <= exponent <= {target.threshold:g}" if low is not None
+                            else f"exponent <= {target.threshold:g}")
+        out["uses"] = f"{target.metric} (no time, no FLOPs)"
+        exp = growth_exponent(rows, target.metric) if len(rows) else math.nan
+        if not math.isnan(exp):
+            out.update(measured=f"{exp:.2f}",
+                       met=exp <= target.threshold and (low is None or exp >= low))
+    else:
+        raise ValueError(f"unknown target kind {target.kind!r}")
+    return out
+
+
+MET_TEXT = {True: "yes", False: "NO", None: "not measured", "not claimed": "not claimed (disturbed)",
+            "undecided": "undecided (threshold inside the interval)"}

@@ -1,0 +1,185 @@
+"""Greedy decoding of whole models, and the incremental cache against re-running the prefix."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from harness.base.config import Config
+from harness.check.tensors import compare_tensors
+from harness.families.models import PAD, Decoding
+from harness.registry import Variant
+from harness.systems.models import PROMPT, Models, _memo, decodable, expectation, matches
+
+
+def greedy(variant: Variant, decoding: Decoding, module, inputs: dict, steps: int) -> torch.Tensor:
+    """(B, steps) tokens from the model's own greedy loop, or the harness's loop over
+    ``step`` after ``prefix`` (the start symbol, or the decoder-only prompt)."""
+    if decoding.greedy is not None:
+        with torch.no_grad():
+            return decoding.greedy(module, inputs, steps)
+    ys = greedy_steps(variant, decoding, module, inputs, steps, cached=False)
+    return ys[:, ys.size(1) - steps:]
+
+
+def greedy_steps(variant: Variant, decoding: Decoding, module, inputs: dict, steps: int, *,
+                 cached: bool) -> torch.Tensor:
+    """``prefix`` and ``steps`` greedy tokens after it through ``step``, with or without the
+    model's cache (the harness's one greedy loop)."""
+    with torch.no_grad():
+        state = decoding.prepare(module, inputs, cached)
+        ys = prefix(variant, decoding, inputs)
+        for _ in range(steps):
+            ys = torch.cat([ys, decoding.step(module, state, ys).argmax(-1, keepdim=True)], dim=1)
+        return ys
+
+
+def prefix(variant: Variant, decoding: Decoding, inputs: dict) -> torch.Tensor:
+    """What the generated tokens follow: the start symbol (none for a model whose own
+    start is built in, ``bos=False``), or the decoder-only prompt."""
+    if variant.family == "decoder_only_model":
+        return inputs["tokens"][:, :PROMPT]
+    return torch.full((inputs["src"].size(0), 1 if decoding.bos else 0), inputs["start"], dtype=torch.long)
+
+
+def decode_steps(family: str, cfg: Config) -> int:
+    return cfg.tgt_len - 1 if family == "encoder_decoder" else cfg.tgt_len - PROMPT
+
+
+def _upto_pad(row: torch.Tensor) -> list[int]:
+    """Tokens up to and including the first pad: what follows is past the sentence's end
+    (003 masks the query row of a pad, the others do not)."""
+    out = []
+    for tok in row.tolist():
+        out.append(tok)
+        if tok == PAD:
+            break
+    return out
+
+
+@dataclass
+class DecodeResult:
+    family: str
+    a: str
+    b: str
+    expected: str
+    reason: str
+    same_tokens: bool
+    ok: bool
+    first_diff: str        # "row r, step s" or ""
+    margin_a: float        # top-1 minus top-2 log-probability of a at that step
+    margin_b: float
+    tokens_a: list = field(default_factory=list)
+    tokens_b: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _margin(decoding: Decoding, variant: Variant, module, inputs: dict, row: int, *, generated: list[int]) -> float:
+    """Top-1 minus top-2 log-probability of the model at one step of one row."""
+    one = {k: (v[row:row + 1] if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    ys = torch.cat([prefix(variant, decoding, one), torch.tensor([generated], dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        top = decoding.step(module, decoding.prepare(module, one, False), ys)[0].topk(2).values
+    return float(top[0] - top[1])
+
+
+def compare_greedy(family: str, cfg: Config) -> list[DecodeResult]:
+    """Every pair of decodable models: tokens from each model's own greedy loop, compared;
+    pairs declared equivalent (on the family's decode case) must emit the same tokens."""
+    return _memo("compare_greedy", family, cfg, lambda: _compare_greedy(family, cfg))
+
+
+def _compare_greedy(family: str, cfg: Config) -> list[DecodeResult]:
+    models = Models(family, cfg)
+    fam = models.family
+    steps = decode_steps(family, cfg)
+    results = []
+    tokens: dict[tuple, torch.Tensor] = {}
+
+    def run(v, d, module, zero):
+        if (v.key, zero) not in tokens:
+            tokens[v.key, zero] = greedy(v, d, module, models.inputs, steps)
+        return tokens[v.key, zero]
+
+    for (va, da), (vb, db) in itertools.combinations(decodable(family, cfg), 2):
+        zero = models.zero(va, vb)
+        ma, mb = models.get(va, zero), models.get(vb, zero)
+        ta, tb = run(va, da, ma, zero), run(vb, db, mb, zero)
+        rows_a, rows_b = [_upto_pad(r) for r in ta], [_upto_pad(r) for r in tb]
+        expected, reason = expectation(fam, va, vb)
+        first, margin_a, margin_b = "", math.nan, math.nan
+        for r, (ra, rb) in enumerate(zip(rows_a, rows_b)):
+            if ra != rb:
+                s = next((i for i, (x, y) in enumerate(zip(ra, rb)) if x != y), min(len(ra), len(rb)))
+                first = f"row {r}, step {s}"
+                margin_a = _margin(da, va, ma, models.inputs, r, generated=ra[:s])
+                margin_b = _margin(db, vb, mb, models.inputs, r, generated=rb[:s])
+                break
+        same = not first
+        ok = same if expected == "equivalent" else True  # different models may still agree
+        results.append(DecodeResult(family, va.id, vb.id, expected, reason, same, ok, first,
+                                    margin_a, margin_b, rows_a, rows_b))
+    return results
+
+
+# -- incremental decoding vs full recomputation -----------------------------------------------
+
+@dataclass
+class CacheResult:
+    family: str
+    variant: str
+    cache: str
+    verdict: str
+    ok: bool
+    max_abs: float
+    noise_ratio: float
+    steps: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def step_logprobs(decoding: Decoding, module, inputs: dict, tokens: torch.Tensor, cached: bool) -> torch.Tensor:
+    """(B, n, V): the log-probabilities after each prefix tokens[:, :k], k = 1..n, from
+    one decoding session (the cache, when ``cached``, carried from step to step)."""
+    with torch.no_grad():
+        state = decoding.prepare(module, inputs, cached)
+        return torch.stack([decoding.step(module, state, tokens[:, :k]) for k in range(1, tokens.size(1) + 1)], 1)
+
+
+def _session_tokens(family: str, inputs: dict) -> torch.Tensor:
+    return inputs["tgt"] if family == "encoder_decoder" else inputs["tokens"]
+
+
+def check_cache(family: str, cfg: Config) -> list[CacheResult]:
+    """For every model with a cache: per-step log-probabilities with the cache against the
+    same steps re-running the whole prefix, float32 with float64 runs for the noise."""
+    return _memo("check_cache", family, cfg, lambda: _check_cache(family, cfg))
+
+
+def _check_cache(family: str, cfg: Config) -> list[CacheResult]:
+    models = Models(family, cfg)
+    tokens = _session_tokens(family, models.inputs)
+    results = []
+    for variant, decoding in decodable(family, cfg):
+        if not decoding.cache:
+            continue
+        zero = models.zero(variant)
+        runs = {}
+        for dtype in (torch.float32, torch.float64):
+            module = models.get(variant, zero, dtype)
+            for cached in (True, False):
+                runs[dtype, cached] = step_logprobs(decoding, module, models.inputs, tokens, cached).double()
+        v = compare_tensors(runs[torch.float32, True], runs[torch.float32, False],
+                            runs[torch.float64, True], runs[torch.float64, False], torch.float32)
+        results.append(CacheResult(family, variant.id, decoding.cache, v.verdict,
+                                   matches(v.verdict, "equivalent"), v.max_abs, v.noise_ratio, tokens.size(1)))
+    return results
+
+
+# -- one training step ---------------------------------------------------------------------------

@@ -1,0 +1,107 @@
+"""Attribution: feed A's sub-module output into B to tell which unit makes the difference."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from harness.base.verdicts import AGREE
+from harness.check.precision import DEFAULT_TOLERANCE
+from harness.check.tensors import NOISE_MULTIPLE
+from harness.trace.divergence import TraceRow, trace_variant
+from harness.trace.recording import Trace
+
+
+def _noise(x: torch.Tensor | None, x64: torch.Tensor | None) -> float:
+    if x is None or x64 is None or x64.shape != x.shape:
+        return 0.0
+    x, x64 = x.double(), x64.double()
+    both = ~x.isnan() & ~x64.isnan()
+    return float((x[both] - x64[both]).abs().max()) if both.any() else 0.0
+
+
+def _agree(x: torch.Tensor, ref: torch.Tensor, noise: float, dtype: torch.dtype):
+    """A verdict on ``x`` against ``ref`` with a noise floor measured elsewhere (a patched
+    run has no float64 twin of its own)."""
+    if x.shape != ref.shape or not torch.equal(x.isnan(), ref.isnan()):
+        return SimpleNamespace(verdict="different")
+    ok = ~x.isnan()
+    rtol, atol = DEFAULT_TOLERANCE[dtype]
+    try:
+        torch.testing.assert_close(x[ok], ref[ok], rtol=rtol, atol=max(atol, NOISE_MULTIPLE * noise))
+        return SimpleNamespace(verdict="identical" if torch.equal(x[ok], ref[ok]) else "equivalent")
+    except AssertionError:
+        return SimpleNamespace(verdict="different")
+
+
+def _unit_value(trace: Trace, unit: str, what: str) -> torch.Tensor | None:
+    obs = trace.units.get(unit)
+    return None if obs is None else (obs.inp if what == "in" else obs.out)
+
+
+def _feed_point(row: TraceRow, ta: Trace, tb: Trace) -> tuple[str, torch.Tensor] | None:
+    """Where in B a diverging row can be fed A's value: the row's own sub-module when B
+    observes it with hooks, else its nearest ancestor that B does (an attention module
+    fed A's attention output, which is its output projection's output)."""
+    unit = row.unit
+    ob = tb.units.get(unit)
+    if ob is not None and ob.how.startswith("module"):
+        value = _unit_value(ta, unit, row.what)
+        return None if value is None else (f"{unit}:in" if row.what == "in" else unit, value)
+    while "." in unit:
+        unit = unit.rsplit(".", 1)[0]
+        ob = tb.units.get(unit)
+        if ob is not None and ob.how.startswith("module"):
+            value = _unit_value(ta, unit, "out")
+            if value is None:
+                value = _unit_value(ta, f"{unit}.o", "out")
+            return None if value is None else (unit, value)
+    return None
+
+
+def attribute(va, vb, ta, ta64, tb, *, tb64, rows, cfg, inputs, weights, dtype, device) -> dict:
+    """Feed A's first diverging sub-module output into B and run on; while B's output
+    still differs, feed the next sub-module that still diverges in the fed run."""
+    patches: dict[str, torch.Tensor] = {}
+    ref = ta.tensors["output"]
+    noise = max(_noise(ta.tensors["output"], ta64.tensors.get("output")),
+                _noise(tb.tensors["output"], tb64.tensors.get("output")))
+    current = {(r.unit, r.what): r.verdict for r in rows}
+    observed = [r for r in rows if r.verdict != "-"]
+
+    def covered(key: str) -> bool:
+        unit = key.split(":")[0]
+        return any(unit == p.split(":")[0] or unit.startswith(p.split(":")[0] + ".") for p in patches)
+
+    for _ in range(len(observed)):
+        point = None
+        for r in observed:
+            if current.get((r.unit, r.what)) in AGREE:
+                continue
+            point = _feed_point(r, ta, tb)
+            if point is not None and not covered(point[0]):
+                break
+            point = None
+        if point is None:
+            break
+        patches[point[0]] = point[1]
+        tp = trace_variant(vb, cfg, inputs, weights, dtype, device=device, patch=patches, backward=False)
+        if tp.output is None:
+            break
+        if _agree(tp.output, ref, noise, dtype).verdict in AGREE:
+            names = " + ".join(patches)
+            return {"patched": list(patches), "agrees": True,
+                    "text": f"with A's {names} fed into B, B's output agrees with A's: the whole "
+                            f"difference comes from {'there' if len(patches) == 1 else 'those'}"}
+        for r in observed:  # what still diverges once fed (noise from the runs not fed)
+            got, want = _unit_value(tp, r.unit, r.what), _unit_value(ta, r.unit, r.what)
+            if got is None or want is None or got.shape != want.shape:
+                continue
+            unit_noise = max(_noise(want, _unit_value(ta64, r.unit, r.what)),
+                             _noise(_unit_value(tb, r.unit, r.what), _unit_value(tb64, r.unit, r.what)))
+            current[(r.unit, r.what)] = _agree(got.double(), want.double(), unit_noise, dtype).verdict
+    return {"patched": list(patches), "agrees": False,
+            "text": ("no sub-module of B to feed (none observed as a module)" if not patches else
+                     f"with A's {' + '.join(patches)} fed into B, the outputs still differ: the difference "
+                     "is not inside the traced sub-modules alone (their order or wiring differs)")}

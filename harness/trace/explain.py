@@ -1,0 +1,43 @@
+"""The first divergences ``check`` prints under its contradictions and declared differences."""
+
+from __future__ import annotations
+
+from harness.trace.pairs import explain_variant, first_divergence
+
+MAX_EXPLAINED = 8  # a trace costs seconds: the first contradictions only
+
+
+def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
+    """For each (variant, case) whose spec fails: the first divergence against a peer that
+    declares the same traits, or the worst tensor when it has no peer."""
+    lines, seen = [], set()
+    for s in report.specs:
+        key = (s.family, s.variant, s.case)
+        if s.ok or key in seen or s.verdict == "error":
+            continue
+        seen.add(key)
+        if len(seen) > limit:
+            lines.append(f"  ... and more: python -m harness diff {s.family} A B --case C traces any pair")
+            break
+        head = f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): worst tensor {s.worst}"
+        if s.verdict != "different":  # less precise: same function, more rounding; nothing to trace
+            lines.append(head + f" ({s.verdict}, {s.ratio:.3g}x the baseline's error)")
+            continue
+        d = explain_variant(s.family, s.variant, s.case, configs[s.config], s.dtype if s.dtype != "bool" else "float32")
+        lines.append(head + ("" if d is None else "\n" + "\n".join("    " + x for x in d.text.splitlines())))
+    return "\n".join(lines)
+
+
+def explain_differences(report, configs) -> str:
+    """One first divergence per declared difference (reason and case), on its first pair
+    and config that shows it."""
+    lines, seen = [], set()
+    for p in report.pairs:
+        key = (p.family, p.reason, p.case)
+        if p.verdict != "different" or key in seen or p.dtype == "bool":
+            continue
+        seen.add(key)
+        d = first_divergence(p.family, p.a, p.b, p.case, configs[p.config], p.dtype, p.device, hints=False)
+        lines.append(f"  {p.family}: {p.a} ~ {p.b} on {p.case} ({p.config}, {p.dtype}; {p.reason})\n"
+                     + "\n".join("    " + x for x in d.text.splitlines()))
+    return "\n".join(lines) or "(none)"

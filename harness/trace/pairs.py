@@ -1,0 +1,235 @@
+"""Where two variants part ways, why, and what it costs: ``python -m harness diff``.
+
+For one pair of a family, on one case and dtype:
+
+- **traits** side by side, the differing ones marked (semantic ones decide verdicts);
+- a **divergence trace** over the family's canonical sub-modules (the prefixes of its
+  canonical parameters: ``self_attn``, ``self_attn.q``, ``ffn``, ``norm1``, ...), in
+  execution order. A sub-module is observed with hooks on the module that owns exactly
+  its mapped parameters; where no module does (a fused ``in_proj_weight``, a projection
+  applied with ``F.linear`` inside ``nn.MultiheadAttention``), a ``TorchDispatchMode``
+  records the aten ops that consume the canonical parameter's storage and the
+  projection is read off their output (the rows of a fused weight become columns of
+  its output). Inside attention the canonical intermediates are the projected q, k, v
+  and the input of the output projection (``o:in``, the attention output before it);
+- **attribution**: the first diverging sub-module's output in A is fed into B (a
+  forward hook replaces B's) and B runs on; if B's output then agrees with A's, the
+  whole difference comes from there, otherwise the next divergence is added;
+- the aten ops each variant ran (``OpRecorder``), aligned side by side, and the kernel
+  path taken with and without autograd;
+- **where**: for the output and every gradient, the mismatch count, the worst element's
+  index (batch, position, feature) and the kind of row it falls in (padded key, fully
+  masked row, ...);
+- **layout hints**: if transposing a square mapped weight, or reordering the chunks of
+  a fused projection, makes the pair equivalent, the hint says so.
+
+``first_divergence(family, a, b, case, cfg, dtype)`` gives the short form (a text of a
+few lines and its data) that ``check`` and a failing equivalence test can print.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from harness.base.config import Config
+from harness.base.dtypes import dtype_of
+from harness.base.errors import ConfigError
+from harness.base.verdicts import AGREE, RANK
+from harness.check.runs import OpRecorder, RunCache, applicable, cast_inputs
+from harness.check.tensors import compare_tensors
+from harness.families.base import Family
+from harness.families.catalog import get_family
+from harness.porting.portmap import absent_fills, zero_unrepresented
+from harness.registry import Variant, build, get_variant, variants_of
+from harness.trace.attribution import attribute
+from harness.trace.divergence import locate, trace_rows, trace_variant, where_differs
+from harness.trace.hints import align_ops, layout_hints
+from harness.trace.render import summary_text
+
+
+@dataclass
+class Divergence:
+    """The short explanation of one pair on one case: ``text`` to print, ``data`` as JSON."""
+
+    text: str
+    data: dict
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _variant(family: str, v) -> Variant:
+    return v if isinstance(v, Variant) else get_variant(family, v)
+
+
+
+
+
+
+def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32", *,
+              device: str = "cpu", hints: bool = True, attribution: bool = True) -> dict:
+    """Everything ``diff`` prints, as data (see the module docstring)."""
+    started = time.perf_counter()
+    fam = get_family(family)
+    va, vb = _variant(family, a), _variant(family, b)
+    fam.case(case)
+    for v in (va, vb):
+        reason = v.supports(cfg)
+        if reason:
+            raise ConfigError(f"{v.key} cannot be built for this config: {reason}")
+    dt = dtype_of(dtype)
+    zero = absent_fills(va.map_for(cfg)) | absent_fills(vb.map_for(cfg))
+    weights = zero_unrepresented(fam.canonical_weights(cfg), zero)
+    inputs = fam.inputs(case, cfg)
+    ta64 = trace_variant(va, cfg, inputs, weights, torch.float64, device="cpu")
+    tb64 = trace_variant(vb, cfg, inputs, weights, torch.float64, device="cpu", others=ta64.units)
+    if dt == torch.float64 and device == "cpu":
+        ta, tb = ta64, tb64
+    else:
+        ta = trace_variant(va, cfg, inputs, weights, dt, device=device, others=ta64.units)
+        tb = trace_variant(vb, cfg, inputs, weights, dt, device=device, others=ta.units)
+    expected, reason = declared(fam, va, vb, case)
+    out: dict[str, Any] = {
+        "family": family, "a": va.id, "b": vb.id, "case": case, "dtype": dtype, "device": device,
+        "expected": expected, "declared_reason": reason,
+        "traits": traits_side_by_side(fam, va, vb),
+        "errors": {v.id: t.error for v, t in ((va, ta), (vb, tb)) if t.error},
+        "paths": {va.id: ta.path, vb.id: tb.path},
+    }
+    if ta.error or tb.error:
+        out.update(verdict="error", trace=[], first=None, attribution=None, where=[], ops=[], hints=[])
+        out["seconds"] = time.perf_counter() - started
+        return out
+    where = []
+    for name in ta.tensors:
+        if name in tb.tensors:
+            w = where_differs(fam, inputs, name, ta.tensors[name], tb.tensors[name],
+                              a64=ta64.tensors.get(name), b64=tb64.tensors.get(name), dtype=dt)
+            where.append(w)
+    verdict = max((w.verdict for w in where), key=RANK.__getitem__, default="identical")
+    worst = max(where, key=lambda w: (RANK[w.verdict], w.max_abs if not math.isnan(w.max_abs) else -1), default=None)
+    rows = trace_rows(ta, tb, ta64, tb64, dt)
+    first = locate(rows)
+    attrib = None
+    if attribution and first is not None and where and where[0].verdict not in AGREE:
+        attrib = attribute(va, vb, ta, ta64, tb, tb64=tb64, rows=rows, cfg=cfg, inputs=inputs,
+                           weights=weights, dtype=dt, device=device)
+        if not attrib["patched"]:  # B has no sub-module to feed (a fused root): feed B into A
+            swapped = [dataclasses.replace(r, how_a=r.how_b, how_b=r.how_a, source_a=r.source_b,
+                                           source_b=r.source_a) for r in rows]
+            back = attribute(vb, va, tb, tb64, ta, tb64=ta64, rows=swapped, cfg=cfg, inputs=inputs,
+                             weights=weights, dtype=dt, device=device)
+            if back["patched"]:
+                attrib = {**back, "reversed": True,
+                          "text": back["text"].replace("A's", "B's", 1).replace("into B, B's output agrees with A's",
+                                                                               "into A, A's output agrees with B's")
+                          .replace("fed into B,", "fed into A,")}
+    hint_list, tried = ([], 0)
+    if hints and verdict not in AGREE and verdict != "error":
+        hint_list, tried = layout_hints(fam, va, vb, case, cfg, weights=weights)
+    ops_inf = {}
+    for v in (va, vb):
+        rec = OpRecorder()
+        with torch.no_grad():
+            module, _ = build(v, cfg, dtype=dt, device=device, weights=weights)
+            with rec:
+                try:
+                    v.call(module, cast_inputs(inputs, dt, device))
+                except Exception:  # noqa: BLE001  (a failing no_grad path is shown as such)
+                    pass
+        ops_inf[v.id] = rec.path()
+    out.update(
+        verdict=verdict,
+        worst=None if worst is None else worst.tensor,
+        trace=[asdict(r) for r in rows], first=first, attribution=attrib,
+        where=[asdict(w) for w in where], ops=align_ops(ta.ops, tb.ops),
+        op_counts={va.id: len(ta.ops), vb.id: len(tb.ops)},
+        paths_no_grad=ops_inf, hints=hint_list, hint_candidates=tried,
+    )
+    out["seconds"] = time.perf_counter() - started
+    return out
+
+
+def declared(family: Family, a: Variant, b: Variant, case: str) -> tuple[str, str]:
+    """What the pair declares on ``case``: ('equivalent', '') or ('different', the
+    differing semantic traits)."""
+    sa, sb = family.semantic_traits(a.traits), family.semantic_traits(b.traits)
+    reasons = [f"{t}: {sa.get(t)} vs {sb.get(t)}" for t in family.semantic_for(case) if sa.get(t) != sb.get(t)]
+    return ("different", "; ".join(reasons)) if reasons else ("equivalent", "")
+
+
+def traits_side_by_side(family: Family, a: Variant, b: Variant) -> list[dict]:
+    semantic = set(family.traits)
+    keys = list(dict.fromkeys([*a.traits, *b.traits]))
+    return [{"trait": k, "a": a.traits.get(k, ""), "b": b.traits.get(k, ""),
+             "differs": a.traits.get(k) != b.traits.get(k), "semantic": k in semantic}
+            for k in keys if k != "cases"]
+
+
+def first_divergence(family: str, a, b, case: str, cfg: Config | None = None, dtype: str = "float32",
+                     device: str = "cpu", *, hints: bool = True) -> Divergence:
+    """The short answer to "where and why do A and B differ on this case": the first
+    diverging sub-module, the attribution, the worst tensor with its index and row kind,
+    and any layout hint. ``text`` is a few lines for a table cell or an assertion message;
+    ``data`` is the full ``diff_pair`` result. ``a``/``b`` are ids or ``Variant``s.
+    Costs a few traced runs (about 1-5 s on a 2-core CPU); ``hints=False`` skips the
+    layout search."""
+    cfg = cfg or Config()
+    d = diff_pair(family, a, b, case, cfg, dtype, device=device, hints=hints)
+    return Divergence(summary_text(d), d)
+
+
+def explain_variant(family: str, variant, case: str, cfg: Config | None = None, dtype: str = "float32",
+                    device: str = "cpu", *, hints: bool = True) -> Divergence | None:
+    """For a variant that fails its spec: ``first_divergence`` against a registered peer
+    that declares the same semantic traits (the family reference when it does, else the
+    first such variant), so the trace shows where the variant leaves the function it
+    declares. None when no other variant declares those traits."""
+    cfg = cfg or Config()
+    fam = get_family(family)
+    v = _variant(family, variant)
+    mine = fam.semantic_traits(v.traits)
+    peers = [p for p in variants_of(family) if p.key != v.key and not p.supports(cfg)
+             and applicable(p, case) and fam.semantic_traits(p.traits) == mine]
+    if not peers:
+        return None
+    peer = next((p for p in peers if p.reference), peers[0])
+    return first_divergence(family, peer, v, case, cfg, dtype, device, hints=hints)
+
+
+def quick_verdict(checker, a: Variant, b: Variant, case: str, dtype: torch.dtype) -> str:
+    """The pair's verdict on one case: output and every gradient, each variant's own
+    float64 run as its noise floor (what ``diff`` itself judges with)."""
+    zero = checker.fills(a) | checker.fills(b)
+    ra, rb = checker.run(a, case, zero, dtype), checker.run(b, case, zero, dtype)
+    if ra.error or rb.error:
+        return "error"
+    ra64, rb64 = checker.run(a, case, zero, torch.float64), checker.run(b, case, zero, torch.float64)
+    verdicts = [compare_tensors(ra.tensors[n], rb.tensors[n], ra64.tensors.get(n), rb64.tensors.get(n), dtype).verdict
+                for n in ra.tensors if n in rb.tensors]
+    return max(verdicts, key=RANK.__getitem__, default="identical")
+
+
+def pick_case(family: str, a, b, cfg: Config, dtype: str) -> tuple[str, list[tuple[str, str]]]:
+    """The first case on which the pair is not equivalent (else the first case), with
+    every case's verdict."""
+    fam = get_family(family)
+    va, vb = _variant(family, a), _variant(family, b)
+    for v in (va, vb):
+        reason = v.supports(cfg)
+        if reason:
+            raise ConfigError(f"{v.key} cannot be built for this config: {reason}")
+    checker = RunCache(cfg, record=False)
+    dt = dtype_of(dtype)
+    verdicts = [(c.name, quick_verdict(checker, va, vb, c.name, dt)) for c in fam.cases
+                if applicable(va, c.name) and applicable(vb, c.name)]
+    if not verdicts:
+        raise ConfigError(f"no case of {family} applies to both {va.id} and {vb.id}")
+    chosen = next((c for c, v in verdicts if v not in AGREE), verdicts[0][0])
+    return chosen, verdicts
