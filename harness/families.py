@@ -557,3 +557,5 @@ def get_family(name: str) -> Family:
 
 
 from . import model_families  # noqa: E402,F401  (registers the whole-model families)
+from .kernel_family import ATTENTION_KERNEL  # noqa: E402  (attention over projected heads)
+FAMILIES[ATTENTION_KERNEL.name] = ATTENTION_KERNEL
