@@ -225,7 +225,7 @@ def cmd_check(args) -> int:
         fam = get_family(family)
         print(f"\n== {family}: {fam.call}")
         if fam.matrix is not None and not args.set:
-            print(f"   configs: {', '.join(fam.configs_of(configs))} (its layers run the whole matrix in their families)")
+            print(f"   configs: {', '.join(fam.configs_of(configs))} ({fam.matrix_note})")
         for case in fam.cases:
             print(f"   case {case.name}: {case.note}")
         for fam_name, vid, config, why in report.skipped:

@@ -277,3 +277,23 @@ def test_controls_stay_equivalent(wrong, vid):
     assert [s for s in report.specs if s.variant == vid]
     assert not _failures(report, vid)
     assert all(d.ok for d in report.dropouts if d.variant == vid)
+
+
+def test_flex_forward_meets_the_oracle_on_cpu():
+    """flex_attention's backward is not implemented on CPU (torch 2.13), so the check skips
+    ``flex`` there with that reason; its forward (eager, no torch.compile) is held to the
+    float64 oracle here, on every case, at the family's float64 bound."""
+    from harness import precision as P
+    from harness.registry import REGISTRY
+
+    load_packs()
+    variant, cfg = REGISTRY["attention_kernel/flex"], CONFIG_MATRIX["default"]
+    module = variant.build(cfg).eval()
+    traits = FAMILY.semantic_traits(variant.traits)
+    for case in FAMILY.cases:
+        inputs = FAMILY.inputs(case.name, cfg)
+        with torch.no_grad():
+            got = variant.call(module, inputs)
+            want = FAMILY.oracle(traits, cfg, {}, inputs, torch.float64)
+        torch.testing.assert_close(got, want, rtol=P.FLOAT64_RTOL, atol=P.FLOAT64_ATOL,
+                                   msg=lambda m, case=case.name: f"{case}: {m}")
