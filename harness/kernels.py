@@ -8,7 +8,11 @@ layout and mask form given as data::
 
 ``fn(q, k, v[, mask], **options)`` receives q (B, H, T, d), k and v (B, H_kv, S, d) in its
 ``layout`` (``BHSD``, or ``BSHD``: (B, L, H, d), flash-attention's), returns the output in the
-same layout, and gets by name only the options its signature lists (or all, with
+same layout; with ``layout="varlen"`` it is called as flash-attention's
+``flash_attn_varlen_func``: ``fn(q (B*T, H, d), k (total_k, H_kv, d), v, cu_seqlens_q,
+cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options)``, rows packed one after another with
+their cumulative lengths (int32), right key padding dropped (the cases ``lengths`` takes),
+returning (B*T, H, d). It gets by name only the options its signature lists (or all, with
 ``**kwargs``):
 
 - ``causal`` (bool), ``window`` ((left, right) or None), ``softcap`` (float, 0: none):
@@ -36,7 +40,7 @@ from .errors import RegistryError
 from .kernel_family import ATTENTION_KERNEL, CASE_MASKS, CASE_NEEDS
 from .registry import Variant, register
 
-LAYOUTS = ("BHSD", "BSHD")
+LAYOUTS = ("BHSD", "BSHD", "varlen")
 MASK_FORMS = ("bool", "additive", "lengths", "none", "is_causal")
 OPTIONS = ("causal", "window", "softcap", "dropout_p", "block")
 # The case masks each mask form can express.
@@ -68,6 +72,11 @@ class KernelModule(nn.Module):
         self.dropout, self.block = dropout, block
 
     def forward(self, q, k, v, mask, key_pad, causal=False, window=None, softcap=0.0):
+        given = {"causal": bool(causal), "window": window, "softcap": float(softcap),
+                 "dropout_p": self.dropout if self.training else 0.0, "block": self.block}
+        options = {name: given[name] for name in self.options}
+        if self.layout == "varlen":
+            return self._varlen(q, k, v, key_pad, options)
         to = (lambda x: x.transpose(1, 2)) if self.layout == "BSHD" else (lambda x: x)  # noqa: E731
         args = [to(q), to(k), to(v)]                                   # (B, H, L, d) or (B, L, H, d)
         if self.mask_form == "bool":
@@ -77,10 +86,23 @@ class KernelModule(nn.Module):
             args.append(torch.where(mask[:, None], zero, float("-inf")))  # (B, 1, T, S) 0 or -inf
         elif self.mask_form == "lengths":
             args.append(key_pad.sum(-1))                               # (B,) key lengths
-        given = {"causal": bool(causal), "window": window, "softcap": float(softcap),
-                 "dropout_p": self.dropout if self.training else 0.0, "block": self.block}
-        out = self.fn(*args, **{name: given[name] for name in self.options})
+        out = self.fn(*args, **options)
         return to(out)                                                 # (B, H, T, d)
+
+    def _varlen(self, q, k, v, key_pad, options):
+        """Rows packed one after another, flash-attention's ``*_varlen_func`` form: q
+        (B*T, H, d), k and v (total real keys, H_kv, d) (right padding dropped), the
+        cumulative lengths (B + 1,) int32 and the longest length of each."""
+        B, H, T, _ = q.shape
+        lens = key_pad.sum(-1)                                         # (B,) real keys per row
+        zero = torch.zeros(1, dtype=torch.int32, device=q.device)
+        cu_q = torch.arange(0, (B + 1) * T, T, dtype=torch.int32, device=q.device)
+        cu_k = torch.cat([zero, lens.cumsum(0).to(torch.int32)])
+        packed_q = q.transpose(1, 2).reshape(B * T, H, -1)             # (B*T, H, d)
+        packed_k = k.transpose(1, 2)[key_pad]                           # (total_k, H_kv, d)
+        packed_v = v.transpose(1, 2)[key_pad]
+        out = self.fn(packed_q, packed_k, packed_v, cu_q, cu_k, T, int(lens.max()), **options)
+        return out.view(B, T, H, -1).transpose(1, 2)                   # (B, H, T, d)
 
 
 def kernel_call(module: KernelModule, i: Mapping[str, Any]) -> torch.Tensor:
@@ -106,7 +128,7 @@ def register_kernel(*, id: str, fn: Callable, layout: str = "BHSD", mask: str = 
         raise RegistryError(f"kernel '{id}': fn {fn!r} is not callable")
     options = accepted_options(fn)
     traits = dict(traits or {})
-    cases = kernel_cases(mask, options)
+    cases = kernel_cases("lengths" if layout == "varlen" else mask, options)
     if "cases" in traits:
         cases = tuple(c for c in cases if c in traits["cases"])
     if not cases:

@@ -271,7 +271,8 @@ def test_the_list_covers_every_wrong_kernel(wrong):
     assert {v for v in ids if v.startswith("wrong_")} == set(module.WRONG)
 
 
-@pytest.mark.parametrize("vid", ["control_block16", "control_bshd", "control_lengths"])
+@pytest.mark.parametrize("vid", ["control_block16", "control_bshd", "control_lengths",
+                                 "control_varlen_bottom_right"])
 def test_controls_stay_equivalent(wrong, vid):
     report, _ = wrong
     assert [s for s in report.specs if s.variant == vid]

@@ -4,7 +4,9 @@ Loaded inside ``harness.registry.scratch()`` by tests/test_kernels.py.
 
 ``WRONG`` maps each id to (the case that shows it, the mistake); ``CONTROLS`` must stay
 equivalent: the blocked kernel with another block size, the eager kernel in the BSHD
-layout, and the eager kernel fed key lengths instead of a mask.
+layout, the eager kernel fed key lengths instead of a mask, and the eager kernel over rows
+packed with cumulative lengths (flash-attention's varlen form), each row alone, which is
+the bottom-right diagonal aligned to the last real key.
 """
 
 import math
@@ -79,6 +81,18 @@ def eager_lengths(q, k, v, lengths, causal=False, window=None, softcap=0.0):
     return eager(q, k, v, mask, causal, window, softcap)
 
 
+def eager_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=False, window=None, softcap=0.0):
+    """The eager kernel per packed row (flash-attention's varlen form): each row alone, no
+    padding, its causal diagonal bottom-right: the last query faces the row's last key."""
+    outs = []
+    for b in range(len(cu_q) - 1):
+        qb, kb, vb = (x[lo:hi].transpose(0, 1)[None] for x, lo, hi in (   # (1, H, L, d)
+            (q, cu_q[b], cu_q[b + 1]), (k, cu_k[b], cu_k[b + 1]), (v, cu_k[b], cu_k[b + 1])))
+        mask = torch.ones(1, 1, qb.shape[2], kb.shape[2], dtype=torch.bool)
+        outs.append(eager(qb, kb, vb, mask, causal, window, softcap, align="bottom_right")[0].transpose(0, 1))
+    return torch.cat(outs)                                             # (B*T, H, d)
+
+
 ROWS = {"fully_masked_row": "zeros", "fully_masked_grad": "none"}
 WRONG = {
     "wrong_window_off_by_one": ("window", "window left count read as w, not w - 1"),
@@ -87,7 +101,7 @@ WRONG = {
     "wrong_heads_tiled": ("gqa", "K/V heads tiled instead of grouped"),
     "wrong_no_rescale": ("long", "online softmax without rescaling across key blocks"),
 }
-CONTROLS = ("control_block16", "control_bshd", "control_lengths")
+CONTROLS = ("control_block16", "control_bshd", "control_lengths", "control_varlen_bottom_right")
 
 register_kernel(id="wrong_window_off_by_one", fn=window_off_by_one, traits=TRAITS)
 register_kernel(id="wrong_causal_swapped", fn=causal_swapped, traits=TRAITS)
@@ -97,3 +111,5 @@ register_kernel(id="wrong_no_rescale", fn=no_rescale, traits={**TRAITS, **ROWS})
 register_kernel(id="control_block16", fn=other_block, traits={**TRAITS, **ROWS})
 register_kernel(id="control_bshd", fn=eager_bshd, layout="BSHD", traits=TRAITS)
 register_kernel(id="control_lengths", fn=eager_lengths, mask="lengths", traits=TRAITS)
+register_kernel(id="control_varlen_bottom_right", fn=eager_varlen, layout="varlen",
+                traits={**TRAITS, "causal": "bottom_right"})
