@@ -22,7 +22,7 @@ returning (B*T, H, d). It gets by name only the options its signature lists (or 
 - ``block``: the config's block size (a blocked kernel).
 
 ``mask``: ``bool`` (B, 1, T, S) True = may attend; ``additive`` (B, 1, T, S) float, 0 or
--inf; ``lengths`` (B,) int64 key lengths (right padding only: cases with another mask are not
+-inf; ``additive_min``: 0 or the dtype's finfo.min (HF's float masks); ``lengths`` (B,) int64 key lengths (right padding only: cases with another mask are not
 run); ``none`` or ``is_causal`` (no mask argument: only the cases where every key may be
 attended). The result is an ordinary ``register(...)`` entry: the module is a small
 ``KernelModule`` holding the function, with no parameters.
@@ -41,11 +41,12 @@ from .kernel_family import ATTENTION_KERNEL, CASE_MASKS, CASE_NEEDS
 from .registry import Variant, register
 
 LAYOUTS = ("BHSD", "BSHD", "varlen")
-MASK_FORMS = ("bool", "additive", "lengths", "none", "is_causal")
+MASK_FORMS = ("bool", "additive", "additive_min", "lengths", "none", "is_causal")
 OPTIONS = ("causal", "window", "softcap", "dropout_p", "block")
 # The case masks each mask form can express.
 FORM_CASES = {
     "bool": ("none", "right", "arbitrary"), "additive": ("none", "right", "arbitrary"),
+    "additive_min": ("none", "right", "arbitrary"),
     "lengths": ("none", "right"), "none": ("none",), "is_causal": ("none",),
 }
 
@@ -84,6 +85,9 @@ class KernelModule(nn.Module):
         elif self.mask_form == "additive":
             zero = torch.zeros((), dtype=q.dtype, device=q.device)
             args.append(torch.where(mask[:, None], zero, float("-inf")))  # (B, 1, T, S) 0 or -inf
+        elif self.mask_form == "additive_min":
+            zero = torch.zeros((), dtype=q.dtype, device=q.device)
+            args.append(torch.where(mask[:, None], zero, torch.finfo(q.dtype).min))  # 0 or finfo.min (HF)
         elif self.mask_form == "lengths":
             args.append(key_pad.sum(-1))                               # (B,) key lengths
         out = self.fn(*args, **options)

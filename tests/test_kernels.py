@@ -298,3 +298,32 @@ def test_flex_forward_meets_the_oracle_on_cpu():
             want = FAMILY.oracle(traits, cfg, {}, inputs, torch.float64)
         torch.testing.assert_close(got, want, rtol=P.FLOAT64_RTOL, atol=P.FLOAT64_ATOL,
                                    msg=lambda m, case=case.name: f"{case}: {m}")
+
+
+def test_cpu_flash_backward_on_a_row_whose_keys_carry_a_finite_bias_is_seen():
+    """A finding, torch 2.13 on CPU: with a 0 / finfo.min additive mask, a row whose every
+    key carries the bias is the mean of V in both SDPA backends (the forward agrees), but the
+    CPU flash backward sends S times the uniform softmax's gradient into dQ and dK (measured:
+    exactly 2, 3, 5, 8 times for S = 2, 3, 5, 8; the math backend matches the definition).
+    The log-sum-exp it saves, finfo.min + log(S), rounds to finfo.min, so its backward
+    recomputes probabilities of 1 instead of 1/S. Declared as the definition, the flash
+    backend is caught on the fully masked case only, in its gradients only."""
+    from torch.nn.attention import SDPBackend
+
+    from variants.kernels import sdpa
+
+    load_packs()
+    traits = {"mask_method": "additive_finfo_min", "cases": ("self", "cross", "fully_masked")}
+    with scratch():
+        for backend in (SDPBackend.MATH, SDPBackend.FLASH_ATTENTION):
+            register_kernel(id=f"finfo_min_{backend.name.lower()}", mask="additive_min", traits=traits,
+                            fn=lambda q, k, v, mask, b=backend: sdpa(q, k, v, mask, backend=b))
+        report = check_all(["attention_kernel"], ONE_CONFIG, "cpu", ["float32"],
+                           variants=["attention_kernel/finfo_min_math", "attention_kernel/finfo_min_flash_attention"])
+    bad = {(s.variant, s.case, s.dtype): s for s in report.specs if not s.ok}
+    assert not [s for s in report.specs if s.variant == "finfo_min_math" and not s.ok]
+    assert set(bad) == {("finfo_min_flash_attention", "fully_masked", "float64"),
+                        ("finfo_min_flash_attention", "fully_masked", "float32")}
+    worst = bad[("finfo_min_flash_attention", "fully_masked", "float64")]
+    assert worst.worst in ("grad:q", "grad:k")
+    assert next(t for t in worst.tensors if t.name == "output").verdict == "equivalent"
