@@ -170,7 +170,13 @@ def run_variant(
     if backward and family.differentiable and not out.requires_grad:
         run.note = "the output does not require grad (detached?): no gradient reaches any input or parameter"
     if backward and family.differentiable and out.requires_grad:
-        (out * cotangent(out.shape, cfg.seed).to(out.device, out.dtype)).sum().backward()
+        try:
+            (out * cotangent(out.shape, cfg.seed).to(out.device, out.dtype)).sum().backward()
+        except HarnessError:
+            raise
+        except Exception as exc:  # a backward that fails (not implemented on this device) is a finding
+            run.error = f"backward: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return run
         for name, t in unique_grad_inputs(family, inputs).items():
             if t.grad is not None:
                 run.tensors[f"grad:{name}"] = t.grad.detach().to("cpu", torch.float64)

@@ -327,3 +327,25 @@ def test_cpu_flash_backward_on_a_row_whose_keys_carry_a_finite_bias_is_seen():
     worst = bad[("finfo_min_flash_attention", "fully_masked", "float64")]
     assert worst.worst in ("grad:q", "grad:k")
     assert next(t for t in worst.tensors if t.name == "output").verdict == "equivalent"
+
+
+def test_a_kernel_whose_backward_fails_is_its_own_error_row():
+    """flex_attention's CPU backward raises NotImplementedError: unguarded, such a kernel is
+    an error in its own rows, with the reason, and the check goes on."""
+    class NoBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q):
+            return q.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise NotImplementedError("no backward on this device")
+
+    load_packs()
+    with scratch():
+        register_kernel(id="no_backward", fn=lambda q, k, v, mask: NoBackward.apply(q), traits={},
+                        source="test")
+        report = check_all(["attention_kernel"], ONE_CONFIG, "cpu", ["float32"], extras=False)
+    mine = [s for s in report.specs if s.variant == "no_backward"]
+    assert mine and all(s.verdict == "error" and "backward: NotImplementedError" in s.note for s in mine)
+    assert all(s.ok for s in report.specs if s.variant == "eager")
