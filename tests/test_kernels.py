@@ -260,6 +260,21 @@ def test_every_wrong_kernel_is_caught_on_the_case_that_shows_its_mistake(wrong, 
     assert "self" not in failed   # a one-convention mistake: the plain case still agrees
 
 
+@pytest.mark.parametrize("vid,named", [
+    ("wrong_window_off_by_one", "reads as window left +1 (declared window='as called')"),
+    ("wrong_causal_swapped", "reads as causal='bottom_right' (declared causal='top_left')"),
+    ("wrong_softcap_dropped", "reads as the softcap ignored (declared softcap='as called')"),
+    ("wrong_heads_tiled", "reads as gqa_grouping='tiled' (declared gqa_grouping='consecutive')"),
+    ("wrong_no_rescale", "no single convention read another way explains it on long"),
+])
+def test_check_names_each_wrong_kernels_mistake(wrong, vid, named):
+    report, _ = wrong
+    with scratch():
+        load_file(WRONG_FILE)
+        line = FAMILY.explain_mistake(vid, report, ONE_CONFIG)
+    assert line.startswith(named), line
+
+
 def test_the_missing_rescale_shows_only_beyond_one_key_block(wrong):
     report, _ = wrong
     assert {s.case for s in _failures(report, "wrong_no_rescale")} == {"long"}
@@ -280,6 +295,7 @@ def test_controls_stay_equivalent(wrong, vid):
     assert all(d.ok for d in report.dropouts if d.variant == vid)
 
 
+@pytest.mark.filterwarnings("ignore:.*flex_attention called without torch.compile")
 def test_flex_forward_meets_the_oracle_on_cpu():
     """flex_attention's backward is not implemented on CPU (torch 2.13), so the check skips
     ``flex`` there with that reason; its forward (eager, no torch.compile) is held to the
