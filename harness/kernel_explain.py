@@ -20,13 +20,14 @@ from .config import Config
 from .families import get_family
 from .registry import Variant
 
+
 def _set(name: str, value: Any) -> Callable[[dict, Mapping[str, Any]], dict | None]:
     return lambda traits, inputs: {**traits, name: value} if traits.get(name) != value else None
 
 
 def _window(dl: int, dr: int):
     def make(traits, inputs):
-        window = K._resolved(traits["window"], inputs["window"])
+        window = K.resolve(traits["window"], inputs["window"])
         if window is None or window[0] + dl < 0 or window[1] + dr < 0:
             return None
         return {**traits, "window": (window[0] + dl, window[1] + dr)}
@@ -45,7 +46,7 @@ def candidates() -> list[tuple[str, str, Callable]]:
     out += [(f"window left {dl:+d}" if dl else f"window right {dr:+d}", "window", _window(dl, dr))
             for dl, dr in ((1, 0), (-1, 0), (0, 1), (0, -1))]
     out.append(("the softcap ignored", "softcap", lambda traits, inputs: (
-        {**traits, "softcap": 0} if K._resolved(traits["softcap"], inputs["softcap"]) else None)))
+        {**traits, "softcap": 0} if K.resolve(traits["softcap"], inputs["softcap"]) else None)))
     out += [_scale("no scale (1)", lambda d: 1.0), _scale("scale 1/d", lambda d: 1.0 / d)]
     out += [(f"fully_masked_row={r!r}, fully_masked_grad={g!r}", "fully_masked_row",
              lambda traits, inputs, r=r, g=g: {**traits, "fully_masked_row": r, "fully_masked_grad": g}

@@ -121,7 +121,7 @@ def allowed_keys(mask: Tensor, key_pad: Tensor, is_causal: bool, window: tuple[i
     return allowed
 
 
-def _resolved(value: Any, called: Any) -> Any:
+def resolve(value: Any, called: Any) -> Any:
     return called if value == AS_CALLED else value
 
 
@@ -148,11 +148,12 @@ def kernel_attention(traits: Mapping[str, Any], inputs: Mapping[str, Any]) -> Te
         scale = 1.0 / math.sqrt(d)
     elif not isinstance(scale, (int, float)) or isinstance(scale, bool):
         raise _unknown("scale", scale, [DEFAULT_SCALE, "a number"])
+    # Multiplied, as flash kernels do (the oracle evaluated in float32 is the precision baseline).
     s = q @ k.transpose(-2, -1) * scale                                 # (B, H, T, S)
-    cap = _resolved(traits["softcap"], inputs["softcap"])
+    cap = resolve(traits["softcap"], inputs["softcap"])
     if cap:
         s = cap * torch.tanh(s / cap)
-    window = _resolved(traits["window"], inputs["window"])
+    window = resolve(traits["window"], inputs["window"])
     allowed = allowed_keys(inputs["mask"], inputs["key_pad"], inputs["causal"],
                            None if window is None else tuple(window), traits.get("causal", "none"))[:, None]  # (B, 1, T, S)
     dead = ~allowed.any(-1, keepdim=True)                               # (B, 1, T, 1)
