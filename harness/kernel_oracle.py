@@ -154,8 +154,9 @@ def kernel_attention(traits: Mapping[str, Any], inputs: Mapping[str, Any]) -> Te
     if cap:
         s = cap * torch.tanh(s / cap)
     window = resolve(traits["window"], inputs["window"])
-    allowed = allowed_keys(inputs["mask"], inputs["key_pad"], inputs["causal"],
-                           None if window is None else tuple(window), traits.get("causal", "none"))[:, None]  # (B, 1, T, S)
+    window = None if window is None else tuple(window)
+    allowed = allowed_keys(inputs["mask"], inputs["key_pad"], inputs["causal"], window,
+                           traits.get("causal", "none"))[:, None]      # (B, 1, T, S)
     dead = ~allowed.any(-1, keepdim=True)                               # (B, 1, T, 1)
     p = torch.softmax(s.masked_fill(~allowed, float("-inf")).masked_fill(dead, 0.0), dim=-1)
     if bool(dead.any()):

@@ -22,9 +22,10 @@ returning (B*T, H, d). It gets by name only the options its signature lists (or 
 - ``block``: the config's block size (a blocked kernel).
 
 ``mask``: ``bool`` (B, 1, T, S) True = may attend; ``additive`` (B, 1, T, S) float, 0 or
--inf; ``additive_min``: 0 or the dtype's finfo.min (HF's float masks); ``lengths`` (B,) int64 key lengths (right padding only: cases with another mask are not
-run); ``none`` or ``is_causal`` (no mask argument: only the cases where every key may be
-attended). The result is an ordinary ``register(...)`` entry: the module is a small
+-inf; ``additive_min``: 0 or the dtype's finfo.min (HF's float masks); ``lengths`` (B,) int64
+key lengths (right padding only: cases with another mask are not run); ``none`` or
+``is_causal`` (no mask argument: only the cases where every key may be attended). The result
+is an ordinary ``register(...)`` entry: the module is a small
 ``KernelModule`` holding the function, with no parameters.
 """
 

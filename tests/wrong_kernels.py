@@ -57,7 +57,8 @@ def no_rescale(q, k, v, mask, causal=False, window=None, softcap=0.0, block=64):
         m = torch.maximum(m, s.detach().amax(-1, keepdim=True))
         shift = torch.where(torch.isinf(m), 0.0, m)
         p = torch.exp(s - shift)
-        l = l + p.sum(-1, keepdim=True)                                # the mistake: no exp(m_old - m) factor  # noqa: E741
+        # The mistake: l and acc are not multiplied by exp(m_old - m) when the max grows.
+        l = l + p.sum(-1, keepdim=True)                                # noqa: E741
         acc = acc + p @ v[:, :, s0:s0 + block]
     return acc / torch.where(l > 0, l, 1.0)
 
