@@ -119,8 +119,11 @@ class Config:
         return 16 * 8 * largest
 
     def describe(self) -> str:
+        kernel = "".join(f" {name}={value}" for name, value, default in (
+            ("H_kv", self.kv_heads, None), ("window", self.window, None), ("softcap", self.softcap, 0.0),
+            ("block", self.block, 64)) if value != default)  # the attention kernels' fields, when set
         return (f"B={self.batch} T={self.tgt_len} S={self.src_len} D={self.d_model} "
-                f"H={self.heads} d_k={self.d_k} F={self.d_ff}")
+                f"H={self.heads} d_k={self.d_k} F={self.d_ff}{kernel}")
 
 
 def _parse_window(raw: str) -> tuple[int, int] | None:

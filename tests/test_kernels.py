@@ -174,6 +174,19 @@ def test_set_refuses_bad_kernel_fields(item, message):
         Config.parse([item])
 
 
+def test_check_refuses_a_bad_kernel_field_in_one_line(capsys):
+    from harness.cli import main
+
+    assert main(["check", "--family", "attention_kernel", "--set", "kv_heads=3"]) == 2
+    err = capsys.readouterr().err
+    assert "kv_heads=3 must be a positive integer dividing heads=4" in err and err.count("\n") == 1
+
+
+def test_describe_names_the_kernel_fields_only_when_set():
+    assert "H_kv" not in Config().describe()
+    assert Config(kv_heads=2, window=(2, 0)).describe().endswith("H_kv=2 window=(2, 0)")
+
+
 def test_the_cases_follow_the_config():
     cfg = Config(kv_heads=2, window=(1, 0), softcap=3.0)
     self_case = FAMILY.inputs("self", cfg)
