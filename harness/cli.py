@@ -153,7 +153,7 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
     """For each (variant, case) whose spec fails: the first divergence against a peer that
     declares the same traits, or the worst tensor when it has no peer."""
     from .diff import explain_variant
-    from .families import get_family
+    from .kernel_explain import explain_mistake
 
     lines, seen, named = [], set(), set()
     for s in report.specs:
@@ -164,10 +164,11 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
         if len(seen) > limit:
             lines.append(f"  ... and more: python -m harness diff {s.family} A B --case C traces any pair")
             break
-        explain = getattr(get_family(s.family), "explain_mistake", None)  # a family that names mistakes
-        if explain and (s.family, s.variant) not in named:
+        if (s.family, s.variant) not in named:  # an attention kernel: its mistake named in one line
             named.add((s.family, s.variant))
-            lines.append(f"  {s.family}/{s.variant}: {explain(s.variant, report, configs)}")
+            mistake = explain_mistake(s.family, s.variant, report, configs)
+            if mistake:
+                lines.append(f"  {s.family}/{s.variant}: {mistake}")
         head = f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): worst tensor {s.worst}"
         if s.verdict != "different":  # less precise: same function, more rounding; nothing to trace
             lines.append(head + f" ({s.verdict}, {s.ratio:.3g}x the baseline's error)")

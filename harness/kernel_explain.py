@@ -18,7 +18,7 @@ from . import kernel_oracle as K
 from .compare import Checker
 from .config import Config
 from .families import get_family
-from .registry import Variant
+from .registry import Variant, get_variant
 
 
 def _set(name: str, value: Any) -> Callable[[dict, Mapping[str, Any]], dict | None]:
@@ -101,3 +101,11 @@ def failing_cases(report, variant_id: str, configs: Mapping[str, Config]) -> lis
             if s.family == "attention_kernel" and s.variant == variant_id and s.dtype == "float64"
             and not s.ok and s.verdict == "different"]
 
+
+
+def explain_mistake(family: str, variant_id: str, report, configs: Mapping[str, Config]) -> str:
+    """One line naming a failing attention kernel's mistake (empty for other families: only
+    this family's conventions are enumerable traits)."""
+    if family != "attention_kernel":
+        return ""
+    return explain_kernel(get_variant(family, variant_id), failing_cases(report, variant_id, configs))

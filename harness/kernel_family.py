@@ -67,13 +67,6 @@ class KernelFamily(Family):
         out["fully_masked_row"], out["fully_masked_grad"] = K.dead_row_traits(out)
         return out
 
-    def explain_mistake(self, variant_id: str, report, configs: Mapping[str, Config]) -> str:
-        """One line naming a failing kernel's mistake (``harness.kernel_explain``)."""
-        from .kernel_explain import explain_kernel, failing_cases
-        from .registry import get_variant
-
-        return explain_kernel(get_variant(self.name, variant_id), failing_cases(report, variant_id, configs))
-
     def validate_traits(self, variant_id: str, traits: Mapping[str, Any]) -> list[str]:
         problems = super().validate_traits(variant_id, traits)
         if not problems:

@@ -18,6 +18,7 @@ from harness import RegistryError, register_kernel
 from harness.config import CONFIG_MATRIX, Config
 from harness.errors import ConfigError, SpecError
 from harness.families import get_family
+from harness.kernel_explain import explain_mistake
 from harness.kernel_oracle import allowed_keys, group_heads, kernel_attention
 from harness.registry import load_file, load_packs, scratch
 from harness.spec import check_all
@@ -284,7 +285,7 @@ def test_check_names_each_wrong_kernels_mistake(wrong, vid, named):
     report, _ = wrong
     with scratch():
         load_file(WRONG_FILE)
-        line = FAMILY.explain_mistake(vid, report, ONE_CONFIG)
+        line = explain_mistake("attention_kernel", vid, report, ONE_CONFIG)
     assert line.startswith(named), line
 
 
