@@ -379,3 +379,17 @@ def test_a_kernel_whose_backward_fails_is_its_own_error_row():
     mine = [s for s in report.specs if s.variant == "no_backward"]
     assert mine and all(s.verdict == "error" and "backward: NotImplementedError" in s.note for s in mine)
     assert all(s.ok for s in report.specs if s.variant == "eager")
+
+
+@pytest.mark.parametrize("gpu,reason", [(False, "torch sees no GPU"), (True, "not checked yet")])
+def test_kernels_the_check_cannot_run_are_skipped_with_the_reason(monkeypatch, gpu, reason):
+    """The CUDA-only backends and flex_attention are registered and skipped, with or without a
+    GPU (the check runs kernels in float64 on CPU), never run and faked."""
+    from harness.registry import REGISTRY
+
+    load_packs()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    for vid in ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn"):
+        assert reason in REGISTRY[f"attention_kernel/{vid}"].supports(Config())
+    flex = REGISTRY["attention_kernel/flex"].supports(Config())
+    assert ("not checked yet" in flex) if gpu else ("no backward on CPU" in flex)
