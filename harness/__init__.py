@@ -7,6 +7,7 @@ the names below::
     from harness import register, Param, Chunk, Concat, Transposed, Zero
 
 Where the rest lives: README's "Layout" section, one line per sub-package.
+    from harness import register_kernel   # a plain attention function over projected heads
 """
 
 from harness.base.config import Config
@@ -38,10 +39,13 @@ from harness.porting.entries import (
 )
 from harness.porting.portmap import absent_norm
 from harness.registry import REGISTRY, Target, Variant, get_variant, register, register_target
+from harness.registry.kernels import register_kernel
 
 __all__ = [
     # registering a variant, and reading one back
     "register", "REGISTRY", "Variant", "get_variant", "Config",
+    # a plain attention function over projected heads, its layout given as data
+    "register_kernel",
     # its parameter map
     "Param", "Chunk", "Concat", "Transposed", "Zero", "Absent", "Tied",
     "nest", "linear_entries", "norm_entries", "fused_entries", "absent_norm",

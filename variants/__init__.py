@@ -1,7 +1,8 @@
 """The write-ups as variants. Importing this package registers every one of them.
 
 One file per write-up (seed files in ../shared/seeds/), one for the fused QKV design,
-one for the per-head design, one for PyTorch's own modules.
+one for the per-head design, one for PyTorch's own modules, one for attention kernels
+(functions over projected heads).
 """
 
 from . import (  # noqa: F401  (imported for their registrations)
@@ -9,6 +10,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     annotated_preln,
     decoder_only,
     fused_qkv,
+    kernels,
     per_head,
     postnorm_blog,
     targets,

@@ -14,6 +14,7 @@ one head, and a B=1 / T=1 edge.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 
@@ -31,6 +32,11 @@ class Config:
     vocab: int = 11     # V (embedding tables)
     dropout: float = 0.0
     seed: int = 0
+    # Attention kernels (the attention_kernel family; no other family reads these):
+    kv_heads: int | None = None             # H_kv, K/V heads (None: = heads; 1: MQA)
+    window: tuple[int, int] | None = None   # (left, right) keys around the diagonal (None: none)
+    softcap: float = 0.0                    # logit soft-cap: cap * tanh(s / cap) (0: none)
+    block: int = 64                         # block size of a blocked (flash-style) kernel
 
     def __post_init__(self) -> None:
         for name in ("d_model", "heads", "d_ff", "batch", "tgt_len", "src_len", "vocab"):
@@ -49,6 +55,27 @@ class Config:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout={self.dropout!r} must be in [0, 1)")
+        self._check_kernel_fields()
+
+    def _check_kernel_fields(self) -> None:
+        """The attention kernels' fields: heads % kv_heads == 0, window counts >= 0, a finite
+        softcap >= 0, a positive block."""
+        kv = self.kv_heads
+        if kv is not None and (not isinstance(kv, int) or isinstance(kv, bool) or kv < 1 or self.heads % kv):
+            raise ConfigError(f"kv_heads={kv!r} must be a positive integer dividing heads={self.heads}")
+        w = self.window
+        if w is not None and (not isinstance(w, tuple) or len(w) != 2
+                              or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in w)):
+            raise ConfigError(f"window={w!r} must be None or (left, right) integers >= 0")
+        if not (isinstance(self.softcap, (int, float)) and math.isfinite(self.softcap) and self.softcap >= 0):
+            raise ConfigError(f"softcap={self.softcap!r} must be a finite number >= 0 (0: none)")
+        if not isinstance(self.block, int) or isinstance(self.block, bool) or self.block < 1:
+            raise ConfigError(f"block={self.block!r} must be a positive integer")
+
+    @property
+    def n_kv_heads(self) -> int:
+        """H_kv: ``kv_heads``, or ``heads`` when it is not set."""
+        return self.heads if self.kv_heads is None else self.kv_heads
 
     @property
     def d_k(self) -> int:
@@ -75,9 +102,9 @@ class Config:
                 raise ConfigError(
                     f"bad --set {item!r}: expected KEY=VALUE with KEY one of {sorted(types)}"
                 )
-            kind = "a number" if types[key] == "float" else "an integer"
+            kind = _KINDS.get(key, "a number" if types[key] == "float" else "an integer")
             try:
-                changes[key] = float(raw) if types[key] == "float" else int(raw)
+                changes[key] = _PARSERS.get(key, float if types[key] == "float" else int)(raw)
             except ValueError:
                 raise ConfigError(f"bad --set {item!r}: {key} takes {kind}, got {raw!r}") from None
         return base.replace(**changes)
@@ -92,8 +119,27 @@ class Config:
         return 16 * 8 * largest
 
     def describe(self) -> str:
+        kernel = "".join(f" {name}={value}" for name, value, default in (
+            ("H_kv", self.kv_heads, None), ("window", self.window, None), ("softcap", self.softcap, 0.0),
+            ("block", self.block, 64)) if value != default)  # the attention kernels' fields, when set
         return (f"B={self.batch} T={self.tgt_len} S={self.src_len} D={self.d_model} "
-                f"H={self.heads} d_k={self.d_k} F={self.d_ff}")
+                f"H={self.heads} d_k={self.d_k} F={self.d_ff}{kernel}")
+
+
+def _parse_window(raw: str) -> tuple[int, int] | None:
+    """``--set window=LEFT,RIGHT`` (keys diagonal-LEFT .. diagonal+RIGHT), or ``none``. HF's
+    ``sliding_window=w`` keeps keys i-w+1 .. i: ``window=w-1,0``."""
+    if raw.lower() in ("none", ""):
+        return None
+    left, sep, right = raw.partition(",")
+    if not sep:
+        raise ValueError(raw)
+    return int(left), int(right)
+
+
+_PARSERS = {"window": _parse_window, "kv_heads": lambda raw: None if raw.lower() == "none" else int(raw)}
+_KINDS = {"window": "LEFT,RIGHT (e.g. 2,0; HF's sliding_window=w is w-1,0) or none",
+          "kv_heads": "an integer dividing heads, or none"}
 
 
 # The default matrix. Every config keeps B, T, S, D, H, d_k and F apart where it can

@@ -159,7 +159,13 @@ def run_variant(
     if backward and family.differentiable and not out.requires_grad:
         run.note = "the output does not require grad (detached?): no gradient reaches any input or parameter"
     if backward and family.differentiable and out.requires_grad:
-        run.tensors.update(backward_grads(family, cfg, out, inputs, portmap))
+        try:
+            run.tensors.update(backward_grads(family, cfg, out, inputs, portmap))
+        except HarnessError:
+            raise
+        except Exception as exc:  # a backward that fails (not implemented on this device) is a finding
+            run.error = f"backward: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return run
     return run
 
 

@@ -96,6 +96,7 @@ class Family:
     # Which configs of the default matrix its check runs (None: all). Whole models run on the
     # default config only: their layers are checked over the whole matrix in their own families.
     matrix: tuple[str, ...] | None = None
+    matrix_note: str = "its layers run the whole matrix in their families"  # why (shown by check)
 
     def configs_of(self, configs: Mapping[str, Config]) -> dict[str, Config]:
         """``configs`` narrowed to this family's matrix (a --set config always applies)."""

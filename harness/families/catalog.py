@@ -1,5 +1,6 @@
 """Every family the harness knows, listed here where it is looked up: the layer families,
-the whole models, the training pieces (in this order: ``check`` and the reports follow it).
+the whole models, the training pieces, attention kernels over projected heads (in this
+order: ``check`` and the reports follow it).
 
 The family modules only define families; nothing adds to ``FAMILIES`` from outside."""
 
@@ -7,11 +8,13 @@ from __future__ import annotations
 
 from harness.base.errors import UnknownName
 from harness.families.base import Family
+from harness.families.kernel import ATTENTION_KERNEL
 from harness.families.layers import LAYER_FAMILIES
 from harness.families.models import MODEL_FAMILIES
 from harness.families.training import TRAINING_FAMILIES
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (*LAYER_FAMILIES, *MODEL_FAMILIES, *TRAINING_FAMILIES)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (*LAYER_FAMILIES, *MODEL_FAMILIES, *TRAINING_FAMILIES,
+                                                    ATTENTION_KERNEL)}
 
 
 def get_family(name: str) -> Family:

@@ -28,8 +28,7 @@ def family_text(report: CheckReport, family: str, configs: Mapping[str, Config],
     fam = get_family(family)
     lines = [f"\n== {family}: {fam.call}"]
     if fam.matrix is not None and matrix_note:
-        lines.append(f"   configs: {', '.join(fam.configs_of(configs))} "
-                     "(its layers run the whole matrix in their families)")
+        lines.append(f"   configs: {', '.join(fam.configs_of(configs))} ({fam.matrix_note})")
     lines += [f"   case {case.name}: {case.note}" for case in fam.cases]
     lines += [f"   {vid} skips config {config}: {why}" for fam_name, vid, config, why in report.skipped
               if fam_name == family]

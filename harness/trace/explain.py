@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.trace.kernel_explain import explain_mistake
 from harness.trace.pairs import explain_variant, first_divergence
 
 MAX_EXPLAINED = 8  # a trace costs seconds: the first contradictions only
@@ -10,7 +11,7 @@ MAX_EXPLAINED = 8  # a trace costs seconds: the first contradictions only
 def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
     """For each (variant, case) whose spec fails: the first divergence against a peer that
     declares the same traits, or the worst tensor when it has no peer."""
-    lines, seen = [], set()
+    lines, seen, named = [], set(), set()
     for s in report.specs:
         key = (s.family, s.variant, s.case)
         if s.ok or key in seen or s.verdict == "error":
@@ -19,6 +20,11 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
         if len(seen) > limit:
             lines.append(f"  ... and more: python -m harness diff {s.family} A B --case C traces any pair")
             break
+        if (s.family, s.variant) not in named:  # an attention kernel: its mistake named in one line
+            named.add((s.family, s.variant))
+            mistake = explain_mistake(s.family, s.variant, report, configs)
+            if mistake:
+                lines.append(f"  {s.family}/{s.variant}: {mistake}")
         head = f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): worst tensor {s.worst}"
         if s.verdict != "different":  # less precise: same function, more rounding; nothing to trace
             lines.append(head + f" ({s.verdict}, {s.ratio:.3g}x the baseline's error)")

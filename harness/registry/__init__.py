@@ -154,7 +154,8 @@ def _where(exc: BaseException, path: Path | None) -> str:
 
 def load_file(path: str | Path) -> list[Variant]:
     """Import a user's variant file once, however it is named (relative or absolute
-    path, symlink); returns what it registered."""
+    path, symlink); returns what it registered. Its folder goes on ``sys.path`` (at the
+    end, so it never hides an installed module): a helper module beside it imports."""
     given = str(path)
     path = Path(path)
     if path.is_dir():
@@ -174,6 +175,8 @@ def load_file(path: str | Path) -> list[Variant]:
     if spec is None or spec.loader is None:
         raise VariantFileError(f"variant file '{given}' is not a Python file")
     module = importlib.util.module_from_spec(spec)
+    if str(resolved.parent) not in sys.path:  # its own folder importable, as for `python file.py`
+        sys.path.append(str(resolved.parent))
     _loading_origin.append(origin)
     _user_files.add(origin)
     try:

@@ -1,0 +1,190 @@
+"""The float64 oracle of attention kernels: attention over projected heads, written from its
+definition, one branch per named convention (an unknown value raises ``SpecError``).
+
+Shape legend: B batch, H query heads, H_kv key/value heads (H % H_kv == 0), T queries,
+S keys, d head width. q (B, H, T, d), k (B, H_kv, S, d), v (B, H_kv, S, d); output
+(B, H, T, d).
+
+What the call asks for (the case's inputs, from the config or the case itself):
+``mask`` (B, T, S) bool, True = may attend (key padding, an arbitrary mask); ``key_pad``
+(B, S) bool, True = a real key; ``causal`` (bool); ``window`` (left, right) or None;
+``softcap`` (0: none). How a kernel reads them is declared (the family's traits):
+
+- ``causal``: where the diagonal of query i lies. ``top_left``: key i (PyTorch's
+  ``CausalVariant.UPPER_LEFT``, ``is_causal=True``, ``tril``). ``bottom_right``: the last
+  query faces the last *real* key: key i + last_b - (T - 1), last_b the last real key of
+  row b (PyTorch's ``CausalVariant.LOWER_RIGHT`` without padding; with key padding,
+  flash-attention's convention: aligned to the real keys). ``none``: the kernel applies no
+  causal mask even when asked (its window, if any, is on the top-left diagonal).
+- ``window``: with (left, right), query i keeps keys diag-left .. diag+right (both
+  inclusive), diag the diagonal above; flash-attention's ``window_size=(left, right)``.
+  HF's ``sliding_window=w`` keeps keys i-w+1 .. i: left = w-1, right = 0 (with causal).
+  ``as called``: the window the call passes; (left, right): a window built into the kernel.
+- ``softcap``: scores s become cap * tanh(s / cap) before masking. ``as called`` or a
+  number built into the kernel (0: none).
+- ``scale``: s = q k^T * scale; ``1/sqrt(d)`` or a number.
+- ``gqa_grouping``: which K/V head query head h reads, G = H / H_kv: ``consecutive``
+  (h // G: ``repeat_interleave``, SDPA's ``enable_gqa``, flash-attention, HF's
+  ``repeat_kv``) or ``tiled`` (h % H_kv: ``k.repeat(1, G, 1, 1)``).
+- a row that sees no key (``fully_masked_row``: ``NaN``, ``zeros`` or ``mean of V`` over
+  all S keys) and the gradient it sends to q and k (``fully_masked_grad``: ``none``,
+  ``NaN``, or ``softmax``: the uniform softmax's own gradient, from a finite additive bias).
+  ``mask_method`` says how masked scores are removed and gives both by default:
+  ``bool_fill_-inf`` (masked_fill -inf: NaN, none), ``bool_fill_finfo_min`` (masked_fill
+  finfo.min: mean of V, none), ``additive_bias`` (+ a 0 / -inf bias: NaN, and the NaN
+  reaches dQ and dK), ``additive_finfo_min`` (+ a 0 / finfo.min bias: mean of V, softmax).
+  A kernel that repairs such rows (SDPA's safe softmax, flash kernels) declares
+  ``zeros`` / ``none``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import torch
+
+from harness.base.errors import SpecError
+
+Tensor = torch.Tensor
+
+CAUSAL = ("top_left", "bottom_right", "none")
+GQA_GROUPINGS = ("consecutive", "tiled")
+MASK_METHODS = ("bool_fill_-inf", "bool_fill_finfo_min", "additive_bias", "additive_finfo_min")
+DEAD_ROWS = ("NaN", "zeros", "mean of V")
+DEAD_GRADS = ("none", "NaN", "softmax")
+AS_CALLED = "as called"
+DEFAULT_SCALE = "1/sqrt(d)"
+BY_MASK_METHOD = "by mask_method"
+# (fully_masked_row, fully_masked_grad) that each mask method gives by itself.
+NATURAL = {
+    "bool_fill_-inf": ("NaN", "none"),
+    "bool_fill_finfo_min": ("mean of V", "none"),
+    "additive_bias": ("NaN", "NaN"),
+    "additive_finfo_min": ("mean of V", "softmax"),
+}
+REPAIRED = ("zeros", "none")  # a kernel that zeroes rows without keys, whatever its method
+
+
+def _unknown(trait: str, value: Any, known) -> SpecError:
+    return SpecError(f"no oracle for {trait}={value!r}; known: {list(known)}")
+
+
+def dead_row_traits(traits: Mapping[str, Any]) -> tuple[str, str]:
+    """(fully_masked_row, fully_masked_grad), the ``by mask_method`` defaults resolved."""
+    method = traits.get("mask_method", "bool_fill_-inf")
+    if method not in NATURAL:
+        raise _unknown("mask_method", method, MASK_METHODS)
+    row, grad = traits.get("fully_masked_row", BY_MASK_METHOD), traits.get("fully_masked_grad", BY_MASK_METHOD)
+    return (NATURAL[method][0] if row == BY_MASK_METHOD else row,
+            NATURAL[method][1] if grad == BY_MASK_METHOD else grad)
+
+
+def dead_row_problem(traits: Mapping[str, Any]) -> str | None:
+    """Why a declared (mask method, row, grad) cannot happen, or None."""
+    method = traits.get("mask_method", "bool_fill_-inf")
+    if method not in NATURAL:
+        return None  # the vocabulary check names it
+    pair = dead_row_traits(traits)
+    if pair in (NATURAL[method], REPAIRED):
+        return None
+    return (f"mask_method {method!r} gives a row without keys {NATURAL[method][0]!r} with gradient "
+            f"{NATURAL[method][1]!r} to q and k; a kernel that repairs such rows gives "
+            f"{REPAIRED[0]!r} / {REPAIRED[1]!r}; declared {pair[0]!r} / {pair[1]!r}")
+
+
+def diagonal(key_pad: Tensor, T: int, causal: str) -> Tensor:
+    """(B or 1, T, 1): the key index on query i's diagonal."""
+    i = torch.arange(T)[None, :, None]
+    if causal in ("top_left", "none"):
+        return i
+    if causal == "bottom_right":
+        S = key_pad.shape[-1]
+        last = torch.where(key_pad, torch.arange(S), -1).max(-1).values       # (B,) last real key
+        return i + (last - (T - 1))[:, None, None]
+    raise _unknown("causal", causal, CAUSAL)
+
+
+def allowed_keys(mask: Tensor, key_pad: Tensor, is_causal: bool, window: tuple[int, int] | None,
+                 causal: str) -> Tensor:
+    """(B, T, S) bool, True = query t attends key s: the call's mask, the causal mask on the
+    declared diagonal when asked for (and declared), and the window around it."""
+    B, T, S = mask.shape
+    diag = diagonal(key_pad, T, causal)
+    j = torch.arange(S)[None, None, :]
+    allowed = mask.clone()
+    if is_causal and causal != "none":
+        allowed &= j <= diag
+    if window is not None:
+        left, right = window
+        allowed &= (j >= diag - left) & (j <= diag + right)
+    return allowed
+
+
+def resolve(value: Any, called: Any) -> Any:
+    return called if value == AS_CALLED else value
+
+
+def group_heads(x: Tensor, heads: int, grouping: str) -> Tensor:
+    """(B, H_kv, S, d) -> (B, H, S, d): the K/V head each query head reads."""
+    G = heads // x.shape[1]
+    if grouping == "consecutive":
+        return x.repeat_interleave(G, dim=1)
+    if grouping == "tiled":
+        return x.repeat(1, G, 1, 1)
+    raise _unknown("gqa_grouping", grouping, GQA_GROUPINGS)
+
+
+def kernel_attention(traits: Mapping[str, Any], inputs: Mapping[str, Any]) -> Tensor:
+    """softmax(softcap(q k^T * scale) over the allowed keys) v, per query head."""
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    B, H, T, d = q.shape
+    if H % k.shape[1]:
+        raise SpecError(f"H={H} query heads cannot share H_kv={k.shape[1]} K/V heads")
+    k = group_heads(k, H, traits["gqa_grouping"])                       # (B, H, S, d)
+    v = group_heads(v, H, traits["gqa_grouping"])
+    scale = traits["scale"]
+    if scale == DEFAULT_SCALE:
+        scale = 1.0 / math.sqrt(d)
+    elif not isinstance(scale, (int, float)) or isinstance(scale, bool):
+        raise _unknown("scale", scale, [DEFAULT_SCALE, "a number"])
+    # Multiplied, as flash kernels do (the oracle evaluated in float32 is the precision baseline).
+    s = q @ k.transpose(-2, -1) * scale                                 # (B, H, T, S)
+    cap = resolve(traits["softcap"], inputs["softcap"])
+    if cap:
+        s = cap * torch.tanh(s / cap)
+    window = resolve(traits["window"], inputs["window"])
+    window = None if window is None else tuple(window)
+    allowed = allowed_keys(inputs["mask"], inputs["key_pad"], inputs["causal"], window,
+                           traits.get("causal", "none"))[:, None]      # (B, 1, T, S)
+    dead = ~allowed.any(-1, keepdim=True)                               # (B, 1, T, 1)
+    p = torch.softmax(s.masked_fill(~allowed, float("-inf")).masked_fill(dead, 0.0), dim=-1)
+    if bool(dead.any()):
+        p = torch.where(dead, _dead_rows(s, *dead_row_traits(traits)), p)
+    return p @ v                                                        # (B, H, T, d)
+
+
+def _dead_rows(s: Tensor, row: str, grad: str) -> Tensor:
+    """The probabilities of a row without keys: its value by ``row``, its gradient to the
+    scores by ``grad``."""
+    S = s.shape[-1]
+    if row == "NaN":
+        value = torch.full_like(s, math.nan)
+    elif row == "zeros":
+        value = torch.zeros_like(s)
+    elif row == "mean of V":
+        value = torch.full_like(s, 1.0 / S)
+    else:
+        raise _unknown("fully_masked_row", row, DEAD_ROWS)
+    if grad == "none":
+        return value
+    if grad == "NaN":        # the NaN softmax's backward: NaN into every score of the row
+        return value + s * math.nan
+    if grad == "softmax":    # softmax(s + c), c a huge constant: uniform, with softmax's own gradient
+        return value + torch.softmax(s - s.detach(), dim=-1) - 1.0 / S
+    raise _unknown("fully_masked_grad", grad, DEAD_GRADS)
+
+
+def attention_kernel(traits, cfg, w, inputs, dtype) -> Tensor:
+    """The family's oracle (``harness.oracles.Oracle`` signature; no weights)."""
+    return kernel_attention(traits, inputs)

@@ -1,0 +1,111 @@
+"""Names an attention kernel's mistake: which single convention, read another way, makes the
+kernel's own float64 run meet the oracle on every case where its declared conventions fail.
+
+The candidates are the family's trait vocabulary (another causal diagonal, another GQA
+grouping, another row without keys), what the call passed changed by one (the window's left
+or right count +-1, the softcap dropped, the scale left out or taken as 1/d), each turned
+into the traits of an oracle per failing case. A kernel that no single change explains has a
+computation bug, not a convention: that is said too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+
+from harness.base.config import Config
+from harness.check.runs import RunCache
+from harness.check.spec import _float64_check
+from harness.families import kernel_oracle as K
+from harness.families.catalog import get_family
+from harness.registry import Variant, get_variant
+
+
+def _set(name: str, value: Any) -> Callable[[dict, Mapping[str, Any]], dict | None]:
+    return lambda traits, inputs: {**traits, name: value} if traits.get(name) != value else None
+
+
+def _window(dl: int, dr: int):
+    def make(traits, inputs):
+        window = K.resolve(traits["window"], inputs["window"])
+        if window is None or window[0] + dl < 0 or window[1] + dr < 0:
+            return None
+        return {**traits, "window": (window[0] + dl, window[1] + dr)}
+    return make
+
+
+def _scale(label: str, of_d: Callable[[int], float]):
+    return label, "scale", lambda traits, inputs: (
+        {**traits, "scale": of_d(inputs["q"].shape[-1])} if traits["scale"] == K.DEFAULT_SCALE else None)
+
+
+def candidates() -> list[tuple[str, str, Callable]]:
+    """(label, the trait it reads another way, (declared traits, case inputs) -> traits or None)."""
+    out = [(f"causal={c!r}", "causal", _set("causal", c)) for c in K.CAUSAL]
+    out += [(f"gqa_grouping={g!r}", "gqa_grouping", _set("gqa_grouping", g)) for g in K.GQA_GROUPINGS]
+    out += [(f"window left {dl:+d}" if dl else f"window right {dr:+d}", "window", _window(dl, dr))
+            for dl, dr in ((1, 0), (-1, 0), (0, 1), (0, -1))]
+    out.append(("the softcap ignored", "softcap", lambda traits, inputs: (
+        {**traits, "softcap": 0} if K.resolve(traits["softcap"], inputs["softcap"]) else None)))
+    out += [_scale("no scale (1)", lambda d: 1.0), _scale("scale 1/d", lambda d: 1.0 / d)]
+    out += [(f"fully_masked_row={r!r}, fully_masked_grad={g!r}", "fully_masked_row",
+             lambda traits, inputs, r=r, g=g: {**traits, "fully_masked_row": r, "fully_masked_grad": g}
+             if (traits["fully_masked_row"], traits["fully_masked_grad"]) != (r, g) else None)
+            for r in K.DEAD_ROWS for g in K.DEAD_GRADS]
+    return out
+
+
+def _meets(run, oracle, names: Iterable[str]) -> bool:
+
+    return all(_float64_check(n, run.tensors.get(n), oracle.tensors[n], None).verdict == "equivalent"
+               for n in names)
+
+
+def explain_kernel(variant: Variant, failing: Iterable[tuple[Config, str]]) -> str:
+    """One line naming the mistake of ``variant`` over its failing (config, case) pairs
+    (float64): the single convention change that fits them all, or that none does."""
+    family = get_family(variant.family)
+    declared = family.semantic_traits(variant.traits)
+    failing = list(failing)
+    if not failing:
+        return ""
+    checkers = {id(cfg): RunCache(cfg, record=False) for cfg, _ in failing}
+    fits = []
+    for label, trait, make in candidates():
+        ok = True
+        for cfg, case in failing:
+            checker = checkers[id(cfg)]
+            zero = checker.fills(variant)
+            traits = make(declared, checker.inputs(family, case))
+            run = checker.run(variant, case, zero, torch.float64) if traits is not None else None
+            if traits is None or run.error:
+                ok = False
+                break
+            oracle = checker.oracle(family, traits, case, zero, torch.float64)
+            if not _meets(run, oracle, oracle.tensors):
+                ok = False
+                break
+        if ok:
+            fits.append(f"{label} (declared {trait}={declared[trait]!r})")
+    cases = ", ".join(dict.fromkeys(case for _, case in failing))
+    if fits:
+        return f"reads as {' or '.join(fits)} on every failing case ({cases})"
+    return (f"no single convention read another way explains it on {cases}: a computation "
+            f"mistake, not a convention")
+
+
+def failing_cases(report, variant_id: str, configs: Mapping[str, Config]) -> list[tuple[Config, str]]:
+    """The (config, case) pairs where ``variant_id`` of the kernel family is different in float64."""
+    return [(configs[s.config], s.case) for s in report.specs
+            if s.family == "attention_kernel" and s.variant == variant_id and s.dtype == "float64"
+            and not s.ok and s.verdict == "different"]
+
+
+
+def explain_mistake(family: str, variant_id: str, report, configs: Mapping[str, Config]) -> str:
+    """One line naming a failing attention kernel's mistake (empty for other families: only
+    this family's conventions are enumerable traits)."""
+    if family != "attention_kernel":
+        return ""
+    return explain_kernel(get_variant(family, variant_id), failing_cases(report, variant_id, configs))
