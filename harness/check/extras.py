@@ -8,7 +8,7 @@ import torch
 
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError
+from harness.base.errors import HarnessError, PortingError
 from harness.check import precision as P
 from harness.check.results import CompiledResult, DropoutResult, GradcheckResult
 from harness.check.runs import (
@@ -81,6 +81,8 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
         ok = torch.autograd.gradcheck(fn, tuple(tensors), fast_mode=True, raise_exception=False,
                                       check_undefined_grad=False)
         note = "" if ok else "the backward disagrees with finite differences of the forward"
+    except PortingError as exc:  # the variant's own port fails: its error row
+        ok, note = False, f"PortingError: {exc}"[:300]
     except HarnessError:
         raise
     except Exception as exc:
@@ -122,6 +124,8 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
             with torch.no_grad(), recorder:
                 y = variant.call(module, cast_inputs(inputs, torch.float64, "cpu"))
             return y, recorder.ops, ""
+        except PortingError as exc:  # the variant's own port fails: its error row
+            return None, [], f"PortingError: {exc}"[:200]
         except HarnessError:
             raise
         except Exception as exc:

@@ -25,6 +25,7 @@ resolvable" in a dtype whose rounding is larger than the difference.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from typing import Iterable, Mapping
 
@@ -51,6 +52,11 @@ SPEC_RANK = {"equivalent": 0, "less precise": 1, "different": 2, "error": 3}
 # with norm_first=True has 72x the float16 gradient error of the definition evaluated in
 # float16, on one config), so a 2x rule there would flag PyTorch's own modules.
 LENIENT_DTYPES = ("bfloat16", "float16")
+# Cases with rows that see no key at all: PyTorch's own inference fast paths define those
+# rows otherwise (nested tensors zero the padded rows, where the autograd path gives NaN or
+# the mean of V), so there the no-grad eval run is compared with the autograd run (``paths``)
+# but not held to the spec.
+NO_KEY_CASES = ("fully_masked", "left_pad")
 
 
 def worst_spec(verdicts: Iterable[str]) -> str:
@@ -131,6 +137,27 @@ class SpecChecker:
         return self._specs[key]
 
     def _check(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
+        result = self._judge(variant, config, case, dtype_name)
+        if result is None:
+            return None
+        checker = self.checkers[config]
+        dtype, zero = dtype_of(dtype_name), self._zero(variant, case, checker)
+        changed = list(checker.run(variant, case, zero, dtype).changed)
+        if get_family(variant.family).differentiable:
+            changed += [c + " (no-grad eval)" for c in checker.run(variant, case, zero, dtype, mode="inference").changed]
+        if not changed:
+            return result
+        # inputs are read-only: a call that changes one contradicts any declaration
+        note = "; ".join(dict.fromkeys([*changed, result.note] if result.note else changed))
+        return dataclasses.replace(result, verdict=worst_spec([result.verdict, "different"]), ok=False, note=note)
+
+    def _zero(self, variant: Variant, case: str, checker: RunCache):
+        ref = reference_of(variant.family)
+        if ref is not None and (ref.supports(checker.cfg) or not applicable(ref, case)):
+            ref = None
+        return checker.fills(variant) | (checker.fills(ref) if ref else {})
+
+    def _judge(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
         checker = self.checkers[config]
         family = get_family(variant.family)
         if not applicable(variant, case) or variant.supports(checker.cfg):
@@ -163,6 +190,7 @@ class SpecChecker:
                               note="" if same else f"{bad} element(s) differ from the oracle")
         names = expected_names(family, oracle, checker, variant)
         checks: list[TensorCheck] = []
+        baselines: list[Run] = []
         if dtype == torch.float64:
             for name in names:
                 checks.append(_float64_check(name, run.tensors.get(name), oracle.tensors[name], internal))
@@ -189,6 +217,9 @@ class SpecChecker:
                 checks = [TensorCheck(c.name, "different" if c.verdict != "equivalent" or sem64.verdict == "different"
                                       else c.verdict, c.err, c.ref_err, c.allowed, c.ratio,
                                       "semantics already differ in float64") for c in checks]
+        if family.differentiable and case not in NO_KEY_CASES:  # the inference path is held to the same spec
+            checks.append(self._inference_check(variant, config, case, dtype, zero, oracle, internal, checks,
+                                                baselines))
         verdict = worst_spec(c.verdict for c in checks)
         bad = max(checks, key=lambda c: (SPEC_RANK[c.verdict], c.ratio))
         notes = [c.note for c in checks if c.verdict != "equivalent" and c.note]
@@ -201,6 +232,29 @@ class SpecChecker:
         return SpecResult(**base, verdict=verdict, ok=ok, err=bad.err,
                           ref_err=math.nan if bad.ref_err is None else bad.ref_err, ratio=bad.ratio,
                           worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks)
+
+    def _inference_check(self, variant, config, case, dtype, zero, oracle, internal, checks,
+                         baselines) -> TensorCheck:
+        """The no-grad eval run's output against the same oracle and baselines as the
+        autograd run's output (a fast path that only runs under no_grad is judged too)."""
+        checker = self.checkers[config]
+        name = "output (no-grad eval)"
+        inf = checker.run(variant, case, zero, dtype, mode="inference")
+        if inf.error:
+            return TensorCheck(name, "error", math.nan, None, 0.0, math.inf, f"no-grad eval: {inf.error}")
+        o = oracle.tensors["output"]
+        if dtype == torch.float64:
+            c = _float64_check(name, inf.tensors.get("output"), o, internal)
+        else:
+            c = _lower_check(name, inf.tensors.get("output"), o,
+                             [(b.tensors["output"], o) for b in baselines if "output" in b.tensors], dtype, factor=self.factor, scale=0.0)
+            # the autograd run's own output verdict bounds this one from below: no new leniency
+            out = next((x for x in checks if x.name == "output"), None)
+            if out is not None and c.verdict == "less precise" and out.verdict == "equivalent":
+                allowed = max(c.allowed, out.allowed)
+                if c.err <= allowed:
+                    c = dataclasses.replace(c, verdict="equivalent", allowed=allowed)
+        return c
 
     def check_specs(self, variant: Variant, dtypes: Iterable[str]) -> list[SpecResult]:
         family = get_family(variant.family)
