@@ -45,3 +45,50 @@ def test_a_changed_input_is_named_with_its_aliases():
     changed = changed_inputs(snap)
     assert any("'query = key = value'" in c and "6 of 6" in c for c in changed), changed
     assert any("'pad'" in c and "1 of 6" in c for c in changed), changed
+
+
+def test_the_calls_before_the_checked_one_change_every_size_then_the_seed():
+    from harness.base.config import Config
+    from harness.check.runs import RunCache
+
+    cfg = Config()
+    shorter, reseeded = RunCache(cfg).warmups()
+    assert (shorter.batch, shorter.tgt_len, shorter.src_len) < (cfg.batch, cfg.tgt_len, cfg.src_len)
+    assert shorter.tgt_len < cfg.tgt_len and shorter.src_len < cfg.src_len and shorter.batch < cfg.batch
+    assert reseeded.replace(seed=cfg.seed) == cfg and reseeded.seed != cfg.seed
+
+
+def test_a_module_that_keeps_state_from_its_first_call_is_caught():
+    """A table cached at the first call's length: a fresh build passes its spec alone; the
+    call sequence (a shorter call first) contradicts it, naming the sequence."""
+    import math
+
+    from torch import nn
+
+    from harness import register
+    from harness.base.config import CONFIG_MATRIX
+    from harness.check.api import check_all
+    from harness.registry import scratch
+
+    class CachedPE(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.d, self.pe = d, None
+
+        def forward(self, x):
+            if self.pe is None:
+                pos = torch.arange(x.size(1), dtype=torch.float64)[:, None]
+                div = torch.exp(torch.arange(0, self.d, 2, dtype=torch.float64) * (-math.log(10000.0) / self.d))
+                self.pe = torch.zeros(x.size(1), self.d, dtype=torch.float64)
+                self.pe[:, 0::2], self.pe[:, 1::2] = torch.sin(pos * div), torch.cos(pos * div)
+            return x + self.pe[: x.size(1)].to(x.dtype)
+
+    with scratch():
+        register(id="cached_pe", family="positional_encoding", source="tests", summary="PE cached at first length",
+                 build=lambda cfg: CachedPE(cfg.d_model), call=lambda m, i: m(i["x"]),
+                 traits={"pe_layout": "interleaved sin/cos", "pe_frequencies": "10000^(-2i/D)"})
+        report = check_all(["positional_encoding"], {"default": CONFIG_MATRIX["default"]}, "cpu", [],
+                           variants=["positional_encoding/cached_pe"], extras=False)
+    f64 = [s for s in report.specs if s.dtype == "float64"]
+    assert f64 and all(not s.ok and "called first on B=2 T=5 S=3" in s.note for s in f64), [s.note for s in f64]
+    assert all(not s.ok for s in report.specs)  # float32 inherits the float64 contradiction

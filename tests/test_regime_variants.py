@@ -33,10 +33,6 @@ HALF = {"rg_half_zero_after_softmax", "rg_norm_finfo_eps"}
 
 # id -> the issue-15 mechanism that would catch it, for the ones missed today (HEAD 138b553)
 MISSED = {
-    "rg_pe_cached_first_len": "call sequences and fresh builds",
-    "rg_mask_cached_by_length": "call sequences and fresh builds",
-    "rg_causal_buffer_first_T": "call sequences and fresh builds",
-    "rg_kv_cache_not_reset": "two cached sessions per model",
     "rg_softmax_no_max": "large attention-logit scales",
     "rg_log_softmax_loss": "large logit scales for losses",
     "rg_flash_no_rescale": "a long config (S >= 130) crossing 64-wide key blocks",

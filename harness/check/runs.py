@@ -322,6 +322,42 @@ class RunCache:
                                else run_variant(*args, record=self.record))
         return self._runs[key]
 
+    def warmups(self) -> list[Config]:
+        """The configs of the calls made before the checked one, in order: every size
+        smaller (another length, batch and key length), then the same sizes on another seed
+        (another padding, other values). State kept from the first call shows on the last."""
+        c = self.cfg
+        shorter = c.replace(batch=max(1, c.batch - 1), tgt_len=max(1, c.tgt_len - 2),
+                            src_len=max(1, c.src_len - 2), seed=c.seed + 101)
+        return [x for x in (shorter, c.replace(seed=c.seed + 202)) if x != c]
+
+    def sequence(self, variant: Variant, case: str, zero: Fills) -> tuple[Run, str]:
+        """One build called on ``warmups()``' inputs, then on this case's inputs (float64,
+        no-grad eval, as the fresh build's inference run it is compared with); also returns
+        the sequence in words."""
+        family = get_family(variant.family)
+        key = (variant.key, case, zero, "sequence")
+        calls = [w for w in self.warmups() if not variant.supports(w)]
+        said = ", then ".join(f"B={w.batch} T={w.tgt_len} S={w.src_len} seed {w.seed}" for w in calls)
+        if key not in self._runs:
+            run = Run()
+            try:
+                with torch.no_grad():
+                    module, _ = build(variant, self.cfg, dtype=torch.float64, device=self.device,
+                                      weights=self.weights(family, zero))
+                    for w in calls:
+                        variant.call(module, cast_inputs(family.inputs(case, w), torch.float64, self.device))
+                    out = variant.call(module, cast_inputs(self.inputs(family, case), torch.float64, self.device))
+                run.tensors["output"] = out.detach().to("cpu", torch.float64 if out.is_floating_point() else out.dtype)
+            except PortingError as exc:
+                run.error = f"PortingError: {exc}"
+            except HarnessError:
+                raise
+            except Exception as exc:  # a module that cannot be called twice is a finding
+                run.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            self._runs[key] = run
+        return self._runs[key], said
+
     def compare_paths(self, variant: Variant, case: str, dtype_name: str) -> PathResult | None:
         family = get_family(variant.family)
         if not family.differentiable or not applicable(variant, case) or variant.supports(self.cfg):

@@ -143,14 +143,40 @@ class SpecChecker:
         checker = self.checkers[config]
         dtype, zero = dtype_of(dtype_name), self._zero(variant, case, checker)
         changed = list(checker.run(variant, case, zero, dtype).changed)
+        if config == next(iter(self.checkers)) and dtype == torch.float64 and result.verdict != "error":
+            changed += self._sequence(variant, case, zero, checker)
         if get_family(variant.family).differentiable:
             inference = checker.run(variant, case, zero, dtype, mode="inference")
             changed += [c + " (no-grad eval)" for c in inference.changed]
         if not changed:
             return result
-        # inputs are read-only: a call that changes one contradicts any declaration
+        # inputs are read-only, and a call does not depend on the calls before it: either
+        # contradicts any declaration
         note = "; ".join(dict.fromkeys([*changed, result.note] if result.note else changed))
         return dataclasses.replace(result, verdict=worst_spec([result.verdict, "different"]), ok=False, note=note)
+
+    @staticmethod
+    def _sequence(variant: Variant, case: str, zero, checker: RunCache) -> list[str]:
+        """A build called first on other inputs, then on this case's, against a fresh build's
+        call on this case (both float64, no-grad eval): state kept across calls (a table or
+        mask cached at the first length) shows as a difference or an error."""
+        seq, said = checker.sequence(variant, case, zero)
+        fresh = checker.run(variant, case, zero, torch.float64, mode="inference")
+        if not said or fresh.error:
+            return []
+        head = f"called first on {said}, then on these inputs"
+        if seq.error:
+            return [f"{head}: {seq.error}"]
+        a, b = seq.tensors["output"], fresh.tensors["output"]
+        if a.shape != b.shape:
+            return [f"{head}: output of shape {tuple(a.shape)}, a fresh build's {tuple(b.shape)}"]
+        if not a.is_floating_point():
+            bad = int((a != b).sum())
+            return [f"{head}: {bad} element(s) differ from a fresh build's"] if bad else []
+        c = _float64_check("output", a, b, None)
+        if c.verdict == "equivalent":
+            return []
+        return [f"{head}: output differs from a fresh build's by {c.err:.3g}"]
 
     def _zero(self, variant: Variant, case: str, checker: RunCache):
         ref = reference_of(variant.family)
