@@ -92,3 +92,19 @@ def test_a_module_that_keeps_state_from_its_first_call_is_caught():
     f64 = [s for s in report.specs if s.dtype == "float64"]
     assert f64 and all(not s.ok and "called first on B=2 T=5 S=3" in s.note for s in f64), [s.note for s in f64]
     assert all(not s.ok for s in report.specs)  # float32 inherits the float64 contradiction
+
+
+def test_half_precision_can_fail_but_only_beyond_both_bounds():
+    """bfloat16: "different" needs an output error beyond assert_close's tolerance at the
+    tensor's scale AND 10x the baseline's; either alone stays "less precise"."""
+    from harness.check.spec import _lower_check
+
+    o = torch.ones(4, dtype=torch.float64)
+    base = o + 0.01  # the baseline's error: 0.01 (assert_close's tolerance at scale 1: ~0.016)
+
+    def verdict(err, name="output"):
+        return _lower_check(name, o + err, o, [(base, o)], torch.bfloat16, factor=2.0, scale=0.0).verdict
+
+    assert verdict(0.5) == "different"          # 50x the baseline, beyond the tolerance
+    assert verdict(0.05) == "less precise"      # beyond the tolerance, 5x the baseline
+    assert verdict(0.5, "grad:x") == "less precise"  # gradients stay lenient

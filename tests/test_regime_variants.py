@@ -44,8 +44,6 @@ MISSED = {
     "rg_dropout_on_scores": "dropout by statistics",
     "rg_dropout_whole_residual": "dropout by statistics",
     "rg_dropout_hardcoded_rate": "dropout by statistics (the rate follows the config)",
-    "rg_half_zero_after_softmax": "half precision that can fail",
-    "rg_norm_finfo_eps": "half precision that can fail",
     "rg_greedy_newest_token": "greedy decoding on weights where greedy outputs vary",
     "rg_layer_norm_no_affine": "parameters left out must be declared",
 }
