@@ -351,3 +351,29 @@ def test_ratio_of_medians_interval_is_seeded_and_brackets_the_ratio():
     ratio, low, high = first
     assert ratio == pytest.approx(1.0 / 2.0) and low <= ratio <= high and high - low < 0.3
     assert timing.ratio_of_medians([3.0], [1.5]) == (2.0, 2.0, 2.0)
+
+
+def test_an_interrupted_report_replaces_no_report(tmp_path, monkeypatch, capsys):
+    """A complete report folder is kept byte for byte when a later run is stopped (exit 130)."""
+    from harness.cli import bench as bench_cli
+
+    argv = ["report", "--device", "cpu", "--family", "norm", "--seq", "8", "--batch", "1", *FAST, "--no-rss",
+            "--skip-check", "--no-compare", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    folder = tmp_path / "cpu" / "quick"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+        yield  # a generator, as run_sweep is
+
+    monkeypatch.setattr(bench_cli, "run_sweep", stopped)
+    assert main([*argv, "--fresh"]) == 130
+    assert "left as it was" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_the_sweep_measures_the_cheapest_groups_first(norm_log):
+    groups = [r["group"].split("|") for r in read_log(norm_log) if r["kind"] == "peak"]
+    order = [(int(g[2].removeprefix("T=")), g[-2]) for g in groups]  # (T, mode) in the order measured
+    assert order == [(8, "fwd"), (8, "fwd+bwd"), (16, "fwd"), (16, "fwd+bwd")]

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, ResultsFileError
 from harness.bench import counters, timing
-from harness.bench.cases import BenchCase, Prepared, prepare
+from harness.bench.cases import BenchCase, Prepared, case_bytes, prepare
 from harness.bench.log import (
     LOG_MAGIC,
     _rewrite_without_cut_line,
@@ -277,7 +277,10 @@ def run_sweep(
         else:
             print(f"all {len(cases)} case(s) already measured in {log} with this code and these settings; "
                   "nothing to measure (--fresh measures again)", file=sys.stderr)
-    todo = [g for g in groups(cases) if any(c.key not in done for c in g)]
+    # Cheapest groups first (a memory estimate as the measure of work): the first rows land in
+    # seconds, and a sweep stopped early keeps the most groups.
+    todo = sorted((g for g in groups(cases) if any(c.key not in done for c in g)),
+                  key=lambda g: sum(case_bytes(c) for c in g))
     cpu = bool(cases) and not cases[0].device.startswith("cuda")
     probe = MemProbe(list(variant_files or []), threads) if memory and cpu else None
     try:

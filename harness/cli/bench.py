@@ -249,6 +249,10 @@ def cmd_report(args) -> int:
         logged = read_log(log, quiet=True)
         groups = {r.get("group") for r in logged if r.get("key") in wanted}
         rows = [r for r in logged if r.get("key") in wanted or (r.get("kind") == "peak" and r.get("group") in groups)]
+        if interrupted and (out / "results.json").exists():  # never replace a report with a partial one
+            print(f"the report in {out} is left as it was (an interrupted run replaces no report); "
+                  f"the rows measured so far are in {log}: run the same command to resume", file=sys.stderr)
+            return 130
         if interrupted:
             note = "Interrupted: the sweep is incomplete."
     report = write_report(rows, out, results=results, paths=paths, old_rows=old, threshold=args.threshold,
@@ -257,7 +261,9 @@ def cmd_report(args) -> int:
     for line in _disturbed_lines(rows):
         print(line, file=sys.stderr)
     print(f"wrote {report} (+ results.csv, results.json, plots)" + (f"; compared with {compare}" if compare else ""))
-    if results is not None and args.profile == "full":  # where and why they differ (harness.trace.differences)
+    if note.startswith("Interrupted"):
+        print("reports/DIFFERENCES.md is not written by an interrupted run", file=sys.stderr)
+    elif results is not None and args.profile == "full":  # where and why they differ (harness.trace.differences)
         started = time.perf_counter()
         findings = differences(results, paths, families=args.family, cfg=Config())
         written = write_differences(Path(args.out) / "DIFFERENCES.md", findings, Config())
