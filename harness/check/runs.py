@@ -24,6 +24,7 @@ from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, InputError
 from harness.base.kernels import PATH_MARKERS
+from harness.base.verdicts import Verdict
 from harness.check.results import PathResult
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
@@ -275,7 +276,7 @@ class RunCache:
         grad_run = self.run(variant, case, zero, dtype)
         inf_run = self.run(variant, case, zero, dtype, mode="inference")
         if grad_run.error or inf_run.error:
-            verdict, max_abs = "error", math.nan
+            verdict, max_abs = Verdict.ERROR, math.nan
         else:
             f64 = self.run(variant, case, zero, torch.float64, "cpu")
             tv = compare_tensors(grad_run.tensors["output"], inf_run.tensors["output"],
