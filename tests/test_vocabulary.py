@@ -87,3 +87,12 @@ def test_routed_helpers_keep_their_numbers():
     assert tv.verdict is Verdict.DIFFERENT and tv.max_abs == float((a - b).abs().max())
     assert tv.mismatch is not None and tv.mismatch.mismatched == 12
     assert compare_tensors(a, a.clone(), None, None, torch.float32).verdict is Verdict.IDENTICAL
+
+
+def test_variant_resolves_its_family_once():
+    from harness.families.catalog import get_family
+    from harness.registry import load_packs, variants_of
+
+    load_packs()
+    v = variants_of("attention")[0]
+    assert v.family_spec is get_family("attention") and v.family_spec is v.family_spec

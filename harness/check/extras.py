@@ -21,7 +21,6 @@ from harness.check.runs import (
     unique_grad_inputs,
 )
 from harness.check.spec import _lower_check, expected_names
-from harness.families.catalog import get_family
 from harness.porting.portmap import zero_unrepresented
 from harness.registry import Variant, build
 
@@ -46,7 +45,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     """``torch.autograd.gradcheck`` (float64, fast mode) of the variant's whole call,
     inputs and every parameter together, on the first tiny config it supports and its
     family's first applicable case whose rows all see a key."""
-    family = get_family(variant.family)
+    family = variant.family_spec
     if not family.differentiable:
         return None
     cfg = next((c for c in GRADCHECK_CONFIGS if not variant.supports(c)), None)
@@ -99,7 +98,7 @@ def expected_draws(variant: Variant, cfg: Config) -> int:
 def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
     """Built with dropout p (``cfg.dropout``, or 0.5 when it is 0): eval mode gives the
     dropout-0 output and draws nothing; train mode draws once per declared site."""
-    family = get_family(variant.family)
+    family = variant.family_spec
     if not family.differentiable or variant.supports(cfg):
         return []
     case = next((c.name for c in family.cases if applicable(variant, c.name)), None)
@@ -168,7 +167,7 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
     compiled graph: a "compiled" result that ran eager is a failure, not a pass."""
     from torch._dynamo.utils import counters
 
-    family = get_family(variant.family)
+    family = variant.family_spec
     if not family.differentiable or variant.supports(checker.cfg):
         return None
     case = next((c.name for c in family.cases if applicable(variant, c.name)), None)

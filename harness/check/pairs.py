@@ -147,7 +147,7 @@ def _gap(oa: Run, ob: Run, checker: RunCache, a: Variant, b: Variant) -> tuple[f
 def _digest(checker: RunCache, variant: Variant, case: str, dtype: torch.dtype) -> str | None:
     """A hash of every tensor of the variant's run (for 'identical'), on the weights its
     own spec ran with; None when it did not run."""
-    family = get_family(variant.family)
+    family = variant.family_spec
     ref = reference_of(family.name)
     zero = checker.fills(variant) | (checker.fills(ref) if ref and not ref.supports(checker.cfg) else {})
     run = checker.run(variant, case, zero, dtype)

@@ -28,7 +28,6 @@ from harness.base.verdicts import Verdict
 from harness.check.results import PathResult
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
-from harness.families.catalog import get_family
 from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
 from harness.registry import Variant, build
 
@@ -135,7 +134,7 @@ def run_variant(
     compile_backend: str | None = None,
 ) -> Run:
     """Build, port, run forward (and backward) once; every tensor returned in float64."""
-    family = get_family(variant.family)
+    family = variant.family_spec
     run = Run()
     try:
         module, portmap = build(variant, cfg, dtype=dtype, device=device, weights=weights64)
@@ -261,14 +260,14 @@ class RunCache:
         device = device or self.device
         key = (variant.key, case, zero, dtype, device, mode)
         if key not in self._runs:
-            family = get_family(variant.family)
+            family = variant.family_spec
             args = (variant, self.cfg, self.inputs(family, case), self.weights(family, zero), dtype, device)
             self._runs[key] = (inference_run(*args) if mode == "inference"
                                else run_variant(*args, record=self.record))
         return self._runs[key]
 
     def compare_paths(self, variant: Variant, case: str, dtype_name: str) -> PathResult | None:
-        family = get_family(variant.family)
+        family = variant.family_spec
         if not family.differentiable or not applicable(variant, case) or variant.supports(self.cfg):
             return None
         dtype = dtype_of(dtype_name)

@@ -43,7 +43,6 @@ from harness.check.runs import (
     fill_overflow,
 )
 from harness.families.base import Family
-from harness.families.catalog import get_family
 from harness.registry import Variant, reference_of
 
 # Dtypes where "less precise" is reported but is not a contradiction unless --strict-precision:
@@ -132,7 +131,7 @@ class SpecChecker:
 
     def _check(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
         checker = self.checkers[config]
-        family = get_family(variant.family)
+        family = variant.family_spec
         if not applicable(variant, case) or variant.supports(checker.cfg):
             return None
         dtype = dtype_of(dtype_name)
@@ -204,7 +203,7 @@ class SpecChecker:
                           worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks)
 
     def check_specs(self, variant: Variant, dtypes: Iterable[str]) -> list[SpecResult]:
-        family = get_family(variant.family)
+        family = variant.family_spec
         out = []
         with one_thread():
             self._check_all(variant, family, dtypes, out)

@@ -18,7 +18,6 @@ from harness.check.precision import DEFAULT_TOLERANCE
 from harness.check.runs import OpRecorder, backward_grads, cast_inputs
 from harness.check.tensors import NOISE_MULTIPLE, compare_tensors
 from harness.families.base import Family
-from harness.families.catalog import get_family
 from harness.porting.portmap import PortMap
 from harness.registry import Variant, build
 from harness.trace.recording import (
@@ -127,7 +126,7 @@ def trace_variant(
 ) -> Trace:
     """Run once with hooks on every canonical sub-module; ``patch`` replaces the output
     (or, for ``unit:in``, the input) of those sub-modules with the given tensors."""
-    family = get_family(variant.family)
+    family = variant.family_spec
     module, portmap = build(variant, cfg, dtype=dtype, device=device, weights=weights64)
     inputs = cast_inputs(inputs64, dtype, device, family.grad_inputs if backward else ())
     counter = [0]

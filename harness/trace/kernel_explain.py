@@ -19,7 +19,6 @@ from harness.base.verdicts import Verdict
 from harness.check.runs import RunCache
 from harness.check.spec import _float64_check
 from harness.families import kernel_oracle as K
-from harness.families.catalog import get_family
 from harness.registry import Variant, get_variant
 
 
@@ -66,7 +65,7 @@ def _meets(run, oracle, names: Iterable[str]) -> bool:
 def explain_kernel(variant: Variant, failing: Iterable[tuple[Config, str]]) -> str:
     """One line naming the mistake of ``variant`` over its failing (config, case) pairs
     (float64): the single convention change that fits them all, or that none does."""
-    family = get_family(variant.family)
+    family = variant.family_spec
     declared = family.semantic_traits(variant.traits)
     failing = list(failing)
     if not failing:

@@ -126,7 +126,7 @@ def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: st
                      module: torch.nn.Module) -> tuple[str, float]:
     """The quick test of a candidate: the module built once, the candidate's weights
     ported in, float64 forward only, no op recording."""
-    family = get_family(ref.family)
+    family = ref.family_spec
     zero = checker.fills(variant) | checker.fills(ref)
     want = checker.run(ref, case, zero, torch.float64).tensors.get("output")
     PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(
@@ -148,7 +148,7 @@ def _compare(checker: RunCache, variant: Variant, ref: Variant, case: str, forwa
     zero = checker.fills(variant) | checker.fills(ref)
     dtype = torch.float64
     ra = checker.run(ref, case, zero, dtype)
-    family = get_family(ref.family)
+    family = ref.family_spec
 
     rb = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero), dtype,
                      backward=not forward_only)
