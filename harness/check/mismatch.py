@@ -60,6 +60,11 @@ class Mismatch:
         return int((~close).sum())
 
     @cached_property
+    def max_expected(self) -> float:
+        """Greatest ``|e|`` where neither is NaN (the scale of the reference), 0.0 when none."""
+        return float(self._scale.max()) if self.total else 0.0
+
+    @cached_property
     def max_rel(self) -> float:
         """Greatest ``|a - e| / |e|`` (``|e|`` clamped at float64's tiny), 0.0 when none."""
         return float(self._rel.max()) if self.total else 0.0
