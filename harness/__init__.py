@@ -29,6 +29,7 @@ from harness.porting.entries import (
     Chunk,
     Concat,
     Param,
+    RopePermuted,
     Tied,
     Transposed,
     Zero,
@@ -47,7 +48,7 @@ __all__ = [
     # a plain attention function over projected heads, its layout given as data
     "register_kernel",
     # its parameter map
-    "Param", "Chunk", "Concat", "Transposed", "Zero", "Absent", "Tied",
+    "Param", "Chunk", "Concat", "Transposed", "RopePermuted", "Zero", "Absent", "Tied",
     "nest", "linear_entries", "norm_entries", "fused_entries", "absent_norm",
     # masks: converting the canonical bool mask (True = may attend) at the variant's edge
     "masked", "per_head", "causal_and_pad",

@@ -1,7 +1,7 @@
 """The write-ups as variants. Importing this package registers every one of them.
 
 One file per write-up (seed files in ../shared/seeds/), one for the fused QKV design,
-one for the per-head design, one for PyTorch's own modules, one for attention kernels
+one for the per-head design, one for PyTorch's own modules, one for attention kernels, one for LLaMA-style pieces
 (functions over projected heads).
 """
 
@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     decoder_only,
     fused_qkv,
     kernels,
+    llama,
     per_head,
     postnorm_blog,
     targets,

@@ -32,11 +32,13 @@ class Config:
     vocab: int = 11     # V (embedding tables)
     dropout: float = 0.0
     seed: int = 0
-    # Attention kernels (the attention_kernel family; no other family reads these):
+    # Attention kernels (the attention_kernel family; the attention family reads kv_heads
+    # and rope_base):
     kv_heads: int | None = None             # H_kv, K/V heads (None: = heads; 1: MQA)
     window: tuple[int, int] | None = None   # (left, right) keys around the diagonal (None: none)
     softcap: float = 0.0                    # logit soft-cap: cap * tanh(s / cap) (0: none)
     block: int = 64                         # block size of a blocked (flash-style) kernel
+    rope_base: float = 10000.0              # RoPE's base: pair i turns by position * base^(-2i/r)
 
     def __post_init__(self) -> None:
         for name in ("d_model", "heads", "d_ff", "batch", "tgt_len", "src_len", "vocab"):
@@ -69,6 +71,8 @@ class Config:
             raise ConfigError(f"window={w!r} must be None or (left, right) integers >= 0")
         if not (isinstance(self.softcap, (int, float)) and math.isfinite(self.softcap) and self.softcap >= 0):
             raise ConfigError(f"softcap={self.softcap!r} must be a finite number >= 0 (0: none)")
+        if not (isinstance(self.rope_base, (int, float)) and math.isfinite(self.rope_base) and self.rope_base > 1):
+            raise ConfigError(f"rope_base={self.rope_base!r} must be a finite number > 1")
         if not isinstance(self.block, int) or isinstance(self.block, bool) or self.block < 1:
             raise ConfigError(f"block={self.block!r} must be a positive integer")
 
@@ -119,9 +123,10 @@ class Config:
         return 16 * 8 * largest
 
     def describe(self) -> str:
+        # the attention kernels' fields and RoPE's base, when set
         kernel = "".join(f" {name}={value}" for name, value, default in (
             ("H_kv", self.kv_heads, None), ("window", self.window, None), ("softcap", self.softcap, 0.0),
-            ("block", self.block, 64)) if value != default)  # the attention kernels' fields, when set
+            ("block", self.block, 64), ("rope_base", self.rope_base, 10000.0)) if value != default)
         return (f"B={self.batch} T={self.tgt_len} S={self.src_len} D={self.d_model} "
                 f"H={self.heads} d_k={self.d_k} F={self.d_ff}{kernel}")
 

@@ -378,6 +378,10 @@ class RunCache:
 
 
 def applicable(variant: Variant, case: str) -> bool:
-    """Whether a family case applies to a variant (``traits["cases"]`` limits it)."""
+    """Whether a family case applies to a variant (``traits["cases"]`` limits it, and a case
+    the family keeps for the variants declaring some trait: ``Family.case_declarers``)."""
     cases = variant.traits.get("cases")
-    return cases is None or case in cases
+    if cases is not None and case not in cases:
+        return False
+    declarers = variant.family_spec.case_declarers.get(case)
+    return declarers is None or any(t in variant.traits for t in declarers)

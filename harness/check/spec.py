@@ -44,6 +44,7 @@ from harness.check.runs import (
     fill_overflow,
 )
 from harness.families.base import Family
+from harness.families.catalog import FAMILIES
 from harness.registry import Variant, reference_of
 
 # Dtypes where "less precise" is reported but is not a contradiction unless --strict-precision:
@@ -139,6 +140,9 @@ class SpecChecker:
         # The kernel path is recorded on the first config only (a dispatch mode costs time).
         self.checkers = {name: RunCache(cfg, device, record=i == 0)
                          for i, (name, cfg) in enumerate(self.configs.items())}
+        for family in FAMILIES.values():  # a family's own extra configs (the attention family's GQA)
+            for name, cfg in family.configs_of(self.configs).items():
+                self.checkers.setdefault(name, RunCache(cfg, device, record=False))
         self._specs: dict[tuple, SpecResult | None] = {}
 
     # -- one variant -------------------------------------------------------------------------

@@ -97,11 +97,24 @@ class Family:
     # default config only: their layers are checked over the whole matrix in their own families.
     matrix: tuple[str, ...] | None = None
     matrix_note: str = "its layers run the whole matrix in their families"  # why (shown by check)
+    # Configs this family adds to the whole default matrix (the attention family's GQA config).
+    extra_configs: Mapping[str, Config] = field(default_factory=dict)
+    # (a variant's traits, config) -> why the variant cannot run it, or None; joined to each
+    # variant's own ``supports`` at registration (a multi-head-only variant on a GQA config).
+    requires: Callable[[Mapping[str, Any], Config], str | None] | None = None
+    # case -> traits: the case runs only for variants declaring one of them (the attention
+    # family's RoPE, window and decode cases, for the variants that declare RoPE, a window or
+    # GQA; to the others they are masks like the other cases' and cost check time).
+    case_declarers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def configs_of(self, configs: Mapping[str, Config]) -> dict[str, Config]:
-        """``configs`` narrowed to this family's matrix (a --set config always applies)."""
-        return {n: c for n, c in configs.items()
-                if self.matrix is None or n in self.matrix or n not in CONFIG_MATRIX}
+        """``configs`` narrowed to this family's matrix (a --set config always applies), with
+        the family's extra configs when ``configs`` is the whole default matrix."""
+        out = {n: c for n, c in configs.items()
+               if self.matrix is None or n in self.matrix or n not in CONFIG_MATRIX}
+        if self.extra_configs and set(configs) == set(CONFIG_MATRIX):
+            out.update(self.extra_configs)
+        return out
 
     @property
     def semantic(self) -> tuple[str, ...]:
@@ -185,11 +198,14 @@ class Family:
 
 # -- parameter specs ---------------------------------------------------------------------
 
-def _attn_params(prefix: str, d: int) -> ParamSpec:
+def _attn_params(prefix: str, d: int, kv_width: int | None = None) -> ParamSpec:
+    """q, k, v, o Linear weights and biases; K and V project to ``kv_width`` = H_kv * d_k
+    (default D: one K/V head per query head)."""
     spec: ParamSpec = {}
     for proj in "qkvo":
-        spec[f"{prefix}{proj}.weight"] = ((d, d), "weight")
-        spec[f"{prefix}{proj}.bias"] = ((d,), "bias")
+        out = kv_width if proj in "kv" and kv_width is not None else d
+        spec[f"{prefix}{proj}.weight"] = ((out, d), "weight")
+        spec[f"{prefix}{proj}.bias"] = ((out,), "bias")
     return spec
 
 

@@ -25,8 +25,8 @@ import torch
 
 from harness.base.config import Config
 from harness.families import kernel_oracle as K
+from harness.families.attention import random_mask
 from harness.families.base import Case, Family, TraitSpec, activations, left_pad, right_pad
-from harness.families.layers import random_mask
 
 LONG_T, LONG_S = 133, 157   # crosses 64- and 128-wide blocks on both axes
 

@@ -8,6 +8,7 @@ import torch
 
 from harness.base.config import Config
 from harness.families import oracles
+from harness.families.attention import ATTENTION, FULLY_MASKED_ROW
 from harness.families.base import (
     EPS,
     Case,
@@ -26,106 +27,6 @@ from harness.families.base import (
 # ~5e-4 relative, well above float32 rounding, so an eps mismatch cannot pass as noise.
 LAYER_STD = 0.1
 
-
-def _attn_self(cfg: Config, gen: torch.Generator) -> dict:
-    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
-    pad = right_pad(gen, cfg.batch, cfg.tgt_len)
-    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.tgt_len)  # (B, T, T)
-    return {"query": x, "key": x, "value": x, "mask": mask.clone(), "causal": False}
-
-
-def _attn_self_kv(cfg: Config, gen: torch.Generator) -> dict:
-    """Self-shaped (S = T) but query, key and value are three different tensors."""
-    q, k, v = (activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model) for _ in range(3))
-    pad = right_pad(gen, cfg.batch, cfg.tgt_len)
-    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.tgt_len)
-    return {"query": q, "key": k, "value": v, "mask": mask.clone(), "causal": False}
-
-
-def _attn_cross(cfg: Config, gen: torch.Generator) -> dict:
-    """T != S, and key and value are different tensors."""
-    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
-    key = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
-    value = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
-    pad = right_pad(gen, cfg.batch, cfg.src_len)
-    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.src_len)  # (B, T, S)
-    return {"query": x, "key": key, "value": value, "mask": mask.clone(), "causal": False}
-
-
-def _attn_cross_memory(cfg: Config, gen: torch.Generator) -> dict:
-    """Encoder-decoder attention: T != S, key and value are the same encoder memory."""
-    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
-    memory = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
-    pad = right_pad(gen, cfg.batch, cfg.src_len)
-    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.src_len)
-    return {"query": x, "key": memory, "value": memory, "mask": mask.clone(), "causal": False}
-
-
-def _attn_causal(cfg: Config, gen: torch.Generator) -> dict:
-    inputs = _attn_self(cfg, gen)
-    inputs["mask"] = inputs["mask"] & causal(cfg.tgt_len)
-    return inputs
-
-
-def _attn_causal_only(cfg: Config, gen: torch.Generator) -> dict:
-    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
-    mask = causal(cfg.tgt_len).expand(cfg.batch, cfg.tgt_len, cfg.tgt_len).clone()
-    return {"query": x, "key": x, "value": x, "mask": mask, "causal": True}
-
-
-def random_mask(gen: torch.Generator, batch: int, rows: int, cols: int) -> torch.Tensor:
-    """(B, rows, cols) bool, each entry kept with probability 1/2, every row keeping at
-    least one key: neither causal nor padding, so a mask applied along the wrong axis,
-    transposed or broadcast from one row cannot pass."""
-    mask = torch.rand(batch, rows, cols, generator=gen) < 0.5
-    keep = torch.randint(0, cols, (batch, rows), generator=gen)
-    mask.scatter_(-1, keep[..., None], True)
-    return mask
-
-
-def _attn_random_mask(cfg: Config, gen: torch.Generator) -> dict:
-    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
-    mask = random_mask(gen, cfg.batch, cfg.tgt_len, cfg.tgt_len)
-    return {"query": x, "key": x, "value": x, "mask": mask, "causal": False}
-
-
-def _attn_fully_masked(cfg: Config, gen: torch.Generator) -> dict:
-    inputs = _attn_self(cfg, gen)
-    mask = inputs["mask"]
-    mask[-1, 0, :] = False          # one query row sees no key at all
-    if cfg.batch > 1 and cfg.tgt_len > 1:
-        mask[0, -1, :] = False
-    return inputs
-
-
-FULLY_MASKED_ROW = TraitSpec("what a query row that sees no key becomes", oracles.FULLY_MASKED_ROWS)
-
-ATTENTION = Family(
-    name="attention",
-    call="(query (B,T,D), key (B,S,D), value (B,S,D), mask (B,T,S) bool True=may attend) -> (B,T,D)",
-    doc="Multi-head attention with its Q, K, V and output projections.",
-    params=lambda cfg: _attn_params("", cfg.d_model),
-    cases=(
-        Case("self", "query = key = value, random key padding", _attn_self),
-        Case("self_kv", "S = T but query, key and value all different (K/V roles apart)", _attn_self_kv),
-        Case("cross", "T != S, key != value, random source padding", _attn_cross),
-        Case("cross_memory", "T != S, key = value = encoder memory, source padding", _attn_cross_memory),
-        Case("causal", "causal self-attention with key padding", _attn_causal),
-        Case("causal_only", "causal mask only (is_causal hint allowed)", _attn_causal_only),
-        Case("random_mask", "an arbitrary mask, every row keeps a key (axes and polarity)", _attn_random_mask),
-        Case("fully_masked", "rows whose keys are all masked", _attn_fully_masked),
-    ),
-    traits={
-        "sublayer": TraitSpec("what the module returns", oracles.ATTENTION_SUBLAYERS),
-        "fully_masked_row": FULLY_MASKED_ROW,
-        "mask_style": TraitSpec("masked scores replaced (fill) or added to (additive)",
-                                oracles.MASK_STYLES, default="fill"),
-        "eps": TraitSpec("eps of a LayerNorm inside the sublayer", EPS.values, True, default=1e-5),
-    },
-    oracle=oracles.attention,
-    case_semantic={"fully_masked": ("fully_masked_row", "mask_style")},
-    grad_inputs=("query", "key", "value"),
-)
 
 
 NORM_FORMULA = TraitSpec("the normalisation formula", oracles.NORM_FORMULAS)
@@ -150,7 +51,10 @@ NORM = Family(
     doc="Normalisation over the last dimension, with a gain and a bias.",
     params=lambda cfg: _norm_params("", cfg.d_model),
     cases=(Case("rows", "rows with non-zero mean and std 0.1", _rows),),
-    traits={"norm_formula": NORM_FORMULA, "eps": EPS},
+    traits={"norm_formula": NORM_FORMULA, "eps": EPS,
+            "gain": TraitSpec("the gain: the weight w, or 1 + w (Gemma)", oracles.NORM_GAINS, default="w"),
+            "upcast": TraitSpec("where a half-precision input is upcast and cast back", oracles.NORM_UPCASTS,
+                                default="none")},
     oracle=oracles.norm,
     grad_inputs=("x",),
 )
@@ -173,6 +77,23 @@ FFN = Family(
     },
     oracle=oracles.ffn,
     grad_inputs=("x",),
+)
+
+
+GATED_FFN = Family(
+    name="gated_ffn",
+    call="(x (B,T,D)) -> (B,T,D)",
+    doc="Gated feed-forward (SwiGLU, GeGLU): down(act(gate x) * up x), no biases.",
+    params=lambda cfg: {"gate.weight": ((cfg.d_ff, cfg.d_model), "weight"),
+                        "up.weight": ((cfg.d_ff, cfg.d_model), "weight"),
+                        "down.weight": ((cfg.d_model, cfg.d_ff), "weight")},
+    cases=(Case("rows", "standard normal rows", _ffn_rows),),
+    traits={"activation": TraitSpec("the gate's activation (silu: SwiGLU; gelu, gelu_tanh: GeGLU)",
+                                    tuple(oracles.ACTIVATIONS))},
+    oracle=oracles.gated_ffn,
+    grad_inputs=("x",),
+    matrix=("default", "one_head"),
+    matrix_note="no heads: two widths are enough",
 )
 
 
@@ -326,6 +247,6 @@ EMBEDDING = Family(
 
 
 LAYER_FAMILIES = (
-    ATTENTION, NORM, FFN, ENCODER_LAYER, DECODER_LAYER, DECODER_ONLY_BLOCK,
+    ATTENTION, NORM, FFN, GATED_FFN, ENCODER_LAYER, DECODER_LAYER, DECODER_ONLY_BLOCK,
     POSITIONAL_ENCODING, EMBEDDING, MASKS,
 )  # listed in harness.families.catalog

@@ -25,6 +25,7 @@ import torch
 
 from harness.base.config import Config
 from harness.base.errors import SpecError
+from harness.families import kernel_oracle
 
 Tensor = torch.Tensor
 Oracle = Callable[[Mapping[str, Any], Config, Mapping[str, Tensor], Mapping[str, Any], torch.dtype], Tensor]
@@ -84,8 +85,28 @@ def _unit_layernorm(x: Tensor, eps: float) -> Tensor:
     return normalize(x, torch.ones((), dtype=x.dtype), torch.zeros((), dtype=x.dtype), "layernorm", eps)
 
 
+NORM_GAINS = ("w", "1+w")
+NORM_UPCASTS = ("none", "float32, cast back before the gain", "float32 through the gain")
+
+
 def norm(traits, cfg, w, inputs, dtype) -> Tensor:
-    return normalize(inputs["x"], w["weight"], w["bias"], traits["norm_formula"], _eps(traits["eps"], dtype))
+    """The norm with its gain: the canonical weight w as is, or 1 + w (Gemma's RMSNorm stores
+    the offset from one). ``upcast``: a half-precision input normalised in float32 and cast
+    back to its dtype before the gain multiplies (HF's LlamaRMSNorm: the rounding the oracle
+    reproduces), or kept in float32 through the gain (Gemma: rounded once, at the output)."""
+    gain, upcast = traits.get("gain", "w"), traits.get("upcast", "none")
+    if gain == "w" and upcast == "none":
+        return normalize(inputs["x"], w["weight"], w["bias"], traits["norm_formula"], _eps(traits["eps"], dtype))
+    if gain not in NORM_GAINS:
+        raise _unknown("gain", gain, NORM_GAINS)
+    if upcast not in NORM_UPCASTS:
+        raise _unknown("upcast", upcast, NORM_UPCASTS)
+    one = torch.ones((), dtype=torch.float64)
+    y = normalize(inputs["x"], one, torch.zeros((), dtype=torch.float64), traits["norm_formula"],
+                  _eps(traits["eps"], dtype))
+    if upcast == "float32, cast back before the gain" and dtype.itemsize < 4:
+        y = y.to(dtype).to(torch.float64)
+    return y * (w["weight"] if gain == "w" else one + w["weight"]) + w["bias"]
 
 
 # -- attention -------------------------------------------------------------------------------------
@@ -94,12 +115,57 @@ FULLY_MASKED_ROWS = ("NaN", "mean of V", "zeros")
 MASK_STYLES = ("fill", "additive")
 
 
+ROPE_LAYOUTS = ("none", "half-split", "interleaved")
+
+
+def rope(x: Tensor, positions: Tensor, layout: str, fraction: float = 1.0, base: float = 10000.0) -> Tensor:
+    """Rotary position embedding of heads ``x`` (B, H, L, d) at ``positions`` (B, L).
+
+    The first r = 2 * floor(d * fraction / 2) dims of each head rotate (GPT-NeoX's partial
+    rotary: the rest pass through); pair i turns by position * base^(-2i / r). ``half-split``
+    pairs dim i with dim i + r/2 (HF's ``rotate_half``); ``interleaved`` pairs dims 2i and
+    2i + 1 (Meta's reference code, complex multiplication). ``none``: x unchanged."""
+    if layout == "none":
+        return x
+    if layout not in ROPE_LAYOUTS:
+        raise _unknown("rope", layout, ROPE_LAYOUTS)
+    r = int(x.shape[-1] * fraction) // 2 * 2
+    if r == 0:
+        return x
+    inv = base ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)            # (r/2,)
+    angle = positions.to(torch.float64)[:, None, :, None] * inv                  # (B, 1, L, r/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    turn, rest = x[..., :r], x[..., r:]
+    if layout == "half-split":
+        a, b = turn[..., : r // 2], turn[..., r // 2:]
+        turned = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+    else:
+        a, b = turn[..., 0::2], turn[..., 1::2]
+        turned = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+    return torch.cat([turned, rest], dim=-1)
+
+
+# How the module-level mask style and fully-masked-row value read in the kernel oracle's terms.
+_KERNEL_DEAD_ROWS = {
+    ("fill", "NaN"): ("bool_fill_-inf", "NaN", "none"),
+    ("fill", "mean of V"): ("bool_fill_finfo_min", "mean of V", "none"),
+    ("fill", "zeros"): ("bool_fill_-inf", "zeros", "none"),
+    ("additive", "mean of V"): ("additive_finfo_min", "mean of V", "softmax"),
+}
+
+
 def multi_head_attention(
     w: Mapping[str, Tensor], prefix: str, query: Tensor, key: Tensor, value: Tensor,
-    mask: Tensor, heads: int, fully_masked_row: str = "NaN", mask_style: str = "fill",
+    mask: Tensor, heads: int, fully_masked_row: str = "NaN", mask_style: str = "fill", *,
+    kv_heads: int | None = None, gqa_grouping: str = "consecutive", positions: Tensor | None = None,
+    key_positions: Tensor | None = None, rope_layout: str = "none", rope_fraction: float = 1.0,
+    rope_base: float = 10000.0, window: tuple[int, int] | None = None,
 ) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k), over the keys the mask allows) V, per head, then the output
-    projection. ``mask`` (B, T, S) bool, True = may attend.
+    """The Q, K, V projections (K and V to ``kv_heads`` heads, default ``heads``), RoPE on q
+    and k at their positions (default 0..L-1), the kernel oracle's attention over the heads
+    (``harness.families.kernel_oracle``: softmax(q k^T / sqrt(d_k)) over the keys the mask
+    allows, K/V heads grouped by ``gqa_grouping``, a (left, right) ``window`` on the top-left
+    diagonal), then the output projection. ``mask`` (B, T, S) bool, True = may attend.
 
     A row whose keys are all masked becomes, by ``fully_masked_row``: NaN (a -inf fill),
     the mean of V with no gradient to Q and K (a finite fill such as -1e9), or zeros (SDPA).
@@ -108,33 +174,29 @@ def multi_head_attention(
     if mask_style == "additive" and fully_masked_row != "mean of V":
         raise SpecError(f"an additive mask gives the mean of V on a fully masked row, "
                         f"not {fully_masked_row!r}")
+    if mask_style not in MASK_STYLES:
+        raise _unknown("mask_style", mask_style, MASK_STYLES)
+    if (mask_style, fully_masked_row) not in _KERNEL_DEAD_ROWS:
+        raise _unknown("fully_masked_row", fully_masked_row, FULLY_MASKED_ROWS)
+    method, row, grad = _KERNEL_DEAD_ROWS[(mask_style, fully_masked_row)]
     B, T, D = query.shape
     S = key.shape[1]
     d_k = D // heads
-    split = lambda x, n: x.view(B, n, heads, d_k).transpose(1, 2)  # noqa: E731  (B, H, L, d_k)
-    q = split(linear(query, w, prefix + "q"), T)
-    k = split(linear(key, w, prefix + "k"), S)
-    v = split(linear(value, w, prefix + "v"), S)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)            # (B, H, T, S)
-    allowed = mask[:, None]                                      # (B, 1, T, S)
-    dead = ~allowed.any(-1, keepdim=True)                        # (B, 1, T, 1)
-    if mask_style == "additive":
-        lowest = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype)
-        p = torch.softmax(scores + torch.where(allowed, torch.zeros((), dtype=scores.dtype), lowest), dim=-1)
-    elif mask_style == "fill":
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        if fully_masked_row == "NaN":
-            p = torch.softmax(scores, dim=-1)
-        elif fully_masked_row == "mean of V":
-            p = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1)  # uniform, constant
-        elif fully_masked_row == "zeros":
-            p = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
-        else:
-            raise _unknown("fully_masked_row", fully_masked_row, FULLY_MASKED_ROWS)
-    else:
-        raise _unknown("mask_style", mask_style, MASK_STYLES)
-    y = (p @ v).transpose(1, 2).reshape(B, T, D)                 # (B, T, D)
-    return linear(y, w, prefix + "o")
+    n_kv = heads if kv_heads is None else kv_heads
+    split = lambda x, n, h: x.view(B, n, h, d_k).transpose(1, 2)  # noqa: E731  (B, h, L, d_k)
+    here = lambda n: torch.arange(n).expand(B, n)  # noqa: E731
+    q = rope(split(linear(query, w, prefix + "q"), T, heads),
+             here(T) if positions is None else positions, rope_layout, rope_fraction, rope_base)
+    k = rope(split(linear(key, w, prefix + "k"), S, n_kv),
+             here(S) if key_positions is None else key_positions, rope_layout, rope_fraction, rope_base)
+    v = split(linear(value, w, prefix + "v"), S, n_kv)
+    traits = {"gqa_grouping": gqa_grouping, "scale": 1.0 / math.sqrt(d_k), "softcap": 0.0,
+              "window": kernel_oracle.AS_CALLED, "causal": "none", "mask_method": method,
+              "fully_masked_row": row, "fully_masked_grad": grad}
+    y = kernel_oracle.kernel_attention(traits, {
+        "q": q, "k": k, "v": v, "mask": mask, "key_pad": torch.ones(B, S, dtype=torch.bool),
+        "causal": False, "window": window, "softcap": 0.0})                      # (B, H, T, d_k)
+    return linear(y.transpose(1, 2).reshape(B, T, D), w, prefix + "o")
 
 
 ATTENTION_SUBLAYERS = ("attention", "attention + residual + post-LayerNorm",
@@ -142,7 +204,8 @@ ATTENTION_SUBLAYERS = ("attention", "attention + residual + post-LayerNorm",
 
 
 def attention(traits, cfg, w, inputs, dtype) -> Tensor:
-    """The sublayer: attention alone; LayerNorm(query + attention) (BERT, the 003 blog); or
+    """The sublayer (RoPE, K/V heads, grouping and window as declared: see
+    ``multi_head_attention``): attention alone; LayerNorm(query + attention) (BERT, the 003 blog); or
     query + attention(LayerNorm(query)), where self-attention reads the normalised query as
     key and value too and cross-attention reads key and value as given. The LayerNorm is the
     module's own, held at its init (outside the family), with the declared ``eps``."""
@@ -156,8 +219,14 @@ def attention(traits, cfg, w, inputs, dtype) -> Tensor:
         key = normed if key is query else key
         value = normed if value is query else value
         query = normed
-    out = multi_head_attention(w, "", query, key, value, inputs["mask"], cfg.heads,
-                               traits["fully_masked_row"], traits["mask_style"])
+    window = traits.get("window", "none")
+    window = inputs.get("window") if window == kernel_oracle.AS_CALLED else (None if window == "none" else window)
+    out = multi_head_attention(
+        w, "", query, key, value, inputs["mask"], cfg.heads, traits["fully_masked_row"], traits["mask_style"],
+        kv_heads=cfg.n_kv_heads, gqa_grouping=traits.get("gqa_grouping", "consecutive"),
+        positions=inputs.get("positions"), key_positions=inputs.get("key_positions"),
+        rope_layout=traits.get("rope", "none"), rope_fraction=traits.get("rope_fraction", 1.0),
+        rope_base=cfg.rope_base, window=None if window is None else tuple(window))
     if sublayer == "attention":
         return out
     if sublayer == "attention + residual + post-LayerNorm":
@@ -179,6 +248,16 @@ def feed_forward(w, prefix: str, x: Tensor, activation: str) -> Tensor:
     if activation not in ACTIVATIONS:
         raise _unknown("activation", activation, ACTIVATIONS)
     return linear(ACTIVATIONS[activation](linear(x, w, prefix + "w1")), w, prefix + "w2")
+
+
+def gated_ffn(traits, cfg, w, inputs, dtype) -> Tensor:
+    """down(act(gate x) * up x): SwiGLU with silu, GeGLU with gelu (Shazeer 2020); no biases."""
+    activation = traits["activation"]
+    if activation not in ACTIVATIONS:
+        raise _unknown("activation", activation, ACTIVATIONS)
+    x = inputs["x"]
+    hidden = ACTIVATIONS[activation](x @ w["gate.weight"].T) * (x @ w["up.weight"].T)   # (B, T, F)
+    return hidden @ w["down.weight"].T
 
 
 FFN_SUBLAYERS = ("ffn", "ffn + residual + post-LayerNorm")
@@ -307,6 +386,7 @@ ORACLES: dict[str, Oracle] = {
     "attention": attention,
     "norm": norm,
     "ffn": ffn,
+    "gated_ffn": gated_ffn,
     "encoder_layer": encoder_layer,
     "decoder_layer": decoder_layer,
     "decoder_only_block": decoder_only_block,

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Union
 
+import torch
+
 
 @dataclass(frozen=True)
 class Param:
@@ -81,6 +83,33 @@ class Transposed:
 
 
 @dataclass(frozen=True)
+class RopePermuted:
+    """A q or k projection stored for interleaved RoPE (pairs 2i, 2i+1 rotate together, Meta's
+    layout) where the canonical rows are for half-split RoPE (dims i and i + d/2, HF's
+    ``rotate_half``): within each of ``heads`` heads of width d, canonical row j reads module
+    row 2j (j < d/2) or 2(j - d/2) + 1. The canonical tensor is HF's Llama converter's
+    ``permute(w)``: ``w.view(heads, d // 2, 2, D).transpose(1, 2).reshape(heads * d, D)``.
+    With it an interleaved-RoPE module computes what the half-split canonical weights mean."""
+
+    inner: Union[Param, Chunk, Concat]
+    heads: int
+
+    def regions(self) -> list[tuple[str, slice | None, int]]:
+        return self.inner.regions()
+
+    @property
+    def dim(self) -> int:
+        return 0
+
+    def index(self, rows: int):
+        """The module row each canonical row reads (a LongTensor of ``rows``)."""
+        d = rows // self.heads
+        j = torch.arange(d)
+        within = torch.where(j < d // 2, 2 * j, 2 * (j - d // 2) + 1)
+        return (torch.arange(self.heads)[:, None] * d + within[None, :]).reshape(-1)
+
+
+@dataclass(frozen=True)
 class Tied:
     """A canonical parameter that the variant holds in the same tensor as the canonical
     parameter ``to`` (a tied output projection, a shared embedding). It covers no module
@@ -92,7 +121,7 @@ class Tied:
         return []
 
 
-MapEntry = Union[Param, Chunk, Concat, Absent, Transposed, Tied]
+MapEntry = Union[Param, Chunk, Concat, Absent, Transposed, RopePermuted, Tied]
 ParamMap = Mapping[str, MapEntry]
 
 
@@ -100,6 +129,8 @@ def entry_code(entry: MapEntry) -> str:
     """The entry as the code that builds it: ``Transposed(Chunk("c_attn.weight", 0, 3, dim=1))``."""
     if isinstance(entry, Transposed):
         return f"Transposed({entry_code(entry.inner)})"
+    if isinstance(entry, RopePermuted):
+        return f"RopePermuted({entry_code(entry.inner)}, heads={entry.heads})"
     if isinstance(entry, Param):
         return f'Param("{entry.path}")'
     if isinstance(entry, Chunk):
@@ -125,6 +156,8 @@ def nest(param_map: ParamMap, canonical_prefix: str, module_prefix: str) -> dict
 def _rerooted(entry: MapEntry, module_prefix: str) -> MapEntry:
     if isinstance(entry, Transposed):
         return Transposed(_rerooted(entry.inner, module_prefix))
+    if isinstance(entry, RopePermuted):
+        return RopePermuted(_rerooted(entry.inner, module_prefix), entry.heads)
     if isinstance(entry, Param):
         entry = Param(module_prefix + entry.path)
     elif isinstance(entry, Chunk):

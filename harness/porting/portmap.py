@@ -35,7 +35,19 @@ import torch
 from torch import nn
 
 from harness.base.errors import PortingError
-from harness.porting.entries import Absent, Chunk, Concat, MapEntry, Param, ParamMap, Tied, Transposed, Zero, entry_code
+from harness.porting.entries import (
+    Absent,
+    Chunk,
+    Concat,
+    MapEntry,
+    Param,
+    ParamMap,
+    RopePermuted,
+    Tied,
+    Transposed,
+    Zero,
+    entry_code,
+)
 
 
 def _view(tensor: torch.Tensor, region, dim: int) -> torch.Tensor:
@@ -94,7 +106,7 @@ class PortMap:
                                      f"{tuple(self.params[path].shape)})"
                                      f"{self._orientation_hint(entry, want)}") from None
             tied_to = self.entries.get(entry.to) if isinstance(entry, Tied) else None
-            if isinstance(entry, Tied) and not isinstance(tied_to, (Param, Chunk, Concat, Transposed)):
+            if isinstance(entry, Tied) and not isinstance(tied_to, (Param, Chunk, Concat, Transposed, RopePermuted)):
                 raise self._fail(f"canonical '{canonical}' is tied to '{entry.to}', which is not held by a parameter")
             if not isinstance(entry, Absent):
                 shape = tuple(self.read(canonical).shape)
@@ -173,6 +185,9 @@ class PortMap:
         if isinstance(entry, Transposed):
             inner = self._read_plain(entry.inner, grad)
             return None if inner is None else inner.t()
+        if isinstance(entry, RopePermuted):
+            inner = self._read_plain(entry.inner, grad)
+            return None if inner is None else inner[entry.index(inner.shape[0]).to(inner.device)]
         pieces = []
         for path, region, dim in entry.regions():
             tensor = self.params[path].grad if grad else self.params[path]
@@ -221,6 +236,10 @@ class PortMap:
                     continue
                 if isinstance(entry, Transposed):  # stored (in, out): write the transpose
                     entry, value = entry.inner, value.t()
+                if isinstance(entry, RopePermuted):  # stored for interleaved RoPE: undo the row permutation
+                    back = torch.empty_like(value)
+                    back[entry.index(value.shape[0])] = value
+                    entry, value = entry.inner, back
                 offset = 0
                 for path, region, dim in entry.regions():
                     target = _view(self.params[path], region, dim)

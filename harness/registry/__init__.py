@@ -11,6 +11,7 @@ over ``REGISTRY``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.metadata
 import importlib.util
 import sys
@@ -95,6 +96,10 @@ def register(**fields: Any) -> Variant:
         raise RegistryError(f"variant '{variant.key}': " + "; ".join(problems))
     if not variant.id or not variant.id.replace("_", "").replace("-", "").isalnum():
         raise RegistryError(f"variant id {variant.id!r} must be letters, digits, '_' or '-'")
+    requires = FAMILIES[variant.family].requires
+    if requires is not None:
+        own = variant.supports
+        variant = dataclasses.replace(variant, supports=lambda cfg: requires(variant.traits, cfg) or own(cfg))
     if variant.key in REGISTRY:
         raise RegistryError(
             f"variant '{variant.key}' is registered twice "

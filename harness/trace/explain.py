@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from harness.base.errors import HarnessError
 from harness.base.verdicts import Verdict
+from harness.families.catalog import get_family
 from harness.trace.kernel_explain import explain_mistake
 from harness.trace.pairs import explain_variant, first_divergence
 
@@ -31,9 +32,9 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
         if s.verdict != Verdict.DIFFERENT:  # less precise: same function, more rounding; nothing to trace
             lines.append(head + f" ({s.verdict}, {s.ratio:.3g}x the baseline's error)")
             continue
+        cfg = configs.get(s.config) or get_family(s.family).configs_of(configs).get(s.config)
         try:
-            d = explain_variant(s.family, s.variant, s.case, configs[s.config],
-                                s.dtype if s.dtype != "bool" else "float32")
+            d = explain_variant(s.family, s.variant, s.case, cfg, s.dtype if s.dtype != "bool" else "float32")
         except HarnessError as exc:  # a trace this variant cannot take: one line, the check goes on
             lines.append(head + f"\n    (not traced: {exc})")
             continue
@@ -50,7 +51,8 @@ def explain_differences(report, configs) -> str:
         if p.verdict != Verdict.DIFFERENT or key in seen or p.dtype == "bool":
             continue
         seen.add(key)
-        d = first_divergence(p.family, p.a, p.b, p.case, configs[p.config], p.dtype, p.device, hints=False)
+        cfg = configs.get(p.config) or get_family(p.family).configs_of(configs).get(p.config)
+        d = first_divergence(p.family, p.a, p.b, p.case, cfg, p.dtype, p.device, hints=False)
         lines.append(f"  {p.family}: {p.a} ~ {p.b} on {p.case} ({p.config}, {p.dtype}; {p.reason})\n"
                      + "\n".join("    " + x for x in d.text.splitlines()))
     return "\n".join(lines) or "(none)"

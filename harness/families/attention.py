@@ -1,0 +1,217 @@
+"""The attention family: multi-head attention with its projections, its cases (padding, cross,
+causal, arbitrary and fully masked rows; decode offsets, left padding and a sliding window for
+the LLaMA-era traits) and its oracle (``oracles.attention``: projections and RoPE around the
+attention kernels' oracle)."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.base.config import Config
+from harness.families import kernel_oracle, oracles
+from harness.families.base import (
+    EPS,
+    Case,
+    Family,
+    TraitSpec,
+    _attn_params,
+    activations,
+    causal,
+    right_pad,
+)
+
+
+def _attn_self(cfg: Config, gen: torch.Generator) -> dict:
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
+    pad = right_pad(gen, cfg.batch, cfg.tgt_len)
+    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.tgt_len)  # (B, T, T)
+    return {"query": x, "key": x, "value": x, "mask": mask.clone(), "causal": False}
+
+
+def _attn_self_kv(cfg: Config, gen: torch.Generator) -> dict:
+    """Self-shaped (S = T) but query, key and value are three different tensors."""
+    q, k, v = (activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model) for _ in range(3))
+    pad = right_pad(gen, cfg.batch, cfg.tgt_len)
+    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.tgt_len)
+    return {"query": q, "key": k, "value": v, "mask": mask.clone(), "causal": False}
+
+
+def _attn_cross(cfg: Config, gen: torch.Generator) -> dict:
+    """T != S, and key and value are different tensors."""
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
+    key = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
+    value = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
+    pad = right_pad(gen, cfg.batch, cfg.src_len)
+    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.src_len)  # (B, T, S)
+    return {"query": x, "key": key, "value": value, "mask": mask.clone(), "causal": False}
+
+
+def _attn_cross_memory(cfg: Config, gen: torch.Generator) -> dict:
+    """Encoder-decoder attention: T != S, key and value are the same encoder memory."""
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
+    memory = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
+    pad = right_pad(gen, cfg.batch, cfg.src_len)
+    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.src_len)
+    return {"query": x, "key": memory, "value": memory, "mask": mask.clone(), "causal": False}
+
+
+def _attn_causal(cfg: Config, gen: torch.Generator) -> dict:
+    inputs = _attn_self(cfg, gen)
+    inputs["mask"] = inputs["mask"] & causal(cfg.tgt_len)
+    return inputs
+
+
+def _attn_causal_only(cfg: Config, gen: torch.Generator) -> dict:
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
+    mask = causal(cfg.tgt_len).expand(cfg.batch, cfg.tgt_len, cfg.tgt_len).clone()
+    return {"query": x, "key": x, "value": x, "mask": mask, "causal": True}
+
+
+def random_mask(gen: torch.Generator, batch: int, rows: int, cols: int) -> torch.Tensor:
+    """(B, rows, cols) bool, each entry kept with probability 1/2, every row keeping at
+    least one key: neither causal nor padding, so a mask applied along the wrong axis,
+    transposed or broadcast from one row cannot pass."""
+    mask = torch.rand(batch, rows, cols, generator=gen) < 0.5
+    keep = torch.randint(0, cols, (batch, rows), generator=gen)
+    mask.scatter_(-1, keep[..., None], True)
+    return mask
+
+
+def _attn_random_mask(cfg: Config, gen: torch.Generator) -> dict:
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
+    mask = random_mask(gen, cfg.batch, cfg.tgt_len, cfg.tgt_len)
+    return {"query": x, "key": x, "value": x, "mask": mask, "causal": False}
+
+
+def _attn_fully_masked(cfg: Config, gen: torch.Generator) -> dict:
+    inputs = _attn_self(cfg, gen)
+    mask = inputs["mask"]
+    mask[-1, 0, :] = False          # one query row sees no key at all
+    if cfg.batch > 1 and cfg.tgt_len > 1:
+        mask[0, -1, :] = False
+    return inputs
+
+
+def _positions(make):
+    """A case's inputs with token positions per row: ``positions`` (B, T) of the queries and
+    ``key_positions`` (B, S) of the keys, 0.. L-1 unless the case sets them; and the window
+    the call asks for (None unless the case sets one). Drawn from no generator: the other
+    inputs stay as they were."""
+    def with_positions(cfg: Config, gen: torch.Generator) -> dict:
+        inputs = make(cfg, gen)
+        B, T, S = inputs["query"].shape[0], inputs["query"].shape[1], inputs["key"].shape[1]
+        inputs.setdefault("positions", torch.arange(T).expand(B, T).clone())
+        inputs.setdefault("key_positions", torch.arange(S).expand(B, S).clone())
+        inputs.setdefault("window", None)
+        return inputs
+    return with_positions
+
+
+def _decode(cfg: Config, gen: torch.Generator, left_padded: bool) -> dict:
+    """T new queries after a cache of P = cfg.src_len earlier tokens: keys and values are all
+    S = P + T tokens, the queries the last T, at positions P .. P+T-1 (causal: query i sees
+    keys .. P+i). ``left_padded``: the rows are left-padded (lengths >= T), and positions
+    start at 0 on the first real token (HF: ``attention_mask.cumsum(-1) - 1``)."""
+    P, T = cfg.src_len, cfg.tgt_len
+    S = P + T
+    x = activations(gen, cfg.batch, S, cfg.d_model)
+    lens = torch.randint(T, S + 1, (cfg.batch,), generator=gen)
+    lens[0] = S
+    if cfg.batch > 1:
+        lens[-1] = T
+    real = torch.arange(S)[None, :] >= (S - lens)[:, None]                                  # (B, S) left padding
+    if not left_padded:
+        real = torch.ones(cfg.batch, S, dtype=torch.bool)
+    mask = (torch.arange(S)[None, :] <= P + torch.arange(T)[:, None])[None] & real[:, None, :]   # (B, T, S)
+    key_positions = (real.long().cumsum(-1) - 1).clamp(min=0)                                  # (B, S)
+    return {"query": x[:, P:].clone(), "key": x, "value": x, "mask": mask.clone(), "causal": False,
+            "positions": key_positions[:, P:].clone(), "key_positions": key_positions}
+
+
+def _attn_decode(cfg: Config, gen: torch.Generator) -> dict:
+    return _decode(cfg, gen, left_padded=False)
+
+
+def _attn_decode_left_pad(cfg: Config, gen: torch.Generator) -> dict:
+    return _decode(cfg, gen, left_padded=True)
+
+
+WINDOW = (3, 0)  # HF's sliding_window=4: keys i-3 .. i
+
+
+def _attn_window(cfg: Config, gen: torch.Generator) -> dict:
+    """Causal self-attention over T + S tokens (longer than the window), the window the
+    config sets or (3, 0), asked for in the call (a module whose window is its own reads it)."""
+    length = cfg.tgt_len + cfg.src_len
+    x = activations(gen, cfg.batch, length, cfg.d_model)
+    mask = causal(length).expand(cfg.batch, length, length).clone()
+    return {"query": x, "key": x, "value": x, "mask": mask, "causal": True,
+            "window": cfg.window if cfg.window is not None else WINDOW}
+
+
+def _attention_requires(traits, cfg: Config) -> str | None:
+    """A variant that declares no ``gqa_grouping`` is multi-head only."""
+    if cfg.n_kv_heads < cfg.heads and "gqa_grouping" not in traits:
+        return (f"kv_heads={cfg.n_kv_heads} < heads={cfg.heads}: the variant declares no gqa_grouping "
+                f"(one K/V head per query head)")
+    return None
+
+
+class _WindowSpec(TraitSpec):
+    """``none``, ``as called`` or a (left, right) pair of integers >= 0."""
+
+    def accepts(self, value) -> bool:
+        if value in ("none", "as called"):
+            return True
+        return (isinstance(value, tuple) and len(value) == 2
+                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value))
+
+    def known(self) -> str:
+        return "'none', 'as called', (left, right) integers >= 0"
+
+
+FULLY_MASKED_ROW = TraitSpec("what a query row that sees no key becomes", oracles.FULLY_MASKED_ROWS)
+
+ATTENTION = Family(
+    name="attention",
+    call="(query (B,T,D), key (B,S,D), value (B,S,D), mask (B,T,S) bool True=may attend) -> (B,T,D)",
+    doc="Multi-head attention with its Q, K, V and output projections.",
+    params=lambda cfg: _attn_params("", cfg.d_model, cfg.n_kv_heads * cfg.d_k),
+    cases=tuple(Case(c.name, c.note, _positions(c.make)) for c in (
+        Case("self", "query = key = value, random key padding", _attn_self),
+        Case("self_kv", "S = T but query, key and value all different (K/V roles apart)", _attn_self_kv),
+        Case("cross", "T != S, key != value, random source padding", _attn_cross),
+        Case("cross_memory", "T != S, key = value = encoder memory, source padding", _attn_cross_memory),
+        Case("causal", "causal self-attention with key padding", _attn_causal),
+        Case("causal_only", "causal mask only (is_causal hint allowed)", _attn_causal_only),
+        Case("random_mask", "an arbitrary mask, every row keeps a key (axes and polarity)", _attn_random_mask),
+        Case("fully_masked", "rows whose keys are all masked", _attn_fully_masked),
+        Case("decode", "T queries at positions P..P+T-1 after a cache of P = S tokens (RoPE offsets)", _attn_decode),
+        Case("decode_left_pad", "decode over left-padded rows, positions from the first real token",
+             _attn_decode_left_pad),
+        Case("window", "causal, T + S tokens, a sliding window (3, 0) asked for (or the config's)", _attn_window),
+    )),
+    traits={
+        "sublayer": TraitSpec("what the module returns", oracles.ATTENTION_SUBLAYERS),
+        "fully_masked_row": FULLY_MASKED_ROW,
+        "mask_style": TraitSpec("masked scores replaced (fill) or added to (additive)",
+                                oracles.MASK_STYLES, default="fill"),
+        "eps": TraitSpec("eps of a LayerNorm inside the sublayer", EPS.values, True, default=1e-5),
+        "rope": TraitSpec("rotary embedding of q and k at the call's positions: none, half-split (HF "
+                          "rotate_half) or interleaved pairs (Meta's complex form)", oracles.ROPE_LAYOUTS,
+                          default="none"),
+        "rope_fraction": TraitSpec("the fraction of each head's dims that rotate (GPT-NeoX's rotary_pct)",
+                                   number=True, default=1.0),
+        "gqa_grouping": TraitSpec("query head h reads K/V head h // (H / H_kv) (consecutive: repeat_interleave)"
+                                  " or h % H_kv (tiled); declaring it says the variant takes kv_heads < heads",
+                                  kernel_oracle.GQA_GROUPINGS, default="consecutive"),
+        "window": _WindowSpec("the keys diag-left .. diag+right a query keeps, its own or the call's "
+                              "(HF sliding_window=w: (w-1, 0))", default="none"),
+    },
+    oracle=oracles.attention,
+    case_semantic={"fully_masked": ("fully_masked_row", "mask_style")},
+    grad_inputs=("query", "key", "value"),
+    extra_configs={"gqa": Config(kv_heads=2, batch=2)},
+    case_declarers=dict.fromkeys(("decode", "decode_left_pad", "window"), ("rope", "window", "gqa_grouping")),
+    requires=_attention_requires,
+)

@@ -1,0 +1,260 @@
+"""LLaMA-style pieces written in this project's own code, and PyTorch's own as references.
+
+Design followed: LLaMA (Touvron et al. 2023, Meta's ``llama/model.py``) as Hugging Face's
+``LlamaAttention`` / ``LlamaRMSNorm`` / ``LlamaMLP`` restate it: bias-free q/k/v/o
+projections, rotary position embeddings on q and k (base ``Config.rope_base``),
+grouped-query attention (K/V heads repeated with ``repeat_interleave``, HF's ``repeat_kv``),
+RMSNorm with a gain, a SwiGLU feed-forward. Deviations, each on purpose:
+
+- tables and rotations are computed in the input's dtype where HF and Meta compute RoPE's
+  inverse frequencies in float32 (and Meta rotates in complex64): in float64 they would be
+  "less precise" by construction; for half inputs ``meta_llama`` rotates in float32 as
+  Meta does;
+- the RMSNorms upcast to ``promote_types(x.dtype, float32)``, not to float32 outright (a
+  float64 input stays float64);
+- attention is HF's eager path (matmul, softmax, matmul; ``sdpa_gqa`` is SDPA) with the
+  call's bool mask filled with -inf where HF adds finfo.min: a row without keys is zeros
+  (as SDPA gives it), declared. SDPA's math backward sends ~1e-7 into the q/k gradients of a
+  row with one key (exactly 0: softmax of one score); the eager path gives 0 there;
+- ``mistral`` takes the call's (left, right) window on the top-left diagonal (Mistral's
+  model puts it in the mask); LLaMA has none;
+- positions come from the call (``positions`` for queries, ``key_positions`` for keys, as
+  HF's ``position_ids`` of a step after a cache).
+
+Variants:
+- ``attention/llama``: RoPE half-split (``rotate_half``), GQA by ``repeat_interleave``.
+- ``attention/meta_llama``: RoPE interleaved as Meta's complex multiplication (pairs 2i,
+  2i+1); its canonical q/k rows are its own (declared ``rope: interleaved``).
+- ``attention/meta_llama_permuted``: the same module with q/k weights ported through
+  ``RopePermuted`` (HF's converter's permutation): equivalent to ``llama``.
+- ``attention/mistral``: ``llama`` with a sliding window.
+- ``attention/sdpa_gqa``: ``F.scaled_dot_product_attention(enable_gqa=True)`` with biases,
+  no RoPE: PyTorch's own GQA as a reference (in ``torch_sdpa``'s class where kv_heads =
+  heads).
+- ``norm/llama_rmsnorm`` (gain w, cast back before the gain) and ``norm/gemma_rmsnorm``
+  (gain 1 + w, float32 through the gain); ``nn.RMSNorm`` is ``norm/torch_rmsnorm``.
+- ``gated_ffn/llama_mlp`` (SwiGLU), ``gated_ffn/geglu`` (GeGLU, tanh gelu) and
+  ``gated_ffn/fused_swiglu`` (gate and up in one Linear, a layout control).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness import Chunk, Param, RopePermuted, Zero, register
+
+SOURCE = "torch"
+
+
+def rope_tables(positions: torch.Tensor, dim: int, base: float, dtype: torch.dtype):
+    """(cos, sin) of shape (B, 1, L, dim / 2) for ``positions`` (B, L)."""
+    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=dtype, device=positions.device) / dim))
+    angle = positions.to(dtype)[:, None, :, None] * inv
+    return angle.cos(), angle.sin()
+
+
+def rotate_half(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """HF's apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, (B, h, L, d)."""
+    cos, sin = rope_tables(positions, x.shape[-1], base, x.dtype)
+    cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+def rotate_complex(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """Meta's apply_rotary_emb: pairs (2i, 2i+1) as complex numbers times e^(i angle)."""
+    work = torch.promote_types(x.dtype, torch.float32)
+    cos, sin = rope_tables(positions, x.shape[-1], base, work)
+    turns = torch.polar(torch.ones_like(cos), torch.atan2(sin, cos))
+    pairs = torch.view_as_complex(x.to(work).reshape(*x.shape[:-1], -1, 2).contiguous())
+    return torch.view_as_real(pairs * turns).flatten(-2).to(x.dtype)
+
+
+class LlamaAttention(nn.Module):
+    """q/k/v/o Linears (bias-free unless ``bias``), RoPE on q and k, K/V heads repeated per
+    group, SDPA."""
+
+    def __init__(self, cfg, rope: str = "half-split", bias: bool = False, gqa: str = "repeat_interleave"):
+        super().__init__()
+        self.h, self.h_kv, self.d, self.base = cfg.heads, cfg.n_kv_heads, cfg.d_k, cfg.rope_base
+        self.rope, self.gqa = rope, gqa
+        self.q_proj = nn.Linear(cfg.d_model, cfg.heads * cfg.d_k, bias=bias)
+        self.k_proj = nn.Linear(cfg.d_model, self.h_kv * cfg.d_k, bias=bias)
+        self.v_proj = nn.Linear(cfg.d_model, self.h_kv * cfg.d_k, bias=bias)
+        self.o_proj = nn.Linear(cfg.heads * cfg.d_k, cfg.d_model, bias=bias)
+
+    def forward(self, query, key, value, mask, positions, key_positions, window=None):
+        B, T, _ = query.shape
+        S = key.shape[1]
+        q = self.q_proj(query).view(B, T, self.h, self.d).transpose(1, 2)       # (B, H, T, d)
+        k = self.k_proj(key).view(B, S, self.h_kv, self.d).transpose(1, 2)      # (B, H_kv, S, d)
+        v = self.v_proj(value).view(B, S, self.h_kv, self.d).transpose(1, 2)
+        if self.rope == "half-split":
+            q, k = rotate_half(q, positions, self.base), rotate_half(k, key_positions, self.base)
+        elif self.rope == "interleaved":
+            q, k = rotate_complex(q, positions, self.base), rotate_complex(k, key_positions, self.base)
+        keep = mask[:, None]                                                   # (B, 1, T, S)
+        if window is not None:
+            rel = torch.arange(S, device=mask.device)[None, :] - torch.arange(T, device=mask.device)[:, None]
+            keep = keep & (rel >= -window[0]) & (rel <= window[1])
+        if self.gqa == "sdpa":
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
+        else:
+            group = self.h // self.h_kv
+            if self.gqa == "repeat_interleave":
+                k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            else:  # "tile": a wrong grouping, for the tests
+                k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+            y = eager(q, k, v, keep)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.h * self.d))
+
+
+def eager(q, k, v, keep):
+    """HF's eager_attention_forward: q k^T / sqrt(d), masked, softmax, times v; a row without
+    keys is zeros (as SDPA gives it), with no gradient."""
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])                    # (B, H, T, S)
+    dead = ~keep.any(-1, keepdim=True)
+    p = s.masked_fill(~keep, float("-inf")).masked_fill(dead, 0.0).softmax(-1).masked_fill(dead, 0.0)
+    return p @ v
+
+
+def call(m, i):
+    return m(i["query"], i["key"], i["value"], i["mask"], i["positions"], i["key_positions"])
+
+
+def call_window(m, i):
+    return m(i["query"], i["key"], i["value"], i["mask"], i["positions"], i["key_positions"], i["window"])
+
+
+def attention_map(permuted: bool = False, bias: bool = False):
+    """Canonical q/k/v/o to the ``*_proj`` Linears; ``permuted``: q and k through
+    ``RopePermuted`` (the module's rows are for interleaved RoPE)."""
+    def entries(cfg):
+        out = {}
+        for c, name in zip("qkvo", ("q_proj", "k_proj", "v_proj", "o_proj")):
+            weight = Param(f"{name}.weight")
+            if permuted and c in "qk":
+                weight = RopePermuted(weight, heads=cfg.heads if c == "q" else cfg.n_kv_heads)
+            out[f"{c}.weight"] = weight
+            out[f"{c}.bias"] = Param(f"{name}.bias") if bias else Zero()
+        return out
+    return entries
+
+
+LLAMA = {"sublayer": "attention", "rope": "half-split", "gqa_grouping": "consecutive", "fully_masked_row": "zeros",
+         "qkv_layout": "4 Linear", "bias": False, "scale": "divides the scores",
+         "mask_convention": "bool True = may attend", "fill": float("-inf")}
+
+# The variants beside ``llama`` run the cases that tell them apart (check time is shared).
+ROPE_CASES = ("self_kv", "causal", "decode", "decode_left_pad")
+
+register(
+    id="llama", family="attention", source=SOURCE,
+    summary="LLaMA-style: bias-free q/k/v/o, RoPE half-split, GQA by repeat_interleave, eager softmax",
+    build=lambda cfg: LlamaAttention(cfg), call=call, param_map=attention_map(), traits=LLAMA,
+)
+register(
+    id="meta_llama", family="attention", source=SOURCE,
+    summary="RoPE interleaved as Meta's complex multiplication; its own q/k row order",
+    build=lambda cfg: LlamaAttention(cfg, rope="interleaved"), call=call, param_map=attention_map(),
+    traits={**LLAMA, "rope": "interleaved", "cases": ROPE_CASES},
+)
+register(
+    id="meta_llama_permuted", family="attention", source=SOURCE,
+    summary="meta_llama with q/k rows ported through RopePermuted (HF's converter): = llama",
+    build=lambda cfg: LlamaAttention(cfg, rope="interleaved"), call=call, param_map=attention_map(permuted=True),
+    traits={**LLAMA, "note": "interleaved RoPE on permuted q/k rows computes half-split RoPE", "cases": ROPE_CASES},
+)
+register(
+    id="mistral", family="attention", source=SOURCE,
+    summary="llama with the call's sliding window (Mistral: keys i-w+1 .. i is window (w-1, 0))",
+    build=lambda cfg: LlamaAttention(cfg), call=call_window, param_map=attention_map(),
+    traits={**LLAMA, "window": "as called", "cases": ("causal", "fully_masked", "decode", "window")},
+)
+register(
+    id="sdpa_gqa", family="attention", source=SOURCE,
+    summary="F.scaled_dot_product_attention(enable_gqa=True) + 4 Linear, no RoPE",
+    build=lambda cfg: LlamaAttention(cfg, rope="none", bias=True, gqa="sdpa"), call=call,
+    param_map=attention_map(bias=True),
+    traits={**LLAMA, "rope": "none", "bias": True, "scale": "inside SDPA", "fill": "sdpa",
+            "cases": ("self_kv", "cross", "causal", "random_mask", "fully_masked", "decode")},
+)
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) in at least float32, then the gain: LLaMA's (cast back to the
+    input dtype, times w) or Gemma's (times 1 + w in float32, cast at the end)."""
+
+    def __init__(self, d: int, eps: float = 1e-6, gemma: bool = False):
+        super().__init__()
+        self.eps, self.gemma = eps, gemma
+        self.weight = nn.Parameter(torch.zeros(d) if gemma else torch.ones(d))
+
+    def forward(self, x):
+        work = torch.promote_types(x.dtype, torch.float32)
+        h = x.to(work)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.gemma:
+            return (h * (1.0 + self.weight.to(work))).to(x.dtype)
+        return self.weight * h.to(x.dtype)
+
+
+RMS = {"norm_formula": "rms", "eps": 1e-6, "std": "root mean square, no centring"}
+register(
+    id="llama_rmsnorm", family="norm", source=SOURCE, summary="LlamaRMSNorm: float32, cast back, times w (eps 1e-6)",
+    build=lambda cfg: RMSNorm(cfg.d_model), call=lambda m, i: m(i["x"]),
+    param_map={"weight": Param("weight"), "bias": Zero()},
+    traits={**RMS, "gain": "w", "upcast": "float32, cast back before the gain"},
+)
+register(
+    id="gemma_rmsnorm", family="norm", source=SOURCE, summary="GemmaRMSNorm: gain 1 + w in float32 (eps 1e-6)",
+    build=lambda cfg: RMSNorm(cfg.d_model, gemma=True), call=lambda m, i: m(i["x"]),
+    param_map={"weight": Param("weight"), "bias": Zero()},
+    traits={**RMS, "gain": "1+w", "upcast": "float32 through the gain"},
+)
+
+
+class GatedFFN(nn.Module):
+    """down(act(gate x) * up x), bias-free; ``fused``: gate and up in one Linear(D, 2F)."""
+
+    def __init__(self, cfg, act=F.silu, fused: bool = False):
+        super().__init__()
+        self.act, self.fused = act, fused
+        if fused:
+            self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.d_ff, bias=False)
+        else:
+            self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+            self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        if self.fused:
+            gate, up = self.gate_up(x).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate(x), self.up(x)
+        return self.down(self.act(gate) * up)
+
+
+GATED_MAP = {"gate.weight": Param("gate.weight"), "up.weight": Param("up.weight"), "down.weight": Param("down.weight")}
+register(
+    id="llama_mlp", family="gated_ffn", source=SOURCE, reference=True, summary="LlamaMLP: SwiGLU",
+    build=lambda cfg: GatedFFN(cfg), call=lambda m, i: m(i["x"]), param_map=GATED_MAP,
+    traits={"activation": "silu"},
+)
+register(
+    id="geglu", family="gated_ffn", source=SOURCE, summary="GeGLU with tanh gelu (Gemma's MLP)",
+    build=lambda cfg: GatedFFN(cfg, act=lambda x: F.gelu(x, approximate="tanh")), call=lambda m, i: m(i["x"]),
+    param_map=GATED_MAP, traits={"activation": "gelu_tanh"},
+)
+register(
+    id="fused_swiglu", family="gated_ffn", source=SOURCE, summary="SwiGLU with gate and up in one Linear(D, 2F)",
+    build=lambda cfg: GatedFFN(cfg, fused=True), call=lambda m, i: m(i["x"]),
+    param_map={"gate.weight": Chunk("gate_up.weight", 0, 2), "up.weight": Chunk("gate_up.weight", 1, 2),
+               "down.weight": Param("down.weight")},
+    traits={"activation": "silu", "qkv_layout": "gate and up fused"},
+)
