@@ -83,6 +83,7 @@ def write_cache_bench(out_dir: str | Path, lengths: list[int] | None = None,
     lengths = lengths or [8, 16, 32, 64]
     if min(lengths) < 2:
         raise ConfigError(f"impossible sweep: generated lengths {lengths} must be at least 2")
+    (cfg or Config()).replace(tgt_len=max(lengths), src_len=max(lengths)).check_fits("cache-bench --seq")
     out = Path(out_dir)
     check_output_folder(out, ("cache_bench.json", "cache_bench.md", "cache_bench.png"), "cache-bench --out")
     out.mkdir(parents=True, exist_ok=True)

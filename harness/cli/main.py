@@ -17,6 +17,7 @@ from harness.cli import models as models_commands
 from harness.cli.check import cmd_check, cmd_list
 from harness.cli.common import VARIANTS_ENV, OneLineParser
 from harness.cli.review import add_review_commands
+from harness.cli.validate import validate_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     started()  # Ctrl-C from here on is a KeyboardInterrupt, handled below
     try:
         args = build_parser().parse_args(argv)
+        validate_args(args)
         return args.func(args)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
