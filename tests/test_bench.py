@@ -351,3 +351,74 @@ def test_ratio_of_medians_interval_is_seeded_and_brackets_the_ratio():
     ratio, low, high = first
     assert ratio == pytest.approx(1.0 / 2.0) and low <= ratio <= high and high - low < 0.3
     assert timing.ratio_of_medians([3.0], [1.5]) == (2.0, 2.0, 2.0)
+
+
+def test_an_interrupted_report_replaces_no_report(tmp_path, monkeypatch, capsys):
+    """A complete report folder is kept byte for byte when a later run is stopped (exit 130)."""
+    from harness.cli import bench as bench_cli
+
+    argv = ["report", "--device", "cpu", "--family", "norm", "--seq", "8", "--batch", "1", *FAST, "--no-rss",
+            "--skip-check", "--no-compare", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    folder = tmp_path / "cpu" / "quick"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+        yield  # a generator, as run_sweep is
+
+    monkeypatch.setattr(bench_cli, "run_sweep", stopped)
+    assert main([*argv, "--fresh"]) == 130
+    assert "left as it was" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_the_sweep_measures_the_cheapest_groups_first(norm_log):
+    groups = [r["group"].split("|") for r in read_log(norm_log) if r["kind"] == "peak"]
+    order = [(int(g[2].removeprefix("T=")), g[-2]) for g in groups]  # (T, mode) in the order measured
+    assert order == [(8, "fwd"), (8, "fwd+bwd"), (16, "fwd"), (16, "fwd+bwd")]
+
+
+def test_two_shards_merged_give_the_unsharded_rows(tmp_path, norm_log):
+    """bench --shard 1/2 and 2/2, then report --from both: the same cases and columns as one
+    unsharded run's report (norm_log is that run, with the same settings)."""
+    logs = [tmp_path / f"shard{i}.jsonl" for i in (1, 2)]
+    for i, log in enumerate(logs, 1):
+        assert main(["bench", *TINY, "--log", str(log), "--shard", f"{i}/2"]) == 0
+    halves = [{r["key"] for r in read_log(log) if r["kind"] == "case"} for log in logs]
+    assert halves[0] and halves[1] and not halves[0] & halves[1]
+
+    def report_rows(*logs, out):
+        argv = ["report", "--device", "cpu", "--no-compare", "--out", str(out)]
+        for log in logs:
+            argv += ["--from", str(log)]
+        assert main(argv) == 0
+        rows = json.loads((out / "cpu" / "from" / "results.json").read_text())["rows"]
+        return {r["key"]: set(r) for r in rows if r.get("kind", "case") == "case"}
+
+    merged = report_rows(*logs, out=tmp_path / "merged")
+    whole = report_rows(norm_log, out=tmp_path / "whole")
+    assert merged.keys() == whole.keys() == halves[0] | halves[1]
+    assert all(merged[k] == whole[k] for k in whole)
+
+
+def test_shards_from_other_environments_are_refused(tmp_path, capsys):
+    logs = [tmp_path / f"shard{i}.jsonl" for i in (1, 2)]
+    for i, (log, threads) in enumerate(zip(logs, ("1", "2")), 1):
+        argv = ["bench", *TINY, "--log", str(log), "--shard", f"{i}/2"]
+        argv[argv.index("--threads") + 1] = threads
+        assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["report", "--device", "cpu", "--out", str(tmp_path / "r"), "--from", str(logs[0]),
+                 "--from", str(logs[1])]) == 2
+    err = capsys.readouterr().err
+    assert "different environments" in err and "threads (1 vs 2)" in err
+    assert main(["report", "--device", "cpu", "--out", str(tmp_path / "r"), "--from", str(logs[0]),
+                 "--from", str(logs[0])]) == 2
+    assert "give each shard once" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["0/2", "3/2", "1", "a/b", "1/0"])
+def test_a_bad_shard_is_one_line(bad, capsys):
+    assert main(["bench", *TINY, "--shard", bad]) == 2
+    assert "must be I/N with 1 <= I <= N" in capsys.readouterr().err

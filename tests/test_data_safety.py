@@ -241,3 +241,12 @@ def test_ctrl_c_during_a_report_leaves_the_previous_report(tmp_path):
     assert _snapshot(out) == before
     _interrupted_cleanly(_run_and_interrupt(args, tmp_path, after(0.1, lambda t, err: "check:" in err)))
     assert _snapshot(out) == before
+    # mid-sweep (longer cases, so measured anew): the report folder is left byte for byte
+    folder = out / "cpu" / "quick"
+    kept = _snapshot(folder)
+    longer = ["report", *SLOWER[:2], "--seq", "8,64,128,256", *SLOWER[4:], "--skip-check", "--out", str(out)]
+    lock = out / "cpu" / ".report-quick.jsonl.lock"
+    said = _interrupted_cleanly(_run_and_interrupt(longer, tmp_path, after(0.3, lambda t, err: lock.exists())))
+    assert "kept" in said
+    assert _snapshot(folder) == kept
+    assert not lock.exists()

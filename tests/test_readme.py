@@ -202,10 +202,11 @@ def _copy_repository(copy: Path) -> None:
 
 
 def copy_group(command: Command) -> str:
-    """The copy a command runs in: one per block, but every block that runs ``harness
-    report`` shares one (a user's second ``report`` finds the first one's log)."""
+    """The copy a command runs in: one per block, but every block that measures a report
+    (``harness report`` without ``--from``) shares one (a user's second ``report`` finds the
+    first one's log)."""
     block = [c for c in RUNNABLE if c.block == command.block]
-    if any(re.match(r"^python -m harness report\b", split_setup(c.text)[1]) for c in block):
+    if any(re.match(r"^python -m harness report\b(?!.*--from)", split_setup(c.text)[1]) for c in block):
         return "report"
     return f"block{command.block}"
 

@@ -155,3 +155,49 @@ def rows_from_pytest_benchmark(data: dict) -> list[dict]:
             row["gflops"] = row["flops"] / row["median_s"] / 1e9
         rows.append(row)
     return rows
+
+
+# -- several files: shards of one sweep ----------------------------------------------------------------
+
+# What must agree for rows to share a table: the rows' environment, and for logs what measured them.
+ENVIRONMENT_FIELDS = ("torch", "device", "device_name", "cpu", "cpu_count", "threads", "profile", "commit")
+STAMP_FIELDS = ("code", "min_time", "rounds", "memory")
+
+
+def _environment_of(path: Path, rows: list[dict]) -> dict[str, Any]:
+    cases = [r for r in rows if r.get("kind", "case") == "case"]
+    env = {k: cases[0].get(k) for k in ENVIRONMENT_FIELDS} if cases else {}
+    if path.suffix == ".jsonl":
+        header = next((r for r in read_jsonl(path, quiet=True) if r.get("harness_log") == LOG_MAGIC), None)
+        if header is not None:
+            env.update({k: header.get("stamp", {}).get(k) for k in STAMP_FIELDS})
+    return env
+
+
+def load_many(paths: list[Path]) -> list[dict]:
+    """Rows of several results files (shards of one sweep: ``bench --shard i/n`` logs) as one
+    list. Refused, naming the field and the files: rows measured in different environments
+    (torch, device, CPU, threads, profile, commit; for logs also the code fingerprint and the
+    timing settings), and a case present in two files."""
+    loaded = [(p, load_rows(p)) for p in paths]
+    if len(loaded) == 1:
+        return loaded[0][1]
+    first, envs = loaded[0][0], [_environment_of(p, rows) for p, rows in loaded]
+    for (path, _), env in zip(loaded[1:], envs[1:]):
+        differ = sorted(k for k in envs[0].keys() & env.keys() if envs[0][k] != env[k])
+        if differ:
+            what = ", ".join(f"{k} ({envs[0][k]!r} vs {env[k]!r})" for k in differ)
+            raise ResultsFileError(f"rows from different environments cannot share one table: '{first}' and "
+                                   f"'{path}' differ in {what}")
+    seen: dict[str, Path] = {}
+    merged = []
+    for path, rows in loaded:
+        for r in rows:
+            if r.get("kind") in ("end", "log"):
+                continue
+            key = r.get("key")
+            if key in seen:
+                raise ResultsFileError(f"case {key} is in both '{seen[key]}' and '{path}': give each shard once")
+            seen[key] = path
+            merged.append(r)
+    return merged

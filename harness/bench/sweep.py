@@ -21,7 +21,7 @@ from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, ResultsFileError
 from harness.base.files import make_public, output_lock
 from harness.bench import counters, timing
-from harness.bench.cases import BenchCase, Prepared, prepare
+from harness.bench.cases import BenchCase, Prepared, case_bytes, prepare
 from harness.bench.log import (
     LOG_MAGIC,
     _rewrite_without_cut_line,
@@ -122,7 +122,7 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
     loads.append(load_average())
     peak_rounds = [mm_flops / t for t in timed.rounds[PEAK]]
     disturbed = disturbance(loads, peak_rounds, first.device)
-    group = first.key.replace(f"{first.family}/{first.variant}|", f"{first.family}|")
+    group = group_key(first)
     pk, pk1, pk3 = timing.quartiles(peak_rounds)
     peak_row = {"kind": "peak", "key": f"peak|{group}", "group": group, "family": first.family,
                 "device": first.device, "dtype": first.dtype, "size": size, "peak_flops": pk,
@@ -220,6 +220,19 @@ def device_dir(device: str, device_name: str | None = None) -> str:
 # -- the sweep -------------------------------------------------------------------------------------------
 
 
+def group_key(case: BenchCase) -> str:
+    """The key of the group a case is timed in (its own key without the variant)."""
+    return case.key.replace(f"{case.family}/{case.variant}|", f"{case.family}|")
+
+
+def shard(cases: list[BenchCase], index: int, count: int) -> list[BenchCase]:
+    """Shard ``index`` (1-based) of ``count``: whole groups (a group's ratios need one window),
+    dealt round-robin over the groups sorted by work (largest first, then key), so each shard
+    gets a like share and the split depends only on the plan."""
+    ordered = sorted(groups(cases), key=lambda g: (-sum(case_bytes(c) for c in g), group_key(g[0])))
+    return [c for j, g in enumerate(ordered) if j % count == index - 1 for c in g]
+
+
 def groups(cases: list[BenchCase]) -> list[list[BenchCase]]:
     """Cases timed together: same family, shape, dtype, device, mode and compile flag."""
     out: dict[tuple, list[BenchCase]] = {}
@@ -289,7 +302,10 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
         else:
             print(f"all {len(cases)} case(s) already measured in {log} with this code and these settings; "
                   "nothing to measure (--fresh measures again)", file=sys.stderr)
-    todo = [g for g in groups(cases) if any(c.key not in done for c in g)]
+    # Cheapest groups first (a memory estimate as the measure of work): the first rows land in
+    # seconds, and a sweep stopped early keeps the most groups.
+    todo = sorted((g for g in groups(cases) if any(c.key not in done for c in g)),
+                  key=lambda g: sum(case_bytes(c) for c in g))
     cpu = bool(cases) and not cases[0].device.startswith("cuda")
     probe = MemProbe(list(variant_files or []), threads) if memory and cpu else None
     target = log.parent / f".{log.name}.new-{os.getpid()}" if replace else log

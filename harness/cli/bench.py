@@ -21,8 +21,8 @@ from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.dtypes import default_dtypes, resolve_device
 from harness.base.errors import ConfigError, HarnessError
 from harness.bench.cases import PROFILES, TIMING, check_sizes, plan
-from harness.bench.log import is_own_log, load_rows, read_log, refuse_foreign_log
-from harness.bench.sweep import device_dir, run_sweep
+from harness.bench.log import is_own_log, load_many, read_log, refuse_foreign_log
+from harness.bench.sweep import device_dir, run_sweep, shard
 from harness.check.api import check_all
 from harness.cli.common import _load, _variant_files
 from harness.families.catalog import FAMILIES
@@ -69,13 +69,19 @@ def add_commands(sub, common) -> None:
         if name == "bench":
             p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
             p.add_argument("--log", metavar="PATH",
-                           help="the JSONL log (default reports/<device>/bench-<profile>.jsonl)")
+                           help="the JSONL log (default reports/<device>/bench-<profile>.jsonl, "
+                                "bench-<profile>-shard<I>of<N>.jsonl with --shard)")
+            p.add_argument("--shard", metavar="I/N",
+                           help="measure shard I of N (whole groups, split by key: N machines run 1/N each; "
+                                "merge with report --from LOG1 --from LOG2 ...)")
             p.set_defaults(func=cmd_bench)
         else:
             p.add_argument("--out", default="reports", help="parent folder of <device>/ (default reports)")
-            p.add_argument("--from", dest="from_file", metavar="FILE",
+            p.add_argument("--from", dest="from_file", metavar="FILE", action="append",
                            help="make the report from rows measured before; measure nothing "
-                                "(written to <out>/<device>/from/)")
+                                "(written to <out>/<device>/from/); repeatable: the logs of "
+                                "bench --shard runs merge into one report (rows from different "
+                                "environments are refused)")
             p.add_argument("--compare", metavar="OLD.json",
                            help="a change column against an earlier results.json "
                                 "(default: the committed reference <out>/<device>/full/results.json)")
@@ -98,14 +104,24 @@ def _validate(args) -> None:
         raise ConfigError(f"--rounds {args.rounds} must be at least 3 (quartiles across rounds)")
     if getattr(args, "threshold", 0) < 0 or getattr(args, "threshold", 0) != getattr(args, "threshold", 0):
         raise ConfigError(f"--threshold {args.threshold:g} must be a fraction >= 0 (0.10 = 10% slower)")
+    if getattr(args, "shard", None) is not None:
+        args.shard = _shard(args.shard)
     if getattr(args, "from_file", None):
+        given = " ".join(args.from_file)
         if args.profile:
-            raise ConfigError(f"--from {args.from_file} reports rows measured before; --{args.profile} "
+            raise ConfigError(f"--from {given} reports rows measured before; --{args.profile} "
                               "(a profile to measure) contradicts it")
         for opt in ("seq", "batch", "variant"):
             if getattr(args, opt):
-                raise ConfigError(f"--from {args.from_file} measures nothing; --{opt} does not apply")
+                raise ConfigError(f"--from {given} measures nothing; --{opt} does not apply")
     args.profile = args.profile or "quick"
+
+
+def _shard(text: str) -> tuple[int, int]:
+    index, sep, count = text.partition("/")
+    if not (sep and index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise ConfigError(f"--shard {text!r} must be I/N with 1 <= I <= N (e.g. 1/2)")
+    return int(index), int(count)
 
 
 def _setup(args):
@@ -120,6 +136,8 @@ def _setup(args):
 def _plan(args, device):
     cases = plan(args.profile, device, args.family, args.variant,
                  _int_list(args.batch) if args.batch else None, _int_list(args.seq) if args.seq else None)
+    if getattr(args, "shard", None):
+        cases = shard(cases, *args.shard)
     check_sizes(cases)
     return cases
 
@@ -173,7 +191,8 @@ def _disturbed_lines(rows) -> list[str]:
 
 def cmd_bench(args) -> int:
     device = _setup(args)
-    log = Path(args.log) if args.log else Path("reports") / device_dir(device) / f"bench-{args.profile}.jsonl"
+    part = f"-shard{args.shard[0]}of{args.shard[1]}" if args.shard else ""
+    log = Path(args.log) if args.log else Path("reports") / device_dir(device) / f"bench-{args.profile}{part}.jsonl"
     cases = _plan(args, device)
     ensure_writable(str(log), "the bench log", own=is_own_log)
     refuse_foreign_log(log)
@@ -214,8 +233,8 @@ def cmd_report(args) -> int:
     results = paths = None
     note = ""
     if args.from_file:
-        rows = load_rows(Path(args.from_file))
-        note = f"Rows from `{args.from_file}`."
+        rows = load_many([Path(f) for f in args.from_file])
+        note = "Rows from " + ", ".join(f"`{f}`" for f in args.from_file) + "."
         measured = next((r for r in rows if r.get("kind", "case") == "case"), {})
         device_folder = root / device_dir(measured.get("device", device), measured.get("device_name"))
         out = device_folder / "from"
@@ -252,6 +271,10 @@ def cmd_report(args) -> int:
         logged = read_log(log, quiet=True)
         groups = {r.get("group") for r in logged if r.get("key") in wanted}
         rows = [r for r in logged if r.get("key") in wanted or (r.get("kind") == "peak" and r.get("group") in groups)]
+        if interrupted and (out / "results.json").exists():  # never replace a report with a partial one
+            print(f"the report in {out} is left as it was (an interrupted run replaces no report); "
+                  f"the rows measured so far are in {log}: run the same command to resume", file=sys.stderr)
+            return 130
         if interrupted:
             note = "Interrupted: the sweep is incomplete."
     report = write_report(rows, out, results=results, paths=paths, old_rows=old, threshold=args.threshold,
@@ -260,7 +283,9 @@ def cmd_report(args) -> int:
     for line in _disturbed_lines(rows):
         print(line, file=sys.stderr)
     print(f"wrote {report} (+ results.csv, results.json, plots)" + (f"; compared with {compare}" if compare else ""))
-    if results is not None and args.profile == "full":  # where and why they differ (harness.trace.differences)
+    if note.startswith("Interrupted"):
+        print("reports/DIFFERENCES.md is not written by an interrupted run", file=sys.stderr)
+    elif results is not None and args.profile == "full":  # where and why they differ (harness.trace.differences)
         started = time.perf_counter()
         findings = differences(results, paths, families=args.family, cfg=Config())
         written = write_differences(Path(args.out) / "DIFFERENCES.md", findings, Config())
