@@ -14,13 +14,13 @@ from harness.base.errors import ConfigError, HarnessError
 NUMBERS = {
     "precision_factor": (0.0, False, 1e6, "a factor > 0 (2 = twice the baseline's error)"),
     "threshold": (0.0, True, 100.0, "a fraction >= 0 (0.10 = 10% slower)"),
-    "min_time": (0.0, False, 600.0, "seconds > 0 (at most 600)"),
-    "rounds": (3, True, 1000, "an integer from 3 to 1000 (quartiles across rounds)"),
-    "threads": (1, True, 4096, "an integer >= 1"),
-    "steps": (1, True, 10**6, "an integer >= 1"),
-    "eval": (1, True, 10**5, "an integer >= 1"),
+    "min_time": (0.0, False, 600.0, "a positive number of seconds (at most 600)"),
+    "rounds": (3, True, 1000, "at least 3 (quartiles across rounds; at most 1000)"),
+    "threads": (1, True, 4096, "at least 1 (and at most 4096)"),
+    "steps": (1, True, 10**6, "positive (an integer, at most 10**6)"),
+    "eval": (1, True, 10**5, "positive (an integer, at most 10**5)"),
 }
-COPY_BATCH = (1, True, 10**5, "an integer >= 1")
+COPY_BATCH = (1, True, 10**5, "positive (an integer, at most 10**5)")
 PATHS = {"json": "--json", "log": "--log", "out": "--out", "compare": "--compare", "from_file": "--from"}
 
 
@@ -55,8 +55,6 @@ def validate_args(args) -> None:
             raise HarnessError(f"{name} is empty: give {what}")
     if given.get("no_compare") and given.get("compare"):
         raise HarnessError(f"--no-compare and --compare {args.compare} contradict each other: give one")
-    if given.get("compare") and not Path(args.compare).is_file():
-        raise HarnessError(f"--compare file '{args.compare}' does not exist or is not a file")
     if given.get("log") and given.get("json") and Path(args.log).resolve() == Path(args.json).resolve():
         raise HarnessError(f"--log and --json name one file ('{args.json}'): the rows would overwrite "
                            "the log; give two paths")

@@ -27,6 +27,7 @@ from harness.report.bench_frame import ENV_KEYS, compare_with, frame
 from harness.report.bench_tables import family_table, machine_state, mechanisms_table, peaks_table
 from harness.report.io import write_json
 from harness.report.plots import plot_sweeps, plot_verdicts
+from harness.report.summary import summary_table
 from harness.report.tables import LEGEND, differences_table, paths_table, traits_table, verdict_matrix
 from harness.report.targets import MET_TEXT, evaluate
 
@@ -170,6 +171,7 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
     lines = [f"# Benchmark report: {env.get('device_name', device)}", ""]
     lines += [f"Profile `{profile}`, made {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC by "
               f"`python -m harness report`. {note}".rstrip(), ""]
+    lines += summary_table(cases, results)
     lines += machine_state(cases, peaks)
     lines += ["## Environment", "", tabulate(
         [(k, env.get(k, "")) for k in ENV_KEYS] + [("device", device)],
