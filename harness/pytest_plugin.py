@@ -194,9 +194,8 @@ def _check_one(variant, device: str) -> list:
     results = check_one_variant(variant, dtypes=default_dtypes(device), device=device)
     if not results:
         from harness.base.config import CONFIG_MATRIX
-        from harness.families.catalog import get_family
 
-        configs = get_family(variant.family).configs_of(CONFIG_MATRIX).values()
+        configs = variant.family_spec.configs_of(CONFIG_MATRIX).values()
         reasons = [variant.supports(cfg) for cfg in configs]
         if reasons and all(reasons):  # built for no config here (a CUDA-only kernel on CPU)
             pytest.skip("; ".join(dict.fromkeys(reasons)))

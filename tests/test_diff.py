@@ -12,7 +12,7 @@ import torch
 
 from harness import Chunk, Param, PortingError, register
 from harness.base.config import Config
-from harness.base.verdicts import AGREE
+from harness.base.verdicts import Verdict
 from harness.cli.main import main
 from harness.families.catalog import get_family
 from harness.porting.portmap import PortMap
@@ -44,7 +44,7 @@ def test_eps_difference_is_found_at_norm1():
     assert d["verdict"] == "different" and "eps" in d["declared_reason"]
     assert d["first"]["unit"] == "norm1" and d["first"]["kind"] == "computation"
     norm1 = next(r for r in d["trace"] if r["unit"] == "norm1")
-    assert norm1["input_verdict"] in AGREE and norm1["verdict"] == "different"
+    assert Verdict(norm1["input_verdict"]).agrees and norm1["verdict"] == "different"
     # feeding t2t's norm outputs into torch_pre makes the whole layer agree
     assert d["attribution"]["agrees"] and d["attribution"]["patched"] == ["norm1", "norm2"]
     assert next(t for t in d["traits"] if t["trait"] == "eps")["differs"]
@@ -68,7 +68,7 @@ def test_002_blocks_differ_at_the_fully_masked_rows_of_left_padding():
     assert out["rows"] and all(k.startswith("fully masked row") for k in out["rows"])
     assert d["attribution"]["agrees"] and d["attribution"]["patched"] == ["self_attn.o:in"]
     right = diff_pair("decoder_only_block", "simple_decoder_layer", "simple_decoder", "right_pad", CFG, hints=False)
-    assert right["verdict"] in AGREE and right["first"] is None
+    assert Verdict(right["verdict"]).agrees and right["first"] is None
 
 
 def test_fused_projections_are_read_at_the_dispatcher():
@@ -77,7 +77,7 @@ def test_fused_projections_are_read_at_the_dispatcher():
     d = diff_pair("attention", "torch_mha", "torch_sdpa", "cross", CFG, hints=False)
     rows = {(r["unit"], r["what"]): r for r in d["trace"]}
     for key in [("q", "out"), ("k", "out"), ("v", "out"), ("o", "in"), ("o", "out")]:
-        assert rows[key]["verdict"] in AGREE, key
+        assert Verdict(rows[key]["verdict"]).agrees, key
         assert rows[key]["how_a"].startswith("dispatcher")
     assert rows[("q", "out")]["how_b"] == "module q"
     assert any(tag == "≠" for tag, _, _ in d["ops"])  # the two run different aten ops

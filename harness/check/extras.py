@@ -9,6 +9,7 @@ import torch
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError
+from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.results import CompiledResult, DropoutResult, GradcheckResult
 from harness.check.runs import (
@@ -19,8 +20,7 @@ from harness.check.runs import (
     run_variant,
     unique_grad_inputs,
 )
-from harness.check.spec import SPEC_RANK, _lower_check, expected_names
-from harness.families.catalog import get_family
+from harness.check.spec import _lower_check, expected_names
 from harness.porting.portmap import zero_unrepresented
 from harness.registry import Variant, build
 
@@ -45,7 +45,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     """``torch.autograd.gradcheck`` (float64, fast mode) of the variant's whole call,
     inputs and every parameter together, on the first tiny config it supports and its
     family's first applicable case whose rows all see a key."""
-    family = get_family(variant.family)
+    family = variant.family_spec
     if not family.differentiable:
         return None
     cfg = next((c for c in GRADCHECK_CONFIGS if not variant.supports(c)), None)
@@ -98,7 +98,7 @@ def expected_draws(variant: Variant, cfg: Config) -> int:
 def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
     """Built with dropout p (``cfg.dropout``, or 0.5 when it is 0): eval mode gives the
     dropout-0 output and draws nothing; train mode draws once per declared site."""
-    family = get_family(variant.family)
+    family = variant.family_spec
     if not family.differentiable or variant.supports(cfg):
         return []
     case = next((c.name for c in family.cases if applicable(variant, c.name)), None)
@@ -167,7 +167,7 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
     compiled graph: a "compiled" result that ran eager is a failure, not a pass."""
     from torch._dynamo.utils import counters
 
-    family = get_family(variant.family)
+    family = variant.family_spec
     if not family.differentiable or variant.supports(checker.cfg):
         return None
     case = next((c.name for c in family.cases if applicable(variant, c.name)), None)
@@ -186,7 +186,7 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
     base = dict(family=family.name, variant=variant.id, config=config, case=case, dtype=dtype_name,
                 backend=backend, graphs=graphs, graph_breaks=breaks)
     if compiled.error or eager.error:
-        return CompiledResult(**base, verdict="error", ok=False, err=math.nan, eager_err=math.nan,
+        return CompiledResult(**base, verdict=Verdict.ERROR, ok=False, err=math.nan, eager_err=math.nan,
                               note=compiled.error or eager.error or "")
     names = expected_names(family, oracle, checker, variant)
     same = all(name in compiled.tensors and torch.equal(compiled.tensors[name], eager.tensors[name])
@@ -194,10 +194,10 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
     checks = [_lower_check(n, compiled.tensors.get(n), oracle.tensors[n],
                            [(eager.tensors[n], oracle.tensors[n])] if n in eager.tensors else [],
                            dtype, factor=factor, scale=0.0) for n in names]
-    bad = max(checks, key=lambda c: (SPEC_RANK[c.verdict], c.ratio))
-    verdict = "identical" if same else bad.verdict
+    bad = max(checks, key=lambda c: (c.verdict.rank, c.ratio))
+    verdict = Verdict.IDENTICAL if same else bad.verdict
     note = "" if graphs else "Dynamo compiled no graph: this ran eager"
-    return CompiledResult(**base, verdict=verdict, ok=graphs > 0 and verdict in ("identical", "equivalent"),
+    return CompiledResult(**base, verdict=verdict, ok=graphs > 0 and verdict.agrees,
                           err=bad.err, eager_err=math.nan if bad.ref_err is None else bad.ref_err,
                           note="; ".join(x for x in (note, bad.note) if x))
 

@@ -12,6 +12,7 @@ from typing import Mapping
 import torch
 
 from harness.base.dtypes import dtype_of
+from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.results import PairResult, SpecResult
 from harness.check.runs import (
@@ -47,12 +48,13 @@ def derive_pairs(checkers: Mapping[str, RunCache], family_name: str, config: str
         base = dict(family=family_name, a=a.id, b=b.id, case=case, dtype=dtype_name, device=device,
                     config=config,
                     path_a=sa.path, path_b=sb.path, noise_ratio=math.nan, grad_noise_ratio=math.nan)
-        if sa.verdict == "error" or sb.verdict == "error":
-            note = "; ".join(f"{s.variant}: {s.note}" for s in (sa, sb) if s.verdict == "error")
+        if sa.verdict == Verdict.ERROR or sb.verdict == Verdict.ERROR:
+            note = "; ".join(f"{s.variant}: {s.note}" for s in (sa, sb) if s.verdict == Verdict.ERROR)
             both_expected = sa.ok and sb.ok
-            out.append(PairResult(**base, verdict="error", expected="error" if both_expected else "equivalent",
+            expected = Verdict.ERROR if both_expected else Verdict.EQUIVALENT
+            out.append(PairResult(**base, verdict=Verdict.ERROR, expected=expected,
                                   reason=reason, ok=both_expected, max_abs=math.nan, max_rel=math.nan,
-                                  grad_verdict="error", grad_max_abs=math.nan, worst_grad="", note=note))
+                                  grad_verdict=Verdict.ERROR, grad_max_abs=math.nan, worst_grad="", note=note))
             continue
         zero = checker.fills(a) | checker.fills(b)
         oa = checker.oracle(family, a.traits, case, zero, dtype)
@@ -80,28 +82,28 @@ def derive_pairs(checkers: Mapping[str, RunCache], family_name: str, config: str
             if not measured:
                 same = digests[a.id] is not None and digests[a.id] == digests[b.id]
                 close = specs_ok
-            verdict = "identical" if same else ("equivalent" if close else "different")
-            out.append(PairResult(**base, verdict=verdict, expected="equivalent", reason="",
-                                  ok=specs_ok and verdict != "different",
+            verdict = Verdict.IDENTICAL if same else (Verdict.EQUIVALENT if close else Verdict.DIFFERENT)
+            out.append(PairResult(**base, verdict=verdict, expected=Verdict.EQUIVALENT, reason="",
+                                  ok=specs_ok and verdict != Verdict.DIFFERENT,
                                   max_abs=m_out if measured else (0.0 if same else math.nan), max_rel=math.nan,
                                   grad_verdict=verdict,
                                   grad_max_abs=m_grad if measured else (0.0 if same else math.nan),
                                   worst_grad=m_worst if measured else "", note=_spec_note(sa, sb)))
             continue
         if biggest <= tol64:
-            verdict = "not exercised"
+            verdict = Verdict.NOT_EXERCISED
             note = f"the declared difference does not show on case {case!r} of config {config!r}"
         elif dtype != torch.float64 and not P.resolvable(biggest, dtype, _allowed(sa), _allowed(sb)):
-            verdict, note = "not resolvable", (f"the declared difference ({biggest:.2g}) is below "
+            verdict, note = Verdict.NOT_RESOLVABLE, (f"the declared difference ({biggest:.2g}) is below "
                                                f"{dtype_name}'s resolution here")
         else:
-            verdict, note = "different", ""
-        if measured and verdict == "different" and max(m_out, m_grad) <= allowed:
-            verdict, note = "equivalent", "the declared difference did not show in the measured runs"
-        out.append(PairResult(**base, verdict=verdict, expected="different", reason=reason,
-                              ok=specs_ok and verdict != "equivalent",
+            verdict, note = Verdict.DIFFERENT, ""
+        if measured and verdict == Verdict.DIFFERENT and max(m_out, m_grad) <= allowed:
+            verdict, note = Verdict.EQUIVALENT, "the declared difference did not show in the measured runs"
+        out.append(PairResult(**base, verdict=verdict, expected=Verdict.DIFFERENT, reason=reason,
+                              ok=specs_ok and verdict != Verdict.EQUIVALENT,
                               max_abs=m_out if measured else out_gap, max_rel=math.nan,
-                              grad_verdict="different" if grad_gap > tol64 else "equivalent",
+                              grad_verdict=Verdict.DIFFERENT if grad_gap > tol64 else Verdict.EQUIVALENT,
                               grad_max_abs=m_grad if measured else grad_gap,
                               worst_grad=m_worst if measured else worst_grad,
                               note="; ".join(x for x in (note, _spec_note(sa, sb)) if x)))
@@ -145,7 +147,7 @@ def _gap(oa: Run, ob: Run, checker: RunCache, a: Variant, b: Variant) -> tuple[f
 def _digest(checker: RunCache, variant: Variant, case: str, dtype: torch.dtype) -> str | None:
     """A hash of every tensor of the variant's run (for 'identical'), on the weights its
     own spec ran with; None when it did not run."""
-    family = get_family(variant.family)
+    family = variant.family_spec
     ref = reference_of(family.name)
     zero = checker.fills(variant) | (checker.fills(ref) if ref and not ref.supports(checker.cfg) else {})
     run = checker.run(variant, case, zero, dtype)

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.check.mismatch import mismatch
+
 FLOAT64_RTOL = 1e-10
 FLOAT64_ATOL = 1e-10
 PRECISION_FACTOR = 2.0
@@ -66,22 +68,16 @@ def gap(a: torch.Tensor, oracle: torch.Tensor) -> Gap:
         bad = int((a.cpu() != oracle.cpu()).sum())
         return Gap(0.0 if bad == 0 else math.inf, bad, 1.0)
     a = a.detach().to("cpu", torch.float64)
-    nan_a, nan_o = a.isnan(), oracle.isnan()
-    both = ~nan_a & ~nan_o
-    diff = (a[both] - oracle[both]).abs()
-    finite = oracle[both].abs()
-    if not diff.numel():
-        return Gap(0.0, int((nan_a != nan_o).sum()), 0.0, 0.0)
-    return Gap(float(diff.max()), int((nan_a != nan_o).sum()), float(finite.max()),
-               float((diff - FLOAT64_RTOL * finite).max()))
+    m = mismatch(a, oracle, rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL, equal_inf=False)
+    if not m.total:
+        return Gap(0.0, m.nan_mismatch, 0.0, 0.0)
+    return Gap(m.max_abs, m.nan_mismatch, m.max_expected, m.excess)
 
 
 def within(a: torch.Tensor, oracle: torch.Tensor, rtol: float, atol: float) -> bool:
     """Elementwise ``|a - o| <= atol + rtol * |o|`` where neither is NaN (NaN patterns
     are compared separately)."""
-    a = a.detach().to("cpu", torch.float64)
-    both = ~a.isnan() & ~oracle.isnan()
-    return bool(((a[both] - oracle[both]).abs() <= atol + rtol * oracle[both].abs()).all())
+    return mismatch(a.detach().to("cpu", torch.float64), oracle, rtol=rtol, atol=atol, equal_inf=False).mismatched == 0
 
 
 def ulp_floor(dtype: torch.dtype, scale: float) -> float:

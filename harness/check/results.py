@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from harness.base.config import Config
+from harness.base.verdicts import Verdict
 
 
 @dataclass
@@ -16,14 +17,14 @@ class PairResult:
     case: str
     dtype: str
     device: str
-    verdict: str
-    expected: str
+    verdict: Verdict
+    expected: Verdict
     reason: str
     ok: bool
     max_abs: float
     max_rel: float
     noise_ratio: float
-    grad_verdict: str
+    grad_verdict: Verdict
     grad_max_abs: float
     grad_noise_ratio: float
     worst_grad: str
@@ -31,6 +32,11 @@ class PairResult:
     path_b: str
     note: str = ""
     config: str = ""
+
+    def __post_init__(self) -> None:
+        self.verdict = Verdict(self.verdict)
+        self.expected = Verdict(self.expected)
+        self.grad_verdict = Verdict(self.grad_verdict)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -47,8 +53,11 @@ class PathResult:
     device: str
     path_autograd: str
     path_inference: str
-    verdict: str
+    verdict: Verdict
     max_abs: float
+
+    def __post_init__(self) -> None:
+        self.verdict = Verdict(self.verdict)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -57,12 +66,15 @@ class PathResult:
 @dataclass
 class TensorCheck:
     name: str
-    verdict: str
+    verdict: Verdict
     err: float
     ref_err: float | None
     allowed: float
     ratio: float
     note: str = ""
+
+    def __post_init__(self) -> None:
+        self.verdict = Verdict(self.verdict)
 
 
 @dataclass
@@ -73,8 +85,8 @@ class SpecResult:
     case: str
     dtype: str
     device: str
-    verdict: str          # equivalent | less precise | different | error
-    expected: str         # equivalent | less precise | error
+    verdict: Verdict          # equivalent | less precise | different | error
+    expected: Verdict     # equivalent | less precise | error
     ok: bool
     err: float            # the worst tensor's max |variant - oracle|
     ref_err: float        # the reference's on that tensor (NaN in float64)
@@ -84,6 +96,10 @@ class SpecResult:
     path: str
     note: str = ""
     tensors: list[TensorCheck] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.verdict = Verdict(self.verdict)
+        self.expected = Verdict(self.expected)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -123,13 +139,16 @@ class CompiledResult:
     case: str
     dtype: str
     backend: str
-    verdict: str          # identical | equivalent | less precise | different | error
+    verdict: Verdict          # identical | equivalent | less precise | different | error
     ok: bool
     graphs: int           # graphs Dynamo compiled for this call (0: it ran eager)
     graph_breaks: int
     err: float            # compiled vs oracle, worst tensor
     eager_err: float      # eager vs oracle, same tensor
     note: str = ""
+
+    def __post_init__(self) -> None:
+        self.verdict = Verdict(self.verdict)
 
     def as_dict(self) -> dict:
         return asdict(self)

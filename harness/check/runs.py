@@ -24,10 +24,10 @@ from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, InputError
 from harness.base.kernels import PATH_MARKERS
+from harness.base.verdicts import Verdict
 from harness.check.results import PathResult
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
-from harness.families.catalog import get_family
 from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
 from harness.registry import Variant, build
 
@@ -134,7 +134,7 @@ def run_variant(
     compile_backend: str | None = None,
 ) -> Run:
     """Build, port, run forward (and backward) once; every tensor returned in float64."""
-    family = get_family(variant.family)
+    family = variant.family_spec
     run = Run()
     try:
         module, portmap = build(variant, cfg, dtype=dtype, device=device, weights=weights64)
@@ -260,14 +260,14 @@ class RunCache:
         device = device or self.device
         key = (variant.key, case, zero, dtype, device, mode)
         if key not in self._runs:
-            family = get_family(variant.family)
+            family = variant.family_spec
             args = (variant, self.cfg, self.inputs(family, case), self.weights(family, zero), dtype, device)
             self._runs[key] = (inference_run(*args) if mode == "inference"
                                else run_variant(*args, record=self.record))
         return self._runs[key]
 
     def compare_paths(self, variant: Variant, case: str, dtype_name: str) -> PathResult | None:
-        family = get_family(variant.family)
+        family = variant.family_spec
         if not family.differentiable or not applicable(variant, case) or variant.supports(self.cfg):
             return None
         dtype = dtype_of(dtype_name)
@@ -275,7 +275,7 @@ class RunCache:
         grad_run = self.run(variant, case, zero, dtype)
         inf_run = self.run(variant, case, zero, dtype, mode="inference")
         if grad_run.error or inf_run.error:
-            verdict, max_abs = "error", math.nan
+            verdict, max_abs = Verdict.ERROR, math.nan
         else:
             f64 = self.run(variant, case, zero, torch.float64, "cpu")
             tv = compare_tensors(grad_run.tensors["output"], inf_run.tensors["output"],

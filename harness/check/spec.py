@@ -33,6 +33,7 @@ import torch
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError
+from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.results import SpecResult, TensorCheck
 from harness.check.runs import (
@@ -42,10 +43,8 @@ from harness.check.runs import (
     fill_overflow,
 )
 from harness.families.base import Family
-from harness.families.catalog import get_family
 from harness.registry import Variant, reference_of
 
-SPEC_RANK = {"equivalent": 0, "less precise": 1, "different": 2, "error": 3}
 # Dtypes where "less precise" is reported but is not a contradiction unless --strict-precision:
 # CPU half-precision kernels upcast differently by design (measured: nn.TransformerEncoderLayer
 # with norm_first=True has 72x the float16 gradient error of the definition evaluated in
@@ -54,7 +53,7 @@ LENIENT_DTYPES = ("bfloat16", "float16")
 
 
 def worst_spec(verdicts: Iterable[str]) -> str:
-    return max(verdicts, key=SPEC_RANK.__getitem__, default="equivalent")
+    return Verdict.worst(verdicts, default=Verdict.EQUIVALENT)
 
 
 def expected_names(family: Family, oracle: Run, checker: RunCache, variant: Variant) -> list[str]:
@@ -66,23 +65,23 @@ def expected_names(family: Family, oracle: Run, checker: RunCache, variant: Vari
 
 def _float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal: str | None) -> TensorCheck:
     if a is None:
-        return TensorCheck(name, "different", math.inf, None, 0.0, math.inf, f"{name} is missing")
+        return TensorCheck(name, Verdict.DIFFERENT, math.inf, None, 0.0, math.inf, f"{name} is missing")
     g = P.gap(a, o)
     if not g.comparable:
-        return TensorCheck(name, "different", g.max_abs, None, 0.0, math.inf,
+        return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, None, 0.0, math.inf,
                            f"{name}: NaN in {g.nan_mismatch} element(s) where the oracle has none, or the reverse")
     allowed = P.FLOAT64_ATOL + P.FLOAT64_RTOL * g.scale
     ratio = g.max_abs / allowed
     if g.within(P.FLOAT64_ATOL):
-        return TensorCheck(name, "equivalent", g.max_abs, None, allowed, ratio)
+        return TensorCheck(name, Verdict.EQUIVALENT, g.max_abs, None, allowed, ratio)
     lower = dtype_of(internal) if internal else torch.float32
     rtol, atol = P.DEFAULT_TOLERANCE[lower]
     if P.within(a, o, rtol, atol):
         why = (f"computes in {internal} internally (declared)" if internal else
                "within float32's tolerance but not float64's: part of the work runs below "
                "float64 (declare internal_dtype if it is meant to)")
-        return TensorCheck(name, "less precise", g.max_abs, None, allowed, ratio, why)
-    return TensorCheck(name, "different", g.max_abs, None, allowed, ratio)
+        return TensorCheck(name, Verdict.LESS_PRECISE, g.max_abs, None, allowed, ratio, why)
+    return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, None, allowed, ratio)
 
 
 def _lower_check(name: str, a: torch.Tensor | None, o: torch.Tensor, baselines: list[tuple[torch.Tensor, torch.Tensor]],
@@ -91,16 +90,16 @@ def _lower_check(name: str, a: torch.Tensor | None, o: torch.Tensor, baselines: 
     function as the variant: the oracle evaluated in ``dtype``, and the family reference
     when it shares the variant's semantics. The largest of their errors is the baseline."""
     if a is None:
-        return TensorCheck(name, "different", math.inf, None, 0.0, math.inf, f"{name} is missing")
+        return TensorCheck(name, Verdict.DIFFERENT, math.inf, None, 0.0, math.inf, f"{name} is missing")
     g = P.gap(a, o)
     errs = [bg.max_abs for b, bo in baselines if (bg := P.gap(b, bo)).comparable]
     ref_err = max(errs) if errs else None
     if not g.comparable:
-        return TensorCheck(name, "different", g.max_abs, ref_err, 0.0, math.inf,
+        return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, ref_err, 0.0, math.inf,
                            f"{name}: NaN/inf pattern differs from the oracle in {g.nan_mismatch} element(s)")
     allowed = P.allowance(dtype, ref_err, max(g.scale, scale), factor)
     ratio = P.ratio_to_reference(g.max_abs, ref_err, dtype, max(g.scale, scale))
-    verdict = "equivalent" if g.max_abs <= allowed else "less precise"
+    verdict = Verdict.EQUIVALENT if g.max_abs <= allowed else Verdict.LESS_PRECISE
     note = "" if ref_err is not None else "no reference error in this dtype: held to the ulp floor"
     return TensorCheck(name, verdict, g.max_abs, ref_err, allowed, ratio, note)
 
@@ -132,7 +131,7 @@ class SpecChecker:
 
     def _check(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
         checker = self.checkers[config]
-        family = get_family(variant.family)
+        family = variant.family_spec
         if not applicable(variant, case) or variant.supports(checker.cfg):
             return None
         dtype = dtype_of(dtype_name)
@@ -145,20 +144,20 @@ class SpecChecker:
         overflow = fill_overflow(variant, dtype)
         internal = variant.traits.get("internal_dtype")
         if dtype == torch.float64:
-            expected = "less precise" if internal else "equivalent"
+            expected = Verdict.LESS_PRECISE if internal else Verdict.EQUIVALENT
         else:
-            expected = "error" if overflow else "equivalent"
+            expected = Verdict.ERROR if overflow else Verdict.EQUIVALENT
         base = dict(family=family.name, variant=variant.id, config=config, case=case, dtype=dtype_name,
                     device=self.device, expected=expected, reference=ref.id if ref else "",
                     path=run.path or "-")
         if run.error:
-            return SpecResult(**base, verdict="error", ok=expected == "error", err=math.nan,
+            return SpecResult(**base, verdict=Verdict.ERROR, ok=expected == Verdict.ERROR, err=math.nan,
                               ref_err=math.nan, ratio=math.nan, worst="", note=run.error)
         if not family.differentiable or not run.tensors["output"].is_floating_point():
             same = torch.equal(run.tensors["output"].cpu(), oracle.tensors["output"].to(run.tensors["output"].dtype))
-            verdict = "equivalent" if same else "different"
+            verdict = Verdict.EQUIVALENT if same else Verdict.DIFFERENT
             bad = 0 if same else int((run.tensors["output"].cpu() != oracle.tensors["output"]).sum())
-            return SpecResult(**{**base, "expected": "equivalent"}, verdict=verdict, ok=same,
+            return SpecResult(**{**base, "expected": Verdict.EQUIVALENT}, verdict=verdict, ok=same,
                               err=float(bad), ref_err=math.nan, ratio=math.nan, worst="output",
                               note="" if same else f"{bad} element(s) differ from the oracle")
         names = expected_names(family, oracle, checker, variant)
@@ -185,25 +184,26 @@ class SpecChecker:
                     name, run.tensors.get(name), oracle.tensors[name],
                     [(b.tensors[name], oracle.tensors[name]) for b in baselines if name in b.tensors],
                     dtype, factor=self.factor, scale=0.0 if name == "output" else grad_scale))
-            if sem64 is not None and sem64.verdict in ("different", "error"):
-                checks = [TensorCheck(c.name, "different" if c.verdict != "equivalent" or sem64.verdict == "different"
-                                      else c.verdict, c.err, c.ref_err, c.allowed, c.ratio,
+            if sem64 is not None and sem64.verdict in (Verdict.DIFFERENT, Verdict.ERROR):
+                checks = [TensorCheck(c.name, Verdict.DIFFERENT if c.verdict != Verdict.EQUIVALENT
+                                      or sem64.verdict == Verdict.DIFFERENT else c.verdict,
+                                      c.err, c.ref_err, c.allowed, c.ratio,
                                       "semantics already differ in float64") for c in checks]
         verdict = worst_spec(c.verdict for c in checks)
-        bad = max(checks, key=lambda c: (SPEC_RANK[c.verdict], c.ratio))
-        notes = [c.note for c in checks if c.verdict != "equivalent" and c.note]
+        bad = max(checks, key=lambda c: (c.verdict.rank, c.ratio))
+        notes = [c.note for c in checks if c.verdict != Verdict.EQUIVALENT and c.note]
         if run.note:
             notes.insert(0, run.note)
-        if verdict == "equivalent" and overflow:
+        if verdict == Verdict.EQUIVALENT and overflow:
             notes.insert(0, f"expected an error: {overflow}")
-        ok = (verdict == expected or (expected == "less precise" and verdict == "equivalent")
-              or (verdict == "less precise" and expected == "equivalent" and dtype_name in self.lenient))
+        ok = (verdict == expected or (expected == Verdict.LESS_PRECISE and verdict == Verdict.EQUIVALENT)
+              or (verdict == Verdict.LESS_PRECISE and expected == Verdict.EQUIVALENT and dtype_name in self.lenient))
         return SpecResult(**base, verdict=verdict, ok=ok, err=bad.err,
                           ref_err=math.nan if bad.ref_err is None else bad.ref_err, ratio=bad.ratio,
                           worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks)
 
     def check_specs(self, variant: Variant, dtypes: Iterable[str]) -> list[SpecResult]:
-        family = get_family(variant.family)
+        family = variant.family_spec
         out = []
         with one_thread():
             self._check_all(variant, family, dtypes, out)

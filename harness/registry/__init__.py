@@ -16,6 +16,7 @@ import importlib.util
 import sys
 import traceback
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -24,6 +25,7 @@ import torch
 from harness.base.config import Config
 from harness.base.errors import ConfigError, RegistryError, UnknownName, VariantFileError
 from harness.base.seeding import seed_everything
+from harness.families.base import Family
 from harness.families.catalog import FAMILIES, get_family
 from harness.porting.entries import ParamMap
 from harness.porting.portmap import MapSpec, PortMap
@@ -62,6 +64,12 @@ class Variant:
     @property
     def key(self) -> str:
         return f"{self.family}/{self.id}"
+
+    @cached_property
+    def family_spec(self) -> Family:
+        """The family this variant belongs to, resolved once (``get_family(self.family)``
+        still works; registration has already checked the name)."""
+        return get_family(self.family)
 
     def map_for(self, cfg: Config) -> ParamMap:
         return self.param_map(cfg) if callable(self.param_map) else self.param_map
@@ -292,7 +300,7 @@ def build(
     if not isinstance(module, torch.nn.Module):
         return module, None  # builders without parameters (the masks family)
     module = module.to(device=device, dtype=dtype).eval()
-    family = get_family(variant.family)
+    family = variant.family_spec
     portmap = PortMap(
         variant.key, module, variant.map_for(cfg), family.canonical_shapes(cfg), variant.fixed
     )

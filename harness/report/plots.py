@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 
 from harness.base.files import save_figure
+from harness.base.verdicts import Verdict
 from harness.check.results import PairResult
 from harness.families.catalog import get_family
 from harness.registry import variants_of
-from harness.report.tables import SYMBOL
 from harness.report.targets import growth_exponent
 
 
@@ -105,9 +105,9 @@ def plot_verdicts(results: list[PairResult], dtype: str, out: Path) -> str | Non
         grid = np.full((len(ids), len(ids)), np.nan)
         for (x, y), by_case in cells.items():
             verdicts = {r.verdict for r in by_case.values()}
-            grid[x, y] = (4 if "error" in verdicts else 0 if verdicts == {"identical"}
-                          else 3 if verdicts == {"different"} else 2 if "different" in verdicts else 1)
-            text = "".join(SYMBOL[by_case[c].verdict] + ("!" if not by_case[c].ok else "")
+            grid[x, y] = (4 if Verdict.ERROR in verdicts else 0 if verdicts == {Verdict.IDENTICAL}
+                          else 3 if verdicts == {Verdict.DIFFERENT} else 2 if Verdict.DIFFERENT in verdicts else 1)
+            text = "".join(by_case[c].verdict.symbol + ("!" if not by_case[c].ok else "")
                            for c in cases if c in by_case)
             ax.text(y, x, text, ha="center", va="center", fontsize=8 if len(text) < 4 else 6)
         ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=4.5)

@@ -9,11 +9,18 @@ import textwrap
 import pandas as pd
 from tabulate import tabulate
 
-from harness.base.verdicts import AGREE, RANK
+from harness.base.verdicts import Verdict
 from harness.check.results import PairResult
 from harness.registry import reference_of
 
 REASON_WIDTH = 56
+
+
+def _verdict(value) -> Verdict:
+    try:
+        return Verdict(value)
+    except ValueError:
+        return Verdict.ERROR
 
 
 def verdict_against_reference(family: str, variant: str, results: list[PairResult] | None) -> str:
@@ -27,9 +34,10 @@ def verdict_against_reference(family: str, variant: str, results: list[PairResul
     mine = [r for r in results if r.family == family and {r.a, r.b} == {ref.id, variant}]
     if not mine:
         return "-"
-    worst = max(mine, key=lambda r: RANK.get(r.verdict, 3))
-    text = "equivalent" if worst.verdict in AGREE else worst.verdict
-    if worst.verdict not in AGREE:
+    worst = max(mine, key=lambda r: _verdict(r.verdict).rank)
+    agrees = _verdict(worst.verdict).agrees
+    text = "equivalent" if agrees else str(worst.verdict)
+    if not agrees:
         why = (worst.reason or worst.expected or "").replace("\n", " ").replace("|", "/")
         if why:
             text += f" ({why[:REASON_WIDTH]}{'...' if len(why) > REASON_WIDTH else ''})"

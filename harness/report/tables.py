@@ -9,16 +9,14 @@ import pandas as pd
 from tabulate import tabulate
 
 from harness.base.numbers import fmt
+from harness.base.verdicts import Verdict
 from harness.check.results import PairResult, PathResult
 from harness.families.catalog import get_family
 from harness.registry import Variant, variants_of
 
-SYMBOL = {"identical": "≡", "equivalent": "≈", "less precise": "≲", "different": "≠", "error": "E",
-          "not exercised": "○", "not resolvable": "◌"}
 LEGEND = ("≡ identical (bitwise)  ≈ equivalent  ≲ less precise than the reference  ≠ different  E error\n"
           "○ declared difference not exercised by the case  ◌ below the dtype's resolution  "
           "! contradicts the declaration  · not applicable  - config not supported")
-PAIR_ORDER = ("error", "different", "not resolvable", "not exercised", "less precise", "equivalent", "identical")
 
 
 def variants_table(variants: Iterable[Variant], tablefmt: str = "simple") -> str:
@@ -44,10 +42,10 @@ def traits_table(family: str, tablefmt: str = "simple") -> str:
 def _pair_cell(rows: list[PairResult]) -> str:
     """One symbol for a pair on one case over the config matrix: the strongest verdict
     (a difference shown by any config counts), '!' when any config contradicts."""
-    verdict = min((r.verdict for r in rows), key=PAIR_ORDER.index)
-    if verdict == "equivalent" and all(r.verdict == "identical" for r in rows):
-        verdict = "identical"
-    return SYMBOL[verdict] + ("" if all(r.ok for r in rows) else "!")
+    verdict = Verdict.worst(r.verdict for r in rows)
+    if verdict == Verdict.EQUIVALENT and all(r.verdict == Verdict.IDENTICAL for r in rows):
+        verdict = Verdict.IDENTICAL
+    return verdict.symbol + ("" if all(r.ok for r in rows) else "!")
 
 
 def verdict_matrix(results: list[PairResult], family: str, dtype: str, tablefmt: str = "simple") -> str:
@@ -76,14 +74,14 @@ def differences_table(results: list[PairResult], tablefmt: str = "simple", only_
     and config that shows it: the verdicts seen and the largest effect."""
     groups: dict[tuple, list[PairResult]] = {}
     for r in results:
-        if r.verdict in ("identical", "equivalent") and r.ok:
+        if r.verdict.agrees and r.ok:
             continue
         if only_problems and r.ok:
             continue
         groups.setdefault((r.family, r.reason or r.note, r.case, r.dtype), []).append(r)
     rows = []
     for (family, why, case, dtype), rs in groups.items():
-        verdicts = sorted({r.verdict for r in rs}, key=PAIR_ORDER.index)
+        verdicts = sorted({r.verdict for r in rs}, key=lambda v: v.rank, reverse=True)
         pairs = sorted({f"{r.a} ~ {r.b}" for r in rs})
         first_configs = {r.config for r in rs if r.verdict == verdicts[0]}
         rows.append({
@@ -119,7 +117,7 @@ def spec_matrix(specs, family: str, dtype: str, configs: dict, tablefmt: str = "
                 if s is None:
                     cell += "-" if v.supports(configs[config]) else "·"
                 else:
-                    cell += SYMBOL[s.verdict] + ("" if s.ok else "!")
+                    cell += s.verdict.symbol + ("" if s.ok else "!")
             row[case] = cell
         worst = max((s.ratio for k, s in by_key.items() if k[0] == v.id and s.ratio == s.ratio), default=math.nan)
         row["worst ratio"] = fmt(worst) if dtype != "float64" else "-"
@@ -148,7 +146,7 @@ def failures_table(report, tablefmt: str = "simple") -> str:
     for s in report.specs:
         if not s.ok:
             rows.append({"what": f"{s.family}/{s.variant}", "where": f"{s.config} {s.case} {s.dtype}",
-                         "found": s.verdict + (f" ({s.ratio:.3g}x)" if s.verdict == "less precise" else ""),
+                         "found": s.verdict + (f" ({s.ratio:.3g}x)" if s.verdict == Verdict.LESS_PRECISE else ""),
                          "expected": s.expected, "worst": s.worst, "max_abs": fmt(s.err), "note": s.note[:160]})
     for g in report.gradchecks:
         if not g.ok:
@@ -176,7 +174,7 @@ def paths_table(paths: list[PathResult], tablefmt: str = "simple") -> str:
         {"variant": p.variant, "case": p.case, "dtype": p.dtype, "autograd path": p.path_autograd,
          "no_grad path": p.path_inference, "no_grad vs autograd": p.verdict, "max_abs": fmt(p.max_abs)}
         for p in paths
-        if p.path_autograd != p.path_inference or p.verdict not in ("identical", "equivalent")
+        if p.path_autograd != p.path_inference or not p.verdict.agrees
     ]
     if not rows:
         return "(every variant runs the same ops with and without autograd)"

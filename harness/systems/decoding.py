@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from harness.base.config import Config
+from harness.base.verdicts import Verdict
 from harness.check.tensors import compare_tensors
 from harness.families.models import PAD, Decoding
 from harness.registry import Variant
@@ -121,7 +122,7 @@ def _compare_greedy(family: str, cfg: Config) -> list[DecodeResult]:
                 margin_b = _margin(db, vb, mb, models.inputs, r, generated=rb[:s])
                 break
         same = not first
-        ok = same if expected == "equivalent" else True  # different models may still agree
+        ok = same if expected == Verdict.EQUIVALENT else True  # different models may still agree
         results.append(DecodeResult(family, va.id, vb.id, expected, reason, same, ok, first,
                                     margin_a, margin_b, rows_a, rows_b))
     return results
@@ -178,7 +179,7 @@ def _check_cache(family: str, cfg: Config) -> list[CacheResult]:
         v = compare_tensors(runs[torch.float32, True], runs[torch.float32, False],
                             runs[torch.float64, True], runs[torch.float64, False], torch.float32)
         results.append(CacheResult(family, variant.id, decoding.cache, v.verdict,
-                                   matches(v.verdict, "equivalent"), v.max_abs, v.noise_ratio, tokens.size(1)))
+                                   matches(v.verdict, Verdict.EQUIVALENT), v.max_abs, v.noise_ratio, tokens.size(1)))
     return results
 
 

@@ -16,6 +16,7 @@ import torch
 
 from harness.base.config import Config
 from harness.base.errors import UnknownName
+from harness.base.verdicts import Verdict
 from harness.check.runs import RunCache
 from harness.check.spec import one_thread
 from harness.families.catalog import get_family
@@ -34,16 +35,16 @@ def _model_family(name: str):
     return get_family(name)
 
 
-def expectation(family, a: Variant, b: Variant) -> tuple[str, str]:
+def expectation(family, a: Variant, b: Variant) -> tuple[Verdict, str]:
     """'equivalent' when the two declare the same semantic traits (the family's decode
     case reads them all), else 'different' with the differing traits as the reason."""
     sa, sb = family.semantic_traits(a.traits), family.semantic_traits(b.traits)
     differing = [f"{t}: {sa.get(t)} vs {sb.get(t)}" for t in family.traits if sa.get(t) != sb.get(t)]
-    return ("different", "; ".join(differing)) if differing else ("equivalent", "")
+    return (Verdict.DIFFERENT, "; ".join(differing)) if differing else (Verdict.EQUIVALENT, "")
 
 
-def matches(verdict: str, expected: str) -> bool:
-    return verdict in ("identical", "equivalent") if expected == "equivalent" else verdict == expected
+def matches(verdict: Verdict | str, expected: Verdict | str) -> bool:
+    return Verdict(verdict).agrees if expected == Verdict.EQUIVALENT else verdict == expected
 
 
 def decodable(family: str, cfg: Config) -> list[tuple[Variant, Decoding]]:

@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 
 from harness.base.config import Config
-from harness.base.verdicts import RANK
 from harness.check.tensors import compare_tensors, worst
 from harness.families.models import PAD, START
 from harness.registry import Variant, build, variants_of
@@ -82,7 +81,7 @@ def _compare_train_step(family: str, cfg: Config) -> list[StepResult]:
         pa, pb = run(a, zero, torch.float32), run(b, zero, torch.float32)
         pa64, pb64 = run(a, zero, torch.float64), run(b, zero, torch.float64)
         verdicts = {n: compare_tensors(pa[n], pb[n], pa64[n], pb64[n], torch.float32) for n in pa}
-        name = max(verdicts, key=lambda n: (RANK[verdicts[n].verdict], verdicts[n].max_abs))
+        name = max(verdicts, key=lambda n: (verdicts[n].verdict.rank, verdicts[n].max_abs))
         verdict = worst(v.verdict for v in verdicts.values())
         expected, reason = expectation(fam, a, b)
         results.append(StepResult(family, a.id, b.id, expected, reason, verdict, matches(verdict, expected),

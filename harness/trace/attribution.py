@@ -6,33 +6,32 @@ from types import SimpleNamespace
 
 import torch
 
-from harness.base.verdicts import AGREE
+from harness.base.verdicts import Verdict
+from harness.check.mismatch import mismatch
 from harness.check.precision import DEFAULT_TOLERANCE
-from harness.check.tensors import NOISE_MULTIPLE
-from harness.trace.divergence import TraceRow, trace_variant
+from harness.check.tensors import NOISE_MULTIPLE, noise_of
+from harness.trace.divergence import TraceRow, agrees, trace_variant
 from harness.trace.recording import Trace
 
 
 def _noise(x: torch.Tensor | None, x64: torch.Tensor | None) -> float:
     if x is None or x64 is None or x64.shape != x.shape:
         return 0.0
-    x, x64 = x.double(), x64.double()
-    both = ~x.isnan() & ~x64.isnan()
-    return float((x[both] - x64[both]).abs().max()) if both.any() else 0.0
+    return noise_of(x.double(), x64.double())
 
 
 def _agree(x: torch.Tensor, ref: torch.Tensor, noise: float, dtype: torch.dtype):
     """A verdict on ``x`` against ``ref`` with a noise floor measured elsewhere (a patched
     run has no float64 twin of its own)."""
     if x.shape != ref.shape or not torch.equal(x.isnan(), ref.isnan()):
-        return SimpleNamespace(verdict="different")
-    ok = ~x.isnan()
+        return SimpleNamespace(verdict=Verdict.DIFFERENT, mismatch=None)
     rtol, atol = DEFAULT_TOLERANCE[dtype]
-    try:
-        torch.testing.assert_close(x[ok], ref[ok], rtol=rtol, atol=max(atol, NOISE_MULTIPLE * noise))
-        return SimpleNamespace(verdict="identical" if torch.equal(x[ok], ref[ok]) else "equivalent")
-    except AssertionError:
-        return SimpleNamespace(verdict="different")
+    m = mismatch(x, ref, rtol=rtol, atol=max(atol, NOISE_MULTIPLE * noise))
+    if not (m.ok and x.dtype == ref.dtype and x.device == ref.device):  # assert_close's check
+        return SimpleNamespace(verdict=Verdict.DIFFERENT, mismatch=m)
+    ok = ~x.isnan()
+    return SimpleNamespace(verdict=Verdict.IDENTICAL if torch.equal(x[ok], ref[ok]) else Verdict.EQUIVALENT,
+                           mismatch=m)
 
 
 def _unit_value(trace: Trace, unit: str, what: str) -> torch.Tensor | None:
@@ -77,7 +76,7 @@ def attribute(va, vb, ta, ta64, tb, *, tb64, rows, cfg, inputs, weights, dtype, 
     for _ in range(len(observed)):
         point = None
         for r in observed:
-            if current.get((r.unit, r.what)) in AGREE:
+            if agrees(current.get((r.unit, r.what))):
                 continue
             point = _feed_point(r, ta, tb)
             if point is not None and not covered(point[0]):
@@ -89,7 +88,7 @@ def attribute(va, vb, ta, ta64, tb, *, tb64, rows, cfg, inputs, weights, dtype, 
         tp = trace_variant(vb, cfg, inputs, weights, dtype, device=device, patch=patches, backward=False)
         if tp.output is None:
             break
-        if _agree(tp.output, ref, noise, dtype).verdict in AGREE:
+        if _agree(tp.output, ref, noise, dtype).verdict.agrees:
             names = " + ".join(patches)
             return {"patched": list(patches), "agrees": True,
                     "text": f"with A's {names} fed into B, B's output agrees with A's: the whole "

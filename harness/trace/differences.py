@@ -18,8 +18,9 @@ import torch
 
 from harness.base.config import Config
 from harness.base.numbers import fmt as _fmt
-from harness.base.verdicts import AGREE
+from harness.base.verdicts import Verdict
 from harness.check.api import run_check
+from harness.check.mismatch import mismatch
 from harness.check.results import PairResult, PathResult
 from harness.check.runs import RunCache, applicable
 from harness.families.catalog import FAMILIES, get_family
@@ -28,7 +29,8 @@ from harness.trace.findings import Boundary, Contradiction, FamilyFindings
 from harness.trace.pairs import declared, diff_pair
 from harness.trace.render import summary_text
 
-SAME_FUNCTION = AGREE + ("not exercised",)  # a declared difference this case cannot show
+# Agreeing, or a declared difference this case cannot show:
+SAME_FUNCTION = (Verdict.IDENTICAL, Verdict.EQUIVALENT, Verdict.NOT_EXERCISED)
 
 
 def measure_gap(checker: RunCache, family: str, a: str, b: str, case: str,
@@ -39,17 +41,14 @@ def measure_gap(checker: RunCache, family: str, a: str, b: str, case: str,
     zero = checker.fills(va) | checker.fills(vb)
     ra, rb = checker.run(va, case, zero, dtype), checker.run(vb, case, zero, dtype)
     if ra.error or rb.error:
-        return math.nan, math.nan, "error"
+        return math.nan, math.nan, Verdict.ERROR
     out, grad, worst = 0.0, 0.0, ""
     for name, ta in ra.tensors.items():
         tb = rb.tensors.get(name)
         if tb is None or tb.shape != ta.shape or name.removeprefix("grad:") in zero:
             continue
-        if not torch.equal(ta.isnan(), tb.isnan()):
-            gap = math.inf
-        else:
-            ok = ~ta.isnan()
-            gap = float((ta[ok] - tb[ok]).abs().max()) if ok.any() else 0.0
+        m = mismatch(ta, tb)
+        gap = math.inf if m.nan_mismatch else m.max_abs
         if name == "output":
             out = gap
         elif gap > grad:
@@ -123,7 +122,7 @@ def kernel_findings(family: str, paths: list[PathResult], cfg: Config) -> list[s
     out = []
     checker = RunCache(cfg)
     for p in paths:
-        if p.family != family or p.verdict in AGREE:
+        if p.family != family or p.verdict.agrees:
             continue
         v = get_variant(family, p.variant)
         zero = checker.fills(v)

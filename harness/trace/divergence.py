@@ -13,12 +13,11 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from harness.base.config import Config
 from harness.base.errors import HarnessError
-from harness.base.verdicts import AGREE
+from harness.base.verdicts import Verdict
 from harness.check.precision import DEFAULT_TOLERANCE
 from harness.check.runs import OpRecorder, backward_grads, cast_inputs
 from harness.check.tensors import NOISE_MULTIPLE, compare_tensors
 from harness.families.base import Family
-from harness.families.catalog import get_family
 from harness.porting.portmap import PortMap
 from harness.registry import Variant, build
 from harness.trace.recording import (
@@ -127,7 +126,7 @@ def trace_variant(
 ) -> Trace:
     """Run once with hooks on every canonical sub-module; ``patch`` replaces the output
     (or, for ``unit:in``, the input) of those sub-modules with the given tensors."""
-    family = get_family(variant.family)
+    family = variant.family_spec
     module, portmap = build(variant, cfg, dtype=dtype, device=device, weights=weights64)
     inputs = cast_inputs(inputs64, dtype, device, family.grad_inputs if backward else ())
     counter = [0]
@@ -208,6 +207,11 @@ def _label_sources(units: dict[str, Observed], inputs: Mapping[str, Any]) -> Non
 
 # -- comparing traces -------------------------------------------------------------------------------
 
+def agrees(verdict: Verdict | str | None) -> bool:
+    """Whether a row's verdict agrees; "-" (one side unobserved) and None never do."""
+    return verdict not in (None, "-") and Verdict(verdict).agrees
+
+
 def _verdict(a, b, a64, b64, dtype):
     if a is None or b is None:
         return None
@@ -261,7 +265,7 @@ def trace_rows(ta: Trace, tb: Trace, ta64: Trace, tb64: Trace, dtype: torch.dtyp
                 tv.verdict if tv else "-", tv.max_abs if tv else math.nan, iv.verdict if iv else "-",
             ))
     for row in rows:
-        if row.verdict not in AGREE and row.verdict != "-":
+        if row.verdict != "-" and not agrees(row.verdict):
             row.first = True
             break
     return rows
@@ -285,19 +289,19 @@ def locate(rows: list[TraceRow]) -> dict | None:
         parent = first.unit.rsplit(".", 1)[0] if "." in first.unit else ""
         inside = [r for r in rows[:index] if r.what == "out" and _projection_of(r.unit) in ("q", "k", "v")
                   and (r.unit.rsplit(".", 1)[0] if "." in r.unit else "") == parent]
-        agreeing = [r.unit.rsplit(".", 1)[-1] for r in inside if r.verdict in AGREE]
+        agreeing = [r.unit.rsplit(".", 1)[-1] for r in inside if agrees(r.verdict)]
         where = parent or "the attention"
         said = (f"{', '.join(agreeing)} agree, " if agreeing else "")
         return {"unit": first.unit + ":in", "row": label, "kind": "computation",
                 "text": f"inside {where}: {said}the output before the output projection differs "
                         f"(scores, mask fill or softmax; max_abs {first.max_abs:.3g})"}
-    if first.input_verdict in AGREE:
+    if agrees(first.input_verdict):
         return {"unit": first.unit, "row": label, "kind": "computation",
                 "text": f"{label}: same input, different result (max_abs {first.max_abs:.3g})"}
     if first.input_verdict == "-":
         return {"unit": first.unit, "row": label, "kind": "unknown",
                 "text": f"{label} differs (max_abs {first.max_abs:.3g}); its input is not observed on both sides"}
-    before = [r.unit for r in rows[:index] if r.verdict in AGREE and r.what == "out"]
+    before = [r.unit for r in rows[:index] if agrees(r.verdict) and r.what == "out"]
     step = f"the step between {before[-1]} (agrees) and {first.unit}" if before else f"a step before {first.unit}"
     return {"unit": first.unit, "row": label, "kind": "inherited",
             "text": f"{label}: its input already differs: {step} (an activation, a residual, a mask, "

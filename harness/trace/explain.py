@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.base.verdicts import Verdict
 from harness.trace.kernel_explain import explain_mistake
 from harness.trace.pairs import explain_variant, first_divergence
 
@@ -14,7 +15,7 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
     lines, seen, named = [], set(), set()
     for s in report.specs:
         key = (s.family, s.variant, s.case)
-        if s.ok or key in seen or s.verdict == "error":
+        if s.ok or key in seen or s.verdict == Verdict.ERROR:
             continue
         seen.add(key)
         if len(seen) > limit:
@@ -26,7 +27,7 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
             if mistake:
                 lines.append(f"  {s.family}/{s.variant}: {mistake}")
         head = f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): worst tensor {s.worst}"
-        if s.verdict != "different":  # less precise: same function, more rounding; nothing to trace
+        if s.verdict != Verdict.DIFFERENT:  # less precise: same function, more rounding; nothing to trace
             lines.append(head + f" ({s.verdict}, {s.ratio:.3g}x the baseline's error)")
             continue
         d = explain_variant(s.family, s.variant, s.case, configs[s.config], s.dtype if s.dtype != "bool" else "float32")
@@ -40,7 +41,7 @@ def explain_differences(report, configs) -> str:
     lines, seen = [], set()
     for p in report.pairs:
         key = (p.family, p.reason, p.case)
-        if p.verdict != "different" or key in seen or p.dtype == "bool":
+        if p.verdict != Verdict.DIFFERENT or key in seen or p.dtype == "bool":
             continue
         seen.add(key)
         d = first_divergence(p.family, p.a, p.b, p.case, configs[p.config], p.dtype, p.device, hints=False)

@@ -12,7 +12,6 @@ from torch import nn
 
 from harness.base.config import Config
 from harness.base.errors import HarnessError
-from harness.base.verdicts import AGREE
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.porting.entries import Absent, Chunk, Transposed, entry_code
@@ -100,7 +99,7 @@ def layout_hints(family: Family, a: Variant, b: Variant, case: str, cfg: Config,
                 got = output(subject, w)
             except HarnessError:
                 return False
-            return got is not None and compare_tensors(got, ref, None, None, dtype).verdict in AGREE
+            return got is not None and compare_tensors(got, ref, None, None, dtype).verdict.agrees
 
         square = [n for n in _square_weights(family, cfg)
                   if not isinstance(subject.map_for(cfg).get(n), Absent)]

@@ -15,10 +15,10 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 
 from harness.base.config import Config
+from harness.base.verdicts import Verdict
 from harness.check.runs import RunCache
 from harness.check.spec import _float64_check
 from harness.families import kernel_oracle as K
-from harness.families.catalog import get_family
 from harness.registry import Variant, get_variant
 
 
@@ -58,14 +58,14 @@ def candidates() -> list[tuple[str, str, Callable]]:
 
 def _meets(run, oracle, names: Iterable[str]) -> bool:
 
-    return all(_float64_check(n, run.tensors.get(n), oracle.tensors[n], None).verdict == "equivalent"
+    return all(_float64_check(n, run.tensors.get(n), oracle.tensors[n], None).verdict == Verdict.EQUIVALENT
                for n in names)
 
 
 def explain_kernel(variant: Variant, failing: Iterable[tuple[Config, str]]) -> str:
     """One line naming the mistake of ``variant`` over its failing (config, case) pairs
     (float64): the single convention change that fits them all, or that none does."""
-    family = get_family(variant.family)
+    family = variant.family_spec
     declared = family.semantic_traits(variant.traits)
     failing = list(failing)
     if not failing:
@@ -99,7 +99,7 @@ def failing_cases(report, variant_id: str, configs: Mapping[str, Config]) -> lis
     """The (config, case) pairs where ``variant_id`` of the kernel family is different in float64."""
     return [(configs[s.config], s.case) for s in report.specs
             if s.family == "attention_kernel" and s.variant == variant_id and s.dtype == "float64"
-            and not s.ok and s.verdict == "different"]
+            and not s.ok and s.verdict == Verdict.DIFFERENT]
 
 
 

@@ -33,7 +33,7 @@ from harness.base.errors import (
     UnknownName,
 )
 from harness.base.masks import masked, per_head
-from harness.base.verdicts import AGREE
+from harness.base.verdicts import Verdict
 from harness.check.runs import RunCache, cast_inputs, run_variant
 from harness.check.tensors import compare_tensors, worst
 from harness.families.base import Family
@@ -96,15 +96,15 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
                 verdict, gap = _forward_verdict(checker, variant, ref, first_case, module)
             except (PortingError, InputError):
                 continue
-            if verdict == "error":
+            if verdict == Verdict.ERROR:
                 break  # this call form does not run the module: the next form
             ran = True
             if not closest or gap < closest["max_abs"]:
                 closest = {"max_abs": gap, "call_form": form, "map": {k: entry_code(v) for k, v in pmap.items()}}
-            if verdict not in AGREE:
+            if not verdict.agrees:
                 continue
             verdicts = {c: _compare(checker, variant, ref, c)[0] for c in cases}
-            if all(v in AGREE for v in verdicts.values()):
+            if all(v.agrees for v in verdicts.values()):
                 traits, trait_notes = _infer_traits(checker, family, variant, ref, semantic_cases, uses_mask=uses_mask)
                 return _found(Hit(family=family, ref=ref, variant=variant, pmap=pmap, form=form, code=code,
                                   import_line=import_line, source=source, cls=cls, init=init, traits=traits,
@@ -126,7 +126,7 @@ def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: st
                      module: torch.nn.Module) -> tuple[str, float]:
     """The quick test of a candidate: the module built once, the candidate's weights
     ported in, float64 forward only, no op recording."""
-    family = get_family(ref.family)
+    family = ref.family_spec
     zero = checker.fills(variant) | checker.fills(ref)
     want = checker.run(ref, case, zero, torch.float64).tensors.get("output")
     PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(
@@ -137,9 +137,9 @@ def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: st
     except HarnessError:
         raise
     except Exception:  # noqa: BLE001  (this call form does not run the module)
-        return "error", math.inf
+        return Verdict.ERROR, math.inf
     if want is None or not isinstance(got, torch.Tensor):
-        return "error", math.inf
+        return Verdict.ERROR, math.inf
     tv = compare_tensors(got.detach().double().cpu(), want, None, None, torch.float64)
     return tv.verdict, tv.max_abs
 
@@ -148,12 +148,12 @@ def _compare(checker: RunCache, variant: Variant, ref: Variant, case: str, forwa
     zero = checker.fills(variant) | checker.fills(ref)
     dtype = torch.float64
     ra = checker.run(ref, case, zero, dtype)
-    family = get_family(ref.family)
+    family = ref.family_spec
 
     rb = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero), dtype,
                      backward=not forward_only)
     if rb.error or ra.error:
-        return "error", math.inf
+        return Verdict.ERROR, math.inf
     verdicts, gap = [], 0.0
     for name, t in rb.tensors.items():
         if name in ra.tensors:
@@ -191,7 +191,7 @@ def _infer_traits(checker, family, variant, ref, semantic_cases, *, uses_mask):
                 continue
             verdicts = [compare_tensors(t, oracle.tensors[n], None, None, torch.float64).verdict
                         for n, t in run.tensors.items() if n in oracle.tensors]
-            if verdicts and worst(verdicts) in AGREE:
+            if verdicts and worst(verdicts).agrees:
                 matches.append(dict(zip(names, combo)))
         if not matches:
             notes.append(f"{', '.join(names)}: on '{case}' no oracle of the known values agrees; "

@@ -40,7 +40,7 @@ import torch
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError
-from harness.base.verdicts import AGREE, RANK
+from harness.base.verdicts import Verdict
 from harness.check.runs import OpRecorder, RunCache, applicable, cast_inputs
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
@@ -103,7 +103,7 @@ def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32",
         "paths": {va.id: ta.path, vb.id: tb.path},
     }
     if ta.error or tb.error:
-        out.update(verdict="error", trace=[], first=None, attribution=None, where=[], ops=[], hints=[])
+        out.update(verdict=Verdict.ERROR, trace=[], first=None, attribution=None, where=[], ops=[], hints=[])
         out["seconds"] = time.perf_counter() - started
         return out
     where = []
@@ -112,12 +112,12 @@ def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32",
             w = where_differs(fam, inputs, name, ta.tensors[name], tb.tensors[name],
                               a64=ta64.tensors.get(name), b64=tb64.tensors.get(name), dtype=dt)
             where.append(w)
-    verdict = max((w.verdict for w in where), key=RANK.__getitem__, default="identical")
-    worst = max(where, key=lambda w: (RANK[w.verdict], w.max_abs if not math.isnan(w.max_abs) else -1), default=None)
+    verdict = Verdict.worst((w.verdict for w in where), default=Verdict.IDENTICAL)
+    worst = max(where, key=lambda w: (w.verdict.rank, w.max_abs if not math.isnan(w.max_abs) else -1), default=None)
     rows = trace_rows(ta, tb, ta64, tb64, dt)
     first = locate(rows)
     attrib = None
-    if attribution and first is not None and where and where[0].verdict not in AGREE:
+    if attribution and first is not None and where and not where[0].verdict.agrees:
         attrib = attribute(va, vb, ta, ta64, tb, tb64=tb64, rows=rows, cfg=cfg, inputs=inputs,
                            weights=weights, dtype=dt, device=device)
         if not attrib["patched"]:  # B has no sub-module to feed (a fused root): feed B into A
@@ -131,7 +131,7 @@ def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32",
                                                                                "into A, A's output agrees with B's")
                           .replace("fed into B,", "fed into A,")}
     hint_list, tried = ([], 0)
-    if hints and verdict not in AGREE and verdict != "error":
+    if hints and not verdict.agrees and verdict != Verdict.ERROR:
         hint_list, tried = layout_hints(fam, va, vb, case, cfg, weights=weights)
     ops_inf = {}
     for v in (va, vb):
@@ -161,7 +161,7 @@ def declared(family: Family, a: Variant, b: Variant, case: str) -> tuple[str, st
     differing semantic traits)."""
     sa, sb = family.semantic_traits(a.traits), family.semantic_traits(b.traits)
     reasons = [f"{t}: {sa.get(t)} vs {sb.get(t)}" for t in family.semantic_for(case) if sa.get(t) != sb.get(t)]
-    return ("different", "; ".join(reasons)) if reasons else ("equivalent", "")
+    return (Verdict.DIFFERENT, "; ".join(reasons)) if reasons else (Verdict.EQUIVALENT, "")
 
 
 def traits_side_by_side(family: Family, a: Variant, b: Variant) -> list[dict]:
@@ -203,17 +203,17 @@ def explain_variant(family: str, variant, case: str, cfg: Config | None = None, 
     return first_divergence(family, peer, v, case, cfg, dtype, device, hints=hints)
 
 
-def quick_verdict(checker, a: Variant, b: Variant, case: str, dtype: torch.dtype) -> str:
+def quick_verdict(checker, a: Variant, b: Variant, case: str, dtype: torch.dtype) -> Verdict:
     """The pair's verdict on one case: output and every gradient, each variant's own
     float64 run as its noise floor (what ``diff`` itself judges with)."""
     zero = checker.fills(a) | checker.fills(b)
     ra, rb = checker.run(a, case, zero, dtype), checker.run(b, case, zero, dtype)
     if ra.error or rb.error:
-        return "error"
+        return Verdict.ERROR
     ra64, rb64 = checker.run(a, case, zero, torch.float64), checker.run(b, case, zero, torch.float64)
     verdicts = [compare_tensors(ra.tensors[n], rb.tensors[n], ra64.tensors.get(n), rb64.tensors.get(n), dtype).verdict
                 for n in ra.tensors if n in rb.tensors]
-    return max(verdicts, key=RANK.__getitem__, default="identical")
+    return Verdict.worst(verdicts, default=Verdict.IDENTICAL)
 
 
 def pick_case(family: str, a, b, cfg: Config, dtype: str) -> tuple[str, list[tuple[str, str]]]:
@@ -231,5 +231,5 @@ def pick_case(family: str, a, b, cfg: Config, dtype: str) -> tuple[str, list[tup
                 if applicable(va, c.name) and applicable(vb, c.name)]
     if not verdicts:
         raise ConfigError(f"no case of {family} applies to both {va.id} and {vb.id}")
-    chosen = next((c for c, v in verdicts if v not in AGREE), verdicts[0][0])
+    chosen = next((c for c, v in verdicts if not v.agrees), verdicts[0][0])
     return chosen, verdicts

@@ -6,7 +6,7 @@ import math
 
 from tabulate import tabulate
 
-from harness.base.verdicts import AGREE
+from harness.base.verdicts import Verdict
 from harness.trace.divergence import _row_label
 
 
@@ -15,7 +15,7 @@ def summary_text(d: dict) -> str:
         return "error: " + "; ".join(f"{k}: {v}" for k, v in d["errors"].items())
     lines = []
     worst = next((w for w in d["where"] if w["tensor"] == d.get("worst")), None)
-    if d["verdict"] in AGREE:
+    if Verdict(d["verdict"]).agrees:
         lines.append(f"{d['a']} and {d['b']} agree on {d['case']} ({d['verdict']})")
     elif d["first"]:
         lines.append(f"first divergence: {d['first']['text']}")
@@ -26,7 +26,7 @@ def summary_text(d: dict) -> str:
                      "(a residual, a norm or step the family does not map)")
     if d.get("attribution"):
         lines.append(d["attribution"]["text"])
-    if worst is not None and worst["verdict"] not in AGREE:
+    if worst is not None and not Verdict(worst["verdict"]).agrees:
         idx = ", ".join(map(str, worst["worst_index"]))
         lines.append(f"worst tensor {worst['tensor']}: {worst['mismatches']}/{worst['numel']} elements "
                      f"differ, worst at [{idx}] ({worst['row_kind']}): {_value(worst['worst_a'])} vs "
@@ -64,7 +64,8 @@ def render(d: dict) -> str:
         [[w["tensor"], w["verdict"], _fmt(w["max_abs"]), f"{w['mismatches']}/{w['numel']}",
           ", ".join(map(str, w["worst_index"])), w["row_kind"],
           "; ".join(f"{k}: {n}" for k, n in w["rows"].items())]
-         for w in d["where"] if w["verdict"] not in AGREE] or [["(every tensor agrees)", "", "", "", "", "", ""]],
+         for w in d["where"] if not Verdict(w["verdict"]).agrees]
+        or [["(every tensor agrees)", "", "", "", "", "", ""]],
         headers=["tensor", "verdict", "max_abs", "mismatches", "worst at", "row kind", "mismatches by row kind"],
         tablefmt="simple"))
     if d.get("hints") or d.get("hint_candidates"):
