@@ -179,6 +179,10 @@ class VariantItem(pytest.Item):
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, VariantMismatch):
             return str(excinfo.value)
+        from harness.base.errors import HarnessError
+
+        if isinstance(excinfo.value, HarnessError):  # the user's mistake: one line, not a traceback
+            return f"{self.key}: {excinfo.value}"
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):

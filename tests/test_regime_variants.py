@@ -33,11 +33,6 @@ HALF = {"rg_half_zero_after_softmax", "rg_norm_finfo_eps"}
 
 # id -> the issue-15 mechanism that would catch it, for the ones missed today (HEAD 138b553)
 MISSED = {
-    "rg_pe_cached_first_len": "call sequences and fresh builds",
-    "rg_mask_cached_by_length": "call sequences and fresh builds",
-    "rg_causal_buffer_first_T": "call sequences and fresh builds",
-    "rg_kv_cache_not_reset": "two cached sessions per model",
-    "rg_query_scaled_inplace": "read-only inputs and the inference path judged",
     "rg_softmax_no_max": "large attention-logit scales",
     "rg_log_softmax_loss": "large logit scales for losses",
     "rg_flash_no_rescale": "a long config (S >= 130) crossing 64-wide key blocks",
@@ -46,22 +41,15 @@ MISSED = {
     "rg_pad_idx_zero": "a pad index other than 0",
     "rg_mask_pad_zero": "a pad index other than 0",
     "rg_lr_ignores_factor": "schedule factors other than 1",
-    "rg_eval_fast_path_drops_padding": "the inference path judged against the spec",
     "rg_dropout_on_scores": "dropout by statistics",
     "rg_dropout_whole_residual": "dropout by statistics",
     "rg_dropout_hardcoded_rate": "dropout by statistics (the rate follows the config)",
-    "rg_half_zero_after_softmax": "half precision that can fail",
-    "rg_norm_finfo_eps": "half precision that can fail",
     "rg_greedy_newest_token": "greedy decoding on weights where greedy outputs vary",
     "rg_layer_norm_no_affine": "parameters left out must be declared",
 }
 # control -> the mechanism that stops today's false alarm
-FLAGGED_CONTROLS = {
-    "ctl_lr_sqrt_last": "exact functions compared with a tolerance",
-    "ctl_rand_like_dropout": "every random op counted (rand_like)",
-    "ctl_float32_internal": "gradcheck honouring internal_dtype",
-}
-# caught today, but only by accident (gradcheck re-uses its inputs), not as a changed input
+FLAGGED_CONTROLS: dict[str, str] = {}  # all three fixed by issue 15 (tolerances, rand_like, internal_dtype)
+# caught before issue 15 only by accident (gradcheck re-used its inputs); now as a changed input, named
 ACCIDENTAL = {"rg_pad_flipped_inplace", "rg_target_filled_inplace"}
 
 
@@ -148,10 +136,9 @@ def test_control_stays_equivalent(runs, vid):
 
 
 @pytest.mark.parametrize("vid", sorted(ACCIDENTAL))
-@pytest.mark.xfail(strict=True, reason="issue 15: read-only inputs (a change names the input) not built yet")
 def test_an_input_changed_in_place_is_named(runs, vid):
-    """Caught today only because gradcheck re-uses its inputs; the contradiction should
-    say which input the variant changed."""
+    """Inputs are read-only: the contradiction says which input the variant changed
+    (before issue 15 these were caught only because gradcheck re-used its inputs)."""
     notes = " ".join(str(getattr(f, "note", "")) for f in runs.contradictions(vid))
     assert "input" in notes and "changed" in notes, notes
 
@@ -200,24 +187,18 @@ def _check_cli(family, vid, tmp_path):
     return proc, report, rows
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 15: one failing variant is that variant's error row (JSON written) not built yet"))
 def test_a_port_failure_is_the_variants_error_row(tmp_path):
     proc, report, rows = _check_cli("attention", "df_kv_other_shape", tmp_path)
     assert report is not None, proc.stdout[-300:] + proc.stderr[-300:]
     assert rows and proc.returncode == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 15: the masks crash (abs of a bool tensor in diff.where_differs) not fixed yet"))
 def test_a_masks_contradiction_writes_its_json(tmp_path):
     proc, report, rows = _check_cli("masks", "df_mask_polarity", tmp_path)
     assert report is not None, proc.stderr[-300:]
     assert rows and proc.returncode == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 15: a kernel-path recorder that leaves higher-order ops working not built yet"))
 def test_the_recorder_leaves_flex_attention_working(tmp_path):
     proc, report, rows = _check_cli("attention", "df_flex_attention", tmp_path)
     assert report is not None

@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, InputError
+from harness.base.errors import HarnessError, InputError, PortingError
 from harness.base.kernels import PATH_MARKERS
 from harness.base.verdicts import Verdict
 from harness.check.results import PathResult
@@ -35,12 +35,35 @@ from harness.registry import Variant, build
 class OpRecorder(TorchDispatchMode):
     """Records the aten operators that run (to name the kernel path taken)."""
 
+    # higher-order operators (flex_attention, cond, ...) come here too, with this mode popped:
+    # recorded by name and run as they are (without it torch refuses them under any mode)
+    supports_higher_order_operators = True
+
     def __init__(self) -> None:
         super().__init__()
         self.ops: list[str] = []
 
+    def __enter__(self):
+        # flex_attention wraps its op in torch.compile(fullgraph=True), which refuses to run
+        # under a Python dispatch mode (and the failed compile poisons later calls): while
+        # recording, flex runs its op eagerly (its own debug switch), restored on exit
+        import torch.nn.attention.flex_attention as flex
+
+        self._flex_debug = flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
+        flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        import torch.nn.attention.flex_attention as flex
+
+        try:
+            return super().__exit__(*exc)
+        finally:
+            flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = self._flex_debug
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(func.overloadpacket.__name__)
+        packet = getattr(func, "overloadpacket", None)
+        self.ops.append(packet.__name__ if packet is not None else str(getattr(func, "_name", func)))
         return func(*args, **(kwargs or {}))
 
     def path(self) -> str:
@@ -61,6 +84,33 @@ class Run:
     path: str = ""
     error: str | None = None
     note: str = ""  # e.g. an output that does not require grad (detached)
+    changed: list[str] = field(default_factory=list)  # inputs the call changed in place, each named
+
+
+def snapshot(inputs: Mapping[str, Any]) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(names, tensor, copy) of every distinct input tensor: inputs are read-only, and a
+    call that changes one (a mask flipped in place, a target filled) is told by the copy."""
+    names: dict[int, list[str]] = {}
+    tensors: dict[int, torch.Tensor] = {}
+    for name, value in inputs.items():
+        if isinstance(value, torch.Tensor):
+            names.setdefault(id(value), []).append(name)
+            tensors[id(value)] = value
+    return [(" = ".join(names[i]), t, t.detach().clone()) for i, t in tensors.items()]
+
+
+def changed_inputs(snap) -> list[str]:
+    """One line per input the call changed in place: its name(s) and how many elements."""
+    out = []
+    for name, t, before in snap:
+        now = t.detach()
+        if now.shape != before.shape or now.dtype != before.dtype:
+            out.append(f"input '{name}' changed in place by the call (now {tuple(now.shape)} {now.dtype})")
+        elif not torch.equal(now, before):
+            same = (now == before) | (now.isnan() & before.isnan()) if now.is_floating_point() else now == before
+            out.append(f"input '{name}' changed in place by the call ({int((~same).sum())} of "
+                       f"{now.numel()} element(s))")
+    return out
 
 
 def cast_inputs(
@@ -139,6 +189,7 @@ def run_variant(
     try:
         module, portmap = build(variant, cfg, dtype=dtype, device=device, weights=weights64)
         inputs = cast_inputs(inputs64, dtype, device, family.grad_inputs if backward else ())
+        snap = snapshot(inputs)
         if compile_backend:  # outside any dispatch mode: Dynamo skips frames run under one
             out = variant.call(torch.compile(module, backend=compile_backend), inputs)
         elif record:  # a Python dispatch mode costs time on every op: only where the path is shown
@@ -148,6 +199,9 @@ def run_variant(
             run.path = recorder.path()
         else:
             out = variant.call(module, inputs)
+    except PortingError as exc:  # this variant's weights cannot be ported: its error row, the run goes on
+        run.error = f"PortingError: {exc}"
+        return run
     except HarnessError:
         raise
     except Exception as exc:  # a variant that fails on this case/dtype is a finding
@@ -155,6 +209,7 @@ def run_variant(
         return run
     if not isinstance(out, torch.Tensor):
         raise InputError(f"{variant.key}: adapter returned {type(out).__name__}, not a tensor")
+    run.changed = changed_inputs(snap)
     run.tensors["output"] = out.detach().to("cpu", torch.float64 if out.is_floating_point() else out.dtype)
     if backward and family.differentiable and not out.requires_grad:
         run.note = "the output does not require grad (detached?): no gradient reaches any input or parameter"
@@ -191,10 +246,11 @@ def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64:
     return run
 
 
-def inference_run(variant: Variant, cfg: Config, inputs64, weights64, dtype, device="cpu") -> Run:
+def inference_run(variant: Variant, cfg: Config, inputs64, weights64, dtype, device="cpu",
+                  record: bool = True) -> Run:
     """Forward only, under torch.no_grad() in eval mode: where torch's fused fast paths run."""
     with torch.no_grad():
-        return run_variant(variant, cfg, inputs64, weights64, dtype, device, backward=False)
+        return run_variant(variant, cfg, inputs64, weights64, dtype, device, backward=False, record=record)
 
 
 # -- comparing tensors ---------------------------------------------------------------------------
@@ -262,9 +318,45 @@ class RunCache:
         if key not in self._runs:
             family = variant.family_spec
             args = (variant, self.cfg, self.inputs(family, case), self.weights(family, zero), dtype, device)
-            self._runs[key] = (inference_run(*args) if mode == "inference"
+            self._runs[key] = (inference_run(*args, record=self.record) if mode == "inference"
                                else run_variant(*args, record=self.record))
         return self._runs[key]
+
+    def warmups(self) -> list[Config]:
+        """The configs of the calls made before the checked one, in order: every size
+        smaller (another length, batch and key length), then the same sizes on another seed
+        (another padding, other values). State kept from the first call shows on the last."""
+        c = self.cfg
+        shorter = c.replace(batch=max(1, c.batch - 1), tgt_len=max(1, c.tgt_len - 2),
+                            src_len=max(1, c.src_len - 2), seed=c.seed + 101)
+        return [x for x in (shorter, c.replace(seed=c.seed + 202)) if x != c]
+
+    def sequence(self, variant: Variant, case: str, zero: Fills) -> tuple[Run, str]:
+        """One build called on ``warmups()``' inputs, then on this case's inputs (float64,
+        no-grad eval, as the fresh build's inference run it is compared with); also returns
+        the sequence in words."""
+        family = variant.family_spec
+        key = (variant.key, case, zero, "sequence")
+        calls = [w for w in self.warmups() if not variant.supports(w)]
+        said = ", then ".join(f"B={w.batch} T={w.tgt_len} S={w.src_len} seed {w.seed}" for w in calls)
+        if key not in self._runs:
+            run = Run()
+            try:
+                with torch.no_grad():
+                    module, _ = build(variant, self.cfg, dtype=torch.float64, device=self.device,
+                                      weights=self.weights(family, zero))
+                    for w in calls:
+                        variant.call(module, cast_inputs(family.inputs(case, w), torch.float64, self.device))
+                    out = variant.call(module, cast_inputs(self.inputs(family, case), torch.float64, self.device))
+                run.tensors["output"] = out.detach().to("cpu", torch.float64 if out.is_floating_point() else out.dtype)
+            except PortingError as exc:
+                run.error = f"PortingError: {exc}"
+            except HarnessError:
+                raise
+            except Exception as exc:  # a module that cannot be called twice is a finding
+                run.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            self._runs[key] = run
+        return self._runs[key], said
 
     def compare_paths(self, variant: Variant, case: str, dtype_name: str) -> PathResult | None:
         family = variant.family_spec

@@ -360,6 +360,8 @@ def where_differs(family: Family, inputs, name, a, b, *, a64, b64, dtype) -> Whe
     tv = compare_tensors(a, b, a64, b64, dtype)
     if a.shape != b.shape:
         return Where(name, tv.verdict, tv.max_abs, a.numel(), a.numel(), (), math.nan, math.nan, tv.note, {})
+    if not (a.is_floating_point() and b.is_floating_point()):  # masks, tokens: compared as numbers
+        a, b = a.to(torch.float64), b.to(torch.float64)
     rtol, atol = DEFAULT_TOLERANCE[dtype]
     tol = max(atol, NOISE_MULTIPLE * tv.noise) + rtol * b.abs()
     nan_a, nan_b = a.isnan(), b.isnan()

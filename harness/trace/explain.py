@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.base.errors import HarnessError
 from harness.base.verdicts import Verdict
 from harness.trace.kernel_explain import explain_mistake
 from harness.trace.pairs import explain_variant, first_divergence
@@ -30,7 +31,12 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
         if s.verdict != Verdict.DIFFERENT:  # less precise: same function, more rounding; nothing to trace
             lines.append(head + f" ({s.verdict}, {s.ratio:.3g}x the baseline's error)")
             continue
-        d = explain_variant(s.family, s.variant, s.case, configs[s.config], s.dtype if s.dtype != "bool" else "float32")
+        try:
+            d = explain_variant(s.family, s.variant, s.case, configs[s.config],
+                                s.dtype if s.dtype != "bool" else "float32")
+        except HarnessError as exc:  # a trace this variant cannot take: one line, the check goes on
+            lines.append(head + f"\n    (not traced: {exc})")
+            continue
         lines.append(head + ("" if d is None else "\n" + "\n".join("    " + x for x in d.text.splitlines())))
     return "\n".join(lines)
 
