@@ -10,6 +10,7 @@ Where the rest lives: README's "Layout" section, one line per sub-package.
     from harness import register_kernel   # a plain attention function over projected heads
 """
 
+import harness._interrupt  # noqa: F401  (first: Ctrl-C during start-up is one line, exit 130)
 from harness.base.config import Config
 from harness.base.errors import (
     ConfigError,

@@ -62,7 +62,7 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["check", "--family", "nope"], "unknown family 'nope'"),
         ([*NORM[:3], "--dtype", "float8"], "unknown dtype 'float8'"),
         (["check", "--family", "attention", "--dtype", "bool"], "dtype 'bool' is not a floating dtype"),
-        ([*NORM, "--precision-factor", "0"], "--precision-factor 0.0 must be positive"),
+        ([*NORM, "--precision-factor", "0"], "--precision-factor 0 must be a factor > 0"),
         ([*NORM, "--precision-factor", "x"], "argument --precision-factor: invalid float value: 'x'"),
         ([*NORM, "--pairs", "some"], "argument --pairs: invalid choice: 'some'"),
         ([*NORM, "--device", "tpu"], "unknown device 'tpu'"),

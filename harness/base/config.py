@@ -55,6 +55,8 @@ class Config:
             raise ConfigError(
                 f"d_model={self.d_model} must be even (sinusoidal encodings pair dims)"
             )
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**63:
+            raise ConfigError(f"seed={self.seed!r} must be an integer from 0 to 2**63-1 (torch's and numpy's range)")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout={self.dropout!r} must be in [0, 1)")
         self._check_kernel_fields()
@@ -111,16 +113,30 @@ class Config:
                 changes[key] = _PARSERS.get(key, float if types[key] == "float" else int)(raw)
             except ValueError:
                 raise ConfigError(f"bad --set {item!r}: {key} takes {kind}, got {raw!r}") from None
-        return base.replace(**changes)
+        cfg = base.replace(**changes)
+        return cfg.check_fits() if changes else cfg
 
     def estimate_bytes(self) -> int:
-        """A generous estimate of a check's peak memory on this config: the largest
-        intermediate (attention scores B*H*T*S, the FFN hidden B*T*F, an embedding table
-        V*D) in float64, times 16 for its copies, gradients and the oracle's."""
+        """A generous estimate of peak memory on this config: the largest intermediate
+        (attention scores B*H*T*S, the FFN hidden B*T*F) in float64, times 16 for its copies,
+        gradients and the oracle's; plus the weights of a whole model (per layer 4 D*D
+        attention projections twice and 2 D*F, six layers, two V*D tables) in float64, times 8
+        (the variant's, the oracle's and a ported copy, with their gradients and Adam's moments)."""
         length = max(self.tgt_len, self.src_len)
         largest = max(self.batch * self.heads * self.tgt_len * length, self.batch * length * self.d_ff,
-                      self.batch * length * self.d_model, self.vocab * self.d_model)
-        return 16 * 8 * largest
+                      self.batch * length * self.d_model)
+        weights = 6 * (8 * self.d_model ** 2 + 2 * self.d_model * self.d_ff) + 2 * self.vocab * self.d_model
+        return 16 * 8 * largest + 8 * 8 * weights
+
+    def check_fits(self, name: str = "--set") -> "Config":
+        """Refuse, before anything is allocated, a config that cannot fit in this machine's memory."""
+        need, have = self.estimate_bytes(), physical_memory()
+        if have and need > have / 2:
+            raise ConfigError(
+                f"config {name} ({self.describe()}) needs about {need / 2**30:.3g} GiB to check or run "
+                f"(B*H*T*S scores and B*T*F activations, and the D*D and D*F weights, in float64 with gradients); "
+                f"this machine has {have / 2**30:.3g} GiB")
+        return self
 
     def describe(self) -> str:
         # the attention kernels' fields and RoPE's base, when set
@@ -162,12 +178,7 @@ def config_matrix(overrides: list[str] | None = None) -> dict[str, Config]:
     A config whose check cannot fit in this machine's memory is refused with the estimate."""
     configs = {"custom": Config.parse(overrides)} if overrides else dict(CONFIG_MATRIX)
     for name, cfg in configs.items():
-        need, have = cfg.estimate_bytes(), physical_memory()
-        if have and need > have / 2:
-            raise ConfigError(
-                f"config {name} ({cfg.describe()}) needs about {need / 2**30:.3g} GiB to check "
-                f"(B*H*T*S scores and B*T*F activations in float64, with gradients); "
-                f"this machine has {have / 2**30:.3g} GiB")
+        cfg.check_fits(name)
     return configs
 
 

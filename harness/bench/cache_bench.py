@@ -15,6 +15,7 @@ from tabulate import tabulate
 
 from harness.base.config import Config
 from harness.base.errors import ConfigError
+from harness.base.files import atomic_write, check_output_folder, save_figure
 from harness.bench.counters import peak_bytes
 from harness.check.spec import one_thread
 from harness.systems.decoding import greedy_steps, prefix
@@ -82,10 +83,12 @@ def write_cache_bench(out_dir: str | Path, lengths: list[int] | None = None,
     lengths = lengths or [8, 16, 32, 64]
     if min(lengths) < 2:
         raise ConfigError(f"impossible sweep: generated lengths {lengths} must be at least 2")
+    (cfg or Config()).replace(tgt_len=max(lengths), src_len=max(lengths)).check_fits("cache-bench --seq")
     out = Path(out_dir)
+    check_output_folder(out, ("cache_bench.json", "cache_bench.md", "cache_bench.png"), "cache-bench --out")
     out.mkdir(parents=True, exist_ok=True)
     rows = cache_bench(lengths, cfg)
-    (out / "cache_bench.json").write_text(json.dumps([r.as_dict() for r in rows], indent=1))
+    atomic_write(out / "cache_bench.json", json.dumps([r.as_dict() for r in rows], indent=1))
     table = []
     for r in rows:
         if r.cached:
@@ -95,7 +98,7 @@ def write_cache_bench(out_dir: str | Path, lengths: list[int] | None = None,
                           f"{r.tokens_per_s / base.tokens_per_s:.2f}x", r.peak_bytes, base.peak_bytes, f"{r.load:.1f}"))
     text = tabulate(table, headers=("family", "model", "T", "tokens/s cached", "tokens/s full", "speed-up",
                                     "peak B cached", "peak B full", "load avg"), tablefmt="github")
-    (out / "cache_bench.md").write_text(_machine_note(rows) + "\n\n" + text + "\n")
+    atomic_write(out / "cache_bench.md", _machine_note(rows) + "\n\n" + text + "\n")
     _plot_cache(rows, out / "cache_bench.png")
     return rows
 
@@ -130,5 +133,5 @@ def _plot_cache(rows: list[CacheBenchRow], path: Path) -> None:
     ax.set_ylabel("tokens/s (greedy, CPU)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

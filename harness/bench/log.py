@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.base.errors import ResultsFileError
+from harness.base.files import atomic_write
 from harness.registry import REGISTRY
 
 LOG_MAGIC = "attention-harness bench log"
@@ -66,6 +67,14 @@ def refuse_foreign_log(log: Path) -> None:
                                "give another --log path")
 
 
+def is_own_log(path: Path) -> bool:
+    try:
+        refuse_foreign_log(path)
+    except ResultsFileError:
+        return False
+    return True
+
+
 def read_log(path: Path, *, quiet: bool = False) -> list[dict]:
     """The measured rows of a JSONL log (its first line, what measured it, left out)."""
     return [r for r in read_jsonl(path, quiet=quiet) if r.get("harness_log") != LOG_MAGIC]
@@ -97,7 +106,7 @@ def read_jsonl(path: Path, *, quiet: bool = False) -> list[dict]:
 def _rewrite_without_cut_line(path: Path, rows: list[dict]) -> None:
     """Before appending to a log whose last line was cut off, write it back whole."""
     if len([x for x in path.read_text().splitlines() if x.strip()]) > len(rows):
-        path.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
+        atomic_write(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))
 
 
 # -- sizes that cannot fit ---------------------------------------------------------------------------

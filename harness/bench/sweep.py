@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, ResultsFileError
+from harness.base.files import make_public, output_lock
 from harness.bench import counters, timing
 from harness.bench.cases import BenchCase, Prepared, case_bytes, prepare
 from harness.bench.log import (
@@ -264,6 +265,15 @@ def run_sweep(
     stamp = log_stamp(device=cases[0].device if cases else "cpu", profile=profile, min_time=min_time,
                       rounds=rounds, threads=threads, memory=memory, variant_files=variant_files or [])
     refuse_foreign_log(log)
+    with output_lock(log, "the bench log"):
+        yield from _sweep_locked(cases, log, stamp, fresh=fresh, min_time=min_time, rounds=rounds,
+                                 threads=threads, progress=progress, memory=memory,
+                                 variant_files=variant_files, profile=profile)
+
+
+def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, threads, progress, memory,
+                  variant_files, profile) -> Iterator[dict]:
+    refuse_foreign_log(log)
     old = read_jsonl(log, quiet=fresh)
     if old and not all(is_harness_row(r) for r in old):
         raise ResultsFileError(f"'{log}' is not a log written by this harness; it is left as it is: "
@@ -273,8 +283,10 @@ def run_sweep(
     if stale:
         print(f"{log}: its rows were measured with other settings ({stale}); measuring again",
               file=sys.stderr)
-    if (fresh or stale) and log.exists():
-        log.unlink()
+    # a fresh start writes beside the old log and replaces it only once a group is whole:
+    # interrupted before that, the old log is left byte for byte
+    replace = bool((fresh or stale) and log.exists())
+    if replace:
         old = []
     if old:
         _rewrite_without_cut_line(log, old)
@@ -296,11 +308,20 @@ def run_sweep(
                   key=lambda g: sum(case_bytes(c) for c in g))
     cpu = bool(cases) and not cases[0].device.startswith("cuda")
     probe = MemProbe(list(variant_files or []), threads) if memory and cpu else None
+    target = log.parent / f".{log.name}.new-{os.getpid()}" if replace else log
+    placed = not replace
     try:
-        with log.open("a") as out:
+        with target.open("a") as out:
             def emit(row):
                 out.write(json.dumps(row, default=str) + "\n")
                 out.flush()
+
+            def place():
+                nonlocal placed
+                if not placed:
+                    make_public(target)
+                    os.replace(target, log)  # the open file goes on being appended to, now as ``log``
+                    placed = True
 
             if not old:
                 emit({"harness_log": LOG_MAGIC, "kind": "log", "stamp": stamp})
@@ -314,12 +335,16 @@ def run_sweep(
                     tqdm.write(f"disturbed: {c.family} B={c.batch} T={c.seq} {c.mode}: {peak['disturbed']}",
                                file=sys.stderr)
                 emit({**peak, "profile": profile, **env})
+                rows = [{**row, "kind": "case", "profile": profile, **env} for row in rows]
                 for row in rows:
-                    row = {**row, "kind": "case", "profile": profile, **env}
                     emit(row)
-                    yield row
+                place()
+                yield from rows
             if todo or not (old and old[-1].get("kind") == "end"):
                 emit({"kind": "end", "key": "end", "profile": profile})
+                place()
     finally:
+        if not placed:
+            target.unlink(missing_ok=True)
         if probe is not None:
             probe.close()

@@ -21,16 +21,16 @@ from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.dtypes import default_dtypes, resolve_device
 from harness.base.errors import ConfigError, HarnessError
 from harness.bench.cases import PROFILES, TIMING, check_sizes, plan
-from harness.bench.log import load_many, read_log, refuse_foreign_log
+from harness.bench.log import is_own_log, load_many, read_log, refuse_foreign_log
 from harness.bench.sweep import device_dir, run_sweep, shard
 from harness.check.api import check_all
 from harness.cli.common import _load, _variant_files
 from harness.families.catalog import FAMILIES
 from harness.report.bench_frame import load_old
 from harness.report.bench_tables import print_targets
-from harness.report.differences_md import write_differences
+from harness.report.differences_md import is_own_differences, write_differences
 from harness.report.io import ensure_writable, write_json
-from harness.report.markdown import write_report
+from harness.report.markdown import refuse_foreign_report, write_report
 from harness.trace.differences import differences
 
 
@@ -194,7 +194,7 @@ def cmd_bench(args) -> int:
     part = f"-shard{args.shard[0]}of{args.shard[1]}" if args.shard else ""
     log = Path(args.log) if args.log else Path("reports") / device_dir(device) / f"bench-{args.profile}{part}.jsonl"
     cases = _plan(args, device)
-    ensure_writable(str(log), "the bench log")
+    ensure_writable(str(log), "the bench log", own=is_own_log)
     refuse_foreign_log(log)
     if args.json:
         ensure_writable(args.json)
@@ -249,9 +249,12 @@ def cmd_report(args) -> int:
     old = load_old(compare) if compare else None
     cases = None if args.from_file else _plan(args, device)
     _writable_dir(out, "the report to")
+    refuse_foreign_report(out)  # before the run, not after it
+    if not args.from_file and args.profile == "full" and not args.skip_check:
+        ensure_writable(str(root / "DIFFERENCES.md"), "the differences file", own=is_own_differences)
     if cases is not None:
         log = device_folder / f"report-{args.profile}.jsonl"
-        ensure_writable(str(log), "the bench log")
+        ensure_writable(str(log), "the bench log", own=is_own_log)
         refuse_foreign_log(log)
         fresh = args.fresh  # rows measured with this code and settings are reused
         if not args.skip_check:

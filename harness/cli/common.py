@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
 
 from harness.families.catalog import FAMILIES, get_family
-from harness.registry import load_all
+from harness.registry import REGISTRY, load_all
 
 VARIANTS_ENV = "HARNESS_VARIANTS"
 
@@ -19,7 +21,15 @@ def _variant_files(args) -> list[str]:
 
 
 def _load(args) -> None:
-    load_all(_variant_files(args))
+    files = _variant_files(args)
+    load_all(files)
+    families = getattr(args, "family", None)
+    if families and files:  # a filter that leaves out the user's own variants is said aloud
+        mine = {str(Path(f).resolve()) for f in files}
+        for v in REGISTRY.values():
+            if v.origin and str(Path(v.origin).resolve()) in mine and v.family not in families:
+                print(f"note: --family {','.join(families)} leaves out {v.id} ({v.family} family) "
+                      f"from {v.origin}", file=sys.stderr)
 
 
 def _families(args) -> list[str]:

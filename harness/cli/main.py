@@ -7,14 +7,17 @@ exit 2; a check whose verdicts contradict their declarations exits 1.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
+from harness._interrupt import started
 from harness.base.errors import HarnessError
 from harness.cli import bench as bench_commands
 from harness.cli import models as models_commands
 from harness.cli.check import cmd_check, cmd_list
 from harness.cli.common import VARIANTS_ENV, OneLineParser
 from harness.cli.review import add_review_commands
+from harness.cli.validate import validate_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,14 +67,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED = ("interrupted: every output is written whole or not at all, so the files from "
+               "before are as they were (a bench log keeps the groups measured so far); "
+               "run the same command again to go on")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Exit 0 (done), 1 (a contradiction), 2 (a usage mistake, one line) or 130 (Ctrl-C)."""
+    started()  # Ctrl-C from here on is a KeyboardInterrupt, handled below
     try:
+        args = build_parser().parse_args(argv)
+        validate_args(args)
         return args.func(args)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this line
+        try:
+            print(f"\n{INTERRUPTED}", file=sys.stderr)
+        finally:
+            signal.signal(signal.SIGINT, previous)
         return 130

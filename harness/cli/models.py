@@ -12,6 +12,7 @@ cache-bench  tokens/s and peak memory with and without each cache as T grows -> 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from tabulate import tabulate
 
@@ -128,5 +129,5 @@ def cmd_copy_task(args) -> int:
 def cmd_cache_bench(args) -> int:
     _load(args)
     write_cache_bench(args.out, _int_list(args.seq), Config.parse(args.set))
-    print(open(f"{args.out}/cache_bench.md").read())
+    print((Path(args.out) / "cache_bench.md").read_text())
     return 0

@@ -9,7 +9,7 @@ from harness.base.dtypes import dtype_of, resolve_device
 from harness.cli.common import _load
 from harness.families.catalog import get_family
 from harness.registry import get_variant
-from harness.report.differences_md import write_differences
+from harness.report.differences_md import is_own_differences, write_differences
 from harness.report.io import ensure_writable, write_json
 from harness.trace.differences import differences
 from harness.trace.mapsearch import propose_map
@@ -51,7 +51,7 @@ def cmd_map(args) -> int:
 
 def cmd_differences(args) -> int:
     _load(args)
-    ensure_writable(args.out, "--out")
+    ensure_writable(args.out, "--out", own=is_own_differences)
     cfg = Config.parse(args.set)
     started = time.perf_counter()
     findings = differences(None, None, families=args.family, cfg=cfg)

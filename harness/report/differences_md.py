@@ -8,6 +8,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from harness.base.config import Config
+from harness.base.files import atomic_write, refuse_foreign
 from harness.trace.findings import FamilyFindings
 
 
@@ -73,6 +74,13 @@ def render_differences(findings: list[FamilyFindings], cfg: Config) -> str:
 
 def write_differences(path: str | Path, findings: list[FamilyFindings], cfg: Config) -> Path:
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render_differences(findings, cfg))
-    return target
+    refuse_foreign(target, "the differences file", own=is_own_differences)
+    return atomic_write(target, render_differences(findings, cfg))
+
+
+def is_own_differences(path: Path) -> bool:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            return f.readline().strip() == "# Differences between the variants"
+    except OSError:
+        return False

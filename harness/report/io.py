@@ -1,4 +1,6 @@
-"""Writing results: strict JSON (NaN and inf as strings), checked before the work starts."""
+"""Writing results: strict JSON (NaN and inf as strings), checked before the work starts, written
+whole (``harness.base.files``: a temporary name renamed into place) and never over a file this
+harness did not write."""
 
 from __future__ import annotations
 
@@ -7,6 +9,9 @@ import math
 from pathlib import Path
 
 from harness.base.errors import HarnessError
+from harness.base.files import OUTPUT_MAGIC, atomic_path, atomic_write, is_own_json, refuse_foreign
+
+__all__ = ["atomic_path", "atomic_write", "ensure_writable", "refuse_foreign", "strict_json", "write_json"]
 
 
 def strict_json(value):
@@ -20,12 +25,15 @@ def strict_json(value):
     return value
 
 
-def ensure_writable(path: str | None, what: str = "--json") -> None:
+def ensure_writable(path: str | None, what: str = "--json", own=is_own_json) -> None:
     """Refuse an output path before a long run, not after it: create it (then remove it
     again if it was not there), so a folder, a missing permission or /proc is found now."""
-    if not path:
+    if path is None:
         return
+    if not str(path).strip():
+        raise HarnessError(f"{what} is empty: give a file name")
     target = Path(path)
+    refuse_foreign(target, what, own=own)
     if target.is_dir():
         raise HarnessError(f"cannot write {what} '{path}': it is a directory")
     existed = target.exists()
@@ -39,10 +47,14 @@ def ensure_writable(path: str | None, what: str = "--json") -> None:
         target.unlink(missing_ok=True)
 
 
-def write_json(path: str, payload) -> None:
+def write_json(path: str, payload, what: str = "--json") -> None:
+    """Write ``payload`` whole; a dict is marked ``written_by`` so that a later run knows the
+    file as its own (a file the harness did not write is refused, never replaced)."""
     target = Path(path)
+    refuse_foreign(target, what)
+    if isinstance(payload, dict) and "written_by" not in payload:
+        payload = {"written_by": OUTPUT_MAGIC, **payload}
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(strict_json(payload), indent=2, default=str, allow_nan=False) + "\n")
+        atomic_write(target, json.dumps(strict_json(payload), indent=2, default=str, allow_nan=False) + "\n")
     except OSError as exc:
         raise HarnessError(f"cannot write '{path}': {exc.strerror}") from None

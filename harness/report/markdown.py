@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from harness.base.errors import ResultsFileError
+from harness.base.errors import HarnessError, ResultsFileError
+from harness.base.files import atomic_write, make_public, output_lock
 from harness.bench.timing import CPU_PEAK_METHOD, CUDA_PEAK_METHOD, PEAK_SPREAD_LIMIT
 from harness.check.results import PairResult, PathResult
 from harness.families.catalog import get_family
@@ -26,6 +27,7 @@ from harness.report.bench_frame import ENV_KEYS, compare_with, frame
 from harness.report.bench_tables import family_table, machine_state, mechanisms_table, peaks_table
 from harness.report.io import write_json
 from harness.report.plots import plot_sweeps, plot_verdicts
+from harness.report.summary import summary_table
 from harness.report.tables import LEGEND, differences_table, paths_table, traits_table, verdict_matrix
 from harness.report.targets import MET_TEXT, evaluate
 
@@ -106,20 +108,46 @@ def write_report(
     cases, _ = frame(rows)
     if cases.empty:
         raise ResultsFileError("no benchmark rows to report")
+    refuse_foreign_report(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
-        _write(rows, tmp, results=results, paths=paths, old_rows=old_rows, threshold=threshold,
-               profile=profile, note=note, compared_with=compared_with)
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        if out.exists():
-            out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with output_lock(out, "the report folder"):
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+        make_public(tmp)  # mkdtemp's 0700 would hide the report from the group
+        try:
+            _write(rows, tmp, results=results, paths=paths, old_rows=old_rows, threshold=threshold,
+                   profile=profile, note=note, compared_with=compared_with)
+            refuse_foreign_report(out)
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            if out.exists():
+                out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return out / "REPORT.md"
+
+
+REPORT_FILES = ("REPORT.md", "results.json", "results.csv")
+
+
+def refuse_foreign_report(out: Path) -> None:
+    """A report folder is replaced whole, so refuse one holding anything the harness did not
+    write there (a file, another folder's contents, a user's notes): nothing is deleted."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise HarnessError(f"the report folder '{out}' exists and is not a folder; it is left as it is: "
+                           "give another --out")
+    try:
+        names = [p.name for p in out.iterdir()]
+    except OSError as exc:
+        raise HarnessError(f"cannot read the report folder '{out}': {exc.strerror}") from None
+    foreign = [n for n in names if n not in REPORT_FILES and not n.endswith(".png")]
+    if foreign or (names and "REPORT.md" not in names):
+        shown = ", ".join(sorted(foreign)[:3]) or ", ".join(sorted(names)[:3])
+        raise HarnessError(f"the report folder '{out}' holds files this harness did not write ({shown}); "
+                           "it would be replaced whole, so it is left as it is: give another --out")
 
 
 def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, note, compared_with) -> None:
@@ -135,7 +163,7 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
     write_json(str(out / "results.json"),
                {"environment": env, "profile": profile, "peaks": peaks.replace({np.nan: None}).to_dict("records"),
                 "rows": payload_rows})
-    cases.drop(columns=["path_ops", "round_s"], errors="ignore").to_csv(out / "results.csv", index=False)
+    atomic_write(out / "results.csv", cases.drop(columns=["path_ops", "round_s"], errors="ignore").to_csv(index=False))
 
     plots = plot_sweeps(cases, out)
     verdict_png = plot_verdicts(results, "float32" if device == "cpu" else "bfloat16", out) if results else None
@@ -143,6 +171,7 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
     lines = [f"# Benchmark report: {env.get('device_name', device)}", ""]
     lines += [f"Profile `{profile}`, made {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC by "
               f"`python -m harness report`. {note}".rstrip(), ""]
+    lines += summary_table(cases, results)
     lines += machine_state(cases, peaks)
     lines += ["## Environment", "", tabulate(
         [(k, env.get(k, "")) for k in ENV_KEYS] + [("device", device)],
@@ -198,7 +227,7 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
     if len(failed):
         lines += ["## Not measured", "", tabulate(failed[["key", "status", "error"]], headers="keys",
                                                   tablefmt="github", showindex=False), ""]
-    (out / "REPORT.md").write_text("\n".join(lines) + "\n")
+    atomic_write(out / "REPORT.md", "\n".join(lines) + "\n")
 
 
 def models_section(models: Path) -> list[str]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.base.files import save_figure
 from harness.base.verdicts import Verdict
 from harness.check.results import PairResult
 from harness.families.catalog import get_family
@@ -44,7 +45,7 @@ def _seq_plot(out: Path, name: str, title: str, ylabel: str, draw) -> str:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(out / name, dpi=110)
+    save_figure(fig, out / name, dpi=110)
     plt.close(fig)
     return name
 
@@ -119,7 +120,7 @@ def plot_verdicts(results: list[PairResult], dtype: str, out: Path) -> str | Non
                  "(! contradicts the declaration). Colour: dark green all identical, green all "
                  "equivalent, yellow mixed across cases, orange all different", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / "verdicts.png", dpi=100)
+    save_figure(fig, out / "verdicts.png", dpi=100)
     plt.close(fig)
     return "verdicts.png"
 

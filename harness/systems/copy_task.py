@@ -14,6 +14,7 @@ from tabulate import tabulate
 
 from harness.base.config import Config
 from harness.base.errors import ConfigError
+from harness.base.files import OUTPUT_MAGIC, atomic_write, check_output_folder, save_figure
 from harness.check.spec import one_thread
 from harness.families.models import PAD, START, Decoding
 from harness.porting.portmap import absent_fills, zero_unrepresented
@@ -104,17 +105,19 @@ def write_copy_task(out_dir: str | Path, cfg: Config | None = None, steps: int =
     (loss curves; exact-match accuracy)."""
     cfg = cfg or Config()
     out = Path(out_dir)
+    check_output_folder(out, ("copy_task.json", "copy_task.md", "copy_task.png"), "copy-task --out")
     out.mkdir(parents=True, exist_ok=True)
     runs: list[CopyRun] = []
     for variant, decoding in decodable("encoder_decoder", cfg):
         if variants and variant.id not in variants:
             continue
         runs.append(train_copy(variant, decoding, cfg, steps, batch, eval_batch=eval_batch))
-        (out / "copy_task.json").write_text(json.dumps(
-            {"config": asdict(cfg), "steps": steps, "batch": batch, "runs": [r.as_dict() for r in runs]}, indent=1))
+        atomic_write(out / "copy_task.json", json.dumps(
+            {"written_by": OUTPUT_MAGIC, "config": asdict(cfg), "steps": steps, "batch": batch,
+             "runs": [r.as_dict() for r in runs]}, indent=1))
     if not runs:
         raise ConfigError(f"no encoder-decoder model to train (asked for {variants})")
-    (out / "copy_task.md").write_text(copy_task_table(runs) + "\n")
+    atomic_write(out / "copy_task.md", copy_task_table(runs) + "\n")
     _plot_copy(runs, out / "copy_task.png")
     return runs
 
@@ -145,7 +148,7 @@ def _plot_copy(runs: list[CopyRun], path: Path) -> None:
     right.set_title("greedy decoding, held-out sequences")
     right.tick_params(axis="x", rotation=30, labelsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

@@ -1,0 +1,155 @@
+"""The data-safety contract's primitives: every output is written to a temporary name beside
+its target and renamed into place only when whole; a file the harness did not write is never
+replaced; two runs that would write one target take a lock beside it (README "Data safety")."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+from harness.base.errors import HarnessError
+
+OUTPUT_MAGIC = "attention-harness"
+
+
+def _group_mode(directory: bool) -> int:
+    """The mode a plain ``open``/``mkdir`` would give: 0o666/0o777 less the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if directory else 0o666) & ~umask
+
+
+def make_public(path: Path) -> None:
+    """mkstemp and mkdtemp create 0600/0700: give the file or folder the group's normal mode."""
+    os.chmod(path, _group_mode(path.is_dir()))
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``target`` to write to; renamed onto ``target`` when the block
+    ends normally, removed when it raises (an interrupt included): ``target`` is either its old
+    self or the new whole file, never a part."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}{target.suffix}"
+    try:
+        yield tmp
+        if tmp.exists():
+            make_public(tmp)
+            os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def atomic_write(target: str | Path, data: str | bytes) -> Path:
+    """Write ``data`` whole to ``target`` (see ``atomic_path``)."""
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+    return Path(target)
+
+
+def is_own_json(path: Path) -> bool:
+    """A JSON output of this harness: a dict marked ``written_by`` (every dict it writes), or a
+    list of records (what ``list``, ``bench`` and ``train-step`` write; the one shape a user's
+    file could share, see README "Data safety")."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    if isinstance(data, dict):
+        return str(data.get("written_by", "")).startswith(OUTPUT_MAGIC)
+    return isinstance(data, list) and all(isinstance(r, dict) for r in data)
+
+
+def refuse_foreign(path: str | Path, what: str, own=is_own_json) -> None:
+    """Refuse to replace an existing non-empty file the harness did not write (one line)."""
+    target = Path(path)
+    if not target.exists() or target.is_dir():
+        return
+    try:
+        empty = target.stat().st_size == 0
+    except OSError:
+        return
+    if not empty and not own(target):
+        raise HarnessError(f"{what} '{path}' exists and was not written by this harness; it is left as "
+                           "it is: give another path (or move the file away)")
+
+
+# -- locks -------------------------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lock_path(target: str | Path) -> Path:
+    target = Path(target)
+    return target.parent / f".{target.name}.lock"
+
+
+@contextlib.contextmanager
+def output_lock(target: str | Path, what: str) -> Iterator[None]:
+    """Hold ``.<name>.lock`` beside ``target`` while writing it. A second run refuses with one
+    line naming the first's pid; a lock left by a process that is gone is taken over."""
+    lock = lock_path(target)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, _group_mode(False))
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text().strip() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid and pid != os.getpid() and _alive(pid):
+                raise HarnessError(f"{what} '{target}' is being written by another run (pid {pid}, lock "
+                                   f"{lock}); wait for it to finish, or give another path") from None
+            if pid == os.getpid():
+                yield  # re-entered by the same run
+                return
+            with contextlib.suppress(OSError):
+                lock.unlink()  # left by a run that is gone
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        break
+    else:
+        raise HarnessError(f"cannot take the lock {lock} for {what} '{target}'")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if lock.read_text().strip() == str(os.getpid()):
+                lock.unlink()
+
+
+
+def save_figure(fig, target: str | Path, **kwargs) -> None:
+    """``fig.savefig`` through ``atomic_path`` (a plot is whole or absent)."""
+    with atomic_path(target) as tmp:
+        fig.savefig(tmp, **kwargs)
+
+
+def check_output_folder(out: Path, names: tuple[str, ...], what: str) -> None:
+    """A folder the harness writes ``names`` into (its first name a JSON file): refuse a path
+    that is a file, and any of those names already there that this harness did not write."""
+    if out.exists() and not out.is_dir():
+        raise HarnessError(f"{what} '{out}' is a file, not a folder; it is left as it is: give a folder")
+    first = out / names[0]
+    refuse_foreign(first, what.split()[0] + " output")
+    ours = first.is_file()
+    for name in names[1:]:
+        path = out / name
+        if path.exists() and not ours:
+            raise HarnessError(f"'{path}' exists and was not written by this harness (no {names[0]} beside it); "
+                               "it is left as it is: give another --out")

@@ -1,0 +1,62 @@
+"""Every command's options checked in one place, before anything is loaded or measured:
+numbers finite and in range, paths not empty, flags that contradict each other, and the
+``--set`` config (its seed, its memory estimate counting weights, activations and gradients)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from harness.base.config import Config
+from harness.base.errors import ConfigError, HarnessError
+
+# dest: (lowest, lowest allowed?, highest, what it is)
+NUMBERS = {
+    "precision_factor": (0.0, False, 1e6, "a factor > 0 (2 = twice the baseline's error)"),
+    "threshold": (0.0, True, 100.0, "a fraction >= 0 (0.10 = 10% slower)"),
+    "min_time": (0.0, False, 600.0, "a positive number of seconds (at most 600)"),
+    "rounds": (3, True, 1000, "at least 3 (quartiles across rounds; at most 1000)"),
+    "threads": (1, True, 4096, "at least 1 (and at most 4096)"),
+    "steps": (1, True, 10**6, "positive (an integer, at most 10**6)"),
+    "eval": (1, True, 10**5, "positive (an integer, at most 10**5)"),
+}
+COPY_BATCH = (1, True, 10**5, "positive (an integer, at most 10**5)")
+PATHS = {"json": "--json", "log": "--log", "out": "--out", "compare": "--compare", "from_file": "--from"}
+
+
+POSITIONALS = {"family": "FAMILY", "a": "variant A", "b": "variant B", "target": "TARGET"}
+
+
+def _flag(dest: str) -> str:
+    return PATHS.get(dest) or "--" + dest.replace("_", "-")
+
+
+def _in_range(dest: str, value, rule) -> None:
+    low, inclusive, high, what = rule
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{_flag(dest)} {value} must be {what}")
+    if value < low or (value == low and not inclusive) or value > high:
+        raise ConfigError(f"{_flag(dest)} {value:g} must be {what}")
+
+
+def validate_args(args) -> None:
+    """Raise one HarnessError naming the option, before the command runs."""
+    given = vars(args)
+    for dest, rule in NUMBERS.items():
+        if given.get(dest) is not None:
+            _in_range(dest, given[dest], rule)
+    if args.command == "copy-task" and given.get("batch") is not None:
+        _in_range("batch", given["batch"], COPY_BATCH)
+    for dest, value in given.items():  # an empty name is never meant: refused, whichever option
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            what = {"variants": "a variants file (.py)", **dict.fromkeys(PATHS, "a file name")}.get(dest, "a value")
+            name = POSITIONALS[dest] if dest in POSITIONALS and isinstance(value, str) else _flag(dest)
+            raise HarnessError(f"{name} is empty: give {what}")
+    if given.get("no_compare") and given.get("compare"):
+        raise HarnessError(f"--no-compare and --compare {args.compare} contradict each other: give one")
+    if given.get("log") and given.get("json") and Path(args.log).resolve() == Path(args.json).resolve():
+        raise HarnessError(f"--log and --json name one file ('{args.json}'): the rows would overwrite "
+                           "the log; give two paths")
+    if given.get("set"):
+        Config.parse(args.set)  # seed range, every key, the memory estimate
