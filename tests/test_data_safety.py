@@ -250,3 +250,20 @@ def test_ctrl_c_during_a_report_leaves_the_previous_report(tmp_path):
     assert "kept" in said
     assert _snapshot(folder) == kept
     assert not lock.exists()
+
+
+@pytest.mark.parametrize("committed", ["reports/models/copy_task.json", "reports/cpu/full/results.json"])
+def test_outputs_of_an_earlier_version_are_the_harnesss_own(committed):
+    """Written before outputs carried ``written_by`` (the committed reference runs): still ours,
+    so the README's copy-task command can write reports/models/ again."""
+    from harness.base.files import is_own_json
+
+    assert is_own_json(Path(__file__).resolve().parents[1] / committed)
+
+
+def test_a_dict_with_only_some_earlier_keys_is_not_ours(tmp_path):
+    from harness.base.files import is_own_json
+
+    theirs = tmp_path / "theirs.json"
+    theirs.write_text(json.dumps({"config": {}, "runs": [], "notes": "mine"}))  # copy_task's keys in part
+    assert not is_own_json(theirs)

@@ -52,6 +52,19 @@ def atomic_write(target: str | Path, data: str | bytes) -> Path:
     return Path(target)
 
 
+# The JSON objects earlier versions wrote, before they carried ``written_by``: each command's
+# keys, so a folder from an earlier version (the committed reports/models/, a user's own runs)
+# is still recognised as the harness's and can be written again.
+EARLIER_OUTPUT_KEYS = (
+    frozenset({"specs", "pairs", "configs"}),                 # check --json
+    frozenset({"rows", "environment", "profile"}),             # a report's results.json
+    frozenset({"config", "steps", "batch", "runs"}),           # copy-task's copy_task.json
+    frozenset({"greedy", "cache"}),                            # decode --json
+    frozenset({"family", "a", "b", "case", "dtype", "device"}),  # diff --json
+    frozenset({"found", "code", "tried", "param_map"}),        # map --json
+)
+
+
 def is_own_json(path: Path) -> bool:
     """A JSON output of this harness: a dict marked ``written_by`` (every dict it writes), or a
     list of records (what ``list``, ``bench`` and ``train-step`` write; the one shape a user's
@@ -61,7 +74,8 @@ def is_own_json(path: Path) -> bool:
     except (OSError, UnicodeDecodeError, ValueError):
         return False
     if isinstance(data, dict):
-        return str(data.get("written_by", "")).startswith(OUTPUT_MAGIC)
+        return (str(data.get("written_by", "")).startswith(OUTPUT_MAGIC)
+                or any(keys <= data.keys() for keys in EARLIER_OUTPUT_KEYS))
     return isinstance(data, list) and all(isinstance(r, dict) for r in data)
 
 
