@@ -148,6 +148,17 @@ def test_a_second_run_on_a_locked_output_refuses_naming_the_first(tmp_path, caps
     assert not lock_path(log).exists()
 
 
+def test_a_lock_file_naming_no_process_is_left_as_it_is(tmp_path):
+    """Not a pid (a user's file of that name, or a run that has not written its pid yet):
+    refused in one line, never deleted."""
+    target = tmp_path / "bench.jsonl"
+    lock_path(target).write_text("my notes\n")
+    with pytest.raises(HarnessError, match="names no process; it is left as it is"):
+        with output_lock(target, "the bench log"):
+            pass
+    assert lock_path(target).read_text() == "my notes\n"
+
+
 def test_fresh_run_interrupted_before_a_group_is_whole_keeps_the_old_log(tmp_path, monkeypatch, measured):
     import harness.bench.sweep as sweep
     from harness.bench.cases import plan

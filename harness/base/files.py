@@ -122,17 +122,21 @@ def output_lock(target: str | Path, what: str) -> Iterator[None]:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, _group_mode(False))
         except FileExistsError:
             try:
-                pid = int(lock.read_text().strip() or 0)
-            except (OSError, ValueError):
-                pid = 0
-            if pid and pid != os.getpid() and _alive(pid):
+                text = lock.read_text().strip()
+            except OSError:
+                text = ""
+            if not text.isdigit():  # not a pid (yet): a run starting this instant, or not our file
+                raise HarnessError(f"{what} '{target}' is locked by {lock}, which names no process; it is "
+                                   "left as it is: remove it if no run is writing, or give another path") from None
+            pid = int(text)
+            if pid != os.getpid() and _alive(pid):
                 raise HarnessError(f"{what} '{target}' is being written by another run (pid {pid}, lock "
                                    f"{lock}); wait for it to finish, or give another path") from None
             if pid == os.getpid():
                 yield  # re-entered by the same run
                 return
             with contextlib.suppress(OSError):
-                lock.unlink()  # left by a run that is gone
+                lock.unlink()  # it names a run that is gone
             continue
         with os.fdopen(fd, "w") as f:
             f.write(f"{os.getpid()}\n")
