@@ -47,32 +47,29 @@ def is_harness_row(row: Any) -> bool:
                                       or row.get("kind") in ("case", "peak", "end") and "key" in row)
 
 
-def refuse_foreign_log(log: Path) -> None:
-    """Refuse a non-empty file whose first line is not this harness's: a log is only ever
-    appended to, resumed or replaced when the harness wrote it."""
+def is_own_log(log: Path) -> bool:
+    """True for a missing or empty file and for a log this harness wrote (its first line is
+    the harness's, possibly cut off by an interrupt)."""
     if not log.is_file():
-        return
+        return True
     with log.open("rb") as f:
         first = f.readline().decode(errors="replace").strip()
         more = f.read(1)
     if not first and not more:
-        return
+        return True
     header = json.dumps({"harness_log": LOG_MAGIC})[:-1]
     try:
-        ours = is_harness_row(json.loads(first))
+        return is_harness_row(json.loads(first))
     except json.JSONDecodeError:  # the header itself cut off by an interrupt
-        ours = not more and (header.startswith(first) or first.startswith(header))
-    if not ours:
+        return not more and (header.startswith(first) or first.startswith(header))
+
+
+def refuse_foreign_log(log: Path) -> None:
+    """Refuse a non-empty file whose first line is not this harness's: a log is only ever
+    appended to, resumed or replaced when the harness wrote it."""
+    if not is_own_log(log):
         raise ResultsFileError(f"'{log}' is not a log written by this harness; it is left as it is: "
                                "give another --log path")
-
-
-def is_own_log(path: Path) -> bool:
-    try:
-        refuse_foreign_log(path)
-    except ResultsFileError:
-        return False
-    return True
 
 
 def read_log(path: Path, *, quiet: bool = False) -> list[dict]:

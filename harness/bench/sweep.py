@@ -264,7 +264,6 @@ def run_sweep(
     log.parent.mkdir(parents=True, exist_ok=True)
     stamp = log_stamp(device=cases[0].device if cases else "cpu", profile=profile, min_time=min_time,
                       rounds=rounds, threads=threads, memory=memory, variant_files=variant_files or [])
-    refuse_foreign_log(log)
     with output_lock(log, "the bench log"):
         yield from _sweep_locked(cases, log, stamp, fresh=fresh, min_time=min_time, rounds=rounds,
                                  threads=threads, progress=progress, memory=memory,

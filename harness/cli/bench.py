@@ -21,7 +21,7 @@ from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.dtypes import default_dtypes, resolve_device
 from harness.base.errors import ConfigError, HarnessError
 from harness.bench.cases import PROFILES, TIMING, check_sizes, plan
-from harness.bench.log import is_own_log, load_many, read_log, refuse_foreign_log
+from harness.bench.log import is_own_log, load_many, read_log
 from harness.bench.sweep import device_dir, run_sweep, shard
 from harness.check.api import check_all
 from harness.cli.common import _load, _variant_files
@@ -195,7 +195,6 @@ def cmd_bench(args) -> int:
     log = Path(args.log) if args.log else Path("reports") / device_dir(device) / f"bench-{args.profile}{part}.jsonl"
     cases = _plan(args, device)
     ensure_writable(str(log), "the bench log", own=is_own_log)
-    refuse_foreign_log(log)
     if args.json:
         ensure_writable(args.json)
     _, interrupted = _measure(args, cases, log, args.fresh)
@@ -255,7 +254,6 @@ def cmd_report(args) -> int:
     if cases is not None:
         log = device_folder / f"report-{args.profile}.jsonl"
         ensure_writable(str(log), "the bench log", own=is_own_log)
-        refuse_foreign_log(log)
         fresh = args.fresh  # rows measured with this code and settings are reused
         if not args.skip_check:
             # quick: the default config; full: the whole config matrix (as `harness check`)
