@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import Chunk, Param, RopePermuted, Zero, register
+from harness import Chunk, Param, RopePermuted, Tied, Zero, layers, nest, norm_entries, register, register_decoding
 
 SOURCE = "torch"
 
@@ -88,7 +88,10 @@ class LlamaAttention(nn.Module):
         self.v_proj = nn.Linear(cfg.d_model, self.h_kv * cfg.d_k, bias=bias)
         self.o_proj = nn.Linear(cfg.heads * cfg.d_k, cfg.d_model, bias=bias)
 
-    def forward(self, query, key, value, mask, positions, key_positions, window=None):
+    def forward(self, query, key, value, mask, positions, key_positions, window=None, cache=None):
+        """``cache``: a dict holding the rotated keys and values of earlier tokens ("k", "v",
+        (B, H_kv, P, d)), or None; with one, ``key``/``value`` are the new tokens only, their
+        rotated K/V are appended to it, and ``mask`` is (B, T, P + S)."""
         B, T, _ = query.shape
         S = key.shape[1]
         q = self.q_proj(query).view(B, T, self.h, self.d).transpose(1, 2)       # (B, H, T, d)
@@ -98,6 +101,11 @@ class LlamaAttention(nn.Module):
             q, k = rotate_half(q, positions, self.base), rotate_half(k, key_positions, self.base)
         elif self.rope == "interleaved":
             q, k = rotate_complex(q, positions, self.base), rotate_complex(k, key_positions, self.base)
+        if cache is not None:
+            if "k" in cache:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, H_kv, P+S, d)
+            cache["k"], cache["v"] = k, v
+            S = k.shape[2]
         keep = mask[:, None]                                                   # (B, 1, T, S)
         if window is not None:
             rel = torch.arange(S, device=mask.device)[None, :] - torch.arange(T, device=mask.device)[:, None]
@@ -258,3 +266,217 @@ register(
                "down.weight": Param("down.weight")},
     traits={"activation": "silu", "qkv_layout": "gate and up fused"},
 )
+
+
+# == The LLaMA-style decoder block and model (issue 16) ======================================
+# ``LlamaBlock``: HF's LlamaDecoderLayer restated: x + attention(RMSNorm(x)) at the call's
+# positions, then x + SwiGLU(RMSNorm(x)). ``LlamaModel``: embedding, N blocks, final RMSNorm,
+# a bias-free head (or the embedding table, tied: Gemma, small LLaMA 3.2). Deviations: the
+# layer count, widths and heads come from the config; the model returns log-probabilities
+# (HF returns logits); the causal & pad mask is built inside the model from the call's pad
+# (HF builds it in the model too, as an additive finfo.min mask: a left-pad row there is
+# the mean of V, here zeros, declared). The cache is this file's own (HF's DynamicCache
+# keeps the same thing): per layer the *rotated* keys and the values of the tokens fed so
+# far, and their pad mask; a step's queries and keys turn at the positions the caller
+# counts (``positions_of``: from each row's first real token, so left padding and the
+# offset after a prefill are the caller's positions, not 0..n-1 of the step).
+#
+# ``FusedLlamaBlock`` is the control written differently: K and V in one Linear, q/k rows
+# for Meta's interleaved RoPE ported through ``RopePermuted``, gate and up in one Linear,
+# the scale on q before the product, K/V heads grouped by ``expand``, an additive mask.
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, cfg, rope: str = "half-split"):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model)
+        self.self_attn = LlamaAttention(cfg, rope=rope)
+        self.ffn_norm = RMSNorm(cfg.d_model)
+        self.mlp = GatedFFN(cfg)
+
+    def forward(self, x, mask, positions, cache=None):
+        h = self.attn_norm(x)
+        x = x + self.self_attn(h, h, h, mask, positions, positions, cache=cache)
+        return x + self.mlp(self.ffn_norm(x))
+
+
+class FusedAttention(nn.Module):
+    """q, fused kv and o Linears (bias-free), interleaved RoPE, the scale on q, K/V heads
+    expanded per group, an additive mask (a row without keys: zeros)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.h, self.h_kv, self.d, self.base = cfg.heads, cfg.n_kv_heads, cfg.d_k, cfg.rope_base
+        self.q_proj = nn.Linear(cfg.d_model, cfg.heads * cfg.d_k, bias=False)
+        self.kv_proj = nn.Linear(cfg.d_model, 2 * self.h_kv * cfg.d_k, bias=False)
+        self.o_proj = nn.Linear(cfg.heads * cfg.d_k, cfg.d_model, bias=False)
+
+    def forward(self, x, mask, positions, cache=None):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.h, self.d).transpose(1, 2)           # (B, H, T, d)
+        k, v = self.kv_proj(x).view(B, T, 2, self.h_kv, self.d).permute(2, 0, 3, 1, 4)  # (B, H_kv, T, d) each
+        q, k = rotate_complex(q, positions, self.base), rotate_complex(k, positions, self.base)
+        if cache is not None:
+            if "k" in cache:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+        S, group = k.shape[2], self.h // self.h_kv
+        k = k[:, :, None].expand(B, self.h_kv, group, S, self.d).reshape(B, self.h, S, self.d)
+        v = v[:, :, None].expand(B, self.h_kv, group, S, self.d).reshape(B, self.h, S, self.d)
+        keep = mask[:, None]                                                   # (B, 1, T, S)
+        dead = ~keep.any(-1, keepdim=True)
+        bias = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill(~(keep | dead), float("-inf"))
+        p = torch.softmax((q / math.sqrt(self.d)) @ k.transpose(-2, -1) + bias, dim=-1) * ~dead
+        return self.o_proj((p @ v).transpose(1, 2).reshape(B, T, self.h * self.d))
+
+
+class FusedLlamaBlock(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model)
+        self.self_attn = FusedAttention(cfg)
+        self.ffn_norm = RMSNorm(cfg.d_model)
+        self.mlp = GatedFFN(cfg, fused=True)
+
+    def forward(self, x, mask, positions, cache=None):
+        x = x + self.self_attn(self.attn_norm(x), mask, positions, cache)
+        return x + self.mlp(self.ffn_norm(x))
+
+
+FUSED_GATED_MAP = {"gate.weight": Chunk("gate_up.weight", 0, 2), "up.weight": Chunk("gate_up.weight", 1, 2),
+                   "down.weight": Param("down.weight")}
+
+
+def block_map(fused: bool = False):
+    """The block's canonical parameters: RMSNorm gains (no bias), the attention map (or the
+    fused one: q/k through ``RopePermuted``, k and v halves of ``kv_proj``), the gated FFN's."""
+    def entries(cfg):
+        out = {**norm_entries("attn_norm", "attn_norm", bias=None), **norm_entries("ffn_norm", "ffn_norm", bias=None)}
+        if not fused:
+            return {**out, **nest(attention_map()(cfg), "self_attn.", "self_attn."),
+                    **nest(GATED_MAP, "mlp.", "mlp.")}
+        return {**out, **nest({
+            "q.weight": RopePermuted(Param("q_proj.weight"), heads=cfg.heads),
+            "k.weight": RopePermuted(Chunk("kv_proj.weight", 0, 2), heads=cfg.n_kv_heads),
+            "v.weight": Chunk("kv_proj.weight", 1, 2), "o.weight": Param("o_proj.weight"),
+            **{f"{c}.bias": Zero() for c in "qkvo"}}, "self_attn.", "self_attn."),
+            **nest(FUSED_GATED_MAP, "mlp.", "mlp.")}
+    return entries
+
+
+def positions_of(pad: torch.Tensor) -> torch.Tensor:
+    """(B, L) positions from each row's first real token (HF's ``cumsum(-1) - 1``), 0 on
+    left padding."""
+    return (pad.long().cumsum(-1) - 1).clamp(min=0)
+
+
+class KVCache:
+    """What a decoding session has fed: per layer the rotated keys and the values, and the
+    pad mask of those tokens (B, P)."""
+
+    def __init__(self, n_layers: int):
+        self.layers: list[dict] = [{} for _ in range(n_layers)]
+        self.pad: torch.Tensor | None = None
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg, block=LlamaBlock, tied: bool = False):
+        super().__init__()
+        self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.layers = nn.ModuleList([block(cfg) for _ in range(layers(cfg))])
+        self.norm = RMSNorm(cfg.d_model)
+        self.head = None if tied else nn.Linear(cfg.d_model, cfg.vocab, bias=False)
+
+    def forward(self, tokens, pad, positions, cache: KVCache | None = None):
+        """Log-probabilities (B, n, V) of the token after each of ``tokens`` (B, n); with a
+        ``cache``, ``tokens`` follow what it holds and are appended to it."""
+        n = tokens.shape[1]
+        past = 0 if cache is None or cache.pad is None else cache.pad.shape[1]
+        keys = pad if past == 0 else torch.cat([cache.pad, pad], dim=1)          # (B, P + n)
+        if cache is not None:
+            cache.pad = keys
+        rows = torch.arange(n, device=tokens.device)[:, None] + past
+        mask = (torch.arange(past + n, device=tokens.device)[None, :] <= rows)[None] & keys[:, None, :]  # (B, n, P+n)
+        x = self.embed(tokens)                                                  # (B, n, D)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, positions, None if cache is None else cache.layers[i])
+        x = self.norm(x)
+        logits = x @ self.embed.weight.T if self.head is None else self.head(x)
+        return logits.log_softmax(-1)
+
+
+def model_map(fused: bool = False, tied: bool = False):
+    def entries(cfg):
+        out = {"embed.weight": Param("embed.weight"), **norm_entries("norm", "norm", bias=None),
+               "head.weight": Tied("embed.weight") if tied else Param("head.weight")}
+        for i in range(layers(cfg)):
+            out.update(nest(block_map(fused)(cfg), f"layers.{i}.", f"layers.{i}."))
+        return out
+    return entries
+
+
+def _pad_upto(pad: torch.Tensor, k: int) -> torch.Tensor:
+    """The session's pad mask over its first k tokens (generated tokens past the case are real)."""
+    if pad.shape[1] < k:
+        pad = torch.cat([pad, pad.new_ones(pad.shape[0], k - pad.shape[1])], dim=1)
+    return pad[:, :k]
+
+
+def llama_prepare(model, inputs, cached):
+    tokens = inputs["tokens"]
+    return {"cache": KVCache(len(model.layers)) if cached else None, "fed": 0,
+            "pad": inputs.get("pad", torch.ones_like(tokens, dtype=torch.bool))}
+
+
+def llama_step(model, state, ys):
+    """Log-probabilities of the token after ``ys``: re-running the prefix, or feeding what the
+    cache has not seen at the positions counted over the whole prefix."""
+    k = ys.shape[1]
+    pad = _pad_upto(state["pad"], k)
+    positions = positions_of(pad)
+    if state["cache"] is None:
+        return model(ys, pad, positions)[:, -1]
+    fed, state["fed"] = state["fed"], k
+    return model(ys[:, fed:], pad[:, fed:], positions[:, fed:], cache=state["cache"])[:, -1]
+
+
+BLOCK = {"norm_placement": "pre", **RMS, "gain": "w", "upcast": "float32, cast back before the gain",
+         "rope": "half-split", "gqa_grouping": "consecutive", "fully_masked_row": "zeros", "activation": "silu",
+         "qkv_layout": "4 Linear", "bias": False, "mask_convention": "bool True = may attend"}
+FUSED = {**BLOCK, "qkv_layout": "q, fused kv (interleaved-RoPE rows, RopePermuted), fused gate/up",
+         "scale": "on q before the product", "fill": "additive -inf"}
+
+
+def call_block(m, i):
+    return m(i["x"], i["mask"], i["positions"])
+
+
+def call_model(m, i):
+    return m(i["tokens"], i["pad"], i["positions"])
+
+
+register(
+    id="llama_block", family="llama_block", source=SOURCE, reference=True,
+    summary="LlamaDecoderLayer: pre-RMSNorm, RoPE half-split + GQA attention, pre-RMSNorm, SwiGLU",
+    build=lambda cfg: LlamaBlock(cfg), call=call_block, param_map=block_map(), traits=BLOCK,
+)
+register(
+    id="llama_block_fused", family="llama_block", source=SOURCE,
+    summary="the same block written fused: kv and gate/up Linears, interleaved RoPE on permuted rows",
+    build=lambda cfg: FusedLlamaBlock(cfg), call=call_block, param_map=block_map(fused=True), traits=FUSED,
+)
+CACHE = "rotated k and v per layer, and the pad mask (KVCache, this file's)"
+for vid, block, fused, tied, traits, summary in (
+    ("llama_model", LlamaBlock, False, False, BLOCK, "embedding, llama blocks, RMSNorm, untied head"),
+    ("llama_model_tied", LlamaBlock, False, True, BLOCK, "the same with the head tied to the embedding"),
+    ("llama_model_fused", FusedLlamaBlock, True, False, FUSED, "embedding, fused blocks, RMSNorm, untied head"),
+    ("meta_llama_model", lambda cfg: LlamaBlock(cfg, rope="interleaved"), False, False,
+     {**BLOCK, "rope": "interleaved"}, "interleaved RoPE on q/k rows as given (no RopePermuted): Meta's layout"),
+):
+    register(
+        id=vid, family="llama_model", source=SOURCE, reference=vid == "llama_model", summary=summary,
+        build=lambda cfg, b=block, t=tied: LlamaModel(cfg, block=b, tied=t), call=call_model,
+        param_map=model_map(fused, tied), traits={**traits, "tied_output": tied},
+    )
+    register_decoding("llama_model", vid, prepare=llama_prepare, step=llama_step, cache=CACHE,
+                      padding=("right", "left"))
