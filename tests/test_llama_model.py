@@ -1,0 +1,139 @@
+"""The LLaMA-style block and model families, the model parity metrics and the KV-cache
+parity: each wrong variant of tests/wrong_llama_model.py is caught where its mistake shows,
+the per-token KL sees what greedy tokens and top-k hide (and says what it hides itself), and
+a cache that does not offset RoPE positions, or lets a step attend to left padding, fails
+the parity on the calls and the padding where it shows."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import variants.llama  # noqa: F401  (registered outside the scratch registry below)
+from harness.base.config import CONFIG_MATRIX
+from harness.check.api import check_all
+from harness.families.catalog import get_family
+from harness.families.llama import GQA_CONFIG
+from harness.families.models import DECODINGS, Decoding
+from harness.registry import load_file, scratch, variants_of
+from harness.systems.cache_parity import check_cache_parity, schedules
+from harness.systems.parity import KL_BOUND, compare_distributions
+
+WRONG_FILE = Path(__file__).with_name("wrong_llama_model.py")
+CONFIGS = {"default": CONFIG_MATRIX["default"], "gqa": GQA_CONFIG}
+
+
+def _wrong_module():
+    return next(m for m in sys.modules.values() if getattr(m, "__file__", None) == str(WRONG_FILE))
+
+
+@pytest.fixture(scope="module")
+def checked():
+    with scratch():
+        added = load_file(WRONG_FILE)
+        controls = [f"{f}/{v}" for f in ("llama_block", "llama_model") for v in (f, f"{f}_fused")]
+        report = check_all(["llama_block", "llama_model"], CONFIGS, "cpu", ["float32"],
+                           variants=[v.key for v in added] + controls, extras=False)
+        kl = {(r.a, r.b, r.case): r for r in compare_distributions("llama_model", CONFIGS["default"])}
+    return report, _wrong_module(), kl
+
+
+def _failing(report, vid):
+    return [s for s in report.specs if s.variant == vid and not s.ok]
+
+
+def _output_differs(spec) -> bool:
+    return any(t.name == "output" and t.verdict == "different" for t in spec.tensors)
+
+
+@pytest.mark.parametrize("vid, in_output", [
+    ("wrong_block_post_norm", True),
+    ("wrong_model_tied_as_untied", False),
+    ("wrong_model_untied_as_tied", False),
+    ("wrong_model_rope_layout", True),
+])
+def test_each_wrong_variant_is_caught(checked, vid, in_output):
+    """On every case of both configs; in the output, or (a tying confusion) only in the
+    gradients: the canonical head is drawn equal to the embedding, so every model takes the
+    same weights and the forward cannot tell."""
+    report, module, _ = checked
+    assert vid in module.WRONG
+    failing = _failing(report, vid)
+    cases = {(n, c.name) for n in CONFIGS for c in get_family(failing[0].family).cases} if failing else set()
+    assert {(s.config, s.case) for s in failing} == cases, f"{vid} ({module.WRONG[vid]}) escaped"
+    semantics = [s for s in failing if s.dtype == "float64"]   # (float32 then repeats "semantics already differ")
+    assert semantics and all(_output_differs(s) == in_output for s in semantics), [(s.case, s.worst) for s in semantics]
+
+
+def test_the_kl_cannot_see_tying(checked):
+    """What the distributions hide: a tying confusion, and a tied model against an untied
+    one, agree within the bound (reported as a hidden declared difference)."""
+    _, _, kl = checked
+    assert kl["llama_model", "wrong_model_untied_as_tied", "full"].kl_worst <= KL_BOUND
+    tied = kl["llama_model", "llama_model_tied", "full"]
+    assert tied.expected == "different" and tied.hidden
+
+
+def test_the_controls_stay_equivalent(checked):
+    report, _, kl = checked
+    for family, vid in (("llama_block", "llama_block_fused"), ("llama_model", "llama_model_fused")):
+        assert not [s for s in report.specs if s.variant == vid and not s.ok]
+        assert [p for p in report.pairs if p.family == family and vid in (p.a, p.b) and p.ok]
+    fused = kl["llama_model", "llama_model_fused", "left_pad"]
+    assert fused.agrees and fused.kl_worst < 1e-11 and fused.top1 == 1.0
+
+
+def test_kl_sees_the_rope_permutation_where_top1_may_not(checked):
+    """Interleaved RoPE on half-split rows: KL far above the bound at its worst position
+    (reported with the row and position), while some positions keep the same argmax."""
+    _, _, kl = checked
+    r = kl["llama_model", "wrong_model_rope_layout", "full"]
+    assert r.expected == "equivalent" and not r.agrees and not r.ok
+    assert r.kl_worst > 1e4 * KL_BOUND and r.worst_at.startswith("row ")
+    assert len(r.kl_per_position) == CONFIGS["default"].tgt_len and max(r.kl_per_position) == r.kl_worst
+    assert 0.0 < r.top1 < 1.0
+
+
+def test_every_model_with_a_cache_has_parity_on_its_padding_sides():
+    cfg = CONFIG_MATRIX["default"]
+    for family, sides in (("llama_model", {"right", "left"}), ("decoder_only_model", {"right"}),
+                          ("encoder_decoder", {"right"})):
+        results = check_cache_parity(family, cfg)
+        cached = {v.id for v in variants_of(family) if DECODINGS.get(v.key) and DECODINGS[v.key].cache}
+        assert {r.variant for r in results} == cached and cached
+        assert {r.padding for r in results} == sides
+        assert all(r.ok and r.steps for r in results), [r for r in results if not r.ok]
+    assert schedules(7) == {"prefill + steps": [3, 4, 5, 6, 7], "chunked prefill": [2, 4, 6, 7]}
+
+
+@pytest.mark.parametrize("step, bad_sides", [
+    ("step_without_offset", {"right", "left"}),
+    ("step_ignoring_left_pad", {"left"}),
+])
+def test_a_wrong_cache_is_caught_on_the_calls_where_it_shows(monkeypatch, step, bad_sides):
+    with scratch():
+        load_file(WRONG_FILE)
+        wrong = _wrong_module().WRONG_STEPS[step]
+    right = DECODINGS["llama_model/llama_model"]
+    monkeypatch.setitem(DECODINGS, "llama_model/llama_model",
+                        Decoding(prepare=right.prepare, step=wrong, cache=right.cache, padding=right.padding))
+    results = [r for r in check_cache_parity("llama_model", CONFIG_MATRIX["default"]) if r.variant == "llama_model"]
+    assert {r.padding for r in results if not r.ok} == bad_sides
+    for r in results:
+        if r.padding in bad_sides and r.schedule == "prefill + steps":
+            assert r.steps[0].verdict == "equivalent"              # the prefill itself is right
+            assert r.first_bad is not None and r.first_bad.max_abs > 1e-3
+    assert all(r.ok for r in check_cache_parity("llama_model", CONFIG_MATRIX["default"])
+               if r.variant != "llama_model")
+
+
+def test_the_block_is_composed_from_the_layer_families():
+    """One set of conventions: the block's canonical parameters are the attention, norm and
+    gated_ffn families' own, nested; K/V keep the GQA width."""
+    block = get_family("llama_block").canonical_shapes(GQA_CONFIG)
+    attention = get_family("attention").canonical_shapes(GQA_CONFIG)
+    assert all(block[f"self_attn.{n}"] == s for n, s in attention.items())
+    assert block["mlp.gate.weight"] == get_family("gated_ffn").canonical_shapes(GQA_CONFIG)["gate.weight"]
+    assert block["attn_norm.weight"] == (GQA_CONFIG.d_model,) and block["self_attn.k.weight"][0] == 2 * 12
