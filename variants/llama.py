@@ -35,6 +35,12 @@ Variants:
   (gain 1 + w, float32 through the gain); ``nn.RMSNorm`` is ``norm/torch_rmsnorm``.
 - ``gated_ffn/llama_mlp`` (SwiGLU), ``gated_ffn/geglu`` (GeGLU, tanh gelu) and
   ``gated_ffn/fused_swiglu`` (gate and up in one Linear, a layout control).
+- ``llama_block/llama_block`` (HF's LlamaDecoderLayer: pre-RMSNorm, the attention above,
+  pre-RMSNorm, SwiGLU) and ``llama_block/llama_block_fused`` (a control written fused);
+  ``llama_model/llama_model`` (embedding, N blocks, final RMSNorm, untied head),
+  ``llama_model_tied``, ``llama_model_fused`` and ``meta_llama_model`` (interleaved RoPE on
+  q/k rows as given), each with a k/v cache and its decoding (see the section below for
+  the block's and the model's own deviations).
 """
 
 from __future__ import annotations
