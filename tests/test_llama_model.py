@@ -137,3 +137,46 @@ def test_the_block_is_composed_from_the_layer_families():
     assert all(block[f"self_attn.{n}"] == s for n, s in attention.items())
     assert block["mlp.gate.weight"] == get_family("gated_ffn").canonical_shapes(GQA_CONFIG)["gate.weight"]
     assert block["attn_norm.weight"] == (GQA_CONFIG.d_model,) and block["self_attn.k.weight"][0] == 2 * 12
+
+
+def test_gpt_neox_per_head_qkv_needs_its_entry():
+    """GPT-NeoX's query_key_value holds each head's q, k, v together: read through
+    ``PerHeadChunk`` it checks clean (the registry's gpt_neox); read as plain thirds
+    (``fused_entries``, the layout of a fused Linear whose first third is every q) it is
+    different on every case it runs."""
+    from harness import fused_entries, register
+    from harness.registry import get_variant
+
+    neox = get_variant("attention", "gpt_neox")
+    cfg = CONFIG_MATRIX["default"]
+    with scratch():
+        register(id="wrong_neox_thirds", family="attention", source="test", build=neox.build, call=neox.call,
+                 param_map={**neox.map_for(cfg), **fused_entries("query_key_value.weight", "query_key_value.bias",
+                                                                 ("q", "k", "v"))},
+                 traits=neox.traits)
+        report = check_all(["attention"], {"default": cfg}, "cpu", ["float32"],
+                           variants=["attention/wrong_neox_thirds", "attention/gpt_neox"], extras=False)
+    bad = {s.case for s in report.specs if s.variant == "wrong_neox_thirds" and not s.ok}
+    assert bad == set(neox.traits["cases"])
+    assert all(s.ok for s in report.specs if s.variant == "gpt_neox")
+
+
+def test_per_head_chunk_reads_and_writes_the_heads_rows():
+    import torch
+    from torch import nn
+
+    from harness import PerHeadChunk, nest
+    from harness.porting.entries import entry_code
+    from harness.porting.portmap import PortMap
+
+    H, d, D = 3, 4, 6
+    module = nn.Linear(D, 3 * H * d)
+    entries = {f"{c}.{p}": PerHeadChunk(p, i, 3, heads=H) for i, c in enumerate("qkv") for p in ("weight", "bias")}
+    shapes = {n: (H * d, D) if n.endswith("weight") else (H * d,) for n in entries}
+    portmap = PortMap("neox", module, entries, shapes)
+    weights = {n: torch.randn(s) for n, s in shapes.items()}
+    portmap.load(weights)
+    assert torch.equal(module.weight.view(H, 3, d, D)[:, 1].reshape(H * d, D), weights["k.weight"])
+    assert all(torch.equal(portmap.export()[n], w) for n, w in weights.items())
+    assert entry_code(entries["v.weight"]) == 'PerHeadChunk("weight", 2, 3, heads=3)'
+    assert nest(entries, "attn.", "layer.")["attn.q.bias"] == PerHeadChunk("layer.bias", 0, 3, heads=H)
