@@ -28,6 +28,9 @@ Variants:
 - ``attention/meta_llama_permuted``: the same module with q/k weights ported through
   ``RopePermuted`` (HF's converter's permutation): equivalent to ``llama``.
 - ``attention/mistral``: ``llama`` with a sliding window.
+- ``attention/qwen3`` and ``attention/olmo2_qk_norm``: ``llama`` with QK-norm (RMSNorm of q
+  and k before RoPE, per head or over all heads; the gains held at their init, ``fixed``);
+  ``attention/gemma2_softcap``: ``llama`` with Gemma 2's logit soft-capping (50).
 - ``attention/sdpa_gqa``: ``F.scaled_dot_product_attention(enable_gqa=True)`` with biases,
   no RoPE: PyTorch's own GQA as a reference (in ``torch_sdpa``'s class where kv_heads =
   heads).
@@ -85,14 +88,20 @@ class LlamaAttention(nn.Module):
     """q/k/v/o Linears (bias-free unless ``bias``), RoPE on q and k, K/V heads repeated per
     group, SDPA."""
 
-    def __init__(self, cfg, rope: str = "half-split", bias: bool = False, gqa: str = "repeat_interleave"):
+    def __init__(self, cfg, rope: str = "half-split", bias: bool = False, gqa: str = "repeat_interleave",
+                 qk_norm: str = "none", softcap: float = 0.0):
         super().__init__()
         self.h, self.h_kv, self.d, self.base = cfg.heads, cfg.n_kv_heads, cfg.d_k, cfg.rope_base
-        self.rope, self.gqa = rope, gqa
+        self.rope, self.gqa, self.softcap = rope, gqa, softcap
         self.q_proj = nn.Linear(cfg.d_model, cfg.heads * cfg.d_k, bias=bias)
         self.k_proj = nn.Linear(cfg.d_model, self.h_kv * cfg.d_k, bias=bias)
         self.v_proj = nn.Linear(cfg.d_model, self.h_kv * cfg.d_k, bias=bias)
         self.o_proj = nn.Linear(cfg.heads * cfg.d_k, cfg.d_model, bias=bias)
+        self.qk_norm = qk_norm
+        if qk_norm != "none":  # before RoPE: over each head's d_k (Qwen3), or over all heads (OLMo2)
+            width = cfg.d_k if qk_norm == "per head" else None
+            self.q_norm = RMSNorm(width or cfg.heads * cfg.d_k)
+            self.k_norm = RMSNorm(width or self.h_kv * cfg.d_k)
 
     def forward(self, query, key, value, mask, positions, key_positions, window=None, cache=None):
         """``cache``: a dict holding the rotated keys and values of earlier tokens ("k", "v",
@@ -100,9 +109,14 @@ class LlamaAttention(nn.Module):
         rotated K/V are appended to it, and ``mask`` is (B, T, P + S)."""
         B, T, _ = query.shape
         S = key.shape[1]
-        q = self.q_proj(query).view(B, T, self.h, self.d).transpose(1, 2)       # (B, H, T, d)
-        k = self.k_proj(key).view(B, S, self.h_kv, self.d).transpose(1, 2)      # (B, H_kv, S, d)
+        q, k = self.q_proj(query), self.k_proj(key)                            # (B, T, H d), (B, S, H_kv d)
+        if self.qk_norm == "over all heads":
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.view(B, T, self.h, self.d).transpose(1, 2)                        # (B, H, T, d)
+        k = k.view(B, S, self.h_kv, self.d).transpose(1, 2)                     # (B, H_kv, S, d)
         v = self.v_proj(value).view(B, S, self.h_kv, self.d).transpose(1, 2)
+        if self.qk_norm == "per head":
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rope == "half-split":
             q, k = rotate_half(q, positions, self.base), rotate_half(k, key_positions, self.base)
         elif self.rope == "interleaved":
@@ -124,14 +138,17 @@ class LlamaAttention(nn.Module):
                 k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             else:  # "tile": a wrong grouping, for the tests
                 k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
-            y = eager(q, k, v, keep)
+            y = eager(q, k, v, keep, self.softcap)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.h * self.d))
 
 
-def eager(q, k, v, keep):
-    """HF's eager_attention_forward: q k^T / sqrt(d), masked, softmax, times v; a row without
-    keys is zeros (as SDPA gives it), with no gradient."""
+def eager(q, k, v, keep, softcap: float = 0.0):
+    """HF's eager_attention_forward: q k^T / sqrt(d), soft-capped when ``softcap`` (Gemma 2:
+    c tanh(s / c)), masked, softmax, times v; a row without keys is zeros (as SDPA gives it),
+    with no gradient."""
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])                    # (B, H, T, S)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     dead = ~keep.any(-1, keepdim=True)
     p = s.masked_fill(~keep, float("-inf")).masked_fill(dead, 0.0).softmax(-1).masked_fill(dead, 0.0)
     return p @ v
@@ -189,6 +206,27 @@ register(
     summary="llama with the call's sliding window (Mistral: keys i-w+1 .. i is window (w-1, 0))",
     build=lambda cfg: LlamaAttention(cfg), call=call_window, param_map=attention_map(),
     traits={**LLAMA, "window": "as called", "cases": ("causal", "fully_masked", "decode", "window")},
+)
+QK_NORM_FIXED = {"q_norm.weight": "QK-norm gain, held at its init (ones): outside the attention family",
+                 "k_norm.weight": "QK-norm gain, held at its init (ones): outside the attention family"}
+register(
+    id="qwen3", family="attention", source=SOURCE,
+    summary="llama with QK-norm: RMSNorm over each head's q and k before RoPE (Qwen3)",
+    build=lambda cfg: LlamaAttention(cfg, qk_norm="per head"), call=call, param_map=attention_map(),
+    traits={**LLAMA, "qk_norm": "rms per head", "eps": 1e-6, "cases": ROPE_CASES}, fixed=QK_NORM_FIXED,
+)
+register(
+    id="olmo2_qk_norm", family="attention", source=SOURCE,
+    summary="llama with QK-norm over all heads: RMSNorm of the whole q and k projections (OLMo2)",
+    build=lambda cfg: LlamaAttention(cfg, qk_norm="over all heads"), call=call, param_map=attention_map(),
+    traits={**LLAMA, "qk_norm": "rms over all heads", "eps": 1e-6, "cases": ("self_kv", "causal")},
+    fixed=QK_NORM_FIXED,
+)
+register(
+    id="gemma2_softcap", family="attention", source=SOURCE,
+    summary="llama with Gemma 2's attention logit soft-capping, 50 tanh(s / 50)",
+    build=lambda cfg: LlamaAttention(cfg, softcap=50.0), call=call, param_map=attention_map(),
+    traits={**LLAMA, "softcap": 50.0, "cases": ("self_kv", "causal", "decode")},
 )
 register(
     id="sdpa_gqa", family="attention", source=SOURCE,
