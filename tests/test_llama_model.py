@@ -17,7 +17,7 @@ from harness.check.api import check_all
 from harness.families.catalog import get_family
 from harness.families.llama import GQA_CONFIG
 from harness.families.models import DECODINGS, Decoding
-from harness.registry import load_file, scratch, variants_of
+from harness.registry import get_variant, load_file, scratch, variants_of
 from harness.systems.cache_parity import check_cache_parity, schedules
 from harness.systems.parity import KL_BOUND, compare_distributions
 
@@ -180,3 +180,40 @@ def test_per_head_chunk_reads_and_writes_the_heads_rows():
     assert all(torch.equal(portmap.export()[n], w) for n, w in weights.items())
     assert entry_code(entries["v.weight"]) == 'PerHeadChunk("weight", 2, 3, heads=3)'
     assert nest(entries, "attn.", "layer.")["attn.q.bias"] == PerHeadChunk("layer.bias", 0, 3, heads=H)
+
+
+@pytest.mark.slow  # flex_attention eager on CPU: ~8 s to warm up, then ~0.5 s a forward (load 9)
+@pytest.mark.filterwarnings("ignore:.*flex_attention called without torch.compile")
+@pytest.mark.parametrize("vid", ["llama_model_flex", "mistral_model_flex"])
+def test_flex_block_masks_meet_the_oracle_forward_on_cpu(vid):
+    """flex_attention has no backward on CPU (torch 2.13), so the check skips the flex models
+    there with that reason; their forward (block masks composed of causal, padding and window
+    mask_mods, eager) is held here to the float64 oracle on every case of both configs, and
+    their cached prefill + steps to their own full forward (block masks offset by the cache)."""
+    import torch
+
+    from harness.check import precision as P
+    from harness.porting.portmap import PortMap, absent_fills, zero_unrepresented
+
+    variant = get_variant("llama_model", vid)
+    family = get_family("llama_model")
+    assert torch.cuda.is_available() or "no backward on CPU" in variant.supports(CONFIG_MATRIX["default"])
+    traits = family.semantic_traits(variant.traits)
+    for name, cfg in CONFIGS.items():
+        weights = zero_unrepresented(family.canonical_weights(cfg), absent_fills(variant.map_for(cfg)))
+        module = variant.build(cfg).double().eval()
+        PortMap(vid, module, variant.map_for(cfg), family.canonical_shapes(cfg)).load(weights)
+        for case in family.cases:
+            inputs = family.inputs(case.name, cfg)
+            with torch.no_grad():
+                got = variant.call(module, inputs)
+            want = family.oracle(traits, cfg, weights, inputs, torch.float64)
+            torch.testing.assert_close(got, want, rtol=P.FLOAT64_RTOL, atol=P.FLOAT64_ATOL,
+                                       msg=lambda m, c=(name, case.name): f"{c}: {m}")
+        decoding = DECODINGS[variant.key]
+        state = decoding.prepare(module, inputs, True)   # the last case: left padding
+        with torch.no_grad():
+            for k in schedules(cfg.tgt_len)["prefill + steps"]:
+                rows = inputs["pad"][:, k - 1]
+                step = decoding.step(module, state, inputs["tokens"][:, :k])
+                torch.testing.assert_close(step[rows], got[rows, k - 1], rtol=1e-10, atol=1e-10)

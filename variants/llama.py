@@ -42,8 +42,11 @@ Variants:
   pre-RMSNorm, SwiGLU) and ``llama_block/llama_block_fused`` (a control written fused);
   ``llama_model/llama_model`` (embedding, N blocks, final RMSNorm, untied head),
   ``llama_model_tied``, ``llama_model_fused`` and ``meta_llama_model`` (interleaved RoPE on
-  q/k rows as given), each with a k/v cache and its decoding (see the section below for
-  the block's and the model's own deviations).
+  q/k rows as given), ``mistral_model`` (a sliding window in its mask), and
+  ``llama_model_flex`` / ``mistral_model_flex`` (flex_attention with block masks of causal,
+  padding and window mask_mods; skipped by the check on CPU, where flex has no backward),
+  each with a k/v cache and its decoding (see the section below for the block's and the
+  model's own deviations).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask, and_masks, create_block_mask, flex_attention
 
 from harness import Chunk, Param, RopePermuted, Tied, Zero, layers, nest, norm_entries, register, register_decoding
 
@@ -126,6 +130,9 @@ class LlamaAttention(nn.Module):
                 k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, H_kv, P+S, d)
             cache["k"], cache["v"] = k, v
             S = k.shape[2]
+        if isinstance(mask, BlockMask):  # the model's block mask: flex_attention (a row without keys: zeros)
+            y = flex_attention(q, k, v, block_mask=mask, enable_gqa=True)
+            return self.o_proj(y.transpose(1, 2).reshape(B, T, self.h * self.d))
         keep = mask[:, None]                                                   # (B, 1, T, S)
         if window is not None:
             rel = torch.arange(S, device=mask.device)[None, :] - torch.arange(T, device=mask.device)[:, None]
@@ -424,8 +431,14 @@ class KVCache:
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, cfg, block=LlamaBlock, tied: bool = False):
+    """``window`` (left, right): Mistral's sliding window over token indices, built into the
+    mask; ``flex``: the mask is a flex_attention block mask composed of mask_mods (causal,
+    padding, the window) and every block runs flex_attention."""
+
+    def __init__(self, cfg, block=LlamaBlock, tied: bool = False, window: tuple[int, int] | None = None,
+                 flex: bool = False):
         super().__init__()
+        self.window, self.flex = window, flex
         self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
         self.layers = nn.ModuleList([block(cfg) for _ in range(layers(cfg))])
         self.norm = RMSNorm(cfg.d_model)
@@ -439,14 +452,34 @@ class LlamaModel(nn.Module):
         keys = pad if past == 0 else torch.cat([cache.pad, pad], dim=1)          # (B, P + n)
         if cache is not None:
             cache.pad = keys
-        rows = torch.arange(n, device=tokens.device)[:, None] + past
-        mask = (torch.arange(past + n, device=tokens.device)[None, :] <= rows)[None] & keys[:, None, :]  # (B, n, P+n)
+        if self.flex:
+            mask = self.block_mask(keys, n, past)
+        else:
+            rows = torch.arange(n, device=tokens.device)[:, None] + past
+            cols = torch.arange(past + n, device=tokens.device)[None, :]
+            mask = (cols <= rows)[None] & keys[:, None, :]                           # (B, n, P+n)
+            if self.window is not None:
+                mask = mask & ((cols >= rows - self.window[0]) & (cols <= rows + self.window[1]))[None]
         x = self.embed(tokens)                                                  # (B, n, D)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, positions, None if cache is None else cache.layers[i])
         x = self.norm(x)
         logits = x @ self.embed.weight.T if self.head is None else self.head(x)
         return logits.log_softmax(-1)
+
+    def block_mask(self, keys: torch.Tensor, n: int, past: int) -> BlockMask:
+        """Queries past .. past+n-1 over keys 0 .. past+n-1: causal, not padding, in the window."""
+        def causal(b, h, i, j):
+            return j <= i + past
+
+        def padding(b, h, i, j):
+            return keys[b, j]
+
+        mods = [causal, padding]
+        if self.window is not None:
+            left, right = self.window
+            mods.append(lambda b, h, i, j: (j >= i + past - left) & (j <= i + past + right))
+        return create_block_mask(and_masks(*mods), keys.shape[0], None, n, past + n, device=keys.device)
 
 
 def model_map(fused: bool = False, tied: bool = False):
@@ -521,6 +554,27 @@ for vid, block, fused, tied, traits, summary in (
         id=vid, family="llama_model", source=SOURCE, reference=vid == "llama_model", summary=summary,
         build=lambda cfg, b=block, t=tied: LlamaModel(cfg, block=b, tied=t), call=call_model,
         param_map=model_map(fused, tied), traits={**traits, "tied_output": tied},
+    )
+    register_decoding("llama_model", vid, prepare=llama_prepare, step=llama_step, cache=CACHE,
+                      padding=("right", "left"))
+
+MISTRAL_WINDOW = (3, 0)   # Mistral's sliding_window = 4 at this harness's lengths (T = 7)
+FLEX_SKIP = ("flex_attention has no backward on CPU (NotImplementedError in torch 2.13); its forward is held "
+             "to the oracle by tests/test_llama_model.py")
+FLEX_NOT_YET = ("flex_attention's higher-order op does not run under the check's kernel-path recorder: "
+                "not checked yet")
+for vid, window, flex, summary in (
+    ("mistral_model", MISTRAL_WINDOW, False, "llama_model with Mistral's sliding window (3, 0) in its mask"),
+    ("llama_model_flex", None, True, "llama_model on flex_attention: block mask of causal and padding mask_mods"),
+    ("mistral_model_flex", MISTRAL_WINDOW, True,
+     "mistral_model on flex_attention: block mask of causal, padding and window mask_mods"),
+):
+    register(
+        id=vid, family="llama_model", source=SOURCE, summary=summary,
+        build=lambda cfg, w=window, f=flex: LlamaModel(cfg, window=w, flex=f), call=call_model,
+        param_map=model_map(), traits={**BLOCK, "tied_output": False, "window": window or "none",
+                                       **({"note": "attention: flex_attention, eager"} if flex else {})},
+        supports=(lambda cfg: FLEX_NOT_YET if torch.cuda.is_available() else FLEX_SKIP) if flex else (lambda cfg: None),
     )
     register_decoding("llama_model", vid, prepare=llama_prepare, step=llama_step, cache=CACHE,
                       padding=("right", "left"))
