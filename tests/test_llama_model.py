@@ -231,3 +231,17 @@ def test_every_equivalent_pair_of_models_agrees_far_inside_the_kl_bound(family):
     equivalent = [r for r in results if r.expected == "equivalent"]
     assert equivalent and all(r.kl_worst < KL_BOUND / 1000 for r in equivalent)
     assert all(r.hidden == (r.expected != "equivalent" and r.agrees) for r in results)
+
+
+def test_a_window_only_decoding_shows_is_caught_by_the_cache_parity(checked):
+    """The window counted from each call's first query: a full forward (one call from 0) is
+    right, so check passes it on every case; with a cache, every cached key before the call
+    stays visible, and the parity fails from the first step whose window should drop one."""
+    report, _, _ = checked
+    assert not _failing(report, "wrong_window_in_the_call")
+    with scratch():
+        load_file(WRONG_FILE)
+        results = [r for r in check_cache_parity("llama_model", CONFIG_MATRIX["default"])
+                   if r.variant == "wrong_window_in_the_call"]
+    assert results and all(not r.ok for r in results)
+    assert all(r.first_bad.fed > 4 for r in results if r.schedule == "prefill + steps")  # past the window

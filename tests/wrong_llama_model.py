@@ -3,15 +3,19 @@ correct one. The variants are loaded inside ``harness.registry.scratch()`` by
 tests/test_llama_model.py; the wrong decodings are swapped in for ``llama_model`` there.
 ``WRONG`` maps each variant id to its mistake; ``WRONG_STEPS`` names each decoding step."""
 
-from harness import Param, register
+import torch
+
+from harness import Param, register, register_decoding
 from variants.llama import (
     BLOCK,
+    MISTRAL_WINDOW,
     LlamaBlock,
     LlamaModel,
     _pad_upto,
     block_map,
     call_block,
     call_model,
+    llama_prepare,
     llama_step,
     model_map,
     positions_of,
@@ -22,6 +26,8 @@ WRONG = {
     "wrong_model_tied_as_untied": "head tied to the embedding, declared untied",
     "wrong_model_untied_as_tied": "a head of its own, declared tied to the embedding",
     "wrong_model_rope_layout": "Meta's interleaved RoPE on half-split q/k rows (no RopePermuted)",
+    "wrong_window_in_the_call": "the sliding window counted from the call's first query, not from its "
+                                "position after the cache (right in a full forward: only decoding shows it)",
 }
 
 
@@ -50,6 +56,21 @@ register(id="wrong_model_untied_as_tied", family="llama_model", source="test",
 register(id="wrong_model_rope_layout", family="llama_model", source="test",
          build=lambda cfg: LlamaModel(cfg, block=lambda c: LlamaBlock(c, rope="interleaved")), call=call_model,
          param_map=model_map(), traits={**BLOCK, "tied_output": False})
+
+
+class WindowInTheCall(LlamaModel):
+    def dense_mask(self, keys, n, past):
+        rows = torch.arange(n)[:, None]
+        cols = torch.arange(past + n)[None, :]
+        window = (cols - past >= rows - self.window[0]) & (cols - past <= rows + self.window[1])
+        return (cols <= rows + past)[None] & keys[:, None, :] & (window | (cols < past))[None]
+
+
+register(id="wrong_window_in_the_call", family="llama_model", source="test",
+         build=lambda cfg: WindowInTheCall(cfg, window=MISTRAL_WINDOW), call=call_model, param_map=model_map(),
+         traits={**BLOCK, "tied_output": False, "window": MISTRAL_WINDOW})
+register_decoding("llama_model", "wrong_window_in_the_call", prepare=llama_prepare, step=llama_step,
+                  cache="rotated k and v per layer", padding=("right", "left"))
 
 
 def step_without_offset(model, state, ys):

@@ -452,20 +452,23 @@ class LlamaModel(nn.Module):
         keys = pad if past == 0 else torch.cat([cache.pad, pad], dim=1)          # (B, P + n)
         if cache is not None:
             cache.pad = keys
-        if self.flex:
-            mask = self.block_mask(keys, n, past)
-        else:
-            rows = torch.arange(n, device=tokens.device)[:, None] + past
-            cols = torch.arange(past + n, device=tokens.device)[None, :]
-            mask = (cols <= rows)[None] & keys[:, None, :]                           # (B, n, P+n)
-            if self.window is not None:
-                mask = mask & ((cols >= rows - self.window[0]) & (cols <= rows + self.window[1]))[None]
+        mask = self.block_mask(keys, n, past) if self.flex else self.dense_mask(keys, n, past)
         x = self.embed(tokens)                                                  # (B, n, D)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, positions, None if cache is None else cache.layers[i])
         x = self.norm(x)
         logits = x @ self.embed.weight.T if self.head is None else self.head(x)
         return logits.log_softmax(-1)
+
+    def dense_mask(self, keys: torch.Tensor, n: int, past: int) -> torch.Tensor:
+        """(B, n, P+n) bool, True = may attend: queries past .. past+n-1 over keys 0 .. past+n-1,
+        causal, not padding, in the window."""
+        rows = torch.arange(n, device=keys.device)[:, None] + past
+        cols = torch.arange(past + n, device=keys.device)[None, :]
+        mask = (cols <= rows)[None] & keys[:, None, :]
+        if self.window is not None:
+            mask = mask & ((cols >= rows - self.window[0]) & (cols <= rows + self.window[1]))[None]
+        return mask
 
     def block_mask(self, keys: torch.Tensor, n: int, past: int) -> BlockMask:
         """Queries past .. past+n-1 over keys 0 .. past+n-1: causal, not padding, in the window."""
