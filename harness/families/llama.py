@@ -111,6 +111,7 @@ LLAMA_BLOCK = Family(
     matrix=("default",),
     matrix_note="its attention, norm and gated_ffn run the whole matrix in their families",
     extra_configs={"gqa": GQA_CONFIG},
+    requires=ATTENTION.requires,   # a block that declares no gqa_grouping is skipped on the GQA config
 )
 
 
@@ -164,6 +165,7 @@ LLAMA_MODEL = ModelFamily(
     case_semantic={"left_pad": ("fully_masked_row", "mask_style")},
     matrix=("default",),
     extra_configs={"gqa": GQA_CONFIG},
+    requires=ATTENTION.requires,
     ties=(("head.weight", "embed.weight"),),
 )
 
