@@ -96,6 +96,8 @@ def test_rows_without_a_key_or_of_another_kind_are_not_case_rows():
         BenchRow.from_json({"median_s": 1.0})
     with pytest.raises(ResultsFileError, match="'peak' row, not a case"):
         BenchRow.from_json({"kind": "peak", "key": "peak|g"})
+    with pytest.raises(ResultsFileError, match="matmul-peak row needs a 'key'"):
+        typed_rows([{"kind": "peak", "group": "g"}])
 
 
 def test_peak_rows_and_the_log_header_and_end():

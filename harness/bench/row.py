@@ -262,7 +262,9 @@ class PeakRow:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PeakRow:
-        key = data.get("key")
+        if not isinstance(data, Mapping) or "key" not in data:
+            raise ResultsFileError(f"a matmul-peak row needs a 'key': {str(data)[:80]}")
+        key = data["key"]
         own = {n: h for n, h in _fields(cls).items() if n not in ("environment", "extra")}
         values = {n: _typed(n, data.get(n), h, key) for n, h in own.items() if n in data}
         known = set(PEAK_ORDER)
@@ -287,6 +289,8 @@ def typed_rows(rows: Iterable[Mapping[str, Any] | Row]) -> list[Row]:
         if isinstance(r, (BenchRow, PeakRow)):
             out.append(r)
             continue
+        if not isinstance(r, Mapping):
+            raise ResultsFileError(f"a benchmark row is a JSON object, not {str(r)[:80]}")
         kind = r.get("kind", "case")
         if kind == "case":
             out.append(BenchRow.from_json(r))
