@@ -282,8 +282,12 @@ def run_sweep(
                                  variant_files=variant_files, profile=profile)
 
 
-def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, threads, progress, memory,
-                  variant_files, profile) -> Iterator[BenchRow]:
+def _measured_before(cases: list[BenchCase], log: Path, stamp: dict, *, fresh: bool
+                     ) -> tuple[list[dict], set[str], bool]:
+    """What ``log`` already holds for this sweep: (its rows without the header line, the keys
+    of the cases measured, whether the log is to be replaced: a fresh start, or rows measured
+    with another stamp). A log the harness did not write is refused, and a cut-off last line
+    is written back whole before anything is appended."""
     refuse_foreign_log(log)
     old = read_jsonl(log, quiet=fresh)
     if old and not all(is_harness_row(r) for r in old):
@@ -303,8 +307,6 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
         _rewrite_without_cut_line(log, old)
     old = [r for r in old if r is not header]
     done = {r["key"] for r in old if r.get("kind", "case") == "case"}
-    env = environment(cases[0].device) if cases else {}
-    machine = Environment(**{k: v for k, v in env.items() if k not in ("device", "threads")})
     if old and cases:
         left = sum(c.key not in done for c in cases)
         if left:
@@ -313,6 +315,14 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
         else:
             print(f"all {len(cases)} case(s) already measured in {log} with this code and these settings; "
                   "nothing to measure (--fresh measures again)", file=sys.stderr)
+    return old, done, replace
+
+
+def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, threads, progress, memory,
+                  variant_files, profile) -> Iterator[BenchRow]:
+    old, done, replace = _measured_before(cases, log, stamp, fresh=fresh)
+    env = environment(cases[0].device) if cases else {}
+    machine = Environment(**{k: v for k, v in env.items() if k not in ("device", "threads")})
     # Cheapest groups first (a memory estimate as the measure of work): the first rows land in
     # seconds, and a sweep stopped early keeps the most groups.
     todo = sorted((g for g in groups(cases) if any(c.key not in done for c in g)),
