@@ -65,6 +65,7 @@ def test_rows_of_earlier_versions_and_of_other_writers_are_read():
     row = BenchRow.from_json(from_frame)
     assert row.measurement.peak_bytes == 4096 and isinstance(row.measurement.peak_bytes, int)
     assert row.measurement.error is None and row.extra == {"change": 0.05, "regression": False}
+    assert list(row.to_json()) == list(from_frame) and row.to_json()["compile_s"] is None  # nulls read: kept
 
 
 def test_unknown_keys_are_kept_and_written_back():
@@ -75,6 +76,10 @@ def test_unknown_keys_are_kept_and_written_back():
     assert row.extra == {"tokens_per_s": 1234.5, "note": {"by": "a user"}}
     out = row.to_json()
     assert list(out)[-2:] == ["tokens_per_s", "note"] and out["note"] == {"by": "a user"}
+    shuffled = {"note": 1, **dict(reversed(list(OK_ROW.items())))}  # another writer's order: kept
+    assert _line(BenchRow.from_json(shuffled).to_json()) == _line(shuffled)
+    built = BenchRow(row.spec, row.measurement, row.environment, {"x": 1})  # built, not read: KEY_ORDER
+    assert list(built.to_json())[:2] == ["family", "variant"] and list(built.to_json())[-1] == "x"
     assert BenchRow.from_json(out).to_json() == out
     assert row.value("tokens_per_s") == 1234.5 and row.value("device") == "cpu" and row.value("cpu") == "a cpu"
 

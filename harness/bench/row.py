@@ -13,8 +13,9 @@ JSON in: tolerant of what earlier versions wrote. A missing key is None (a log o
 earlier version, a pytest-benchmark row, a minimal row); a value of the wrong type is a
 ``ResultsFileError`` naming the key and the row. A key this version does not know (one an
 earlier or later version wrote, a report's ``change`` column, a pytest-benchmark
-``extra_info`` entry) is **kept** in ``extra`` and written back after the known ones:
-reading and writing a row loses nothing."""
+``extra_info`` entry) is **kept** in ``extra`` and written back after the known ones,
+and a row read writes back the keys it came with, in their order, nulls included: reading
+and writing a row loses nothing."""
 
 from __future__ import annotations
 
@@ -170,10 +171,14 @@ def _part(cls, data: Mapping[str, Any], key: Any):
 _NULL_BESIDE = {"baseline": None, "largest_tensor": "path", "rss_peak_bytes": "rss_note"}
 
 
-def _flat(values: dict[str, Any], order: tuple[str, ...], extra: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _flat(values: dict[str, Any], order: tuple[str, ...], extra: Mapping[str, Any],
+          read_order: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The row as one JSON object: known keys in ``order`` (None left out but where a null is
+    written), then ``extra``. A row that was read writes the keys it was read with, in their
+    order, nulls included, then any it gained."""
+    out: dict[str, Any] = {k: values[k] if k in values else extra.get(k) for k in read_order}
     for k in order:
-        if k not in values:
+        if k not in values or k in out:
             continue
         v = values[k]
         if v is None and not (k in _NULL_BESIDE and (_NULL_BESIDE[k] is None
@@ -193,6 +198,7 @@ class BenchRow:
     measurement: Measurement = field(default_factory=Measurement)
     environment: Environment = field(default_factory=Environment)
     extra: dict[str, Any] = field(default_factory=dict)
+    read_order: tuple[str, ...] = field(default=(), repr=False, compare=False)  # keys as read
 
     kind = "case"
 
@@ -205,12 +211,12 @@ class BenchRow:
             raise ResultsFileError(f"benchmark row {key!r} is a {data.get('kind')!r} row, not a case")
         known = set(KEY_ORDER)
         return cls(_part(RowSpec, data, key), _part(Measurement, data, key), _part(Environment, data, key),
-                   {k: v for k, v in data.items() if k not in known})
+                   {k: v for k, v in data.items() if k not in known}, tuple(data))
 
     def to_json(self) -> dict[str, Any]:
         values = {**dataclasses.asdict(self.spec), **dataclasses.asdict(self.measurement),
                   **dataclasses.asdict(self.environment), "kind": self.kind}
-        return _flat(values, KEY_ORDER, self.extra)
+        return _flat(values, KEY_ORDER, self.extra, self.read_order)
 
     @property
     def key(self) -> str:
@@ -257,6 +263,7 @@ class PeakRow:
     profile: str | None = None
     environment: Environment = field(default_factory=Environment)
     extra: dict[str, Any] = field(default_factory=dict)
+    read_order: tuple[str, ...] = field(default=(), repr=False, compare=False)  # keys as read
 
     kind = "peak"
 
@@ -265,17 +272,17 @@ class PeakRow:
         if not isinstance(data, Mapping) or "key" not in data:
             raise ResultsFileError(f"a matmul-peak row needs a 'key': {str(data)[:80]}")
         key = data["key"]
-        own = {n: h for n, h in _fields(cls).items() if n not in ("environment", "extra")}
+        own = {n: h for n, h in _fields(cls).items() if n not in ("environment", "extra", "read_order")}
         values = {n: _typed(n, data.get(n), h, key) for n, h in own.items() if n in data}
         known = set(PEAK_ORDER)
         return cls(**values, environment=_part(Environment, data, key),
-                   extra={k: v for k, v in data.items() if k not in known})
+                   extra={k: v for k, v in data.items() if k not in known}, read_order=tuple(data))
 
     def to_json(self) -> dict[str, Any]:
         values = {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                     if f.name not in ("environment", "extra")},
+                     if f.name not in ("environment", "extra", "read_order")},
                   **dataclasses.asdict(self.environment), "kind": self.kind}
-        return _flat(values, PEAK_ORDER, self.extra)
+        return _flat(values, PEAK_ORDER, self.extra, self.read_order)
 
 
 Row = BenchRow | PeakRow
