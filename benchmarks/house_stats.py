@@ -143,7 +143,19 @@ def measure() -> dict:
         "largest_files": sorted(((n, f) for f, n in lines.items()), reverse=True)[:5],
         "largest_functions": sorted(functions, reverse=True)[:5],
         "largest_classes": sorted(classes, reverse=True)[:3],
+        "layers": layers(),
     }
+
+
+def layers() -> list[str]:
+    """The layers of import-linter's "layers" contract in pyproject.toml, top first ([] when none)."""
+    import tomllib
+
+    path = ROOT / "pyproject.toml"
+    if not path.is_file():
+        return []
+    contracts = tomllib.loads(path.read_text()).get("tool", {}).get("importlinter", {}).get("contracts", [])
+    return next((c["layers"] for c in contracts if c.get("type") == "layers"), [])
 
 
 def table(s: dict) -> str:
@@ -152,6 +164,7 @@ def table(s: dict) -> str:
 
     rows = [("files", s["files"]), ("lines", f"{s['lines']:,}"), ("import arrows between modules", s["import_arrows"]),
             ("import circles", len(s["circles"])), ("import levels (longest chain, modules)", s["levels"]),
+            ("import-linter layers", len(s["layers"]) or "-"),
             ("imports inside functions (of them naming a harness module)",
              f"{s['imports_inside_functions']} ({s['harness_imports_inside_functions']})"),
             ("files over 400 lines", len(s["files_over_400"])),
