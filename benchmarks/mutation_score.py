@@ -533,7 +533,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--match", help="only mutants whose key matches this regular expression")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant at most")
-    parser.add_argument("--rerun", type=Path, help="only the mutants that survived or timed out in this earlier --json")
+    parser.add_argument("--rerun", type=Path,
+                        help="only the mutants that survived, timed out or were equivalent in this earlier --json")
     parser.add_argument("--equivalents", type=Path, default=EQUIVALENT)
     parser.add_argument("--list", action="store_true", help="list the sampled mutants, run none")
     parser.add_argument("--json", type=Path, help="write every mutant and the table here")
@@ -574,20 +575,22 @@ def main(argv: list[str] | None = None) -> int:
         run_mutant(m, scopes[m.file][m.scope], {k: v["seconds"] for k, v in cov.items()}, args.timeout)
         if m.status == "survived" and m.key in equivalents:
             m.status, m.why = "equivalent", equivalents[m.key]
+        elif m.key in equivalents:
+            print(f"listed as equivalent in {args.equivalents.name}, but {m.status}: {m.key}")
         print(f"[{i + 1}/{len(mutants)}] {m.status:10s} {m.seconds:6.1f}s {m.file}:{m.line} {m.key}"
               + (f"  (by {m.by})" if m.by else ""), flush=True)
     rows = table(mutants) if mutants else []
     elapsed = time.perf_counter() - t0
-    print(f"\n{len(mutants)} mutants in {elapsed:.0f} s (load average {os.getloadavg()[0]:.1f}); sample {args.sample} "
-          f"per file, seed {args.seed}")
+    cpu = sum(os.times()[:4])  # this process and its forks, user + system
+    print(f"\n{len(mutants)} mutants in {elapsed:.0f} s, {cpu:.0f} s of CPU (load average {os.getloadavg()[0]:.1f}); "
+          f"sample {args.sample} per file, seed {args.seed}")
     if rows:
         print(render(rows))
     survivors = [m for m in mutants if m.status == "survived"]
     for m in survivors:
         print(f"SURVIVED {m.file}:{m.line} `{m.key}` (run by {', '.join(m.candidates)})")
-    stale = [k for k in equivalents if k not in {m.key for m in mutants} and args.sample == 0 and not args.family]
     if args.json:
-        args.json.write_text(json.dumps({"table": rows, "counts": counts, "seconds": elapsed, "stale": stale,
+        args.json.write_text(json.dumps({"table": rows, "counts": counts, "seconds": elapsed, "cpu_seconds": cpu,
                                          "mutants": [asdict(m) | {"key": m.key} for m in mutants]}, indent=1))
     return 0
 
