@@ -31,8 +31,8 @@ and ``benchmarks/equivalent_mutants.md`` lists it with why). A mutant that no se
 check executes is counted apart (*not run*) and not sampled. The mutant's family is the
 first family in that order: ``LayerNorm`` in 004 counts for ``norm``.
 
-Each mutant runs in a fork of this process (the harness and torch are imported once; the
-fork is ~10 ms where a fresh ``python -m harness`` costs seconds of imports here), which
+Each mutant runs in a fork of this process (the harness and torch are imported, and warmed
+by the coverage run, once; a fresh ``python -m harness`` costs seconds of imports here), which
 patches the mutated class or function in place (each method's ``__code__``; so every
 reference to it, subclasses and registrations included, sees the mutant) and is killed on
 its timeout. One torch thread. Deterministic: the mutants are enumerated in source order
@@ -44,8 +44,8 @@ whole modules. mutmut 3 runs pytest only and mutates every function of a module,
 registrations and adapters included; cosmic-ray runs one command per session for every
 module given, with no per-file sample. Neither knows which family's check covers a class,
 and both pay a fresh interpreter (torch and the harness imported again, seconds on this
-machine) for every mutant. A hundred lines of ``ast`` do the per-variant, per-family
-driver with a fork per mutant instead.
+machine) for every mutant. A small ``ast`` mutator does the per-variant, per-family driver
+with a fork per mutant instead.
 """
 
 from __future__ import annotations
