@@ -36,6 +36,7 @@ from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
+from harness.check.left_out import left_out_note, undeclared_absent
 from harness.check.results import SpecResult, TensorCheck
 from harness.check.runs import (
     Run,
@@ -280,6 +281,9 @@ class SpecChecker:
         notes = [c.note for c in checks if c.verdict != Verdict.EQUIVALENT and c.note]
         if run.note:
             notes.insert(0, run.note)
+        left_out = undeclared_absent(family, variant.traits, variant.map_for(checker.cfg), checker.cfg)
+        if left_out:
+            notes.insert(0, left_out_note(left_out))
         if verdict == Verdict.EQUIVALENT and overflow:
             notes.insert(0, f"expected an error: {overflow}")
         ok = (verdict == expected or (expected == Verdict.LESS_PRECISE and verdict == Verdict.EQUIVALENT)
