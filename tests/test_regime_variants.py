@@ -44,7 +44,6 @@ MISSED = {
     "rg_dropout_on_scores": "dropout by statistics",
     "rg_dropout_whole_residual": "dropout by statistics",
     "rg_dropout_hardcoded_rate": "dropout by statistics (the rate follows the config)",
-    "rg_greedy_newest_token": "greedy decoding on weights where greedy outputs vary",
 }
 # control -> the mechanism that stops today's false alarm
 FLAGGED_CONTROLS: dict[str, str] = {}  # all three fixed by issue 15 (tolerances, rand_like, internal_dtype)
