@@ -791,7 +791,8 @@ def ex_ctl_declared():
     right, ctl = _pair(lambda m: PostLNEncoderLayer(CFG, m), "no_affine")  # right's norms at their init
     x, pad = _x(3, 7, 48, scale=0.1), _pad([7, 3, 5], 7)
     with torch.no_grad():
-        return "against nn.LayerNorm at gain 1, bias 0 (bound: float64 rounding)", _dist(ctl(x, pad), right(x, pad)), 1e-12
+        gap = _dist(ctl(x, pad), right(x, pad))
+    return "against nn.LayerNorm at gain 1, bias 0 (bound: float64 rounding)", gap, 1e-12
 
 
 def ex_ctl_rand_like():

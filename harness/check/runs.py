@@ -25,9 +25,9 @@ from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, InputError, PortingError
 from harness.base.kernels import PATH_MARKERS
 from harness.base.verdicts import Verdict
+from harness.check.left_out import undeclared_absent
 from harness.check.results import PathResult
 from harness.check.tensors import compare_tensors
-from harness.check.left_out import undeclared_absent
 from harness.families.base import Family
 from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
 from harness.registry import Variant, build
