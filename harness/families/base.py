@@ -109,6 +109,12 @@ class Family:
     # family's RoPE, window and decode cases, for the variants that declare RoPE, a window or
     # GQA; to the others they are masks like the other cases' and cost check time).
     case_declarers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Dropout judged by statistics (``harness.check.dropout_stats``): traits -> "mean" (the
+    # output is linear in every dropped tensor: the mean of train calls approaches the eval
+    # output), or the canonical names of the residual branches' output projections to zero (a
+    # norm follows the dropout: the mean is biased, zeroed branches leave the output as in
+    # eval), or None (only the draw count and the kept fraction).
+    dropout_stats: Callable[[Mapping[str, Any]], Any] | None = None
 
     def configs_of(self, configs: Mapping[str, Config]) -> dict[str, Config]:
         """``configs`` narrowed to this family's matrix (a --set config always applies), with
