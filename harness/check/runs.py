@@ -297,7 +297,7 @@ class RunCache:
         """The weights ported into ``variant``: ``zero`` filled, and every parameter its map
         reads as a constant at that constant (a norm gain left out undeclared included: the
         oracle keeps that one's canonical value, and the difference shows)."""
-        return self.weights(variant.family_spec, zero | absent_fills(variant.map_for(self.cfg)))
+        return self.weights(variant.family_spec, Fills(zero) | absent_fills(variant.map_for(self.cfg)))
 
     def fills(self, variant: Variant) -> Fills:
         """The canonical parameters ``variant`` does not have, each with the value it reads as
