@@ -4,6 +4,7 @@ renders them, the JSON output reads them."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 from harness.base.config import Config
@@ -73,6 +74,8 @@ class TensorCheck:
     allowed: float
     ratio: float
     note: str = ""
+    max_ratio: float = math.nan  # the largest error's ratio to the baseline's (the statistic before issue 15)
+    n: int = 0                   # elements the RMS averages
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)

@@ -36,6 +36,7 @@ from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
+from harness.check.left_out import left_out_note, undeclared_absent
 from harness.check.results import SpecResult, TensorCheck
 from harness.check.runs import (
     Run,
@@ -107,15 +108,22 @@ def _lower_check(name: str, a: torch.Tensor | None, o: torch.Tensor, baselines: 
     if a is None:
         return TensorCheck(name, Verdict.DIFFERENT, math.inf, None, 0.0, math.inf, f"{name} is missing")
     g = P.gap(a, o)
-    errs = [bg.max_abs for b, bo in baselines if (bg := P.gap(b, bo)).comparable]
-    ref_err = max(errs) if errs else None
+    gaps = [bg for b, bo in baselines if (bg := P.gap(b, bo)).comparable]
+    ref_err = max(bg.max_abs for bg in gaps) if gaps else None
+    ref_rms = max(bg.rms for bg in gaps) if gaps else None
     if not g.comparable:
         return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, ref_err, 0.0, math.inf,
                            f"{name}: NaN/inf pattern differs from the oracle in {g.nan_mismatch} element(s)")
-    allowed = P.allowance(dtype, ref_err, max(g.scale, scale), factor)
-    ratio = P.ratio_to_reference(g.max_abs, ref_err, dtype, max(g.scale, scale))
-    verdict = Verdict.EQUIVALENT if g.max_abs <= allowed else Verdict.LESS_PRECISE
+    at = max(g.scale, scale)
+    allowed = P.allowance(dtype, ref_err, at, factor)  # on the largest error: what a pair can resolve
+    # the decision: the RMS error against the baseline's (stable across shapes, where the
+    # largest error of a small tensor is not; harness.check.precision)
+    ratio = P.ratio_to_reference(g.rms, ref_rms, dtype, at)
+    limit = P.size_factor(factor, g.n)
+    verdict = Verdict.EQUIVALENT if ratio <= limit else Verdict.LESS_PRECISE
     note = "" if ref_err is not None else "no reference error in this dtype: held to the ulp floor"
+    if verdict == Verdict.LESS_PRECISE and ref_err is not None:
+        note = f"{name}: RMS error {ratio:.3g}x the baseline's (allowed {limit:.3g}x on {g.n} elements)"
     if verdict == Verdict.LESS_PRECISE and dtype in HALF_DTYPES and ref_err is not None and name.startswith("output"):
         rtol, atol = P.DEFAULT_TOLERANCE[dtype]
         tolerance = atol + rtol * max(g.scale, scale)
@@ -123,7 +131,8 @@ def _lower_check(name: str, a: torch.Tensor | None, o: torch.Tensor, baselines: 
             verdict = Verdict.DIFFERENT
             note = (f"{name}: beyond {str(dtype).replace('torch.', '')}'s assert_close tolerance at the tensor's "
                     f"scale ({tolerance:.3g}) and {g.max_abs / max(ref_err, 1e-300):.3g}x the baseline's error")
-    return TensorCheck(name, verdict, g.max_abs, ref_err, allowed, ratio, note)
+    return TensorCheck(name, verdict, g.max_abs, ref_err, allowed, ratio, note,
+                       max_ratio=P.ratio_to_reference(g.max_abs, ref_err, dtype, at), n=g.n)
 
 
 class SpecChecker:
@@ -280,6 +289,9 @@ class SpecChecker:
         notes = [c.note for c in checks if c.verdict != Verdict.EQUIVALENT and c.note]
         if run.note:
             notes.insert(0, run.note)
+        left_out = undeclared_absent(family, variant.traits, variant.map_for(checker.cfg), checker.cfg)
+        if left_out:
+            notes.insert(0, left_out_note(left_out))
         if verdict == Verdict.EQUIVALENT and overflow:
             notes.insert(0, f"expected an error: {overflow}")
         ok = (verdict == expected or (expected == Verdict.LESS_PRECISE and verdict == Verdict.EQUIVALENT)
