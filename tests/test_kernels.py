@@ -289,6 +289,41 @@ def test_check_names_each_wrong_kernels_mistake(wrong, vid, named):
     assert line.startswith(named), line
 
 
+MISTAKES = {
+    "wrong_window_off_by_one": "reads as window left +1 (declared window='as called')",
+    "wrong_causal_swapped": "reads as causal='bottom_right' (declared causal='top_left')",
+    "wrong_softcap_dropped": "reads as the softcap ignored (declared softcap='as called')",
+    "wrong_heads_tiled": "reads as gqa_grouping='tiled' (declared gqa_grouping='consecutive')",
+    "wrong_no_rescale": "no single convention read another way explains it on long",
+}
+
+
+@pytest.mark.parametrize("vid", sorted(MISTAKES))
+def test_diff_names_each_wrong_kernels_mistake(vid):
+    """``diff`` names the mistake as ``check`` does, from the variant's own float64 runs
+    over every case of the config (no check report needed)."""
+    from harness.registry import get_variant
+    from harness.trace.kernel_explain import name_mistakes
+
+    load_packs()
+    with scratch():
+        load_file(WRONG_FILE)
+        named = name_mistakes("attention_kernel", [get_variant("attention_kernel", vid)], CONFIG_MATRIX["default"])
+    assert set(named) == {vid} and named[vid].startswith(MISTAKES[vid]), named
+
+
+def test_the_diff_command_prints_the_mistake(capsys):
+    from harness.cli.main import main
+
+    load_packs()
+    with scratch():
+        assert main(["diff", "attention_kernel", "wrong_heads_tiled", "eager", "--case", "gqa",
+                     "--variants", str(WRONG_FILE)]) == 0
+    printed = capsys.readouterr().out
+    assert f"mistake of wrong_heads_tiled: {MISTAKES['wrong_heads_tiled']}" in printed
+    assert "mistake of eager" not in printed   # a kernel that meets its spec has none
+
+
 def test_the_missing_rescale_shows_only_beyond_one_key_block(wrong):
     report, _ = wrong
     assert {s.case for s in _failures(report, "wrong_no_rescale")} == {"long"}

@@ -31,7 +31,7 @@ def cmd_diff(args) -> int:
     else:
         case, verdicts = pick_case(family.name, a, b, cfg, args.dtype)
         print("cases: " + ", ".join(f"{c} {v}" for c, v in verdicts) + f"; tracing '{case}'")
-    result = diff_pair(family.name, a, b, case, cfg, args.dtype, device=device)
+    result = diff_pair(family.name, a, b, case, cfg, args.dtype, device=device, mistakes=True)
     print(render(result))
     if args.json:
         write_json(args.json, result)

@@ -20,6 +20,10 @@ For one pair of a family, on one case and dtype:
 - **where**: for the output and every gradient, the mismatch count, the worst element's
   index (batch, position, feature) and the kind of row it falls in (padded key, fully
   masked row, ...);
+- **mistakes** (``diff`` asks for them): for attention kernels and the LLaMA-era
+  conventions, each side's own mistake named as ``check`` names it
+  (``kernel_explain.name_mistakes``: the single convention, read another way, that fits
+  every case where the variant misses its declared oracle in float64);
 - **layout hints**: if transposing a square mapped weight, or reordering the chunks of
   a fused projection, makes the pair equivalent, the hint says so.
 
@@ -50,6 +54,7 @@ from harness.registry import Variant, build, get_variant, variants_of
 from harness.trace.attribution import attribute
 from harness.trace.divergence import locate, trace_rows, trace_variant, where_differs
 from harness.trace.hints import align_ops, layout_hints
+from harness.trace.kernel_explain import name_mistakes
 from harness.trace.render import summary_text
 
 
@@ -73,7 +78,8 @@ def _variant(family: str, v) -> Variant:
 
 
 def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32", *,
-              device: str = "cpu", hints: bool = True, attribution: bool = True) -> dict:
+              device: str = "cpu", hints: bool = True, attribution: bool = True,
+              mistakes: bool = False) -> dict:
     """Everything ``diff`` prints, as data (see the module docstring)."""
     started = time.perf_counter()
     fam = get_family(family)
@@ -101,6 +107,8 @@ def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32",
         "traits": traits_side_by_side(fam, va, vb),
         "errors": {v.id: t.error for v, t in ((va, ta), (vb, tb)) if t.error},
         "paths": {va.id: ta.path, vb.id: tb.path},
+        # each side's own mistake, named as check names it (kernels; LLaMA-era conventions)
+        "mistakes": name_mistakes(family, (va, vb), cfg) if mistakes else {},
     }
     if ta.error or tb.error:
         out.update(verdict=Verdict.ERROR, trace=[], first=None, attribution=None, where=[], ops=[], hints=[])

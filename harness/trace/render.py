@@ -26,6 +26,7 @@ def summary_text(d: dict) -> str:
                      "(a residual, a norm or step the family does not map)")
     if d.get("attribution"):
         lines.append(d["attribution"]["text"])
+    lines += [f"mistake of {v}: {line}" for v, line in d.get("mistakes", {}).items()]
     if worst is not None and not Verdict(worst["verdict"]).agrees:
         idx = ", ".join(map(str, worst["worst_index"]))
         lines.append(f"worst tensor {worst['tensor']}: {worst['mismatches']}/{worst['numel']} elements "
@@ -44,6 +45,8 @@ def render(d: dict) -> str:
     out.append("\n-- traits (* differs, S semantic)")
     out.append(tabulate([[("*" if t["differs"] else "") + ("S" if t["semantic"] else ""), t["trait"], t["a"], t["b"]]
                          for t in d["traits"]], headers=["", "trait", d["a"], d["b"]], tablefmt="simple"))
+    for v, line in d.get("mistakes", {}).items():
+        out.append(f"mistake of {v}: {line}")
     if d.get("errors"):
         out.append("\nerror: " + "; ".join(f"{k}: {v}" for k, v in d["errors"].items()))
         return "\n".join(out)
