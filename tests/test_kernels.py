@@ -212,6 +212,36 @@ def test_register_kernel_takes_only_the_cases_its_function_can():
         register_kernel(id="bad", fn=lambda q, k, v, mask: q, layout="BTHD", traits={})
 
 
+def test_packed_layouts_take_the_cases_one_tensor_can_hold():
+    """qkvpacked stacks q, k, v on one axis: only self-attention over as many K/V heads as
+    query heads fits (T = S); kvpacked stacks k and v only, so every case fits."""
+    seen = {}
+
+    def qkv_fn(qkv, mask, causal=False):
+        seen["qkv"] = tuple(qkv.shape)
+        return qkv[:, :, 0]
+
+    def kv_fn(q, kv, mask):
+        seen["kv"] = (tuple(q.shape), tuple(kv.shape))
+        return q
+
+    with scratch():
+        qkv = register_kernel(id="qkv", fn=qkv_fn, layout="qkvpacked", traits={"causal": "top_left"})
+        kv = register_kernel(id="kv", fn=kv_fn, layout="kvpacked", traits={})
+    assert qkv.traits["cases"] == ("self", "causal")              # no window option: no window_causal
+    assert "cross" in kv.traits["cases"] and "gqa" in kv.traits["cases"]
+    cfg = Config(heads=4, kv_heads=2)
+    assert "one packed QKV tensor holds as many K/V heads" in qkv.supports(cfg) and not kv.supports(cfg)
+    gqa = FAMILY.inputs("gqa", Config())
+    B, H, T, d = gqa["q"].shape
+    S, H_kv = gqa["k"].shape[2], gqa["k"].shape[1]
+    out = kv.call(kv.build(Config()), gqa)
+    assert seen["kv"] == ((B, T, H, d), (B, S, 2, H_kv, d)) and out.shape == (B, H, T, d)
+    self_case = FAMILY.inputs("self", Config())
+    qkv.call(qkv.build(Config()), self_case)
+    assert seen["qkv"] == (B, T, 3, H, d)
+
+
 def _readme_kernel_block() -> str:
     text = (ROOT / "README.md").read_text()
     section = text.split("## Check an attention kernel", 1)[1]
@@ -336,7 +366,7 @@ def test_the_list_covers_every_wrong_kernel(wrong):
 
 
 @pytest.mark.parametrize("vid", ["control_block16", "control_bshd", "control_lengths",
-                                 "control_varlen_bottom_right"])
+                                 "control_varlen_bottom_right", "control_qkvpacked", "control_kvpacked"])
 def test_controls_stay_equivalent(wrong, vid):
     report, _ = wrong
     assert [s for s in report.specs if s.variant == vid]
