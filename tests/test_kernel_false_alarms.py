@@ -1,0 +1,94 @@
+"""The false alarms issue 21 measured, each checked gone: a kernel that computes in float32
+inside and declares it (gradcheck and ``--pairs all``), layout hints on a case whose output
+does not read the weights, a backward-only difference localised in the backward, ``map``
+over every case, and one variant's failing backward as its own error row
+(tests/test_kernels.py: ``test_a_kernel_whose_backward_fails_is_its_own_error_row``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import register_kernel
+from harness.base.config import CONFIG_MATRIX, Config
+from harness.base.verdicts import Verdict
+from harness.check.api import check_all
+from harness.check.extras import gradcheck_variant
+from harness.families.catalog import get_family
+from harness.registry import get_variant, load_packs, scratch
+from harness.trace.hints import layout_hints
+
+ONE_CONFIG = {"default": CONFIG_MATRIX["default"]}
+
+
+def eager_in_float32(q, k, v, mask, causal=False, window=None, softcap=0.0):
+    """The eager kernel computed in float32 whatever the inputs' dtype (a kernel that upcasts
+    half inputs to float32 and never to float64)."""
+    from variants.kernels import eager
+
+    return eager(q.float(), k.float(), v.float(), mask, causal, window, softcap).to(q.dtype)
+
+
+def _register(internal: bool):
+    traits = {"causal": "top_left", **({"internal_dtype": "float32"} if internal else {})}
+    return register_kernel(id="eager_f32", fn=eager_in_float32, traits=traits, source="test")
+
+
+@pytest.mark.parametrize("internal", [True, False])
+def test_gradcheck_honours_a_declared_float32_compute(internal):
+    """Declared, gradcheck takes float32's step and tolerance and passes; undeclared, the
+    float64 defaults see float32's rounding as a wrong backward (so the test can fail)."""
+    load_packs()
+    with scratch():
+        result = gradcheck_variant(_register(internal))
+    assert result.ok == internal, result.note
+
+
+def test_pairs_all_honours_a_declared_float32_compute_and_the_counts_agree():
+    """Measured pair by pair, the float32-inside kernel and the eager reference agree at
+    float32's tolerance (its spec: less precise, declared): no '!' and no contradiction, and
+    the summary's count is the number of contradicting rows (none)."""
+    load_packs()
+    with scratch():
+        _register(internal=True)
+        report = check_all(["attention_kernel"], ONE_CONFIG, "cpu", ["float32"], pairs="all", extras=False,
+                           variants=["attention_kernel/eager_f32", "attention_kernel/eager"])
+    mine64 = [s for s in report.specs if s.variant == "eager_f32" and s.dtype == "float64"]
+    assert mine64 and all(s.ok for s in mine64)
+    assert any(s.verdict == Verdict.LESS_PRECISE for s in mine64)
+    pairs = [p for p in report.pairs if "eager_f32" in (p.a, p.b) and "eager" in (p.a, p.b)]
+    assert len(pairs) == len(get_family("attention_kernel").cases) * 2      # float64 and float32
+    assert all(p.ok and p.verdict.agrees for p in pairs), [(p.case, p.dtype, p.verdict) for p in pairs if not p.ok]
+    assert report.failures == [] and report.as_dict()["contradictions"] == 0
+
+
+def test_a_measured_pair_that_contradicts_is_counted():
+    """The count and the '!' agree the other way too: a pair measured apart beyond what its
+    two specs allow while both specs hold is a contradiction of its own, counted once; when
+    a spec fails, that spec is the one counted."""
+    from harness.check.results import CheckReport, PairResult, SpecResult
+
+    def spec(vid, ok=True):
+        return SpecResult(family="f", variant=vid, config="c", case="k", dtype="float64", device="cpu",
+                          verdict="equivalent", expected="equivalent", ok=ok, err=0.0, ref_err=0.0, ratio=0.0,
+                          worst="", reference="", path="")
+    row = dict(family="f", a="x", b="y", case="k", dtype="float64", device="cpu", config="c", path_a="", path_b="",
+               noise_ratio=0.0, grad_noise_ratio=0.0, verdict="different", expected="equivalent", reason="",
+               max_abs=1.0, max_rel=1.0, grad_verdict="different", grad_max_abs=1.0, worst_grad="", note="")
+    report = CheckReport({}, ["float64"], specs=[spec("x"), spec("y")], pairs=[PairResult(**row, ok=False)])
+    assert len(report.failures) == 1
+    report.specs[0] = spec("x", ok=False)       # then the spec's failure is the one counted
+    assert len(report.failures) == 1 and isinstance(report.failures[0], SpecResult)
+
+
+def test_no_layout_hint_where_the_output_does_not_read_the_weights():
+    """B = 1, T = 1 and the one query row sees no key: torch_mha's output is its output
+    bias whatever the projections, so every transposed or reordered weight 'fixed' the pair
+    (nine hints); a hint now needs outputs that differ and a layout that makes them agree."""
+    load_packs()
+    family, cfg = get_family("attention"), Config(batch=1, tgt_len=1)
+    a, b = get_variant("attention", "torch_mha"), get_variant("attention", "torch_sdpa")
+    weights = family.canonical_weights(cfg)
+    for case in ("fully_masked", "self"):
+        assert layout_hints(family, a, b, case, cfg, weights=weights) == ([], 0)
+    # where the layouts are distinguishable the hint still comes (tests/test_diff.py:
+    # test_a_transposed_square_weight_is_named_by_the_layout_hint)
