@@ -92,3 +92,33 @@ def test_no_layout_hint_where_the_output_does_not_read_the_weights():
         assert layout_hints(family, a, b, case, cfg, weights=weights) == ([], 0)
     # where the layouts are distinguishable the hint still comes (tests/test_diff.py:
     # test_a_transposed_square_weight_is_named_by_the_layout_hint)
+
+
+def test_a_backward_only_difference_is_localised_in_the_backward():
+    """SDPA's CPU flash backward under a 0 / finfo.min mask (tests/test_kernels.py): the
+    outputs agree, dQ and dK do not. ``diff`` used to blame 'ops outside the traced
+    sub-modules' and give no first divergence; it now names the first backward step whose
+    gradient differs, by op, and where the two backward graphs part before it."""
+    from torch.nn.attention import SDPBackend
+
+    from harness.trace.pairs import diff_pair
+    from harness.trace.render import summary_text
+    from variants.kernels import sdpa
+
+    load_packs()
+    traits = {"mask_method": "additive_finfo_min", "cases": ("self", "fully_masked")}
+    with scratch():
+        for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.MATH):
+            register_kernel(id=f"finfo_min_{backend.name.lower()}", mask="additive_min", traits=traits,
+                            fn=lambda q, k, v, mask, b=backend: sdpa(q, k, v, mask, backend=b))
+        d = diff_pair("attention_kernel", "finfo_min_flash_attention", "finfo_min_math", "fully_masked",
+                      CONFIG_MATRIX["default"], "float64", hints=False)
+    assert d["verdict"] == Verdict.DIFFERENT and d["where"][0]["verdict"] in ("equivalent", "identical")
+    back = d["backward"]
+    assert back["op"] in ("AccumulateGrad(q)", "AccumulateGrad(k)")
+    assert back["parted"][0] == "ScaledDotProductFlashAttentionForCpuBackward0"
+    assert "SafeSoftmaxBackward0" in back["parted"][1] or "..." in back["parted"][1]
+    text = summary_text(d)
+    assert text.startswith("first divergence (backward only): the outputs agree; the backward differs first at "
+                           "AccumulateGrad(")
+    assert "ops outside" not in text

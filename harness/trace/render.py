@@ -19,6 +19,8 @@ def summary_text(d: dict) -> str:
         lines.append(f"{d['a']} and {d['b']} agree on {d['case']} ({d['verdict']})")
     elif d["first"]:
         lines.append(f"first divergence: {d['first']['text']}")
+    elif d.get("backward"):
+        lines.append(f"first divergence (backward only): {d['backward']['text']}")
     elif not d["trace"]:
         lines.append("no canonical sub-module to trace: the difference is the module's own computation")
     else:
@@ -60,6 +62,8 @@ def render(d: dict) -> str:
         tablefmt="simple"))
     if d["first"]:
         out.append(f"first divergence: {d['first']['text']}")
+    elif d.get("backward"):
+        out.append(f"first divergence (backward only): {d['backward']['text']}")
     if d.get("attribution"):
         out.append(f"attribution: {d['attribution']['text']}")
     out.append("\n-- where (mismatching elements, worst index (batch, position, feature), row kind)")
