@@ -78,3 +78,42 @@ def test_map_refuses_what_is_not_a_function(capsys):
     assert main(["map", "torch.nn:MultiheadAttention", "--family", "attention_kernel"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is not a function" in err[0]
+
+
+FIRST_ROW_MASK = '''
+import torch
+from torch import nn
+
+
+class FirstRowMask(nn.Module):
+    """Reads the mask as key padding: the first query row's mask for every row. Right on the
+    cases whose mask is key padding only, wrong where rows differ (causal, an arbitrary mask)."""
+
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, query, key, value, mask):
+        B, T, D = query.shape
+        split = lambda x: x.view(B, -1, self.heads, D // self.heads).transpose(1, 2)
+        q, k, v = split(self.q(query)), split(self.k(key)), split(self.v(value))
+        keep = mask[:, :1, :].expand_as(mask)[:, None]
+        scores = (q @ k.transpose(-1, -2) / (D // self.heads) ** 0.5).masked_fill(~keep, float("-inf"))
+        return self.o((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D))
+'''
+
+
+def test_module_map_scores_the_closest_over_every_case_and_names_the_failing_ones(tmp_path):
+    """The closest map was scored on the first case only, so a module right there but wrong
+    elsewhere was never told where: now every candidate that ran is scored over every case."""
+    from harness.trace.mapsearch import propose_map
+
+    path = tmp_path / "first_row_mask_21.py"
+    path.write_text(FIRST_ROW_MASK)
+    with scratch():
+        proposal = propose_map(f"{path}:FirstRowMask", "attention", call="qkv_mask", cfg=CONFIG_MATRIX["default"])
+    assert not proposal.found
+    failing, agrees = set(proposal.closest["failing"]), set(proposal.closest["agrees"])
+    assert {"causal", "random_mask"} <= failing and {"self", "cross"} <= agrees
+    assert "fails on causal (max_abs" in proposal.text

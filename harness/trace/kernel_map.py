@@ -15,9 +15,7 @@ call is printed only after it was executed and checked in a scratch registry, cl
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +23,6 @@ import torch
 
 from harness.base.config import Config
 from harness.base.errors import HarnessError, UnknownName
-from harness.check.api import check_all
 from harness.check.runs import RunCache, applicable
 from harness.check.spec import _float64_check, expected_names
 from harness.families import kernel_oracle as K
@@ -34,6 +31,7 @@ from harness.registry import REGISTRY, Variant, scratch
 from harness.registry.kernels import LAYOUTS, MASK_FORMS, accepted_options, register_kernel
 from harness.trace.kernel_explain import explain_kernel
 from harness.trace.map_candidates import Proposal, load_object
+from harness.trace.map_verify import on_path, verify_registration
 
 FAMILY = "attention_kernel"
 DEAD_CASE = "fully_masked"
@@ -141,46 +139,10 @@ def _code(vid: str, name: str, import_line: str, source: str, best: Candidate) -
     ])
 
 
-def verify(code: str, folder: Path | None, vid: str, cfg: Config) -> tuple[bool, str]:
-    """Execute the printed registration in a scratch registry and check it (float32 and
-    float64, this config): (clean, a line saying what was checked or what failed)."""
-    with scratch(), _on_path(folder):
-        try:
-            exec(compile(code, "<map registration>", "exec"), {"__name__": "harness_map_registration"})  # noqa: S102
-        except Exception as exc:  # noqa: BLE001  (a registration that does not even run)
-            return False, f"the registration fails to run: {type(exc).__name__}: {exc}"
-        report = check_all([FAMILY], {"map": cfg}, "cpu", ["float32"], variants=[f"{FAMILY}/{vid}"])
-    mine = [s for s in report.specs if s.variant == vid]
-    bad = [f for f in report.failures if getattr(f, "variant", "") == vid]
-    if bad:
-        where = ", ".join(sorted({f"{getattr(f, 'case', 'gradcheck')} {getattr(f, 'dtype', '')}".strip()
-                                  for f in bad}))
-        return False, f"the registration does not check clean: {len(bad)} contradiction(s) ({where})"
-    return True, f"checked: {len(mine)} spec checks (float64 and float32), gradcheck and dropout, 0 contradict"
-
-
-@contextlib.contextmanager
-def _on_path(folder: Path | None):
-    """``folder`` importable for the block; modules first imported in it are forgotten
-    after (importing a variants file registers its variants: each block sees that afresh)."""
-    added = folder is not None and str(folder) not in sys.path
-    before = set(sys.modules)
-    if added:
-        sys.path.insert(0, str(folder))
-    try:
-        yield
-    finally:
-        if added:
-            sys.path.remove(str(folder))
-        for name in set(sys.modules) - before:
-            if folder is not None and str(folder) in str(getattr(sys.modules[name], "__file__", "") or ""):
-                del sys.modules[name]
-
-
 def _free_id(vid: str, import_line: str, folder: Path | None) -> str:
     """``vid``, or ``vid_mapped`` when importing the function registers ``vid`` already
     (the function's own file is a variants file)."""
-    with scratch(), _on_path(folder):
+    with scratch(), on_path(folder):
         try:
             exec(compile(import_line, "<map import>", "exec"), {})  # noqa: S102
         except Exception:  # noqa: BLE001  (verify says it, with the reason)
@@ -252,7 +214,7 @@ def propose_kernel_map(target: str, *, cfg: Config | None = None, variant_id: st
     if variant_id is None:
         vid = _free_id(vid, imports, folder)
     code = _code(vid, name, imports, source if import_line else Path(target.rpartition(":")[0]).name, best)
-    clean, checked = verify(code, folder, vid, cfg)
+    clean, checked = verify_registration(code, FAMILY, vid, cfg, folder=folder)
     head += [f"found: {best.describe()}, equivalent to its oracle in float64 (output and every gradient) "
              f"on every case it takes: {', '.join(best.cases)}", checked]
     where = "paste into a variants file" + (f" beside {folder}" if folder else "")
