@@ -7,6 +7,7 @@ over every case, and one variant's failing backward as its own error row
 from __future__ import annotations
 
 import pytest
+import torch
 
 from harness import register_kernel
 from harness.base.config import CONFIG_MATRIX, Config
@@ -122,3 +123,30 @@ def test_a_backward_only_difference_is_localised_in_the_backward():
     assert text.startswith("first divergence (backward only): the outputs agree; the backward differs first at "
                            "AccumulateGrad(")
     assert "ops outside" not in text
+
+
+def softcap_in_place(q, k, v, mask, softcap=0.0):
+    """flash-attention's test reference's softcap path: the tanh output scaled in place,
+    which autograd refuses in the backward (tanh saves its output)."""
+    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    if softcap:
+        s = torch.tanh(s / softcap)
+        s *= softcap
+    return torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ v
+
+
+def test_one_kernels_failing_backward_is_its_own_error_row():
+    """That reference's backward raises on the softcap case: the error is that variant's row
+    on that case (with the reason), its other cases and every other variant are checked,
+    and nothing ends the run."""
+    load_packs()
+    with scratch():
+        register_kernel(id="softcap_in_place", fn=softcap_in_place, source="test",
+                        traits={"causal": "top_left", "cases": ("self", "softcap")})
+        report = check_all(["attention_kernel"], ONE_CONFIG, "cpu", ["float32"], extras=False,
+                           variants=["attention_kernel/softcap_in_place", "attention_kernel/eager"])
+    mine = {(s.case, s.dtype): s for s in report.specs if s.variant == "softcap_in_place"}
+    assert all(mine[("softcap", d)].verdict == "error" and "backward: RuntimeError" in mine[("softcap", d)].note
+               for d in ("float64", "float32"))
+    assert mine[("self", "float64")].ok and mine[("self", "float32")].ok
+    assert all(s.ok for s in report.specs if s.variant == "eager")
