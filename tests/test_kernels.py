@@ -342,6 +342,7 @@ def test_diff_names_each_wrong_kernels_mistake(vid):
     assert set(named) == {vid} and named[vid].startswith(MISTAKES[vid]), named
 
 
+@pytest.mark.slow  # the whole diff (trace, ops, paths); the naming itself is tested above
 def test_the_diff_command_prints_the_mistake(capsys):
     from harness.cli.main import main
 
