@@ -73,3 +73,25 @@ def test_a_declaration_covers_only_its_case_and_config():
 def test_a_bad_path_findings_declaration_is_refused(findings, message):
     with scratch(), pytest.raises(RegistryError, match=re.escape(message)):
         register_kernel(id="bad", fn=switches_at_one, traits={"causal": "top_left", "path_findings": findings})
+
+
+def test_sdpa_cpu_flash_gradient_on_a_row_without_keys_can_be_declared_per_case():
+    """The finding tests/test_kernels.py shows (SDPA's CPU flash backward sends S times the
+    uniform softmax's gradient into dQ and dK for a row whose keys all carry finfo.min) is
+    a contradiction on fully_masked; declared for that case it is a finding, listed."""
+    from torch.nn.attention import SDPBackend
+
+    from variants.kernels import sdpa
+
+    load_packs()
+    reports = []
+    for declared in ({}, {"path_findings": {"fully_masked": "CPU flash backward: saved log-sum-exp absorbs log S"}}):
+        with scratch():
+            register_kernel(id="flash_min", mask="additive_min",
+                            traits={"mask_method": "additive_finfo_min", "cases": ("fully_masked",), **declared},
+                            fn=lambda q, k, v, mask: sdpa(q, k, v, mask, backend=SDPBackend.FLASH_ATTENTION))
+            reports.append(check_all(["attention_kernel"], {"default": CONFIG_MATRIX["default"]}, "cpu", ["float32"],
+                                     extras=False, variants=["attention_kernel/flash_min"]))
+    assert {s.case for s in reports[0].failures} == {"fully_masked"}
+    assert reports[1].failures == []
+    assert "declared path finding: CPU flash backward" in path_findings(reports[1], CONFIG_MATRIX)
