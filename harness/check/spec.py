@@ -44,7 +44,7 @@ from harness.check.runs import (
     applicable,
     fill_overflow,
 )
-from harness.families.base import Family
+from harness.families.base import Family, declared_path_finding
 from harness.families.catalog import FAMILIES
 from harness.registry import Variant, reference_of
 
@@ -66,6 +66,11 @@ HALF_DIFFERENT_FACTOR = 10.0
 # the mean of V), so there the no-grad eval run is compared with the autograd run (``paths``)
 # but not held to the spec.
 NO_KEY_CASES = ("fully_masked", "left_pad")
+
+
+# The note a spec carries when a declared per-case path finding (traits['path_findings'])
+# turns its failure into a finding.
+PATH_FINDING = "declared path finding"
 
 
 def worst_spec(verdicts: Iterable[str]) -> str:
@@ -233,8 +238,10 @@ class SpecChecker:
                     device=self.device, expected=expected, reference=ref.id if ref else "",
                     path=run.path or "-")
         if run.error:
-            return SpecResult(**base, verdict=Verdict.ERROR, ok=expected == Verdict.ERROR, err=math.nan,
-                              ref_err=math.nan, ratio=math.nan, worst="", note=run.error)
+            finding = declared_path_finding(variant.traits, case, config)
+            return SpecResult(**base, verdict=Verdict.ERROR, ok=expected == Verdict.ERROR or bool(finding),
+                              err=math.nan, ref_err=math.nan, ratio=math.nan, worst="",
+                              note=(f"{PATH_FINDING}: {finding}; " if finding else "") + run.error)
         if not family.differentiable or not run.tensors["output"].is_floating_point():
             a, o = run.tensors["output"].cpu(), oracle.tensors["output"]
             if a.is_floating_point() and o.is_floating_point():
@@ -296,6 +303,10 @@ class SpecChecker:
             notes.insert(0, f"expected an error: {overflow}")
         ok = (verdict == expected or (expected == Verdict.LESS_PRECISE and verdict == Verdict.EQUIVALENT)
               or (verdict == Verdict.LESS_PRECISE and expected == Verdict.EQUIVALENT and dtype_name in self.lenient))
+        finding = declared_path_finding(variant.traits, case, config)
+        if finding and not ok:  # a declared per-case path finding: reported, not a contradiction
+            ok = True
+            notes.insert(0, f"{PATH_FINDING}: {finding}")
         return SpecResult(**base, verdict=verdict, ok=ok, err=bad.err,
                           ref_err=math.nan if bad.ref_err is None else bad.ref_err, ratio=bad.ratio,
                           worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks)

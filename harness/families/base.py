@@ -71,9 +71,29 @@ DESCRIPTIVE_TRAITS = {
                    " each reads as its map's Absent value; an undeclared norm gain or bias left out is"
                    " a difference",
     "cases": "tuple of the family cases the variant applies to (default: all)",
+    "path_findings": "{'CASE' or 'CASE@CONFIG': why}: behaviour that depends on the path taken there (another "
+                     "kernel for that shape), declared: reported as a finding, not a contradiction",
     "note": "free text",
 }
 EPS = TraitSpec("the norm's epsilon", values=oracles.EPS_NAMES, number=True)
+
+
+def path_finding_problems(findings: Any, cases: set[str]) -> list[str]:
+    """What is wrong with a ``path_findings`` declaration (a mapping of 'CASE' or
+    'CASE@CONFIG' to the reason)."""
+    if findings is None:
+        return []
+    if not isinstance(findings, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and v
+                                                    for k, v in findings.items()):
+        return [f"traits['path_findings'] must map 'CASE' or 'CASE@CONFIG' to a reason, got {findings!r}"]
+    unknown = sorted({k.partition("@")[0] for k in findings} - cases)
+    return [f"traits['path_findings'] names unknown case(s) {unknown}; cases: {sorted(cases)}"] if unknown else []
+
+
+def declared_path_finding(traits: Mapping[str, Any], case: str, config: str) -> str | None:
+    """The reason declared for (case, config) in ``path_findings``, if any."""
+    findings = traits.get("path_findings") or {}
+    return findings.get(f"{case}@{config}") or findings.get(case)
 
 
 @dataclass(frozen=True)
@@ -172,6 +192,7 @@ class Family:
                     problems.append(f"trait {name}={traits[name]!r} has no oracle; known: {spec.known()}")
             elif spec.default is REQUIRED and name in needed:
                 problems.append(f"semantic trait {name!r} is not declared ({spec.doc}; known: {spec.known()})")
+        problems += path_finding_problems(traits.get("path_findings"), {c.name for c in self.cases})
         sites = traits.get("dropout_sites")
         if sites is not None and (isinstance(sites, str) or not all(isinstance(x, str) for x in sites)):
             problems.append(f"traits['dropout_sites'] must be a tuple of site names, got {sites!r}")
