@@ -88,12 +88,13 @@ def cmd_decode(args) -> int:
         kl_rows += compare_distributions(family, cfg)
         cache_rows += check_cache(family, cfg)
         parity_rows += check_cache_parity(family, cfg)
-    print("== Greedy decoding: each model's own loop on the same ported weights")
+    print("== Greedy decoding: each model's own loop on the same ported weights (sharpened: FFN input x3)")
     print(tabulate([(r.family, f"{r.a} ~ {r.b}", r.expected, "same" if r.same_tokens else "differ",
-                     "yes" if r.ok else "NO", r.first_diff or "-", _fmt(r.margin_a), _fmt(r.margin_b))
+                     "yes" if r.ok else "NO", r.first_diff or "-", _fmt(r.margin_a), _fmt(r.margin_b),
+                     r.logprobs or "-", _fmt(r.logprob_max_abs))
                     for r in greedy_rows],
                    headers=("family", "pair", "expected", "tokens", "ok", "first difference",
-                            "margin a", "margin b")))
+                            "margin a", "margin b", "log-probs", "max |Δ log-p|")))
     print(f"\n== Next-token distributions, float32: per-token KL(a || b) over real positions (agree: worst "
           f"<= {KL_BOUND:g}), top-1 and top-{TOP_K} agreement")
     print(tabulate([(r.family, f"{r.a} ~ {r.b}", r.case, r.expected, _fmt(r.kl_worst), r.worst_at, _fmt(r.kl_mean),
