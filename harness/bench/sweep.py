@@ -62,6 +62,22 @@ def disturbance(loads: list[float | None], peak_rounds: list[float], device: str
     return "; ".join(why)
 
 
+def wrong_outputs(outputs: dict[str, tuple[tuple[int, ...], int]], ref: str | None) -> dict[str, str]:
+    """Variants whose output (shape, NaN count) tells that they compute something else than
+    the family's reference: another shape, or NaN where the reference has none. What ``check``
+    calls an error or a difference is not timed as a speed."""
+    if ref not in outputs:
+        return {}
+    shape, nans = outputs[ref]
+    wrong = {}
+    for vid, (s, n) in outputs.items():
+        if s != shape:
+            wrong[vid] = f"output shape {s} where the reference {ref}'s is {shape}: not timed"
+        elif n and not nans:
+            wrong[vid] = f"output has NaN in {n} element(s) where the reference {ref}'s has none: not timed"
+    return wrong
+
+
 def _static(case: BenchCase, prepared: Prepared, row: dict) -> None:
     """What is not time, from one instrumented call of the eager step: kernel path, FLOPs
     (executed and dense-equivalent), tensor peak, bytes saved for backward."""
@@ -94,6 +110,7 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
     ref = reference_of(first.family)
     rows: dict[str, dict] = {}
     fns: dict[str, Callable[[], object]] = {}
+    outputs: dict[str, tuple[tuple[int, ...], int]] = {}
     loads = [load_average()]
     for case in cases:
         row: dict[str, Any] = {**dataclasses.asdict(case), "case": case.case, "key": case.key,
@@ -111,10 +128,14 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
             _static(case, prepared, row)
             rows[case.variant] = {**row, "status": "ok"}
             fns[case.variant] = prepared.step
+            outputs[case.variant] = prepared.output
         except HarnessError:
             raise
         except Exception as exc:  # a finding, not a crash: the sweep goes on
             rows[case.variant] = _failed(row, case, exc)
+    for vid, why in wrong_outputs(outputs, ref.id if ref else None).items():  # not timed: its error row
+        rows[vid].update(status="error", error=why)
+        del fns[vid]
     size = PEAK_SIZE["cuda" if first.device.startswith("cuda") else "cpu"]
     mm, mm_flops = timing.matmul_callable(first.device, dtype_of(first.dtype), size)
     timed = timing.interleave({**fns, PEAK: mm}, rounds=rounds, min_time=min_time, threads=threads,

@@ -207,8 +207,10 @@ def run_variant(
     except Exception as exc:  # a variant that fails on this case/dtype is a finding
         run.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return run
-    if not isinstance(out, torch.Tensor):
-        raise InputError(f"{variant.key}: adapter returned {type(out).__name__}, not a tensor")
+    if not isinstance(out, torch.Tensor):  # the user's call adapter or forward: its error row
+        run.error = (f"the call returned {type(out).__name__}, not a tensor (the variant's call adapter "
+                     "must return the output tensor)")
+        return run
     run.changed = changed_inputs(snap)
     run.tensors["output"] = out.detach().to("cpu", torch.float64 if out.is_floating_point() else out.dtype)
     if backward and family.differentiable and not out.requires_grad:

@@ -93,14 +93,15 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
             variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
                               param_map=pmap, traits=dict(ref.traits))
             try:
-                verdict, gap = _forward_verdict(checker, variant, ref, first_case, module)
+                verdict, gap, note = _forward_verdict(checker, variant, ref, first_case, module)
             except (PortingError, InputError):
                 continue
             if verdict == Verdict.ERROR:
                 break  # this call form does not run the module: the next form
             ran = True
             if not closest or gap < closest["max_abs"]:
-                closest = {"max_abs": gap, "call_form": form, "map": {k: entry_code(v) for k, v in pmap.items()}}
+                closest = {"max_abs": gap, "call_form": form, "map": {k: entry_code(v) for k, v in pmap.items()},
+                           "note": note}
             if not verdict.agrees:
                 continue
             verdicts = {c: _compare(checker, variant, ref, c)[0] for c in cases}
@@ -116,14 +117,15 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
            f"({tried} candidates tried; call forms that ran: {', '.join(ran_forms) or 'none'})")
     if closest:
         why += (f"\nclosest: call form {closest['call_form']}, max_abs {closest['max_abs']:.3g} on "
-                f"{family.cases[0].name}, map {closest['map']}")
+                f"{family.cases[0].name}" + (f" ({closest['note']})" if closest.get("note") else "")
+                + f", map {closest['map']}")
     else:
         why += "\nno call form ran the module on the family's inputs: pass --call and --init"
     return Proposal(False, why, tried=tried, closest=closest)
 
 
 def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: str,
-                     module: torch.nn.Module) -> tuple[str, float]:
+                     module: torch.nn.Module) -> tuple[str, float, str]:
     """The quick test of a candidate: the module built once, the candidate's weights
     ported in, float64 forward only, no op recording."""
     family = ref.family_spec
@@ -137,11 +139,12 @@ def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: st
     except HarnessError:
         raise
     except Exception:  # noqa: BLE001  (this call form does not run the module)
-        return Verdict.ERROR, math.inf
+        return Verdict.ERROR, math.inf, ""
     if want is None or not isinstance(got, torch.Tensor):
-        return Verdict.ERROR, math.inf
+        return Verdict.ERROR, math.inf, ""
     tv = compare_tensors(got.detach().double().cpu(), want, None, None, torch.float64)
-    return tv.verdict, tv.max_abs
+    note = f"output: {tv.note}, the module's vs {ref.id}'s" if tv.note else ""
+    return tv.verdict, tv.max_abs, note
 
 
 def _compare(checker: RunCache, variant: Variant, ref: Variant, case: str, forward_only: bool = False):
