@@ -167,7 +167,7 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
                    peak_flops=pk, peak_fraction=f, peak_fraction_q1=f1, peak_fraction_q3=f3,
                    peak_fraction_lo=f_lo, peak_fraction_hi=f_hi,
                    peak_fraction_dense=dense,
-                   load=loads, disturbed=disturbed, group=group, interleaved=True)
+                   load=loads, disturbed=disturbed, group=group, interleaved=True, min_time=min_time)
         if ref is not None and ref.id in fns:
             _, r1, r3 = timing.quartiles(timed.ratio(ref.id, vid))
             r, r_lo, r_hi = timing.ratio_of_medians(timed.rounds[ref.id], per_round)

@@ -21,12 +21,12 @@ from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.dtypes import default_dtypes, resolve_device
 from harness.base.errors import ConfigError, HarnessError
 from harness.bench.cases import PROFILES, TIMING, check_sizes, plan
-from harness.bench.log import is_own_log, load_many, read_log
+from harness.bench.log import is_own_log, load_many, read_log, slow_peaks
 from harness.bench.sweep import device_dir, run_sweep, shard
 from harness.check.api import check_all
 from harness.cli.common import _load, _variant_files
 from harness.families.catalog import FAMILIES
-from harness.report.bench_frame import load_old
+from harness.report.bench_frame import compare_with, frame, load_old
 from harness.report.bench_tables import print_targets
 from harness.report.differences_md import is_own_differences, write_differences
 from harness.report.io import ensure_writable, write_json
@@ -185,7 +185,7 @@ def _measure(args, cases, log: Path, fresh: bool) -> tuple[list, bool]:
 
 
 def _disturbed_lines(rows) -> list[str]:
-    peaks = [r for r in rows if r.get("kind") == "peak" and r.get("disturbed")]
+    peaks = [r for r in slow_peaks(rows) if r.get("kind") == "peak" and r.get("disturbed")]
     return [f"disturbed window: {p['group']}: {p['disturbed']}" for p in peaks]
 
 
@@ -281,6 +281,11 @@ def cmd_report(args) -> int:
     for line in _disturbed_lines(rows):
         print(line, file=sys.stderr)
     print(f"wrote {report} (+ results.csv, results.json, plots)" + (f"; compared with {compare}" if compare else ""))
+    if old is not None:  # like with like: rows measured otherwise have no change, said here too
+        notes = [n for n in compare_with(frame(rows)[0], old, args.threshold)["change_note"] if n]
+        if notes:
+            print(f"note: {len(notes)} row(s) not compared with {compare}: measured otherwise there: "
+                  f"{'; '.join(dict.fromkeys(notes))}", file=sys.stderr)
     if note.startswith("Interrupted"):
         print("reports/DIFFERENCES.md is not written by an interrupted run", file=sys.stderr)
     elif results is not None and args.profile == "full":  # where and why they differ (harness.trace.differences)

@@ -62,8 +62,10 @@ def family_table(cases: pd.DataFrame, family: str) -> str:
         if isinstance(r["disturbed"], str) and r["disturbed"]:
             row["median ms"] += " (d)"
         if has_change:
-            row["change"] = "-" if pd.isna(r["change"]) else (
-                f"{r['change']:+.0%}" + (" REGRESSION" if r["regression"] else ""))
+            note = r.get("change_note")
+            row["change"] = (f"not comparable ({', '.join(x.split(' (')[0] for x in note.split('; '))})"
+                             if isinstance(note, str) and note else "-" if pd.isna(r["change"]) else
+                             f"{r['change']:+.0%}" + (" REGRESSION" if r["regression"] else ""))
         rows.append(row)
     return tabulate(pd.DataFrame(rows), headers="keys", tablefmt="github", showindex=False)
 
