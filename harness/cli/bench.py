@@ -19,7 +19,7 @@ from tabulate import tabulate
 
 from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.dtypes import default_dtypes, resolve_device
-from harness.base.errors import ConfigError, HarnessError
+from harness.base.errors import ConfigError, HarnessError, ResultsFileError
 from harness.bench.cases import PROFILES, TIMING, check_sizes, plan
 from harness.bench.log import is_own_log, load_many, read_log, slow_peaks
 from harness.bench.sweep import device_dir, run_sweep, shard
@@ -233,6 +233,9 @@ def cmd_report(args) -> int:
     note = ""
     if args.from_file:
         rows = load_many([Path(f) for f in args.from_file])
+        if not any(r.get("kind", "case") == "case" for r in rows):
+            raise ResultsFileError(f"no benchmark rows in {', '.join(repr(f) for f in args.from_file)}: "
+                                   "give a bench log or a results.json with measured cases")
         note = "Rows from " + ", ".join(f"`{f}`" for f in args.from_file) + "."
         measured = next((r for r in rows if r.get("kind", "case") == "case"), {})
         device_folder = root / device_dir(measured.get("device", device), measured.get("device_name"))
