@@ -28,7 +28,14 @@ from harness.report.bench_tables import family_table, machine_state, mechanisms_
 from harness.report.io import write_json
 from harness.report.plots import plot_sweeps, plot_verdicts
 from harness.report.summary import summary_table
-from harness.report.tables import LEGEND, differences_table, paths_table, traits_table, verdict_matrix
+from harness.report.tables import (
+    LEGEND,
+    differences_table,
+    fit_width,
+    paths_table,
+    traits_table,
+    verdict_matrix,
+)
 from harness.report.targets import MET_TEXT, evaluate
 
 
@@ -228,7 +235,7 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
     if len(failed):
         lines += ["## Not measured", "", tabulate(failed[["key", "status", "error"]], headers="keys",
                                                   tablefmt="github", showindex=False), ""]
-    atomic_write(out / "REPORT.md", "\n".join(lines) + "\n")
+    atomic_write(out / "REPORT.md", fit_width("\n".join(lines)) + "\n")
 
 
 def unlike_text(cases: pd.DataFrame) -> str:
