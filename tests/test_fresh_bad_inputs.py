@@ -149,6 +149,8 @@ CASES = [
     ("report-threshold-inf", ["report", "--threshold", "inf"], "--threshold inf"),
     ("report-compare-notes", ["report", "--compare", "notes.txt"], "notes.txt"),
     ("report-out-file", ["report", "--skip-check", "--family", "norm", "--out", "notes.txt"], "notes.txt"),
+    ("report-from-fifo", ["report", "--from", "fifo"], "is not a regular file"),
+    ("report-compare-fifo", ["report", "--compare", "fifo"], "is not a regular file"),
     ("report-from-twice", ["report", "--from", "foreign.json", "--from", "foreign.json"], "foreign.json"),
     # decode, train-step
     ("decode-not-a-model", ["decode", "--family", "norm"], "norm"),

@@ -116,6 +116,8 @@ def load_rows(path: Path) -> list[dict]:
         raise ResultsFileError(f"results file '{path}' does not exist")
     if path.is_dir():
         raise ResultsFileError(f"results file '{path}' is a directory; give a results.json or a bench .jsonl in it")
+    if not path.is_file():  # a pipe would block the read; a device is no results file
+        raise ResultsFileError(f"results file '{path}' is not a regular file (a device, a pipe or a socket)")
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
