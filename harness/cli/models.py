@@ -24,7 +24,8 @@ from harness.cli.bench import _int_list
 from harness.cli.common import _load
 from harness.registry import get_variant
 from harness.report.io import write_json
-from harness.systems.copy_task import copy_task_table, write_copy_task
+from harness.report.models_md import copy_task_table, write_cache_bench_report, write_copy_task_report
+from harness.systems.copy_task import write_copy_task
 from harness.systems.decoding import check_cache, compare_greedy
 from harness.systems.models import MODEL_FAMILIES, _model_family
 from harness.systems.training import ADAM, compare_train_step
@@ -126,6 +127,7 @@ def cmd_copy_task(args) -> int:
         get_variant("encoder_decoder", vid)
     check_output_folder(Path(args.out), ("copy_task.json", "copy_task.md", "copy_task.png"), "copy-task --out")
     runs = write_copy_task(args.out, Config.parse(args.set), args.steps, args.batch, args.variant, args.eval)
+    write_copy_task_report(runs, Path(args.out))
     print(copy_task_table(runs))
     print(f"\nwrote {args.out}/copy_task.json, copy_task.md, copy_task.png")
     return 0
@@ -137,6 +139,7 @@ def cmd_cache_bench(args) -> int:
     if min(lengths) < 2:  # refused here, before anything is built (write_cache_bench says the same)
         raise ConfigError(f"impossible sweep: --seq {args.seq}: generated lengths must be at least 2")
     check_output_folder(Path(args.out), ("cache_bench.json", "cache_bench.md", "cache_bench.png"), "cache-bench --out")
-    write_cache_bench(args.out, lengths, Config.parse(args.set))
+    rows = write_cache_bench(args.out, lengths, Config.parse(args.set))
+    write_cache_bench_report(rows, Path(args.out))
     print((Path(args.out) / "cache_bench.md").read_text())
     return 0
