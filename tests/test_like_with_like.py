@@ -23,7 +23,7 @@ BASE = {"kind": "case", "key": "k1", "family": "norm", "variant": "v", "mode": "
 @pytest.mark.parametrize("field, old_value, said", [
     ("cpu", "Intel Xeon", "cpu (Intel Xeon then, AMD EPYC now)"),
     ("threads", 56, "threads (56 then, 2 now)"),
-    ("cpu_count", "56", "cpu_count (56 then, 2 now)"),
+    ("cpu_count", 56, "cpu_count (56 then, 2 now)"),
     ("torch", "2.12.0", "torch (2.12.0 then, 2.13.0+cpu now)"),
     ("min_time", 0.05, "min_time (0.05 then, 0.02 now)"),
 ])
