@@ -205,8 +205,8 @@ class VariantItem(pytest.Item):
         if wrong:
             by_kind = SimpleNamespace(specs=[], gradchecks=[], dropouts=[])
             getattr(by_kind, {"gradcheck": "gradchecks", "dropout": "dropouts"}.get(self.aspect, "specs")).extend(wrong)
-            raise VariantMismatch(f"{self.key}: {_first_cause(wrong)} ({self.aspect}: {len(wrong)} of {len(results)} "
-                                  "checks contradict its declaration):\n" + failures_table(by_kind))
+            raise VariantMismatch(f"{self.key} contradicts its declaration ({self.aspect}: {len(wrong)} of "
+                                  f"{len(results)} checks): {_first_cause(wrong)}\n" + failures_table(by_kind))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, VariantMismatch):
@@ -244,7 +244,9 @@ def _first_cause(wrong: list) -> str:
     an output of the wrong shape or type) before any numeric difference."""
     errors = [r for r in wrong if getattr(r, "verdict", "") == "error" and getattr(r, "note", "")]
     first = errors[0] if errors else wrong[0]
-    text = str(getattr(first, "note", "") or getattr(first, "verdict", "") or "failed")
+    worst = getattr(first, "worst", "")
+    verdict = str(getattr(first, "verdict", "") or "failed")
+    text = str(getattr(first, "note", "") or (verdict + (f" in {worst}" if worst else "")))
     return text.split("; ")[0][:200]
 
 
