@@ -65,6 +65,20 @@ HALF_DIFFERENT_FACTOR = 10.0
 # the mean of V), so there the no-grad eval run is compared with the autograd run (``paths``)
 # but not held to the spec.
 NO_KEY_CASES = ("fully_masked", "left_pad")
+# Regimes outside the one the 2x rule was calibrated on (unit-scale inputs, T and S <= 9):
+# activations scaled (logits in the hundreds, where the logits' own rounding dominates) or
+# sequences over one 64-wide key block. There each implementation's maximum error is one
+# draw of that noise: measured on PyTorch's own modules in float32, nn.MultiheadAttention
+# 2.2x and an eager LLaMA attention 2.1-4.1x the baseline's error. So float32 is judged
+# there as the half dtypes are: "less precise" reported, and "different" (a contradiction)
+# beyond assert_close's tolerance at the tensor's scale and 10x the baseline's error; a
+# NaN/inf the oracle does not have (a softmax overflowing) is "different" as everywhere.
+LONG = 64
+
+
+def outside_calibration(cfg: Config) -> bool:
+    """Whether ``cfg`` (a case's config) lies outside the precision rule's calibrated regime."""
+    return cfg.scale != 1.0 or max(cfg.tgt_len, cfg.src_len) > LONG
 
 
 def worst_spec(verdicts: Iterable[str]) -> str:
@@ -100,7 +114,7 @@ def _float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal:
 
 
 def _lower_check(name: str, a: torch.Tensor | None, o: torch.Tensor, baselines: list[tuple[torch.Tensor, torch.Tensor]],
-                 dtype: torch.dtype, *, factor: float, scale: float) -> TensorCheck:
+                 dtype: torch.dtype, *, factor: float, scale: float, half_rule: bool = False) -> TensorCheck:
     """``baselines``: (result in ``dtype``, its float64 oracle) pairs computing the same
     function as the variant: the oracle evaluated in ``dtype``, and the family reference
     when it shares the variant's semantics. The largest of their errors is the baseline."""
@@ -116,7 +130,8 @@ def _lower_check(name: str, a: torch.Tensor | None, o: torch.Tensor, baselines: 
     ratio = P.ratio_to_reference(g.max_abs, ref_err, dtype, max(g.scale, scale))
     verdict = Verdict.EQUIVALENT if g.max_abs <= allowed else Verdict.LESS_PRECISE
     note = "" if ref_err is not None else "no reference error in this dtype: held to the ulp floor"
-    if verdict == Verdict.LESS_PRECISE and dtype in HALF_DTYPES and ref_err is not None and name.startswith("output"):
+    if (verdict == Verdict.LESS_PRECISE and (dtype in HALF_DTYPES or half_rule) and ref_err is not None
+            and name.startswith("output")):
         rtol, atol = P.DEFAULT_TOLERANCE[dtype]
         tolerance = atol + rtol * max(g.scale, scale)
         if g.max_abs > tolerance and g.max_abs >= HALF_DIFFERENT_FACTOR * ref_err:
@@ -216,6 +231,8 @@ class SpecChecker:
         oracle = checker.oracle(family, variant.traits, case, zero, dtype)
         overflow = fill_overflow(variant, dtype)
         internal = variant.traits.get("internal_dtype")
+        loose = (bool(self.lenient) and dtype != torch.float64
+                 and outside_calibration(family.case_config(case, checker.cfg)))
         if dtype == torch.float64:
             expected = Verdict.LESS_PRECISE if internal else Verdict.EQUIVALENT
         else:
@@ -267,14 +284,15 @@ class SpecChecker:
                 checks.append(_lower_check(
                     name, run.tensors.get(name), oracle.tensors[name],
                     [(b.tensors[name], oracle.tensors[name]) for b in baselines if name in b.tensors],
-                    dtype, factor=self.factor, scale=0.0 if name == "output" else grad_scale))
+                    dtype, factor=self.factor, scale=0.0 if name == "output" else grad_scale, half_rule=loose))
             if sem64 is not None and sem64.verdict in (Verdict.DIFFERENT, Verdict.ERROR):
                 checks = [TensorCheck(c.name, Verdict.DIFFERENT if c.verdict != Verdict.EQUIVALENT
                                       or sem64.verdict == Verdict.DIFFERENT else c.verdict,
                                       c.err, c.ref_err, c.allowed, c.ratio,
                                       "semantics already differ in float64") for c in checks]
         if family.differentiable and case not in NO_KEY_CASES:  # the inference path is held to the same spec
-            checks.append(self._inference_check(variant, config, case, dtype, zero, oracle, internal, baselines))
+            checks.append(self._inference_check(variant, config, case, dtype, zero, oracle, internal, baselines,
+                                                loose))
         verdict = worst_spec(c.verdict for c in checks)
         bad = max(checks, key=lambda c: (c.verdict.rank, c.ratio))
         notes = [c.note for c in checks if c.verdict != Verdict.EQUIVALENT and c.note]
@@ -283,13 +301,14 @@ class SpecChecker:
         if verdict == Verdict.EQUIVALENT and overflow:
             notes.insert(0, f"expected an error: {overflow}")
         ok = (verdict == expected or (expected == Verdict.LESS_PRECISE and verdict == Verdict.EQUIVALENT)
-              or (verdict == Verdict.LESS_PRECISE and expected == Verdict.EQUIVALENT and dtype_name in self.lenient))
+              or (verdict == Verdict.LESS_PRECISE and expected == Verdict.EQUIVALENT
+                  and (dtype_name in self.lenient or loose)))
         return SpecResult(**base, verdict=verdict, ok=ok, err=bad.err,
                           ref_err=math.nan if bad.ref_err is None else bad.ref_err, ratio=bad.ratio,
                           worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks)
 
     def _inference_check(self, variant, config, case, dtype, zero, oracle, internal,
-                         baselines) -> TensorCheck:
+                         baselines, loose=False) -> TensorCheck:
         """The no-grad eval run's output against the same oracle and baselines as the
         autograd run's output (a fast path that only runs under no_grad is judged too)."""
         name = "output (no-grad eval)"
@@ -300,7 +319,8 @@ class SpecChecker:
         if dtype == torch.float64:
             return _float64_check(name, inf.tensors.get("output"), o, internal)
         pairs = [(b.tensors["output"], o) for b in baselines if "output" in b.tensors]
-        return _lower_check(name, inf.tensors.get("output"), o, pairs, dtype, factor=self.factor, scale=0.0)
+        return _lower_check(name, inf.tensors.get("output"), o, pairs, dtype, factor=self.factor, scale=0.0,
+                            half_rule=loose)
 
     def check_specs(self, variant: Variant, dtypes: Iterable[str]) -> list[SpecResult]:
         family = variant.family_spec
