@@ -92,16 +92,20 @@ def expected_names(family: Family, oracle: Run, checker: RunCache, variant: Vari
     return [n for n in oracle.tensors if n not in zero]
 
 
-def _float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal: str | None) -> TensorCheck:
+def _float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal: str | None,
+                   scale: float = 0.0) -> TensorCheck:
+    """``scale``: the scale the floor is taken at besides the tensor's own (all the gradients'
+    for a gradient: one that is analytically zero, k.bias, is rounding noise at the size of
+    the terms that cancelled; measured 1.2e-10 for nn.MultiheadAttention at T = 131, x25)."""
     if a is None:
         return TensorCheck(name, Verdict.DIFFERENT, math.inf, None, 0.0, math.inf, f"{name} is missing")
     g = P.gap(a, o)
     if not g.comparable:
         return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, None, 0.0, math.inf,
                            f"{name}: NaN in {g.nan_mismatch} element(s) where the oracle has none, or the reverse")
-    allowed = P.FLOAT64_ATOL + P.FLOAT64_RTOL * g.scale
+    allowed = P.FLOAT64_ATOL + P.FLOAT64_RTOL * max(g.scale, scale)
     ratio = g.max_abs / allowed
-    if g.within(P.FLOAT64_ATOL):
+    if g.within(P.FLOAT64_ATOL + P.FLOAT64_RTOL * scale):
         return TensorCheck(name, Verdict.EQUIVALENT, g.max_abs, None, allowed, ratio)
     lower = dtype_of(internal) if internal else torch.float32
     rtol, atol = P.DEFAULT_TOLERANCE[lower]
@@ -263,9 +267,15 @@ class SpecChecker:
         names = expected_names(family, oracle, checker, variant)
         checks: list[TensorCheck] = []
         baselines: list[Run] = []
+        # The floor of a gradient is taken at the scale of all the gradients: one that is
+        # analytically zero (k.bias; Q and K when T = 1) is rounding noise around 0 in every
+        # implementation, at the size of the terms that cancelled.
+        grad_scale = max((float(t.abs().max()) for n, t in oracle.tensors.items()
+                          if n != "output" and t.numel() and torch.isfinite(t).all()), default=0.0)
         if dtype == torch.float64:
             for name in names:
-                checks.append(_float64_check(name, run.tensors.get(name), oracle.tensors[name], internal))
+                checks.append(_float64_check(name, run.tensors.get(name), oracle.tensors[name], internal,
+                                             scale=0.0 if name == "output" else grad_scale))
         else:
             sem64 = self.check(variant, config, case, "float64")
             baselines = [checker.oracle(family, variant.traits, case, zero, dtype, compute=dtype)]
@@ -275,11 +285,6 @@ class SpecChecker:
                 ref_run = checker.run(ref, case, zero, dtype)
                 if not ref_run.error:
                     baselines.append(ref_run)
-            # The ulp floor of a gradient is taken at the scale of all the gradients: one that
-            # is analytically zero (k.bias; Q and K when T = 1) is rounding noise around 0
-            # in every implementation, at the size of the terms that cancelled.
-            grad_scale = max((float(t.abs().max()) for n, t in oracle.tensors.items()
-                              if n != "output" and t.numel() and torch.isfinite(t).all()), default=0.0)
             for name in names:
                 checks.append(_lower_check(
                     name, run.tensors.get(name), oracle.tensors[name],

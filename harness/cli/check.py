@@ -67,6 +67,10 @@ def cmd_check(args) -> int:
     _load(args)
     families = _families(args)
     configs = config_matrix(args.set)
+    if args.explore:  # N more configs drawn by the regime strategies (Hypothesis imported only then)
+        from harness.families.regimes import explore
+
+        configs.update({name: cfg.check_fits(name) for name, cfg in explore(args.explore, args.seed).items()})
     device = resolve_device(args.device)
     dtypes = _check_dtypes(args.dtype, families, device)
     if args.precision_factor <= 0:
