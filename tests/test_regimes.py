@@ -131,3 +131,20 @@ def test_bad_regime_input_is_one_line(argv, says, capsys):
 def test_a_bad_regime_field_is_refused():
     with pytest.raises(ConfigError, match="factor"):
         Config(factor=float("nan"))
+
+
+def test_check_runs_two_cached_sessions_per_cached_model():
+    """``check`` (not only ``decode``) runs each cached model's two sessions against the full
+    forward: a k/v cache never reset between sequences is a contradiction, the others pass."""
+    from pathlib import Path
+
+    from harness.check.results import CheckReport
+    from harness.cli.check import cached_sessions
+    from harness.registry import load_file, scratch
+
+    with scratch():
+        load_file(Path(__file__).with_name("regime_variants.py"))
+        rows = cached_sessions(["decoder_only_model", "attention"], CONFIG_MATRIX, None)
+    assert {r.variant for r in rows if not r.ok} == {"rg_kv_cache_not_reset"} and len(rows) > 1
+    report = CheckReport(dict(CONFIG_MATRIX), ["float64"], caches=rows)
+    assert [f.variant for f in report.failures] == ["rg_kv_cache_not_reset"] and report.as_dict()["caches"]
