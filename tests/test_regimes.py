@@ -1,4 +1,4 @@
-"""Regimes by construction (issue 15): the Hypothesis strategies of ``harness.families.regimes``
+"""Regimes by construction (issue 15): the Hypothesis strategies of ``harness.base.regimes``
 keep their promises, the default matrix's fixed regime cases are drawn from them, drawn
 regimes raise no false alarm, and ``check --explore N --seed K`` draws N configs, the same
 for the same K. Hypothesis runs derandomized here, with small ``max_examples``."""
@@ -12,11 +12,11 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from harness.base import regimes as R
 from harness.base.config import CONFIG_MATRIX, PADDINGS, Config
 from harness.base.errors import ConfigError
 from harness.check.api import check_all
 from harness.cli.main import main
-from harness.families import regimes as R
 from harness.families.base import pad_pattern, right_pad
 from harness.families.catalog import FAMILIES
 from harness.registry import reference_of

@@ -42,7 +42,7 @@ class Config:
     block: int = 64                         # block size of a blocked (flash-style) kernel
     rope_base: float = 10000.0              # RoPE's base: pair i turns by position * base^(-2i/r)
     # The input regime (issue 15): the defaults are the cases' own inputs. Drawn by the
-    # Hypothesis strategies of harness.families.regimes (``check --explore``), fixed in the
+    # Hypothesis strategies of harness.base.regimes (``check --explore``), fixed in the
     # families' regime cases ("padded@left", "self@x12", ...), settable with --set.
     padding: str = "right"   # key padding: right, left, arbitrary (holes) or per_row (each row another)
     scale: float = 1.0       # factor on the activations a family differentiates (query, x, logits...)

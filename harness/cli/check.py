@@ -85,7 +85,7 @@ def cmd_check(args) -> int:
     families = _families(args)
     configs = config_matrix(args.set)
     if args.explore:  # N more configs drawn by the regime strategies (Hypothesis imported only then)
-        from harness.families.regimes import explore
+        from harness.base.regimes import explore
 
         configs.update({name: cfg.check_fits(name) for name, cfg in explore(args.explore, args.seed).items()})
     device = resolve_device(args.device)

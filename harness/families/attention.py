@@ -196,7 +196,7 @@ CASES = tuple(Case(c.name, c.note, _positions(c.make)) for c in (
     Case("query_is_key", "query and key one tensor, value another", _attn_query_is_key),
 ))
 
-# The fixed regimes of the default matrix (drawn from harness.families.regimes' strategies):
+# The fixed regimes of the default matrix (drawn from harness.base.regimes' strategies):
 # logits in the hundreds (a softmax without its max subtracted overflows in float32), and T, S
 # >= 130 crossing 64- and 128-wide key blocks (a blocked softmax's rescale between blocks),
 # both over per-row padding (right, left, arbitrary).
