@@ -73,12 +73,12 @@ NO_KEY_CASES = ("fully_masked", "left_pad")
 # there as the half dtypes are: "less precise" reported, and "different" (a contradiction)
 # beyond assert_close's tolerance at the tensor's scale and 10x the baseline's error; a
 # NaN/inf the oracle does not have (a softmax overflowing) is "different" as everywhere.
-LONG = 64
+CALIBRATED_LENGTH = 64  # longest T or S the 2x rule was calibrated within (one 64-wide key block)
 
 
 def outside_calibration(cfg: Config) -> bool:
     """Whether ``cfg`` (a case's config) lies outside the precision rule's calibrated regime."""
-    return cfg.scale != 1.0 or max(cfg.tgt_len, cfg.src_len) > LONG
+    return cfg.scale != 1.0 or max(cfg.tgt_len, cfg.src_len) > CALIBRATED_LENGTH
 
 
 def worst_spec(verdicts: Iterable[str]) -> str:
