@@ -18,9 +18,11 @@ from tabulate import tabulate
 
 from harness.base.config import Config
 from harness.base.errors import ConfigError
+from harness.base.files import check_output_folder
 from harness.bench.cache_bench import write_cache_bench
 from harness.cli.bench import _int_list
 from harness.cli.common import _load
+from harness.registry import get_variant
 from harness.report.io import write_json
 from harness.report.models_md import copy_task_table, write_cache_bench_report, write_copy_task_report
 from harness.systems.copy_task import write_copy_task
@@ -80,12 +82,13 @@ def cmd_decode(args) -> int:
     for family in _families(args):
         greedy_rows += compare_greedy(family, cfg)
         cache_rows += check_cache(family, cfg)
-    print("== Greedy decoding: each model's own loop on the same ported weights")
+    print("== Greedy decoding: each model's own loop on the same ported weights (sharpened: FFN input x3)")
     print(tabulate([(r.family, f"{r.a} ~ {r.b}", r.expected, "same" if r.same_tokens else "differ",
-                     "yes" if r.ok else "NO", r.first_diff or "-", _fmt(r.margin_a), _fmt(r.margin_b))
+                     "yes" if r.ok else "NO", r.first_diff or "-", _fmt(r.margin_a), _fmt(r.margin_b),
+                     r.logprobs or "-", _fmt(r.logprob_max_abs))
                     for r in greedy_rows],
                    headers=("family", "pair", "expected", "tokens", "ok", "first difference",
-                            "margin a", "margin b")))
+                            "margin a", "margin b", "log-probs", "max |Δ log-p|")))
     print("\n== Incremental decoding (cache) vs re-running the whole prefix, float32")
     print(tabulate([(r.family, r.variant, r.cache, r.steps, r.verdict, "yes" if r.ok else "NO",
                      _fmt(r.max_abs), _fmt(r.noise_ratio)) for r in cache_rows],
@@ -121,6 +124,9 @@ def cmd_copy_task(args) -> int:
     _load(args)
     if min(args.steps, args.batch, args.eval) < 1:
         raise ConfigError(f"--steps {args.steps}, --batch {args.batch} and --eval {args.eval} must be positive")
+    for vid in args.variant or []:  # a model that is not there would train nothing, silently
+        get_variant("encoder_decoder", vid)
+    check_output_folder(Path(args.out), ("copy_task.json", "copy_task.md", "copy_task.png"), "copy-task --out")
     runs = write_copy_task(args.out, Config.parse(args.set), args.steps, args.batch, args.variant, args.eval)
     write_copy_task_report(runs, Path(args.out))
     print(copy_task_table(runs))
@@ -130,7 +136,11 @@ def cmd_copy_task(args) -> int:
 
 def cmd_cache_bench(args) -> int:
     _load(args)
-    rows = write_cache_bench(args.out, _int_list(args.seq), Config.parse(args.set))
+    lengths = _int_list(args.seq)
+    if min(lengths) < 2:  # refused here, before anything is built (write_cache_bench says the same)
+        raise ConfigError(f"impossible sweep: --seq {args.seq}: generated lengths must be at least 2")
+    check_output_folder(Path(args.out), ("cache_bench.json", "cache_bench.md", "cache_bench.png"), "cache-bench --out")
+    rows = write_cache_bench(args.out, lengths, Config.parse(args.set))
     write_cache_bench_report(rows, Path(args.out))
     print((Path(args.out) / "cache_bench.md").read_text())
     return 0

@@ -6,12 +6,14 @@ import time
 
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of, resolve_device
+from harness.base.errors import HarnessError
 from harness.cli.common import _load
 from harness.families.catalog import get_family
 from harness.registry import get_variant
 from harness.report.differences_md import is_own_differences, write_differences
 from harness.report.io import ensure_writable, write_json
 from harness.trace.differences import differences
+from harness.trace.kernel_map import propose_kernel_map
 from harness.trace.mapsearch import propose_map
 from harness.trace.pairs import diff_pair, pick_case
 from harness.trace.render import render
@@ -25,13 +27,16 @@ def cmd_diff(args) -> int:
     ensure_writable(args.json)
     family = get_family(args.family)
     a, b = get_variant(family.name, args.a), get_variant(family.name, args.b)
+    if a.key == b.key:
+        raise HarnessError(f"diff {family.name} {args.a} {args.b}: A and B are the same variant; give two "
+                           f"(`python -m harness list --family {family.name}` lists them)")
     if args.case:
         family.case(args.case)
         case = args.case
     else:
         case, verdicts = pick_case(family.name, a, b, cfg, args.dtype)
         print("cases: " + ", ".join(f"{c} {v}" for c, v in verdicts) + f"; tracing '{case}'")
-    result = diff_pair(family.name, a, b, case, cfg, args.dtype, device=device)
+    result = diff_pair(family.name, a, b, case, cfg, args.dtype, device=device, mistakes=True)
     print(render(result))
     if args.json:
         write_json(args.json, result)
@@ -39,10 +44,15 @@ def cmd_diff(args) -> int:
 
 
 def cmd_map(args) -> int:
+    if args.id is not None and not args.id.replace("_", "").replace("-", "").isalnum():
+        raise HarnessError(f"--id {args.id!r} must be letters, digits, '_' or '-' (a variant id)")
     _load(args)
     ensure_writable(args.json)
-    proposal = propose_map(args.target, args.family, init=args.init, call=args.call,
-                           cfg=Config.parse(args.set), variant_id=args.id)
+    if args.family == "attention_kernel":  # a plain function: layout, mask form and conventions
+        proposal = propose_kernel_map(args.target, cfg=Config.parse(args.set), variant_id=args.id)
+    else:
+        proposal = propose_map(args.target, args.family, init=args.init, call=args.call,
+                               cfg=Config.parse(args.set), variant_id=args.id)
     print(proposal.text)
     if args.json:
         write_json(args.json, proposal.as_dict())
@@ -52,6 +62,8 @@ def cmd_map(args) -> int:
 def cmd_differences(args) -> int:
     _load(args)
     ensure_writable(args.out, "--out", own=is_own_differences)
+    for name in args.family or []:  # before minutes of tracing
+        get_family(name)
     cfg = Config.parse(args.set)
     started = time.perf_counter()
     findings = differences(None, None, families=args.family, cfg=cfg)
@@ -77,7 +89,8 @@ def add_review_commands(sub, common) -> None:
 
     p = sub.add_parser("map", help="propose a parameter map for a module, by search")
     common(p, families=False)
-    p.add_argument("target", help="FILE.py:CLASS or a module path such as torch.nn:MultiheadAttention")
+    p.add_argument("target", help="FILE.py:CLASS or a module path such as torch.nn:MultiheadAttention "
+                                  "(with --family attention_kernel: FILE.py:FUNCTION or module.path:FUNCTION)")
     p.add_argument("--family", required=True, help="the family the module belongs to")
     p.add_argument("--init", help="constructor keyword arguments, e.g. 'embed_dim=cfg.d_model, "
                                   "num_heads=cfg.heads' (default: guessed from the signature)")

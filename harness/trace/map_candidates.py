@@ -3,6 +3,8 @@ assignment of its weights to the family's canonical parameters."""
 
 from __future__ import annotations
 
+import ast
+import builtins
 import importlib
 import importlib.util
 import inspect
@@ -74,9 +76,19 @@ class Proposal:
 def load_class(target: str) -> tuple[type, str, str]:
     """``FILE.py:CLASS`` or ``package.module:CLASS`` -> (class, import line, source).
     A file is imported with its registrations undone (it may register variants itself)."""
+    cls, import_line, source = load_object(target)
+    where, _, name = target.rpartition(":")
+    if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
+        raise UnknownName(f"'{name}' in '{where}' is not an nn.Module class")
+    return cls, import_line, source
+
+
+def load_object(target: str, what: str = "CLASS") -> tuple[object, str, str]:
+    """``FILE.py:NAME`` or ``package.module:NAME`` -> (the object, import line, source);
+    for a file the import line is empty (the file's own module is a hashed name)."""
     where, sep, name = target.rpartition(":")
     if not sep or not where or not name:
-        raise UnknownName(f"bad target '{target}': expected FILE.py:CLASS or module.path:CLASS")
+        raise UnknownName(f"bad target '{target}': expected FILE.py:{what} or module.path:{what}")
     if where.endswith(".py") or Path(where).is_file():
         path = Path(where)
         if not path.is_file():
@@ -99,10 +111,7 @@ def load_class(target: str) -> tuple[type, str, str]:
         except ImportError as exc:
             raise VariantFileError(f"cannot import '{where}': {exc}") from None
         import_line, source = f"from {where} import {name}", f"{where}.{name}"
-    cls = getattr(module, name, None)
-    if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
-        raise UnknownName(f"'{name}' in '{where}' is not an nn.Module class")
-    return cls, import_line, source
+    return getattr(module, name, None), import_line, source
 
 
 def guess_init(cls: type) -> str:
@@ -183,6 +192,11 @@ def make_call(form: str, module: torch.nn.Module, cfg: Config) -> tuple[Callable
     except SyntaxError as exc:
         raise ConfigError(f"bad --call '{form}': {exc.msg}") from None
     scope = {"per_head": per_head, "masked": masked, "torch": torch}
+    unknown = sorted({n.id for n in ast.walk(ast.parse(code, mode="eval")) if isinstance(n, ast.Name)}
+                     - {"m", "i", *scope, *dir(builtins)})
+    if unknown:  # a typo in a form's name, or a name the expression cannot see: said now, not as "no form ran"
+        raise ConfigError(f"--call '{form}' names {', '.join(unknown)}: neither a call form "
+                          f"({', '.join(CALL_FORMS)}) nor an expression of m, query, key, value, mask")
 
     def call(m, i):
         return _first(eval(compiled, {**scope, "m": m, "i": i}))  # noqa: S307

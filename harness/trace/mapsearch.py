@@ -53,6 +53,7 @@ from harness.trace.map_candidates import (
     load_class,
     make_call,
 )
+from harness.trace.map_verify import verify_registration
 
 
 def propose_map(target: str, family_name: str, *, init: str | None = None, call: str | None = None,
@@ -71,7 +72,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     forms = [call] if call else list(CALL_FORMS)
     checker = RunCache(cfg)
     tried = 0
-    closest: dict = {}
+    scored: list[tuple] = []   # (first-case gap, order, call form, adapter, map, cases, module): those that ran
     ran_forms = []
     for form in forms:
         made = make_call(form, probe, cfg)
@@ -93,14 +94,13 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
             variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
                               param_map=pmap, traits=dict(ref.traits))
             try:
-                verdict, gap = _forward_verdict(checker, variant, ref, first_case, module)
+                verdict, gap, note = _forward_verdict(checker, variant, ref, first_case, module)
             except (PortingError, InputError):
                 continue
             if verdict == Verdict.ERROR:
                 break  # this call form does not run the module: the next form
             ran = True
-            if not closest or gap < closest["max_abs"]:
-                closest = {"max_abs": gap, "call_form": form, "map": {k: entry_code(v) for k, v in pmap.items()}}
+            scored.append((gap, tried, form, adapter, pmap, cases, module))
             if not verdict.agrees:
                 continue
             verdicts = {c: _compare(checker, variant, ref, c)[0] for c in cases}
@@ -114,16 +114,51 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
             ran_forms.append(form)
     why = (f"no candidate map makes {target} equivalent to {ref.id} in float64 "
            f"({tried} candidates tried; call forms that ran: {', '.join(ran_forms) or 'none'})")
+    closest = _closest(checker, scored, vid, family, source, build, ref)
     if closest:
-        why += (f"\nclosest: call form {closest['call_form']}, max_abs {closest['max_abs']:.3g} on "
-                f"{family.cases[0].name}, map {closest['map']}")
+        fails = "; ".join(f"{c} (max_abs {g:.3g})" for c, g in closest["failing"].items())
+        why += (f"\nclosest (the {CLOSEST_POOL} nearest on the first case, scored over every case, forward "
+                f"float64): call form {closest['call_form']}, "
+                f"fails on {fails}" + (f" ({closest['note']})" if closest.get("note") else "")
+                + f"; agrees on {', '.join(closest['agrees']) or 'no case'}; map {closest['map']}")
     else:
         why += "\nno call form ran the module on the family's inputs: pass --call and --init"
     return Proposal(False, why, tried=tried, closest=closest)
 
 
+CLOSEST_POOL = 12  # candidates nearest on the first case that are scored over every case
+
+
+def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, source: str, build, ref) -> dict:
+    """The candidate that fails the fewest cases (then the smallest worst gap), each of the
+    ``CLOSEST_POOL`` candidates nearest on the first case (and every one that agreed there)
+    held, float64 forward, to the reference's on every case it takes."""
+    best, best_key = {}, None
+    pool = sorted(scored, key=lambda s: (s[0], s[1]))
+    pool = [s for i, s in enumerate(pool) if i < CLOSEST_POOL or s[0] == 0.0]
+    for _, _, form, adapter, pmap, cases, module in pool:
+        variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
+                          param_map=pmap, traits=dict(ref.traits))
+        gaps, notes = {}, []
+        for case in cases:
+            try:
+                verdict, gap, note = _forward_verdict(checker, variant, ref, case, module)
+            except (PortingError, InputError):
+                verdict, gap, note = Verdict.ERROR, math.inf, ""
+            if not verdict.agrees:
+                gaps[case] = gap
+                notes += [note] if note else []
+        key = (len(gaps), max(gaps.values(), default=0.0))
+        if best_key is None or key < best_key:
+            best_key = key
+            best = {"call_form": form, "map": {k: entry_code(v) for k, v in pmap.items()}, "failing": gaps,
+                    "agrees": [c for c in cases if c not in gaps],
+                    "max_abs": key[1], "note": notes[0] if notes else ""}
+    return best
+
+
 def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: str,
-                     module: torch.nn.Module) -> tuple[str, float]:
+                     module: torch.nn.Module) -> tuple[str, float, str]:
     """The quick test of a candidate: the module built once, the candidate's weights
     ported in, float64 forward only, no op recording."""
     family = ref.family_spec
@@ -137,11 +172,12 @@ def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: st
     except HarnessError:
         raise
     except Exception:  # noqa: BLE001  (this call form does not run the module)
-        return Verdict.ERROR, math.inf
+        return Verdict.ERROR, math.inf, ""
     if want is None or not isinstance(got, torch.Tensor):
-        return Verdict.ERROR, math.inf
+        return Verdict.ERROR, math.inf, ""
     tv = compare_tensors(got.detach().double().cpu(), want, None, None, torch.float64)
-    return tv.verdict, tv.max_abs
+    note = f"output: {tv.note}, the module's vs {ref.id}'s" if tv.note else ""
+    return tv.verdict, tv.max_abs, note
 
 
 def _compare(checker: RunCache, variant: Variant, ref: Variant, case: str, forward_only: bool = False):
@@ -271,6 +307,9 @@ def _found(hit: Hit) -> Proposal:
             f"{tried} candidate maps tried (call forms: {', '.join(ran_forms)}); this one is equivalent to "
             f"{ref.id} in float64, output and every gradient, on {', '.join(cases)}"]
     head += [f"trait {n}" for n in notes]
+    clean, checked = verify_registration(code_text, family.name, variant.id, cfg, scope={cls.__name__: cls},
+                                         dtypes=("float64",), extras=False)
+    head.append(checked)
     where = "paste into a variant file" if import_line else "paste at the end of the file that defines the class"
     text = "\n".join(head) + f"\n\n# {where}\n" + code_text
-    return Proposal(True, text, code_text, tried, form, pmap, all_traits)
+    return Proposal(clean, text, code_text, tried, form, pmap, all_traits)
