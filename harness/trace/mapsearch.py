@@ -80,8 +80,8 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
             continue
         adapter, code, uses_mask = made
         self_only = form == "self"
-        cases = [c.name for c in family.cases
-                 if c.name not in semantic_cases and _case_ok(family, c.name, cfg, uses_mask, self_only)]
+        cases = [c.name for c in family.cases  # not the regime cases ("padded@left"): their bases decide
+                 if not c.base and c.name not in semantic_cases and _case_ok(family, c.name, cfg, uses_mask, self_only)]
         if not cases:
             continue
         first_case = cases[0]
