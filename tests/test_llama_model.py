@@ -159,7 +159,7 @@ def test_gpt_neox_per_head_qkv_needs_its_entry():
         report = check_all(["attention"], {"default": cfg}, "cpu", ["float32"],
                            variants=["attention/wrong_neox_thirds", "attention/gpt_neox"], extras=False)
     bad = {s.case for s in report.specs if s.variant == "wrong_neox_thirds" and not s.ok}
-    assert bad == set(neox.traits["cases"])
+    assert set(neox.traits["cases"]) <= bad   # (and the regime cases derived from them: self@large...)
     assert all(s.ok for s in report.specs if s.variant == "gpt_neox")
 
 
