@@ -22,7 +22,8 @@ from harness.base.errors import (
     UnknownName,
     VariantFileError,
 )
-from harness.base.masks import causal_and_pad, masked, per_head
+from harness.base.library import library_config, rotary_tables
+from harness.base.masks import additive_mask, causal_and_pad, masked, per_head
 from harness.families.models import PAD, START, dropout_sites, incremental, layers, register_decoding
 from harness.families.training import SPREADS, STEP_COUNTS, noam, optimizer_rates, smoothed_target
 from harness.porting.entries import (
@@ -30,6 +31,7 @@ from harness.porting.entries import (
     Chunk,
     Concat,
     Param,
+    PerHeadChunk,
     RopePermuted,
     Tied,
     Transposed,
@@ -49,10 +51,12 @@ __all__ = [
     # a plain attention function over projected heads, its layout given as data
     "register_kernel",
     # its parameter map
-    "Param", "Chunk", "Concat", "Transposed", "RopePermuted", "Zero", "Absent", "Tied",
+    "Param", "Chunk", "PerHeadChunk", "Concat", "Transposed", "RopePermuted", "Zero", "Absent", "Tied",
     "nest", "linear_entries", "norm_entries", "fused_entries", "absent_norm",
     # masks: converting the canonical bool mask (True = may attend) at the variant's edge
-    "masked", "per_head", "causal_and_pad",
+    "masked", "per_head", "causal_and_pad", "additive_mask",
+    # library modules (transformers): their config object from the harness config, their rotary tables
+    "library_config", "rotary_tables",
     # whole models: how a model decodes, its layers and dropout sites
     "register_decoding", "incremental", "layers", "dropout_sites", "PAD", "START",
     # the training families' declared forms

@@ -1,4 +1,5 @@
-"""Map entries (``Param``, ``Chunk``, ``Concat``, ``Absent``/``Zero``, ``Transposed``, ``Tied``)
+"""Map entries (``Param``, ``Chunk``, ``PerHeadChunk``, ``Concat``, ``Absent``/``Zero``, ``Transposed``,
+``RopePermuted``, ``Tied``)
 and the helpers that build maps of them; no tensors are moved here (``portmap`` does that)."""
 
 from __future__ import annotations
@@ -30,6 +31,25 @@ class Chunk:
 
     def regions(self) -> list[tuple[str, slice | None, int]]:
         return [(self.path, ("chunk", self.index, self.chunks), self.dim)]
+
+
+@dataclass(frozen=True)
+class PerHeadChunk:
+    """The ``index``-th of ``chunks`` equal slices inside each of ``heads`` equal blocks of a
+    parameter along ``dim``: a fused projection stored per head, GPT-NeoX's
+    ``query_key_value`` (H * 3 * d_k, D) viewed as (H, 3, d_k, D), so head h's q rows are
+    3 d_k h .. 3 d_k h + d_k, its k rows the next d_k, its v rows the next. The canonical q is
+    ``PerHeadChunk("query_key_value.weight", 0, 3, heads=H)`` (rows of head 0, then head 1...);
+    with ``Chunk`` instead (q = the first third) every head would read another's rows."""
+
+    path: str
+    index: int
+    chunks: int
+    heads: int
+    dim: int = 0
+
+    def regions(self) -> list[tuple[str, tuple | None, int]]:
+        return [(self.path, ("per head", self.index, self.chunks, self.heads), self.dim)]
 
 
 @dataclass(frozen=True)
@@ -72,7 +92,7 @@ class Transposed:
     canonical layout is (out, in), as GPT-2's ``Conv1D`` stores it. For a fused Conv1D
     weight (D, 3D) each projection is a column block: ``Transposed(Chunk(path, i, 3, dim=1))``."""
 
-    inner: Union[Param, Chunk, Concat]
+    inner: Union[Param, Chunk, PerHeadChunk, Concat]
 
     def regions(self) -> list[tuple[str, slice | None, int]]:
         return self.inner.regions()
@@ -91,7 +111,7 @@ class RopePermuted:
     ``permute(w)``: ``w.view(heads, d // 2, 2, D).transpose(1, 2).reshape(heads * d, D)``.
     With it an interleaved-RoPE module computes what the half-split canonical weights mean."""
 
-    inner: Union[Param, Chunk, Concat]
+    inner: Union[Param, Chunk, PerHeadChunk, Concat]
     heads: int
 
     def regions(self) -> list[tuple[str, slice | None, int]]:
@@ -121,7 +141,7 @@ class Tied:
         return []
 
 
-MapEntry = Union[Param, Chunk, Concat, Absent, Transposed, RopePermuted, Tied]
+MapEntry = Union[Param, Chunk, PerHeadChunk, Concat, Absent, Transposed, RopePermuted, Tied]
 ParamMap = Mapping[str, MapEntry]
 
 
@@ -135,6 +155,9 @@ def entry_code(entry: MapEntry) -> str:
         return f'Param("{entry.path}")'
     if isinstance(entry, Chunk):
         return f'Chunk("{entry.path}", {entry.index}, {entry.chunks}' + (f", dim={entry.dim})" if entry.dim else ")")
+    if isinstance(entry, PerHeadChunk):
+        return (f'PerHeadChunk("{entry.path}", {entry.index}, {entry.chunks}, heads={entry.heads}'
+                + (f", dim={entry.dim})" if entry.dim else ")"))
     if isinstance(entry, Concat):
         paths = ", ".join(f'"{p}"' for p in entry.paths)
         return "Concat([" + paths + "]" + (f", dim={entry.dim})" if entry.dim else ")")
@@ -162,6 +185,8 @@ def _rerooted(entry: MapEntry, module_prefix: str) -> MapEntry:
         entry = Param(module_prefix + entry.path)
     elif isinstance(entry, Chunk):
         entry = Chunk(module_prefix + entry.path, entry.index, entry.chunks, entry.dim)
+    elif isinstance(entry, PerHeadChunk):
+        entry = PerHeadChunk(module_prefix + entry.path, entry.index, entry.chunks, entry.heads, entry.dim)
     elif isinstance(entry, Concat):
         entry = Concat([module_prefix + p for p in entry.paths], entry.dim)
     return entry

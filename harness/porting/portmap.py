@@ -6,6 +6,9 @@ variant's own module. The entries are data:
 
     Param("linear_q.weight")                  the whole parameter
     Chunk("qkv.weight", index=0, chunks=3)    rows 0:D of a fused Linear(D, 3D)
+    PerHeadChunk("query_key_value.weight", 0, 3, heads=H)
+                                              the q rows of each head of a fused
+                                              Linear stored per head (GPT-NeoX)
     Concat(["heads.0.q.weight", ...])         per-head rows h*d_k:(h+1)*d_k, stacked
     Zero()                                    not represented (a bias-free Linear):
                                               reads as zeros, accepts only zeros
@@ -42,6 +45,7 @@ from harness.porting.entries import (
     MapEntry,
     Param,
     ParamMap,
+    PerHeadChunk,
     RopePermuted,
     Tied,
     Transposed,
@@ -51,8 +55,16 @@ from harness.porting.entries import (
 
 
 def _view(tensor: torch.Tensor, region, dim: int) -> torch.Tensor:
+    """The region of ``tensor`` (a view): whole, a chunk along ``dim``, or (``PerHeadChunk``)
+    the chunk inside each head's block, shaped (..., heads, size / heads / chunks, ...)."""
     if region is None:
         return tensor
+    if region[0] == "per head":
+        _, index, chunks, heads = region
+        size = tensor.shape[dim]
+        if size % (heads * chunks):
+            raise PortingError(f"cannot split size {size} into {heads} heads of {chunks} equal chunks")
+        return tensor.unflatten(dim, (heads, chunks, size // (heads * chunks))).select(dim + 1, index)
     _, index, chunks = region
     size = tensor.shape[dim]
     if size % chunks:
@@ -106,7 +118,8 @@ class PortMap:
                                      f"{tuple(self.params[path].shape)})"
                                      f"{self._orientation_hint(entry, want)}") from None
             tied_to = self.entries.get(entry.to) if isinstance(entry, Tied) else None
-            if isinstance(entry, Tied) and not isinstance(tied_to, (Param, Chunk, Concat, Transposed, RopePermuted)):
+            if isinstance(entry, Tied) and not isinstance(tied_to, (Param, Chunk, PerHeadChunk, Concat, Transposed,
+                                                                    RopePermuted)):
                 raise self._fail(f"canonical '{canonical}' is tied to '{entry.to}', which is not held by a parameter")
             if not isinstance(entry, Absent):
                 shape = tuple(self.read(canonical).shape)
@@ -193,7 +206,8 @@ class PortMap:
             tensor = self.params[path].grad if grad else self.params[path]
             if tensor is None:
                 return None
-            pieces.append(_view(tensor, region, dim))
+            piece = _view(tensor, region, dim)
+            pieces.append(piece.flatten(dim, dim + 1) if region is not None and region[0] == "per head" else piece)
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=entry.dim)
 
     def export(self, grad: bool = False) -> dict[str, torch.Tensor | None]:
@@ -245,6 +259,8 @@ class PortMap:
                     target = _view(self.params[path], region, dim)
                     size = target.shape[dim] if isinstance(entry, Concat) else None
                     source = value.narrow(dim, offset, size) if size is not None else value
+                    if region is not None and region[0] == "per head":  # (.., heads * n, ..) -> (.., heads, n, ..)
+                        source = source.unflatten(dim, target.shape[dim:dim + 2])
                     if tuple(source.shape) != tuple(target.shape):
                         raise self._fail(
                             f"'{name}' slice for '{path}' has shape {tuple(source.shape)}, "

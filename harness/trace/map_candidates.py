@@ -21,9 +21,10 @@ from harness.base.errors import (
     UnknownName,
     VariantFileError,
 )
-from harness.base.masks import masked, per_head
+from harness.base.library import config_class_for, library_config, rotary_tables
+from harness.base.masks import additive_mask, masked, per_head
 from harness.families.base import Family
-from harness.porting.entries import Chunk, Param, Transposed, Zero, entry_code
+from harness.porting.entries import Absent, Chunk, Param, PerHeadChunk, Transposed, Zero, entry_code
 from harness.registry import scratch
 
 MAX_CANDIDATES = 20000
@@ -34,15 +35,28 @@ CALL_FORMS: dict[str, tuple[str, bool]] = {
     "qkv_masked": ('m(i["query"], i["key"], i["value"], ~i["mask"])', True),
     "qkv_attn_mask": ('m(i["query"], i["key"], i["value"], attn_mask=per_head(masked(i["mask"]), {heads}), '
                       'need_weights=False)', True),
+    # a library's self-attention module: hidden states, the additive mask, and the rotary
+    # tables its model computes and passes in (Hugging Face's LlamaAttention and kin)
+    "hidden_mask": ('m(i["query"], attention_mask=additive_mask(i["mask"], i["query"].dtype))', True),
+    "hidden_rope_mask": ('m(i["query"], position_embeddings=rotary_tables(m, i["query"], i["positions"]), '
+                         'attention_mask=additive_mask(i["mask"], i["query"].dtype))', True),
     "qkv": ('m(i["query"], i["key"], i["value"])', False),
     "self": ('m(i["query"])', False),
+    "x": ('m(i["x"])', False),
 }
+# forms that read only the query: compared on self-attention cases (query = key = value,
+# and for RoPE the same positions), never on cross ones
+SELF_ONLY = frozenset({"self", "hidden_mask", "hidden_rope_mask"})
 CALL_NOTES = {
     "qkv_mask": "mask (B, T, S) bool, True = may attend",
     "qkv_masked": "mask (B, T, S) bool, True = masked",
     "qkv_attn_mask": "attn_mask (B*H, T, S) bool, True = not allowed (nn.MultiheadAttention)",
+    "hidden_mask": "self-attention on hidden states, additive mask (B, 1, T, S): compared on self-attention cases",
+    "hidden_rope_mask": "self-attention on hidden states with the module's own rotary tables at the call's "
+                        "positions and an additive mask (B, 1, T, S): compared on self-attention cases",
     "qkv": "no mask: compared only on cases whose mask hides nothing",
     "self": "self-attention, no mask: compared only on cases with query = key = value and nothing masked",
+    "x": "one input x (norms, feed-forwards)",
 }
 WIDTH_NAMES = ("d_model", "hidden_size", "hidden_dim", "embed_dim", "n_embd", "dim", "model_dim",
                "width", "num_hiddens", "d", "emb_dim", "embedding_dim")
@@ -107,7 +121,8 @@ def load_class(target: str) -> tuple[type, str, str]:
 
 def guess_init(cls: type) -> str:
     """Constructor keywords guessed from the signature: widths, heads, feed-forward size,
-    dropout 0, ``batch_first=True``."""
+    dropout 0, ``batch_first=True``; a library config object (``config``) filled from the
+    harness config by ``library_config``, and ``layer_idx=0``."""
     try:
         sig = inspect.signature(cls.__init__)
     except (TypeError, ValueError):
@@ -117,7 +132,10 @@ def guess_init(cls: type) -> str:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         required = p.default is inspect.Parameter.empty
-        if pname in WIDTH_NAMES:
+        config_cls = config_class_for(cls, p.annotation) if pname == "config" else None
+        if config_cls is not None:
+            parts.append(f"config=library_config({config_cls.__name__}, cfg)")
+        elif pname in WIDTH_NAMES:
             parts.append(f"{pname}=cfg.d_model")
         elif pname in HEAD_NAMES:
             parts.append(f"{pname}=cfg.heads")
@@ -125,6 +143,8 @@ def guess_init(cls: type) -> str:
             parts.append(f"{pname}=cfg.d_ff")
         elif pname == "batch_first":
             parts.append("batch_first=True")
+        elif pname == "layer_idx":
+            parts.append("layer_idx=0")
         elif "dropout" in pname and required:
             parts.append(f"{pname}=0.0")
         elif required:
@@ -133,15 +153,34 @@ def guess_init(cls: type) -> str:
     return ", ".join(parts)
 
 
+def init_scope(cls: type) -> dict[str, Any]:
+    """Names an --init expression may use besides ``cfg`` and ``torch``: ``library_config``
+    and the library config class of ``cls`` (by its own name)."""
+    scope: dict[str, Any] = {"library_config": library_config}
+    config_cls = config_class_for(cls)
+    if config_cls is not None:
+        scope[config_cls.__name__] = config_cls
+    return scope
+
+
+def init_imports(cls: type, init: str) -> list[str]:
+    """The import lines a printed registration needs for its ``build`` (the config class)."""
+    return [f"from {v.__module__} import {k}" for k, v in init_scope(cls).items()
+            if isinstance(v, type) and re.search(rf"\b{k}\b", init)]
+
+
 def _builder(cls: type, init: str) -> Callable[[Config], torch.nn.Module]:
     try:
         compiled = compile(f"dict({init})", "--init", "eval")
     except SyntaxError as exc:
         raise ConfigError(f"bad --init '{init}': {exc.msg}") from None
+    scope = {**init_scope(cls), "torch": torch}
 
     def build(cfg: Config):
         try:
-            kwargs = eval(compiled, {"cfg": cfg, "torch": torch})  # noqa: S307  (the user's own CLI text)
+            kwargs = eval(compiled, {**scope, "cfg": cfg})  # noqa: S307  (the user's own CLI text)
+        except HarnessError:
+            raise
         except Exception as exc:
             raise ConfigError(f"bad --init '{init}': {type(exc).__name__}: {exc}") from None
         try:
@@ -175,14 +214,15 @@ def make_call(form: str, module: torch.nn.Module, cfg: Config) -> tuple[Callable
             code = code.format(heads=heads)
     else:  # an expression of m, query, key, value, mask
         code = form
-        for name in ("query", "key", "value", "mask"):
+        for name in ("query", "key", "value", "mask", "positions", "key_positions", "x"):
             code = _replace_name(code, name, f'i["{name}"]')
         uses_mask = "mask" in form
     try:
         compiled = compile(code, "--call", "eval")
     except SyntaxError as exc:
         raise ConfigError(f"bad --call '{form}': {exc.msg}") from None
-    scope = {"per_head": per_head, "masked": masked, "torch": torch}
+    scope = {"per_head": per_head, "masked": masked, "torch": torch, "additive_mask": additive_mask,
+             "rotary_tables": rotary_tables}
 
     def call(m, i):
         return _first(eval(compiled, {**scope, "m": m, "i": i}))  # noqa: S307
@@ -190,31 +230,37 @@ def make_call(form: str, module: torch.nn.Module, cfg: Config) -> tuple[Callable
 
 
 def _replace_name(code: str, name: str, new: str) -> str:
-    return re.sub(rf"(?<![\w\"'.]){name}(?![\w\"'])", new, code)
+    """``name`` as a value, not as a keyword (``mask=mask`` keeps its keyword)."""
+    return re.sub(rf"(?<![\w\"'.]){name}(?![\w\"'])(?!\s*=(?!=))", new, code)
 
 
 # -- candidate maps -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Slot:
-    """One place a canonical weight can live: a whole parameter or one chunk of it."""
+    """One place a canonical weight can live: a whole parameter or one chunk of it (the
+    chunk inside each of ``heads`` blocks when ``heads``: GPT-NeoX's per-head fused QKV)."""
 
     path: str
     index: int
     chunks: int
     transposed: bool
+    heads: int = 0
 
     def entry(self):
         if self.chunks == 1:
             inner = Param(self.path)
+        elif self.heads:
+            inner = PerHeadChunk(self.path, self.index, self.chunks, self.heads, dim=1 if self.transposed else 0)
         else:
             inner = Chunk(self.path, self.index, self.chunks, dim=1 if self.transposed else 0)
         return Transposed(inner) if self.transposed else inner
 
 
-def _weight_slots(params: dict[str, torch.Tensor], out: int, inp: int) -> list[list[Slot]]:
-    """Per 2-D parameter, its slots for a canonical (out, inp) weight; a square
-    parameter yields both orientations as alternatives (one list per orientation)."""
+def _weight_slots(params: dict[str, torch.Tensor], out: int, inp: int, heads: int = 0) -> list[list[list[Slot]]]:
+    """Per 2-D parameter, its slots for a canonical (out, inp) weight; a square parameter
+    yields both orientations as alternatives (one list per orientation), a fused one its
+    equal blocks and, with ``heads``, the same blocks inside each head (per-head fused)."""
     groups = []
     for path, p in params.items():
         if p.dim() != 2:
@@ -224,7 +270,8 @@ def _weight_slots(params: dict[str, torch.Tensor], out: int, inp: int) -> list[l
             groups.append([[Slot(path, 0, 1, False)]] + ([[Slot(path, 0, 1, True)]] if out == inp else []))
         elif c == inp and r % out == 0 and r // out > 1:
             n = r // out
-            groups.append([[Slot(path, i, n, False) for i in range(n)]])
+            per_head = [[Slot(path, i, n, False, heads) for i in range(n)]] if heads > 1 and out % heads == 0 else []
+            groups.append([[Slot(path, i, n, False) for i in range(n)]] + per_head)
         elif r == inp and c % out == 0 and c // out > 1:
             n = c // out
             groups.append([[Slot(path, i, n, True) for i in range(n)]])
@@ -254,37 +301,78 @@ def _bias_for(slot: Slot, biases: dict[str, torch.Tensor], out: int) -> Any:
     pick = same[0] if len(same) == 1 else (fits[0] if len(fits) == 1 else None)
     if pick is None:
         return Zero()
-    return Param(pick) if slot.chunks == 1 else Chunk(pick, slot.index, slot.chunks)
+    if slot.chunks == 1:
+        return Param(pick)
+    if slot.heads:
+        return PerHeadChunk(pick, slot.index, slot.chunks, slot.heads)
+    return Chunk(pick, slot.index, slot.chunks)
+
+
+def _options(path: str, p: torch.Tensor, shapes: list[tuple[int, int]], heads: int = 0
+             ) -> list[tuple[tuple[int, int], list[Slot]]]:
+    """The ways one module parameter can hold canonical weights: (canonical shape, its slots)
+    per shape and orientation."""
+    return [(shape, alt) for shape in shapes for group in _weight_slots({path: p}, *shape, heads) for alt in group]
+
+
+def _vector_choices(shapes: dict, weights: list[str], params: dict[str, torch.Tensor], used: set[str],
+                    fills: dict[str, Any]):
+    """Every assignment of the canonical 1-D parameters that follow no weight (a norm's gain
+    and bias) to distinct module 1-D parameters of their shape, or to their absent value;
+    the module parameter of the same leaf name first."""
+    followers = {n.removesuffix(".weight") + ".bias" for n in weights}
+    names = [n for n, s in shapes.items() if len(s) == 1 and n not in followers]
+    free = [p for p, t in params.items() if t.dim() == 1 and p not in used]
+
+    def options(name):
+        fit = [p for p in free if tuple(params[p].shape) == tuple(shapes[name])]
+        leaf = name.rsplit(".", 1)[-1]
+        fit.sort(key=lambda p: p.rsplit(".", 1)[-1] != leaf)
+        return [Param(p) for p in fit] + [fills.get(name, Zero())]
+
+    for combo in itertools.product(*(options(n) for n in names)):
+        taken = [e.path for e in combo if isinstance(e, Param)]
+        if len(taken) == len(set(taken)):
+            yield dict(zip(names, combo))
 
 
 def candidate_maps(family: Family, cfg: Config, module: torch.nn.Module):
     """Every assignment of the module's weight slots to the family's canonical (2-D)
-    weights, biases following their weights; other canonical parameters (norm gains)
-    by shape and name order."""
+    weights, grouped by shape (GQA's K/V beside Q/O, a gated FFN's down beside gate and up),
+    biases following their weights; the other canonical parameters (norm gains and biases)
+    to module parameters of their shape by name, or absent (``fills``: the value an absent
+    one reads as: a norm's gain one, anything else zero)."""
     shapes = family.canonical_shapes(cfg)
+    fills = {n: Absent(1.0) for n, (_, kind) in family.params(cfg).items() if kind == "norm_weight"}
     params = dict(module.named_parameters())
     weights = [n for n, s in shapes.items() if len(s) == 2]
-    if not weights:
-        raise ConfigError(f"family '{family.name}' has no canonical weight matrix to search for")
-    out, inp = shapes[weights[0]]
-    if any(shapes[n] != (out, inp) for n in weights):
-        raise ConfigError(f"map searches families whose weights share one shape; '{family.name}' does not")
-    groups = _weight_slots(params, out, inp)
+    kinds = list(dict.fromkeys(tuple(shapes[n]) for n in weights))
+    options = [opts for path, p in params.items() if p.dim() == 2 and (opts := _options(path, p, kinds, cfg.heads))]
     biases = {p: t for p, t in params.items() if t.dim() == 1}
-    for choice in itertools.product(*groups):
-        slots = [s for group in choice for s in group]
-        if len(slots) != len(weights):
+    need = {k: [n for n in weights if tuple(shapes[n]) == k] for k in kinds}
+    for choice in itertools.product(*options):
+        by_shape: dict[tuple[int, int], list[Slot]] = {k: [] for k in kinds}
+        for shape, slots in choice:
+            by_shape[shape].extend(slots)
+        if any(len(by_shape[k]) != len(need[k]) for k in kinds):
             continue
-        for perm in itertools.permutations(slots):
+        for perms in itertools.product(*(itertools.permutations(by_shape[k]) for k in kinds)):
             pmap: dict[str, Any] = {}
-            for name, slot in zip(weights, perm):
-                pmap[name] = slot.entry()
-                bias = name.removesuffix(".weight") + ".bias"
-                if bias in shapes:
-                    pmap[bias] = _bias_for(slot, biases, out)
-            for name in shapes:
-                pmap.setdefault(name, Zero())
-            yield pmap
+            taken: set = set()  # a bias (or its chunk) follows one weight only
+            for k, perm in zip(kinds, perms):
+                for name, slot in zip(need[k], perm):
+                    pmap[name] = slot.entry()
+                    bias = name.removesuffix(".weight") + ".bias"
+                    if bias in shapes:
+                        entry = _bias_for(slot, biases, k[0])
+                        pmap[bias] = Zero() if entry in taken else entry
+                        taken.add(entry)
+            used = {e.path for e in pmap.values() if isinstance(e, (Param, Chunk, PerHeadChunk))}
+            for rest in _vector_choices(shapes, weights, params, used, fills):
+                full = {**pmap, **rest}
+                for name in shapes:
+                    full.setdefault(name, Zero())
+                yield full
 
 
 # -- the search ------------------------------------------------------------------------------------------
@@ -295,5 +383,8 @@ def _case_ok(family: Family, case: str, cfg: Config, uses_mask: bool, self_only:
     if not uses_mask and isinstance(mask, torch.Tensor) and not bool(mask.all()):
         return False
     if self_only and not (inputs.get("query") is inputs.get("key") is inputs.get("value")):
+        return False
+    positions, key_positions = inputs.get("positions"), inputs.get("key_positions")
+    if self_only and positions is not None and not torch.equal(positions, key_positions):
         return False
     return True

@@ -26,33 +26,34 @@ import torch
 
 from harness.base.config import Config
 from harness.base.errors import (
-    HarnessError,
     InputError,
     PortingError,
     SpecError,
     UnknownName,
 )
-from harness.base.masks import masked, per_head
-from harness.base.verdicts import Verdict
+from harness.base.library import rotary_tables
+from harness.base.masks import additive_mask, masked, per_head
 from harness.check.runs import RunCache, cast_inputs, run_variant
-from harness.check.tensors import compare_tensors, worst
 from harness.families.base import Family
 from harness.families.catalog import get_family
-from harness.porting.entries import Transposed, entry_code
+from harness.porting.entries import Absent, Transposed, entry_code
 from harness.porting.portmap import PortMap
 from harness.registry import Variant, build, reference_of
 from harness.trace.map_candidates import (
     CALL_FORMS,
     CALL_NOTES,
     MAX_CANDIDATES,
+    SELF_ONLY,
     Proposal,
     _builder,
     _case_ok,
     candidate_maps,
     guess_init,
+    init_imports,
     load_class,
     make_call,
 )
+from harness.trace.map_traits import agreement, trait_sets
 
 
 def propose_map(target: str, family_name: str, *, init: str | None = None, call: str | None = None,
@@ -69,16 +70,17 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     vid = variant_id or cls.__name__.lower()
     semantic_cases = {c for c, ts in family.case_semantic.items() if ts}
     forms = [call] if call else list(CALL_FORMS)
-    checker = RunCache(cfg)
+    specs = list(trait_sets(family, dict(ref.traits), probe))
+    checker = RunCache(cfg, record=False)
     tried = 0
     closest: dict = {}
-    ran_forms = []
+    ran_forms, failed = [], {}
     for form in forms:
         made = make_call(form, probe, cfg)
         if made is None:
             continue
         adapter, code, uses_mask = made
-        self_only = form == "self"
+        self_only = form in SELF_ONLY
         cases = [c.name for c in family.cases
                  if c.name not in semantic_cases and _case_ok(family, c.name, cfg, uses_mask, self_only)]
         if not cases:
@@ -86,6 +88,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
         first_case = cases[0]
         ran = False
         module = build(cfg).to(torch.float64).eval()
+        oracles = _Oracles(checker, family, [_full(ref, t) for t in specs], first_case)
         for pmap in candidate_maps(family, cfg, probe):
             if tried >= MAX_CANDIDATES:
                 break
@@ -93,123 +96,222 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
             variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
                               param_map=pmap, traits=dict(ref.traits))
             try:
-                verdict, gap = _forward_verdict(checker, variant, ref, first_case, module)
+                got = _forward(checker, variant, first_case, module)
             except (PortingError, InputError):
                 continue
-            if verdict == Verdict.ERROR:
+            except _CallFailed as exc:
+                failed[form] = str(exc)
                 break  # this call form does not run the module: the next form
             ran = True
-            if not closest or gap < closest["max_abs"]:
-                closest = {"max_abs": gap, "call_form": form, "map": {k: entry_code(v) for k, v in pmap.items()}}
-            if not verdict.agrees:
-                continue
-            verdicts = {c: _compare(checker, variant, ref, c)[0] for c in cases}
-            if all(v.agrees for v in verdicts.values()):
-                traits, trait_notes = _infer_traits(checker, family, variant, ref, semantic_cases, uses_mask=uses_mask)
+            zero = checker.fills(variant)
+            for k, (spec, want) in enumerate(oracles.outputs(zero)):
+                level = agreement(got, want)
+                if k == 0 and (not closest or _gap(got, want) < closest["max_abs"]):
+                    closest = {"max_abs": _gap(got, want), "call_form": form,
+                               "map": {n: entry_code(v) for n, v in pmap.items()}}
+                if level is None:
+                    continue
+                variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
+                                  param_map=pmap, traits=_traits_of(family, ref, spec, level, cfg))
+                if not all(_verify(checker, variant, _full(ref, spec), c) for c in cases):
+                    continue
+                traits, trait_notes, undecided = _infer_traits(
+                    checker, family, variant, spec, dict(ref.traits), semantic_cases, uses_mask=uses_mask,
+                    case_ok=lambda c: _case_ok(family, c, cfg, uses_mask, self_only))
+                plain = {t: v for t, v in spec.items() if t in family.semantic}
+                traits = _printed(family, ref, {**plain, **traits}, cfg) | _descriptive(variant.traits)
+                shown = [c.name for c in family.cases
+                         if _case_ok(family, c.name, cfg, uses_mask, self_only) and c.name not in undecided]
                 return _found(Hit(family=family, ref=ref, variant=variant, pmap=pmap, form=form, code=code,
                                   import_line=import_line, source=source, cls=cls, init=init, traits=traits,
-                                  notes=trait_notes, cases=cases, tried=tried, ran_forms=ran_forms + [form],
-                                  target=target, uses_mask=uses_mask, cfg=cfg))
+                                  notes=trait_notes, cases=shown,
+                                  tried=tried, ran_forms=ran_forms + [form], target=target, uses_mask=uses_mask,
+                                  cfg=cfg, restrict=self_only or not uses_mask or bool(undecided)))
         if ran:
             ran_forms.append(form)
     why = (f"no candidate map makes {target} equivalent to {ref.id} in float64 "
-           f"({tried} candidates tried; call forms that ran: {', '.join(ran_forms) or 'none'})")
+           f"({tried} candidates tried over {len(specs)} trait sets; "
+           f"call forms that ran: {', '.join(ran_forms) or 'none'})")
     if closest:
         why += (f"\nclosest: call form {closest['call_form']}, max_abs {closest['max_abs']:.3g} on "
                 f"{family.cases[0].name}, map {closest['map']}")
     else:
         why += "\nno call form ran the module on the family's inputs: pass --call and --init"
+    if call and call in failed:
+        why += f"\n--call {call!r} raised {failed[call]}"
     return Proposal(False, why, tried=tried, closest=closest)
 
 
-def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: str,
-                     module: torch.nn.Module) -> tuple[str, float]:
-    """The quick test of a candidate: the module built once, the candidate's weights
-    ported in, float64 forward only, no op recording."""
-    family = ref.family_spec
-    zero = checker.fills(variant) | checker.fills(ref)
-    want = checker.run(ref, case, zero, torch.float64).tensors.get("output")
+def _full(ref: Variant, spec: dict) -> dict:
+    """A trait set with the reference's values for the traits it leaves out (a fully masked
+    row's, which the oracle reads on every case and the search infers on its own case)."""
+    return {**ref.family_spec.semantic_traits(ref.traits), **spec}
+
+
+class _CallFailed(Exception):
+    """The call form raised (its message, one line)."""
+
+
+class _Oracles:
+    """The distinct float64 oracle outputs of the trait sets on one case, per fills (the
+    canonical parameters a candidate leaves absent): forward only, computed once. A set
+    changing two traits is skipped when changing either alone gives the reference's output
+    on this case (two changes that do not show here: an eps with no LayerNorm, a RoPE
+    fraction with no RoPE)."""
+
+    def __init__(self, checker: RunCache, family: Family, specs: list[dict], case: str):
+        self.checker, self.family, self.specs, self.case = checker, family, specs, case
+        self._by_fills: dict = {}
+
+    def outputs(self, zero) -> list[tuple[dict, torch.Tensor]]:
+        if zero not in self._by_fills:
+            family, checker = self.family, self.checker
+            inputs = cast_inputs(checker.inputs(family, self.case), torch.float64, "cpu")
+            weights = checker.weights(family, zero)
+            kept: list[tuple[dict, torch.Tensor]] = []
+            seen: set[bytes] = set()
+            silent: set[tuple] = set()  # single changes that do not show on this case
+            base, base_key = self.specs[0], None
+            for spec in self.specs:
+                changed = [(t, spec[t]) for t in spec if spec[t] != base.get(t)]
+                if len(changed) > 1 and all(c in silent for c in changed):
+                    continue
+                try:
+                    with torch.no_grad():
+                        out = family.oracle(family.semantic_traits(spec), checker.cfg, weights, inputs, torch.float64)
+                except (SpecError, RuntimeError, KeyError):  # a combination no module can have
+                    continue
+                key = out.numpy().tobytes() if out.is_floating_point() else bytes(str(out.tolist()), "utf8")
+                base_key = key if base_key is None else base_key
+                if len(changed) == 1 and key == base_key:
+                    silent.add(changed[0])
+                if key not in seen:
+                    seen.add(key)
+                    kept.append((spec, out))
+            self._by_fills[zero] = kept
+        return self._by_fills[zero]
+
+
+def _forward(checker: RunCache, variant: Variant, case: str, module: torch.nn.Module) -> torch.Tensor:
+    """The quick test of a candidate: the module built once, the candidate's weights ported
+    in, float64 forward only, no op recording."""
+    family = variant.family_spec
+    zero = checker.fills(variant)
     PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(
         checker.weights(family, zero))
     try:
         with torch.no_grad():
             got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
-    except HarnessError:
-        raise
-    except Exception:  # noqa: BLE001  (this call form does not run the module)
-        return Verdict.ERROR, math.inf
-    if want is None or not isinstance(got, torch.Tensor):
-        return Verdict.ERROR, math.inf
-    tv = compare_tensors(got.detach().double().cpu(), want, None, None, torch.float64)
-    return tv.verdict, tv.max_abs
+    except Exception as exc:  # noqa: BLE001  (this call form does not run the module: said when asked for)
+        raise _CallFailed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    if not isinstance(got, torch.Tensor):
+        raise _CallFailed(f"it returned {type(got).__name__}, not a tensor")
+    return got.detach().double().cpu()
 
 
-def _compare(checker: RunCache, variant: Variant, ref: Variant, case: str, forward_only: bool = False):
-    zero = checker.fills(variant) | checker.fills(ref)
-    dtype = torch.float64
-    ra = checker.run(ref, case, zero, dtype)
-    family = ref.family_spec
-
-    rb = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero), dtype,
-                     backward=not forward_only)
-    if rb.error or ra.error:
-        return Verdict.ERROR, math.inf
-    verdicts, gap = [], 0.0
-    for name, t in rb.tensors.items():
-        if name in ra.tensors:
-            tv = compare_tensors(t, ra.tensors[name], None, None, dtype)
-            verdicts.append(tv.verdict)
-            if name == "output":
-                gap = tv.max_abs
-    return worst(verdicts), gap
+def _gap(got: torch.Tensor, want: torch.Tensor) -> float:
+    if got.shape != want.shape:
+        return math.inf
+    return float((got - want).abs().nan_to_num(math.inf).max()) if got.numel() else 0.0
 
 
-def _infer_traits(checker, family, variant, ref, semantic_cases, *, uses_mask):
-    """The family's semantic traits: the reference's where the module agrees with it on
-    the plain cases; on a case with traits of its own (a fully masked row), the values
-    whose float64 oracle (``harness.families.oracles``) the module agrees with there."""
-    case_traits = {t for names in family.case_semantic.values() for t in names}
-    full = family.semantic_traits(ref.traits)
-    traits = {t: ref.traits[t] for t in family.traits if t in ref.traits and t not in case_traits}
-    notes = []
+def _verify(checker: RunCache, variant: Variant, spec: dict, case: str) -> bool:
+    """Output and every gradient within float64's bound of the oracle of ``spec`` (float32's
+    for a module that declares ``internal_dtype``)."""
+    family = variant.family_spec
+    zero = checker.fills(variant)
+    oracle = checker.oracle(family, spec, case, zero, torch.float64)
+    run = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero),
+                      torch.float64, record=False)
+    if run.error or oracle.error:
+        return False
+    allowed = ("float64", "float32") if variant.traits.get("internal_dtype") else ("float64",)
+    return all(agreement(t, oracle.tensors[n]) in allowed for n, t in run.tensors.items() if n in oracle.tensors)
+
+
+def _traits_of(family: Family, ref: Variant, spec: dict, level: str, cfg: Config) -> dict:
+    traits = _printed(family, ref, spec, cfg)
+    if level == "float32":
+        traits["internal_dtype"] = "float32"
+    return traits
+
+
+def _printed(family: Family, ref: Variant, traits: dict, cfg: Config) -> dict:
+    """The semantic traits a registration declares: the reference's, those off the family's
+    default, and GQA's grouping when the search ran with fewer K/V heads."""
+    keep = {"gqa_grouping"} if cfg.n_kv_heads < cfg.heads else set()
+    return {t: v for t, v in traits.items() if t in family.traits
+            and (t in ref.traits or t in keep or v != family.traits[t].default)}
+
+
+def _descriptive(traits: dict) -> dict:
+    return {t: traits[t] for t in ("internal_dtype",) if t in traits}
+
+
+def _infer_traits(checker, family, variant, base, ref_traits, semantic_cases, *, uses_mask, case_ok):
+    """The family's semantic traits: those of the trait set the module agrees with on the
+    plain cases (``base``); on a case with traits of its own (a fully masked row), the values
+    whose float64 oracle (``harness.families.oracles``) the module agrees with there. A case
+    where none agrees (or that the call form cannot run) is left out of the module's cases
+    (returned as undecided); its traits, which the oracle still reads elsewhere, are then
+    the values its output alone agrees with, else the reference's, said in a note."""
+    full = family.semantic_traits({**ref_traits, **base})
+    traits: dict = {}
+    notes, undecided = [], []
+    allowed = ("float64", "float32") if variant.traits.get("internal_dtype") else ("float64",)
     for case in sorted(semantic_cases):
-        if not uses_mask:
-            continue
         names = family.case_semantic[case]
+        fallback = {n: full[n] for n in names if n in full}
+        if not uses_mask or not case_ok(case):
+            traits.update(fallback)
+            undecided.append(case)
+            continue
         zero = checker.fills(variant)
         run = checker.run(variant, case, zero, torch.float64)
         if run.error:
             notes.append(f"{', '.join(names)}: the module fails on '{case}' ({run.error}); declare them yourself")
+            traits.update(fallback)
+            undecided.append(case)
             continue
         options = [family.traits[n].values or (full.get(n),) for n in names]
-        matches = []
+        matches, on_output = [], []
         for combo in itertools.product(*options):
-            spec = {**full, **traits, **dict(zip(names, combo))}
+            spec = {**full, **dict(zip(names, combo))}
             try:
                 oracle = checker.oracle(family, spec, case, zero, torch.float64)
             except (SpecError, RuntimeError):  # a combination no module can have, or an oracle that fails
                 continue
-            verdicts = [compare_tensors(t, oracle.tensors[n], None, None, torch.float64).verdict
-                        for n, t in run.tensors.items() if n in oracle.tensors]
-            if verdicts and worst(verdicts).agrees:
+            levels = {n: agreement(t, oracle.tensors[n]) for n, t in run.tensors.items() if n in oracle.tensors}
+            if levels and all(lv in allowed for lv in levels.values()):
                 matches.append(dict(zip(names, combo)))
+            elif levels.get("output") in allowed:
+                on_output.append(dict(zip(names, combo)))
         if not matches:
-            notes.append(f"{', '.join(names)}: on '{case}' no oracle of the known values agrees; "
-                         "declare them yourself")
+            nan = any(t.is_floating_point() and bool(t.isnan().any()) for t in run.tensors.values())
+            pick = on_output[0] if on_output else fallback
+            traits.update(pick)
+            notes.append(f"{', '.join(names)}: on '{case}' no oracle of the known values agrees"
+                         + (" (the module gives NaN there in float64)" if nan else "")
+                         + f"; '{case}' is left out of its cases, declared "
+                         + ", ".join(f"{n} = {v!r}" for n, v in pick.items())
+                         + (" (its output alone agrees)" if on_output else " (the reference's)"))
+            undecided.append(case)
             continue
         defaults = {n: family.traits[n].default for n in names}
         pick = max(matches, key=lambda m: sum(m[n] == defaults[n] for n in names))
-        traits.update({n: v for n, v in pick.items() if n in ref.traits or v != defaults[n]})
+        traits.update({n: v for n, v in pick.items() if n in ref_traits or v != defaults[n]})
         shown = ", ".join(f"{n} = {v!r}" for n, v in pick.items())
         notes.append(f"{shown}: on '{case}' the module agrees with that oracle"
                      + (f" (and {len(matches) - 1} other value set(s) it cannot tell apart)"
                         if len(matches) > 1 else ""))
-    return traits, notes
+    return traits, notes, undecided
 
 
 def _entry_classes(entry) -> set[str]:
     if isinstance(entry, Transposed):
         return {"Transposed"} | _entry_classes(entry.inner)
+    if isinstance(entry, Absent) and entry.fill == 0.0:
+        return {"Zero"}
     return {type(entry).__name__}
 
 
@@ -217,9 +319,15 @@ def _returns_tuple(variant: Variant, family: Family, cfg: Config, case: str, cod
     """Whether the module's own call (``code``) returns a tuple (nn.MultiheadAttention)."""
     module, _ = build(variant, cfg, dtype=torch.float64)
     inputs = family.inputs(case, cfg)
-    scope = {"per_head": per_head, "masked": masked, "torch": torch, "m": module, "i": inputs}
+    scope = {"per_head": per_head, "masked": masked, "torch": torch, "m": module, "i": inputs,
+             "additive_mask": additive_mask, "rotary_tables": rotary_tables}
     with torch.no_grad():
         return isinstance(eval(compile(code, "--call", "eval"), scope), (tuple, list))  # noqa: S307
+
+
+def _within(traits: dict) -> str:
+    internal = traits.get("internal_dtype")
+    return f" within {internal}'s tolerance (it computes in {internal} inside)" if internal else ""
 
 
 @dataclass(frozen=True)
@@ -244,18 +352,21 @@ class Hit:
     target: str
     uses_mask: bool
     cfg: Config
+    restrict: bool  # registered with the cases it was compared on (no mask, or self-attention only)
 
 
 def _found(hit: Hit) -> Proposal:
     (family, ref, variant, pmap, form, code, import_line, source, cls, init, traits, notes, cases, tried,
-     ran_forms, target, uses_mask, cfg) = (getattr(hit, f.name) for f in fields(hit))
+     ran_forms, target, uses_mask, cfg, restrict) = (getattr(hit, f.name) for f in fields(hit))
     uses = sorted(set().union(*(_entry_classes(e) for e in pmap.values())))
-    lines = [import_line] if import_line else []
-    lines.append(f"from harness import {', '.join(uses + ['register'])}")
+    helpers = [h for h in ("additive_mask", "library_config", "rotary_tables") if f"{h}(" in code + init]
+    lines = ([import_line] if import_line else []) + init_imports(cls, init)
+    lines.append(f"from harness import {', '.join(uses + helpers + ['register'])}")
     if "per_head(" in code:
         lines.append("from harness import masked, per_head")
     all_traits = dict(traits)
-    if not uses_mask:  # a mask-free module is compared only where nothing is masked
+    if restrict and set(cases) != {c.name for c in family.cases}:
+        # a mask-free or self-attention-only module is compared only where it can run
         all_traits["cases"] = tuple(cases)
     tail = "[0]" if _returns_tuple(variant, family, cfg, cases[0], code) else ""
     lines += ["", "register(", f'    id="{variant.id}",', f'    family="{family.name}",',
@@ -268,8 +379,8 @@ def _found(hit: Hit) -> Proposal:
     code_text = "\n".join(lines)
     head = [f"map {target} as family '{family.name}': found",
             f"call form: {form} ({CALL_NOTES.get(form, 'custom expression')})",
-            f"{tried} candidate maps tried (call forms: {', '.join(ran_forms)}); this one is equivalent to "
-            f"{ref.id} in float64, output and every gradient, on {', '.join(cases)}"]
+            f"{tried} candidate maps tried (call forms: {', '.join(ran_forms)}); this one agrees with the float64 "
+            f"oracle of its traits{_within(traits)}, output and every gradient, on {', '.join(cases)}"]
     head += [f"trait {n}" for n in notes]
     where = "paste into a variant file" if import_line else "paste at the end of the file that defines the class"
     text = "\n".join(head) + f"\n\n# {where}\n" + code_text
