@@ -30,6 +30,7 @@ from harness.porting.entries import (
     Absent,
     Chunk,
     Concat,
+    Identity,
     Param,
     PerHeadChunk,
     RopePermuted,
@@ -51,7 +52,7 @@ __all__ = [
     # a plain attention function over projected heads, its layout given as data
     "register_kernel",
     # its parameter map
-    "Param", "Chunk", "PerHeadChunk", "Concat", "Transposed", "RopePermuted", "Zero", "Absent", "Tied",
+    "Param", "Chunk", "PerHeadChunk", "Concat", "Transposed", "RopePermuted", "Zero", "Identity", "Absent", "Tied",
     "nest", "linear_entries", "norm_entries", "fused_entries", "absent_norm",
     # masks: converting the canonical bool mask (True = may attend) at the variant's edge
     "masked", "per_head", "causal_and_pad", "additive_mask",

@@ -24,7 +24,7 @@ from harness.base.errors import (
 from harness.base.library import config_class_for, library_config, rotary_tables
 from harness.base.masks import additive_mask, masked, per_head
 from harness.families.base import Family
-from harness.porting.entries import Absent, Chunk, Param, PerHeadChunk, Transposed, Zero, entry_code
+from harness.porting.entries import Absent, Chunk, Identity, Param, PerHeadChunk, Transposed, Zero, entry_code
 from harness.registry import scratch
 
 MAX_CANDIDATES = 20000
@@ -340,39 +340,63 @@ def candidate_maps(family: Family, cfg: Config, module: torch.nn.Module):
     """Every assignment of the module's weight slots to the family's canonical (2-D)
     weights, grouped by shape (GQA's K/V beside Q/O, a gated FFN's down beside gate and up),
     biases following their weights; the other canonical parameters (norm gains and biases)
-    to module parameters of their shape by name, or absent (``fills``: the value an absent
-    one reads as: a norm's gain one, anything else zero)."""
+    to module parameters of their shape by name, or absent (a norm's gain reads as one,
+    anything else as zero). When no assignment uses every slot and the module is one square
+    weight short, then the assignments with one square canonical weight read as the identity
+    (``Identity()``: an attention without its output projection, BERT's self-attention)."""
     shapes = family.canonical_shapes(cfg)
     fills = {n: Absent(1.0) for n, (_, kind) in family.params(cfg).items() if kind == "norm_weight"}
     params = dict(module.named_parameters())
     weights = [n for n, s in shapes.items() if len(s) == 2]
     kinds = list(dict.fromkeys(tuple(shapes[n]) for n in weights))
     options = [opts for path, p in params.items() if p.dim() == 2 and (opts := _options(path, p, kinds, cfg.heads))]
-    biases = {p: t for p, t in params.items() if t.dim() == 1}
     need = {k: [n for n in weights if tuple(shapes[n]) == k] for k in kinds}
+    exact = False
     for choice in itertools.product(*options):
-        by_shape: dict[tuple[int, int], list[Slot]] = {k: [] for k in kinds}
-        for shape, slots in choice:
-            by_shape[shape].extend(slots)
-        if any(len(by_shape[k]) != len(need[k]) for k in kinds):
+        by_shape = _by_shape(choice, kinds)
+        if all(len(by_shape[k]) == len(need[k]) for k in kinds):
+            exact = True
+            yield from _assignments(by_shape, need, kinds, shapes, weights, params, fills)
+    if exact:
+        return
+    for choice in itertools.product(*options):
+        by_shape = _by_shape(choice, kinds)
+        short = [k for k in kinds if len(by_shape[k]) != len(need[k])]
+        if len(short) != 1 or short[0][0] != short[0][1] or len(by_shape[short[0]]) != len(need[short[0]]) - 1:
             continue
-        for perms in itertools.product(*(itertools.permutations(by_shape[k]) for k in kinds)):
-            pmap: dict[str, Any] = {}
-            taken: set = set()  # a bias (or its chunk) follows one weight only
-            for k, perm in zip(kinds, perms):
-                for name, slot in zip(need[k], perm):
-                    pmap[name] = slot.entry()
-                    bias = name.removesuffix(".weight") + ".bias"
-                    if bias in shapes:
-                        entry = _bias_for(slot, biases, k[0])
-                        pmap[bias] = Zero() if entry in taken else entry
-                        taken.add(entry)
-            used = {e.path for e in pmap.values() if isinstance(e, (Param, Chunk, PerHeadChunk))}
-            for rest in _vector_choices(shapes, weights, params, used, fills):
-                full = {**pmap, **rest}
-                for name in shapes:
-                    full.setdefault(name, Zero())
-                yield full
+        for eye in reversed(need[short[0]]):  # the last first: the output projection
+            rest = {**need, short[0]: [n for n in need[short[0]] if n != eye]}
+            for pmap in _assignments(by_shape, rest, kinds, shapes, weights, params, fills):
+                bias = eye.removesuffix(".weight") + ".bias"
+                yield {**pmap, eye: Identity(), **({bias: Zero()} if bias in shapes else {})}
+
+
+def _by_shape(choice, kinds) -> dict[tuple[int, int], list[Slot]]:
+    by_shape: dict[tuple[int, int], list[Slot]] = {k: [] for k in kinds}
+    for shape, slots in choice:
+        by_shape[shape].extend(slots)
+    return by_shape
+
+
+def _assignments(by_shape, need, kinds, shapes, weights, params, fills):
+    biases = {p: t for p, t in params.items() if t.dim() == 1}
+    for perms in itertools.product(*(itertools.permutations(by_shape[k]) for k in kinds)):
+        pmap: dict[str, Any] = {}
+        taken: set = set()  # a bias (or its chunk) follows one weight only
+        for k, perm in zip(kinds, perms):
+            for name, slot in zip(need[k], perm):
+                pmap[name] = slot.entry()
+                bias = name.removesuffix(".weight") + ".bias"
+                if bias in shapes:
+                    entry = _bias_for(slot, biases, k[0])
+                    pmap[bias] = Zero() if entry in taken else entry
+                    taken.add(entry)
+        used = {e.path for e in pmap.values() if isinstance(e, (Param, Chunk, PerHeadChunk))}
+        for rest in _vector_choices(shapes, weights, params, used, fills):
+            full = {**pmap, **rest}
+            for name in shapes:
+                full.setdefault(name, Zero())
+            yield full
 
 
 # -- the search ------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from harness.base.masks import additive_mask, masked, per_head
 from harness.check.runs import RunCache, cast_inputs, run_variant
 from harness.families.base import Family
 from harness.families.catalog import get_family
-from harness.porting.entries import Absent, Transposed, entry_code
+from harness.porting.entries import IDENTITY, Absent, Transposed, entry_code
 from harness.porting.portmap import PortMap
 from harness.registry import Variant, build, reference_of
 from harness.trace.map_candidates import (
@@ -310,8 +310,8 @@ def _infer_traits(checker, family, variant, base, ref_traits, semantic_cases, *,
 def _entry_classes(entry) -> set[str]:
     if isinstance(entry, Transposed):
         return {"Transposed"} | _entry_classes(entry.inner)
-    if isinstance(entry, Absent) and entry.fill == 0.0:
-        return {"Zero"}
+    if isinstance(entry, Absent) and entry.fill in (0.0, IDENTITY):
+        return {"Zero" if entry.fill == 0.0 else "Identity"}
     return {type(entry).__name__}
 
 
