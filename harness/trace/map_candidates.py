@@ -368,7 +368,8 @@ def candidate_maps(family: Family, cfg: Config, module: torch.nn.Module):
             rest = {**need, short[0]: [n for n in need[short[0]] if n != eye]}
             for pmap in _assignments(by_shape, rest, kinds, shapes, weights, params, fills):
                 bias = eye.removesuffix(".weight") + ".bias"
-                yield {**pmap, eye: Identity(), **({bias: Zero()} if bias in shapes else {})}
+                full = {**pmap, eye: Identity(), **({bias: Zero()} if bias in shapes else {})}
+                yield {name: full[name] for name in shapes}
 
 
 def _by_shape(choice, kinds) -> dict[tuple[int, int], list[Slot]]:
@@ -394,9 +395,7 @@ def _assignments(by_shape, need, kinds, shapes, weights, params, fills):
         used = {e.path for e in pmap.values() if isinstance(e, (Param, Chunk, PerHeadChunk))}
         for rest in _vector_choices(shapes, weights, params, used, fills):
             full = {**pmap, **rest}
-            for name in shapes:
-                full.setdefault(name, Zero())
-            yield full
+            yield {name: full.get(name, Zero()) for name in shapes}  # in the family's order
 
 
 # -- the search ------------------------------------------------------------------------------------------

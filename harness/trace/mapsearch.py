@@ -325,6 +325,16 @@ def _returns_tuple(variant: Variant, family: Family, cfg: Config, case: str, cod
         return isinstance(eval(compile(code, "--call", "eval"), scope), (tuple, list))  # noqa: S307
 
 
+def _per_head(pmap: dict) -> bool:
+    return any("heads=" in entry_code(e) for e in pmap.values())
+
+
+def _code(entry, cfg: Config) -> str:
+    """The entry's code; a per-head entry reads its head count from the config it is built for."""
+    return entry_code(entry).replace(f"heads={cfg.heads})", "heads=cfg.heads)").replace(
+        f"heads={cfg.heads},", "heads=cfg.heads,")
+
+
 def _within(traits: dict) -> str:
     internal = traits.get("internal_dtype")
     return f" within {internal}'s tolerance (it computes in {internal} inside)" if internal else ""
@@ -373,8 +383,8 @@ def _found(hit: Hit) -> Proposal:
               f'    source="{source}",',
               f"    build=lambda cfg: {cls.__name__}({init}),",
               f"    call=lambda m, i: {code}{tail},",
-              "    param_map={"]
-    lines += [f'        "{name}": {entry_code(entry)},' for name, entry in pmap.items()]
+              "    param_map=lambda cfg: {" if _per_head(pmap) else "    param_map={"]
+    lines += [f'        "{name}": {_code(entry, cfg)},' for name, entry in pmap.items()]
     lines += ["    },", "    traits={" + ", ".join(f'"{k}": {v!r}' for k, v in all_traits.items()) + "},", ")"]
     code_text = "\n".join(lines)
     head = [f"map {target} as family '{family.name}': found",
