@@ -84,6 +84,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
         cases = [c.name for c in family.cases
                  if c.name not in semantic_cases and _case_ok(family, c.name, cfg, uses_mask, self_only)]
         if not cases:
+            failed[form] = "nothing: no case of the family fits it (it passes no mask and every case masks a key)"
             continue
         first_case = cases[0]
         ran = False
@@ -129,8 +130,8 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
                                   cfg=cfg, restrict=self_only or not uses_mask or bool(undecided)))
         if ran:
             ran_forms.append(form)
-    why = (f"no candidate map makes {target} equivalent to {ref.id} in float64 "
-           f"({tried} candidates tried over {len(specs)} trait sets; "
+    why = (f"no candidate map makes {target} agree with the float64 oracle of any of {len(specs)} trait sets "
+           f"around {ref.id}'s ({tried} candidates tried; "
            f"call forms that ran: {', '.join(ran_forms) or 'none'})")
     if closest:
         why += (f"\nclosest: call form {closest['call_form']}, max_abs {closest['max_abs']:.3g} on "
@@ -138,7 +139,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     else:
         why += "\nno call form ran the module on the family's inputs: pass --call and --init"
     if call and call in failed:
-        why += f"\n--call {call!r} raised {failed[call]}"
+        why += f"\n--call {call!r} " + ("ran " if failed[call].startswith("nothing") else "raised ") + failed[call]
     return Proposal(False, why, tried=tried, closest=closest)
 
 
