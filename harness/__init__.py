@@ -52,8 +52,9 @@ __all__ = [
     # a plain attention function over projected heads, its layout given as data
     "register_kernel",
     # its parameter map
-    "Param", "Chunk", "PerHeadChunk", "Concat", "Transposed", "RopePermuted", "Zero", "Identity", "Absent", "Tied",
+    "Param", "Chunk", "PerHeadChunk", "Concat", "Transposed", "RopePermuted", "Zero", "Absent", "Tied",
     "nest", "linear_entries", "norm_entries", "fused_entries", "absent_norm",
+    "Identity",  # a square weight the variant leaves out, read as the identity
     # masks: converting the canonical bool mask (True = may attend) at the variant's edge
     "masked", "per_head", "causal_and_pad", "additive_mask",
     # library modules (transformers): their config object from the harness config, their rotary tables

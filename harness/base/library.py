@@ -90,7 +90,8 @@ def rotary_tables(module: torch.nn.Module, x: torch.Tensor, positions: torch.Ten
     from the module's config (kept beside the module, built once)."""
     rotary = _ROTARY.get(module)
     if rotary is None:
-        config = getattr(module, "config", None)
+        config = next((getattr(m, "config") for m in module.modules() if getattr(m, "config", None) is not None),
+                      None)  # its own, or its attention's (a decoder layer keeps none)
         if config is None:
             raise ConfigError(f"{type(module).__name__} keeps no .config to build its rotary embedding from")
         rotary = _ROTARY[module] = _rotary_class(module)(config).to(x.device)

@@ -40,6 +40,9 @@ CALL_FORMS: dict[str, tuple[str, bool]] = {
     "hidden_mask": ('m(i["query"], attention_mask=additive_mask(i["mask"], i["query"].dtype))', True),
     "hidden_rope_mask": ('m(i["query"], position_embeddings=rotary_tables(m, i["query"], i["positions"]), '
                          'attention_mask=additive_mask(i["mask"], i["query"].dtype))', True),
+    # a library's decoder layer (HF's LlamaDecoderLayer): hidden states, additive mask, rotary tables
+    "x_rope_mask": ('m(i["x"], attention_mask=additive_mask(i["mask"], i["x"].dtype), '
+                    'position_embeddings=rotary_tables(m, i["x"], i["positions"]))', True),
     "qkv": ('m(i["query"], i["key"], i["value"])', False),
     "self": ('m(i["query"])', False),
     "x": ('m(i["x"])', False),
@@ -54,6 +57,8 @@ CALL_NOTES = {
     "hidden_mask": "self-attention on hidden states, additive mask (B, 1, T, S): compared on self-attention cases",
     "hidden_rope_mask": "self-attention on hidden states with the module's own rotary tables at the call's "
                         "positions and an additive mask (B, 1, T, S): compared on self-attention cases",
+    "x_rope_mask": "a decoder layer on hidden states x with the module's own rotary tables at the call's "
+                   "positions and an additive mask (B, 1, T, T)",
     "qkv": "no mask: compared only on cases whose mask hides nothing",
     "self": "self-attention, no mask: compared only on cases with query = key = value and nothing masked",
     "x": "one input x (norms, feed-forwards)",
