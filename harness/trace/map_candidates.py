@@ -413,6 +413,6 @@ def _case_ok(family: Family, case: str, cfg: Config, uses_mask: bool, self_only:
     if self_only and not (inputs.get("query") is inputs.get("key") is inputs.get("value")):
         return False
     positions, key_positions = inputs.get("positions"), inputs.get("key_positions")
-    if self_only and positions is not None and not torch.equal(positions, key_positions):
+    if self_only and positions is not None and key_positions is not None and not torch.equal(positions, key_positions):
         return False
     return True
