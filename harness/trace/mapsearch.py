@@ -18,7 +18,6 @@ value, mask)``, mask True = may attend), else one of ``CALL_FORMS`` or an expres
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, fields
 
@@ -47,13 +46,13 @@ from harness.trace.map_candidates import (
     Proposal,
     _builder,
     _case_ok,
-    candidate_maps,
     guess_init,
     init_imports,
     load_class,
     make_call,
 )
-from harness.trace.map_traits import agreement, trait_sets
+from harness.trace.map_slots import candidate_maps
+from harness.trace.map_traits import agreement, infer_case_traits, trait_sets
 
 
 def propose_map(target: str, family_name: str, *, init: str | None = None, call: str | None = None,
@@ -116,7 +115,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
                                   param_map=pmap, traits=_traits_of(family, ref, spec, level, cfg))
                 if not all(_verify(checker, variant, _full(ref, spec), c) for c in cases):
                     continue
-                traits, trait_notes, undecided = _infer_traits(
+                traits, trait_notes, undecided = infer_case_traits(
                     checker, family, variant, spec, dict(ref.traits), semantic_cases, uses_mask=uses_mask,
                     case_ok=lambda c: _case_ok(family, c, cfg, uses_mask, self_only))
                 plain = {t: v for t, v in spec.items() if t in family.semantic}
@@ -247,65 +246,6 @@ def _printed(family: Family, ref: Variant, traits: dict, cfg: Config) -> dict:
 
 def _descriptive(traits: dict) -> dict:
     return {t: traits[t] for t in ("internal_dtype",) if t in traits}
-
-
-def _infer_traits(checker, family, variant, base, ref_traits, semantic_cases, *, uses_mask, case_ok):
-    """The family's semantic traits: those of the trait set the module agrees with on the
-    plain cases (``base``); on a case with traits of its own (a fully masked row), the values
-    whose float64 oracle (``harness.families.oracles``) the module agrees with there. A case
-    where none agrees (or that the call form cannot run) is left out of the module's cases
-    (returned as undecided); its traits, which the oracle still reads elsewhere, are then
-    the values its output alone agrees with, else the reference's, said in a note."""
-    full = family.semantic_traits({**ref_traits, **base})
-    traits: dict = {}
-    notes, undecided = [], []
-    allowed = ("float64", "float32") if variant.traits.get("internal_dtype") else ("float64",)
-    for case in sorted(semantic_cases):
-        names = family.case_semantic[case]
-        fallback = {n: full[n] for n in names if n in full}
-        if not uses_mask or not case_ok(case):
-            traits.update(fallback)
-            undecided.append(case)
-            continue
-        zero = checker.fills(variant)
-        run = checker.run(variant, case, zero, torch.float64)
-        if run.error:
-            notes.append(f"{', '.join(names)}: the module fails on '{case}' ({run.error}); declare them yourself")
-            traits.update(fallback)
-            undecided.append(case)
-            continue
-        options = [family.traits[n].values or (full.get(n),) for n in names]
-        matches, on_output = [], []
-        for combo in itertools.product(*options):
-            spec = {**full, **dict(zip(names, combo))}
-            try:
-                oracle = checker.oracle(family, spec, case, zero, torch.float64)
-            except (SpecError, RuntimeError):  # a combination no module can have, or an oracle that fails
-                continue
-            levels = {n: agreement(t, oracle.tensors[n]) for n, t in run.tensors.items() if n in oracle.tensors}
-            if levels and all(lv in allowed for lv in levels.values()):
-                matches.append(dict(zip(names, combo)))
-            elif levels.get("output") in allowed:
-                on_output.append(dict(zip(names, combo)))
-        if not matches:
-            nan = any(t.is_floating_point() and bool(t.isnan().any()) for t in run.tensors.values())
-            pick = on_output[0] if on_output else fallback
-            traits.update(pick)
-            notes.append(f"{', '.join(names)}: on '{case}' no oracle of the known values agrees"
-                         + (" (the module gives NaN there in float64)" if nan else "")
-                         + f"; '{case}' is left out of its cases, declared "
-                         + ", ".join(f"{n} = {v!r}" for n, v in pick.items())
-                         + (" (its output alone agrees)" if on_output else " (the reference's)"))
-            undecided.append(case)
-            continue
-        defaults = {n: family.traits[n].default for n in names}
-        pick = max(matches, key=lambda m: sum(m[n] == defaults[n] for n in names))
-        traits.update({n: v for n, v in pick.items() if n in ref_traits or v != defaults[n]})
-        shown = ", ".join(f"{n} = {v!r}" for n, v in pick.items())
-        notes.append(f"{shown}: on '{case}' the module agrees with that oracle"
-                     + (f" (and {len(matches) - 1} other value set(s) it cannot tell apart)"
-                        if len(matches) > 1 else ""))
-    return traits, notes, undecided
 
 
 def _entry_classes(entry) -> set[str]:
