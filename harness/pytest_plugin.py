@@ -5,10 +5,13 @@ package is installed).
     HARNESS_VARIANTS=mine.py pytest      # the same (os.pathsep-separated list)
 
 Each file is loaded before collection (with every installed variant pack) and collected
-as tests of its own: one per (variant, device), named ``family/id[device]``
-(``pytest -k my_einsum``), checking the variant against the spec its declared traits
-define (``harness.check.api.check_one_variant``: float64 semantics and the precision dtypes
-over the config matrix, gradcheck, dropout) on every case that applies to it. A file
+as tests of its own: one per (variant, device, aspect), named ``family/id[device-aspect]``
+(``pytest -k my_einsum``; ``-k gradcheck``, ``-k dropout``, ``-k precision``,
+``-k semantics`` select one aspect, as they do for the project's own variants), checking
+the variant against the spec its declared traits define (``harness.check.api.check_one_variant``,
+run once per variant and device and shared by its aspects: float64 semantics and the
+precision dtypes over the config matrix, gradcheck, dropout) on every case that applies to
+it. A file
 that cannot be loaded is a usage error (exit 4), with one line naming the problem.
 Without ``--variants`` the plugin does nothing (and imports nothing: pytest runs of
 other projects do not pay for torch).
@@ -29,6 +32,8 @@ CUDA_SKIP = "no CUDA device: the CUDA checks run on a GPU machine"
 # The devices each variant is checked on; their precision dtypes: harness.base.dtypes (read
 # when a test runs, so that collecting no variant file imports neither the harness nor torch).
 DEVICES = ("cpu", "cuda")
+# One test per aspect (HF's tester-mixin habit, as tests/test_equivalence.py): -k selects one.
+ASPECTS = ("semantics", "precision", "gradcheck", "dropout")
 
 _FILES = pytest.StashKey[frozenset]()
 
@@ -133,7 +138,7 @@ def pytest_pycollect_makemodule(module_path: Path, parent):
 
 
 class VariantFile(pytest.File):
-    """A user's variant file: one test per (variant it registers, device)."""
+    """A user's variant file: one test per (variant it registers, device, aspect)."""
 
     def collect(self):
         import torch
@@ -143,11 +148,12 @@ class VariantFile(pytest.File):
         origin = str(self.path.resolve())
         for variant in [v for v in REGISTRY.values() if v.origin == origin]:
             for device in DEVICES:
-                item = VariantItem.from_parent(self, name=f"{variant.family}/{variant.id}[{device}]",
-                                               key=variant.key, device=device)
-                if device == "cuda" and not torch.cuda.is_available():
-                    item.add_marker(pytest.mark.skip(reason=CUDA_SKIP))
-                yield item
+                for aspect in ASPECTS:
+                    item = VariantItem.from_parent(self, name=f"{variant.family}/{variant.id}[{device}-{aspect}]",
+                                                   key=variant.key, device=device, aspect=aspect)
+                    if device == "cuda" and not torch.cuda.is_available():
+                        item.add_marker(pytest.mark.skip(reason=CUDA_SKIP))
+                    yield item
 
 
 class VariantMismatch(Exception):
@@ -155,26 +161,25 @@ class VariantMismatch(Exception):
 
 
 class VariantItem(pytest.Item):
-    def __init__(self, *, key: str, device: str, **kwargs):
+    def __init__(self, *, key: str, device: str, aspect: str, **kwargs):
         super().__init__(**kwargs)
-        self.key, self.device = key, device
+        self.key, self.device, self.aspect = key, device, aspect
 
     def runtest(self):
         from types import SimpleNamespace
 
-        from harness.check.results import GradcheckResult, SpecResult
         from harness.registry import REGISTRY
         from harness.report.tables import failures_table
 
-        results = _check_one(REGISTRY[self.key], self.device)
+        results = _aspect(_check_one(REGISTRY[self.key], self.device), self.aspect)
+        if not results:  # e.g. no dropout site declared, or no gradcheck for this family
+            pytest.skip(f"no {self.aspect} check applies to {self.key} on {self.device}")
         wrong = [r for r in results if not r.ok]
         if wrong:
-            by_kind = SimpleNamespace(
-                specs=[r for r in wrong if isinstance(r, SpecResult)],
-                gradchecks=[r for r in wrong if isinstance(r, GradcheckResult)],
-                dropouts=[r for r in wrong if not isinstance(r, (SpecResult, GradcheckResult))])
-            raise VariantMismatch(f"{self.key} contradicts its declaration "
-                                  f"({len(wrong)} of {len(results)} checks):\n" + failures_table(by_kind))
+            by_kind = SimpleNamespace(specs=[], gradchecks=[], dropouts=[])
+            getattr(by_kind, {"gradcheck": "gradchecks", "dropout": "dropouts"}.get(self.aspect, "specs")).extend(wrong)
+            raise VariantMismatch(f"{self.key} contradicts its declaration ({self.aspect}: "
+                                  f"{len(wrong)} of {len(results)} checks):\n" + failures_table(by_kind))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, VariantMismatch):
@@ -186,16 +191,37 @@ class VariantItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
-        return self.path, 0, f"{self.key} [{self.device}]"
+        return self.path, 0, f"{self.key} [{self.device}-{self.aspect}]"
+
+
+def _aspect(results: list, aspect: str) -> list:
+    """The results of one aspect: semantics (the float64 and exact spec checks), precision
+    (the spec checks in the device's lower dtypes), gradcheck, dropout."""
+    from harness.check.results import DropoutResult, GradcheckResult, SpecResult
+
+    if aspect == "gradcheck":
+        return [r for r in results if isinstance(r, GradcheckResult)]
+    if aspect == "dropout":
+        return [r for r in results if isinstance(r, DropoutResult)]
+    specs = [r for r in results if isinstance(r, SpecResult)]
+    exact = [r for r in specs if r.dtype in ("float64", "bool")]
+    return exact if aspect == "semantics" else [r for r in specs if r not in exact]
+
+
+# (variant key, device) -> its results: the check runs once and its aspects share it.
+_CHECKED: dict[tuple[str, str], list] = {}
 
 
 def _check_one(variant, device: str) -> list:
     """The one place that decides a user's variant: its spec over the config matrix (the
-    lead's ``check_one_variant``). Returns every result; each has ``.ok``."""
+    lead's ``check_one_variant``), run once per (variant, device) in a session and shared
+    by its aspects. Returns every result; each has ``.ok``."""
     from harness.base.dtypes import default_dtypes
     from harness.check.api import check_one_variant
 
-    results = check_one_variant(variant, dtypes=default_dtypes(device), device=device)
+    if (variant.key, device) not in _CHECKED:
+        _CHECKED[variant.key, device] = check_one_variant(variant, dtypes=default_dtypes(device), device=device)
+    results = _CHECKED[variant.key, device]
     if not results:
         from harness.base.config import CONFIG_MATRIX
 

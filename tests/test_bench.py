@@ -300,7 +300,8 @@ def test_unsupported_rows_are_recorded():
     """A variant that cannot take the shape is a row with its reason, and the sweep goes on."""
     case = BenchCase("encoder_layer", "t2t", 1, 8, 64, 4, 256, "float32", "cpu", "fwd")
     rows, peak = sweep.measure_group([case], min_time=0.002, rounds=3, threads=1)
-    assert rows[0]["status"] == "unsupported" and "8 heads" in rows[0]["error"] and peak["peak_flops"] > 0
+    m = rows[0].measurement
+    assert m.status == "unsupported" and "8 heads" in m.error and peak.peak_flops > 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CUDA timing path runs on a GPU machine")
@@ -321,8 +322,9 @@ def test_load_rows_reads_pytest_benchmark_json(tmp_path):
     path = tmp_path / "pb.json"
     path.write_text(json.dumps(data))
     [row] = load_rows(path)
-    assert row["median_s"] == 0.001 and row["gflops"] == pytest.approx(1e-3) and row["cpu"] == "test cpu"
-    assert row["interleaved"] is False and "vs_baseline" not in row
+    m = row.measurement
+    assert m.median_s == 0.001 and m.gflops == pytest.approx(1e-3) and row.environment.cpu == "test cpu"
+    assert m.interleaved is False and m.vs_baseline is None and "vs_baseline" not in row.to_json()
 
 
 @pytest.mark.parametrize("q1, q3, met", [(0.90, 0.95, True), (0.70, 0.80, False), (0.80, 0.90, "undecided")])

@@ -162,10 +162,27 @@ def test_pytest_variants_from_an_empty_directory_outside_the_repository(tmp_path
         '"k.weight": Chunk("w_qkv", 1, 3)', '"k.weight": Chunk("w_qkv", 2, 3)'))
     run = _pytest(["-q", "-rA", "--variants", "mine.py"], tmp_path, env={VARIANTS_ENV: str(wrong)})
     out = run.stdout
-    assert "PASSED mine.py::attention/my_einsum[cpu]" in out, out
-    assert "FAILED elsewhere/swapped.py::attention/my_swapped[cpu]" in out, out
-    assert "attention/my_swapped contradicts its declaration" in out and "1 failed, 1 passed, 2 skipped" in out, out
+    for aspect in ("semantics", "precision", "gradcheck", "dropout"):
+        assert f"PASSED mine.py::attention/my_einsum[cpu-{aspect}]" in out, out
+    # K and V swapped: the float64 semantics and the precision fail; its own gradcheck and dropout hold
+    assert "FAILED elsewhere/swapped.py::attention/my_swapped[cpu-semantics]" in out, out
+    assert "FAILED elsewhere/swapped.py::attention/my_swapped[cpu-precision]" in out, out
+    assert "PASSED elsewhere/swapped.py::attention/my_swapped[cpu-gradcheck]" in out, out
+    assert "attention/my_swapped contradicts its declaration (semantics:" in out, out
+    assert "2 failed, 6 passed, 8 skipped" in out, out
     assert run.returncode == 1
+
+
+def test_pytest_variants_k_selects_one_aspect(tmp_path):
+    """As for the project's own variants (tests/test_equivalence.py): ``-k precision`` runs
+    only the precision test of each of the user's variants, on each device (the test above
+    shows every aspect's id)."""
+    aspect = "precision"
+    (tmp_path / "mine.py").write_text(EXAMPLE.read_text())
+    run = _pytest(["--collect-only", "-q", "--variants", "mine.py", "-k", aspect], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    ids = [line for line in run.stdout.splitlines() if "::" in line]
+    assert ids == [f"mine.py::attention/my_einsum[{d}-{aspect}]" for d in ("cpu", "cuda")], run.stdout
 
 
 def test_check_exits_1_on_a_contradiction(capsys, own):
@@ -188,4 +205,4 @@ def test_a_variant_file_named_on_the_command_line_or_like_a_test_is_imported_onc
     (tmp_path / "test_mine.py").write_text(EXAMPLE.read_text())
     run = _pytest(["--collect-only", "-q", "--variants", "test_mine.py", "test_mine.py"], tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "test_mine.py::attention/my_einsum[cpu]" in run.stdout and "2 tests collected" in run.stdout
+    assert "test_mine.py::attention/my_einsum[cpu-semantics]" in run.stdout and "8 tests collected" in run.stdout

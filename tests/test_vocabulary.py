@@ -61,6 +61,20 @@ def test_mismatch_nan_and_inf():
     assert mismatch(a[:3], e[:3], equal_inf=False).mismatched == 1  # the plain bound: inf - inf is NaN
 
 
+def test_mismatch_mask_and_worst_index_for_a_trace():
+    """The per-element view ``trace.divergence.where_differs`` counts rows with: a NaN in one
+    and not the other is a mismatch and the worst place; equal infinities are neither."""
+    e = torch.tensor([[1.0, 2.0, math.inf], [math.nan, 5.0, 6.0]], dtype=torch.float64)
+    a = torch.tensor([[1.0, 2.5, math.inf], [math.nan, math.nan, 6.0]], dtype=torch.float64)
+    m = mismatch(a, e, rtol=0.0, atol=0.1)
+    assert m.mask.tolist() == [[False, True, False], [False, True, False]]
+    assert m.worst_index == (1, 1)  # the NaN in one, before the 0.5 at (0, 1)
+    assert mismatch(a[:1], e[:1], atol=0.1).worst_index == (0, 1)
+    assert mismatch(e, e).worst_index == (0, 0) and not mismatch(e, e).mask.any()
+    with pytest.raises(ValueError, match="float tensors of one shape"):
+        mismatch(a, e[:1]).mask
+
+
 @pytest.mark.parametrize("scale", [0.0, 1e-7, 1e-5, 1e-3])
 def test_mismatch_decides_as_assert_close(scale):
     torch.manual_seed(0)

@@ -11,6 +11,7 @@ from typing import Any, Iterable
 
 from harness.base.errors import ResultsFileError
 from harness.base.files import atomic_write
+from harness.bench.row import BenchRow, Row, typed_rows
 from harness.registry import REGISTRY
 
 LOG_MAGIC = "attention-harness bench log"
@@ -109,8 +110,9 @@ def _rewrite_without_cut_line(path: Path, rows: list[dict]) -> None:
 # -- sizes that cannot fit ---------------------------------------------------------------------------
 
 
-def load_rows(path: Path) -> list[dict]:
-    """Rows from a bench log (JSONL), a results.json, or a pytest-benchmark JSON."""
+def load_rows(path: Path) -> list[Row]:
+    """Typed rows (case and matmul-peak rows) from a bench log (JSONL), a results.json, or a
+    pytest-benchmark JSON."""
     if not path.exists():
         raise ResultsFileError(f"results file '{path}' does not exist")
     if path.is_dir():
@@ -120,18 +122,18 @@ def load_rows(path: Path) -> list[dict]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultsFileError(f"cannot read results file '{path}': {getattr(exc, 'strerror', None) or exc}") from None
     if path.suffix == ".jsonl":
-        return read_log(path)
+        return typed_rows(read_log(path))
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ResultsFileError(f"'{path}' is not JSON: {exc.msg} (line {exc.lineno})") from None
     if isinstance(data, dict) and "benchmarks" in data:
-        return rows_from_pytest_benchmark(data)
+        return typed_rows(rows_from_pytest_benchmark(data))
     if isinstance(data, dict) and "rows" in data:
         data = data["rows"]
     if not isinstance(data, list) or not all(isinstance(r, dict) and "key" in r for r in data):
         raise ResultsFileError(f"'{path}' is not a results file of this harness (rows with a 'key')")
-    return data
+    return typed_rows(data)
 
 
 def rows_from_pytest_benchmark(data: dict) -> list[dict]:
@@ -161,9 +163,9 @@ ENVIRONMENT_FIELDS = ("torch", "device", "device_name", "cpu", "cpu_count", "thr
 STAMP_FIELDS = ("code", "min_time", "rounds", "memory")
 
 
-def _environment_of(path: Path, rows: list[dict]) -> dict[str, Any]:
-    cases = [r for r in rows if r.get("kind", "case") == "case"]
-    env = {k: cases[0].get(k) for k in ENVIRONMENT_FIELDS} if cases else {}
+def _environment_of(path: Path, rows: list[Row]) -> dict[str, Any]:
+    cases = [r for r in rows if isinstance(r, BenchRow)]
+    env = {k: cases[0].value(k) for k in ENVIRONMENT_FIELDS} if cases else {}
     if path.suffix == ".jsonl":
         header = next((r for r in read_jsonl(path, quiet=True) if r.get("harness_log") == LOG_MAGIC), None)
         if header is not None:
@@ -171,7 +173,7 @@ def _environment_of(path: Path, rows: list[dict]) -> dict[str, Any]:
     return env
 
 
-def load_many(paths: list[Path]) -> list[dict]:
+def load_many(paths: list[Path]) -> list[Row]:
     """Rows of several results files (shards of one sweep: ``bench --shard i/n`` logs) as one
     list. Refused, naming the field and the files: rows measured in different environments
     (torch, device, CPU, threads, profile, commit; for logs also the code fingerprint and the
@@ -190,9 +192,7 @@ def load_many(paths: list[Path]) -> list[dict]:
     merged = []
     for path, rows in loaded:
         for r in rows:
-            if r.get("kind") in ("end", "log"):
-                continue
-            key = r.get("key")
+            key = r.key
             if key in seen:
                 raise ResultsFileError(f"case {key} is in both '{seen[key]}' and '{path}': give each shard once")
             seen[key] = path

@@ -32,6 +32,7 @@ from harness.bench.log import (
     stamp_difference,
 )
 from harness.bench.memprobe import MemProbe
+from harness.bench.row import BenchRow, Environment, Measurement, PeakRow, RowSpec
 from harness.registry import get_variant, reference_of
 
 PEAK = "__matmul_peak__"
@@ -62,59 +63,65 @@ def disturbance(loads: list[float | None], peak_rounds: list[float], device: str
     return "; ".join(why)
 
 
-def _static(case: BenchCase, prepared: Prepared, row: dict) -> None:
+def _static(case: BenchCase, prepared: Prepared, m: Measurement) -> None:
     """What is not time, from one instrumented call of the eager step: kernel path, FLOPs
     (executed and dense-equivalent), tensor peak, bytes saved for backward."""
     train = case.mode == "fwd+bwd"
     st = counters.instrumented(prepared.eager_step, case.device, prepared.resident if train else None)
-    row["path"] = ("compiled: " if case.compiled else "") + counters.path_name(st.ops)
-    row.update(path_ops=st.ops, flops=st.flops, flops_dense=st.flops_dense, peak_bytes=st.peak_bytes,
-               largest_tensor=f"{list(st.largest[1])} ({st.largest[0] / 2**20:.3g} MiB)" if st.largest[0] else None,
-               peak_method=timing.CUDA_PEAK_METHOD if case.device.startswith("cuda") else timing.CPU_PEAK_METHOD)
+    m.path = ("compiled: " if case.compiled else "") + counters.path_name(st.ops)
+    m.path_ops, m.flops, m.flops_dense, m.peak_bytes = st.ops, st.flops, st.flops_dense, st.peak_bytes
+    m.largest_tensor = f"{list(st.largest[1])} ({st.largest[0] / 2**20:.3g} MiB)" if st.largest[0] else None
+    m.peak_method = timing.CUDA_PEAK_METHOD if case.device.startswith("cuda") else timing.CPU_PEAK_METHOD
     if train:
-        row["saved_bytes"] = st.saved_bytes
+        m.saved_bytes = st.saved_bytes
 
 
-def _failed(row: dict, case: BenchCase, exc: Exception) -> dict:
+def _failed(m: Measurement, case: BenchCase, exc: Exception) -> None:
     if isinstance(exc, torch.cuda.OutOfMemoryError) or (
             "out of memory" in str(exc).lower() and torch.cuda.is_available()):
         torch.cuda.empty_cache()
-        return {**row, "status": "oom", "error": str(exc).splitlines()[0]}
+        m.status, m.error = "oom", str(exc).splitlines()[0]
+        return
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    status = "unsupported" if case.compiled else "error"  # e.g. torch.compile unsupported here
-    return {**row, "status": status, "error": f"{type(exc).__name__}: {first}"[:300]}
+    m.status = "unsupported" if case.compiled else "error"  # e.g. torch.compile unsupported here
+    m.error = f"{type(exc).__name__}: {first}"[:300]
+
+
+def _spec(case: BenchCase, threads: int, baseline: str | None) -> RowSpec:
+    return RowSpec(key=case.key, **dataclasses.asdict(case), case=case.case, threads=threads, baseline=baseline)
 
 
 def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threads: int,
-                  probe=None) -> tuple[list[dict], dict]:
+                  probe=None) -> tuple[list[BenchRow], PeakRow]:
     """Rows of one group (one family, shape, dtype, mode: its variants and the family's
     reference) and its matmul-peak row, timed interleaved in one window with the peak."""
     first = cases[0]
     started = time.perf_counter()
     ref = reference_of(first.family)
-    rows: dict[str, dict] = {}
+    rows: dict[str, BenchRow] = {}
     fns: dict[str, Callable[[], object]] = {}
     loads = [load_average()]
     for case in cases:
-        row: dict[str, Any] = {**dataclasses.asdict(case), "case": case.case, "key": case.key,
-                               "threads": threads, "baseline": ref.id if ref else None}
+        row = BenchRow(_spec(case, threads, ref.id if ref else None))
+        rows[case.variant] = row
+        m = row.measurement
         reason = get_variant(case.family, case.variant).supports(case.config())
         if reason:
-            rows[case.variant] = {**row, "status": "unsupported", "error": reason}
+            m.status, m.error = "unsupported", reason
             continue
         try:
             prepared = prepare(case)
             if case.compiled:
-                row.update(compile_s=prepared.compile_s, compile_graphs=prepared.graphs)
+                m.compile_s, m.compile_graphs = prepared.compile_s, prepared.graphs
                 if not prepared.graphs:
                     raise RuntimeError("torch.compile compiled no graph: the case would run eager")
-            _static(case, prepared, row)
-            rows[case.variant] = {**row, "status": "ok"}
+            _static(case, prepared, m)
+            m.status = "ok"
             fns[case.variant] = prepared.step
         except HarnessError:
             raise
         except Exception as exc:  # a finding, not a crash: the sweep goes on
-            rows[case.variant] = _failed(row, case, exc)
+            _failed(m, case, exc)
     size = PEAK_SIZE["cuda" if first.device.startswith("cuda") else "cpu"]
     mm, mm_flops = timing.matmul_callable(first.device, dtype_of(first.dtype), size)
     timed = timing.interleave({**fns, PEAK: mm}, rounds=rounds, min_time=min_time, threads=threads,
@@ -124,44 +131,49 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
     disturbed = disturbance(loads, peak_rounds, first.device)
     group = group_key(first)
     pk, pk1, pk3 = timing.quartiles(peak_rounds)
-    peak_row = {"kind": "peak", "key": f"peak|{group}", "group": group, "family": first.family,
-                "device": first.device, "dtype": first.dtype, "size": size, "peak_flops": pk,
-                "peak_q1": pk1, "peak_q3": pk3, "peak_rounds": peak_rounds, "rounds": rounds, "load": loads,
-                "disturbed": disturbed,
-                "threads": threads}
+    peak_row = PeakRow(key=f"peak|{group}", group=group, family=first.family, device=first.device,
+                       dtype=first.dtype, size=size, peak_flops=pk, peak_q1=pk1, peak_q3=pk3,
+                       peak_rounds=peak_rounds, rounds=rounds, load=loads, disturbed=disturbed, threads=threads)
     for vid in fns:
         row = rows[vid]
-        med, q1, q3 = timing.quartiles(timed.blocks[vid])
-        per_round = timed.rounds[vid]
-        fractions = [row["flops"] / t / p for t, p in zip(per_round, peak_rounds)] if row["flops"] else []
-        _, f1, f3 = timing.quartiles(fractions)  # the per-round spread, shown
-        # the figure and the interval a target is decided on: ratio of the medians over rounds
-        f, f_lo, f_hi = (timing.ratio_of_medians([row["flops"] / t for t in per_round], peak_rounds)
-                         if row["flops"] else (math.nan,) * 3)
-        dense = f * row["flops_dense"] / row["flops"] if row["flops"] and row["flops_dense"] else math.nan
-        row.update(median_s=med, q1_s=q1, q3_s=q3, iqr_s=q3 - q1, round_s=per_round, rounds=rounds,
-                   reps=len(timed.blocks[vid]) * timed.number[vid],
-                   gflops=row["flops"] / med / 1e9 if row["flops"] else math.nan,
-                   gflops_dense=row["flops_dense"] / med / 1e9 if row["flops_dense"] else math.nan,
-                   peak_flops=pk, peak_fraction=f, peak_fraction_q1=f1, peak_fraction_q3=f3,
-                   peak_fraction_lo=f_lo, peak_fraction_hi=f_hi,
-                   peak_fraction_dense=dense,
-                   load=loads, disturbed=disturbed, group=group, interleaved=True)
+        m = row.measurement
+        row.spec = dataclasses.replace(row.spec, group=group)
+        _timed(m, timed, vid, peak_rounds, rounds)
+        m.peak_flops, m.load, m.disturbed, m.interleaved = pk, loads, disturbed, True
         if ref is not None and ref.id in fns:
             _, r1, r3 = timing.quartiles(timed.ratio(ref.id, vid))
-            r, r_lo, r_hi = timing.ratio_of_medians(timed.rounds[ref.id], per_round)
-            row.update(vs_baseline=r, vs_baseline_q1=r1, vs_baseline_q3=r3, vs_baseline_lo=r_lo,
-                       vs_baseline_hi=r_hi)
+            r, r_lo, r_hi = timing.ratio_of_medians(timed.rounds[ref.id], timed.rounds[vid])
+            m.vs_baseline, m.vs_baseline_q1, m.vs_baseline_q3 = r, r1, r3
+            m.vs_baseline_lo, m.vs_baseline_hi = r_lo, r_hi
     if probe is not None:
         for vid in fns:
             case = next(c for c in cases if c.variant == vid)
+            m = rows[vid].measurement
             if case.compiled:
-                rows[vid].update(rss_peak_bytes=None, rss_note="compiled: the probe would compile it again")
+                m.rss_peak_bytes, m.rss_note = None, "compiled: the probe would compile it again"
             else:
-                rss, why = probe.measure(dataclasses.asdict(case))
-                rows[vid].update(rss_peak_bytes=rss, rss_note=why)
-    peak_row["elapsed_s"] = time.perf_counter() - started
+                m.rss_peak_bytes, m.rss_note = probe.measure(dataclasses.asdict(case))
+    peak_row.elapsed_s = time.perf_counter() - started
     return [rows[c.variant] for c in cases], peak_row
+
+
+def _timed(m: Measurement, timed: timing.Interleaved, vid: str, peak_rounds: list[float], rounds: int) -> None:
+    """Time, rates and the fraction of the matmul peak of one variant from the group's rounds."""
+    med, q1, q3 = timing.quartiles(timed.blocks[vid])
+    per_round = timed.rounds[vid]
+    flops, dense = m.flops, m.flops_dense
+    fractions = [flops / t / p for t, p in zip(per_round, peak_rounds)] if flops else []
+    _, f1, f3 = timing.quartiles(fractions)  # the per-round spread, shown
+    # the figure and the interval a target is decided on: ratio of the medians over rounds
+    f, f_lo, f_hi = (timing.ratio_of_medians([flops / t for t in per_round], peak_rounds)
+                     if flops else (math.nan,) * 3)
+    m.median_s, m.q1_s, m.q3_s, m.iqr_s, m.round_s, m.rounds = med, q1, q3, q3 - q1, per_round, rounds
+    m.reps = len(timed.blocks[vid]) * timed.number[vid]
+    m.gflops = flops / med / 1e9 if flops else math.nan
+    m.gflops_dense = dense / med / 1e9 if dense else math.nan
+    m.peak_fraction, m.peak_fraction_q1, m.peak_fraction_q3 = f, f1, f3
+    m.peak_fraction_lo, m.peak_fraction_hi = f_lo, f_hi
+    m.peak_fraction_dense = f * dense / flops if flops and dense else math.nan
 
 
 # -- environment -----------------------------------------------------------------------------------
@@ -254,7 +266,7 @@ def run_sweep(
     memory: bool = True,
     variant_files: list[str] | None = None,
     profile: str = "",
-) -> Iterator[dict]:
+) -> Iterator[BenchRow]:
     """Measure each group with a case not yet in ``log``; append its rows (and its matmul
     peak row) as soon as the group finishes; yield the case rows. A group is timed as a
     whole (its ratios need one window), so a resumed group is measured again whole.
@@ -270,8 +282,12 @@ def run_sweep(
                                  variant_files=variant_files, profile=profile)
 
 
-def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, threads, progress, memory,
-                  variant_files, profile) -> Iterator[dict]:
+def _measured_before(cases: list[BenchCase], log: Path, stamp: dict, *, fresh: bool
+                     ) -> tuple[list[dict], set[str], bool]:
+    """What ``log`` already holds for this sweep: (its rows without the header line, the keys
+    of the cases measured, whether the log is to be replaced: a fresh start, or rows measured
+    with another stamp). A log the harness did not write is refused, and a cut-off last line
+    is written back whole before anything is appended."""
     refuse_foreign_log(log)
     old = read_jsonl(log, quiet=fresh)
     if old and not all(is_harness_row(r) for r in old):
@@ -291,8 +307,6 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
         _rewrite_without_cut_line(log, old)
     old = [r for r in old if r is not header]
     done = {r["key"] for r in old if r.get("kind", "case") == "case"}
-    env = environment(cases[0].device) if cases else {}
-    env["threads"] = threads
     if old and cases:
         left = sum(c.key not in done for c in cases)
         if left:
@@ -301,6 +315,14 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
         else:
             print(f"all {len(cases)} case(s) already measured in {log} with this code and these settings; "
                   "nothing to measure (--fresh measures again)", file=sys.stderr)
+    return old, done, replace
+
+
+def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, threads, progress, memory,
+                  variant_files, profile) -> Iterator[BenchRow]:
+    old, done, replace = _measured_before(cases, log, stamp, fresh=fresh)
+    env = environment(cases[0].device) if cases else {}
+    machine = Environment(**{k: v for k, v in env.items() if k not in ("device", "threads")})
     # Cheapest groups first (a memory estimate as the measure of work): the first rows land in
     # seconds, and a sweep stopped early keeps the most groups.
     todo = sorted((g for g in groups(cases) if any(c.key not in done for c in g)),
@@ -330,13 +352,15 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
                 c = group[0]
                 bar.set_postfix_str(f"{c.family} B={c.batch} T={c.seq} {c.mode}", refresh=False)
                 rows, peak = measure_group(group, min_time=min_time, rounds=rounds, threads=threads, probe=probe)
-                if peak["disturbed"]:
-                    tqdm.write(f"disturbed: {c.family} B={c.batch} T={c.seq} {c.mode}: {peak['disturbed']}",
+                if peak.disturbed:
+                    tqdm.write(f"disturbed: {c.family} B={c.batch} T={c.seq} {c.mode}: {peak.disturbed}",
                                file=sys.stderr)
-                emit({**peak, "profile": profile, **env})
-                rows = [{**row, "kind": "case", "profile": profile, **env} for row in rows]
+                peak.profile, peak.environment = profile, machine
+                emit(peak.to_json())
+                rows = [dataclasses.replace(row, spec=dataclasses.replace(row.spec, profile=profile),
+                                            environment=machine) for row in rows]
                 for row in rows:
-                    emit(row)
+                    emit(row.to_json())
                 place()
                 yield from rows
             if todo or not (old and old[-1].get("kind") == "end"):

@@ -30,10 +30,11 @@ class Mismatch:
     def __init__(self, shape: tuple[int, ...], expected_shape: tuple[int, ...], rtol: float, atol: float, *,
                  equal_inf: bool = True, nan_mismatch: int = 0, both: torch.Tensor | None = None,
                  a: torch.Tensor | None = None, e: torch.Tensor | None = None, diff: torch.Tensor | None = None,
-                 fixed: dict | None = None):
+                 nan_differs: torch.Tensor | None = None, fixed: dict | None = None):
         self.shape, self.expected_shape, self.rtol, self.atol = shape, expected_shape, rtol, atol
         self.equal_inf, self.nan_mismatch = equal_inf, nan_mismatch
         self._both, self._a, self._e, self._diff = both, a, e, diff
+        self._nan_differs = nan_differs
         self.total = int(diff.numel()) if diff is not None else 0
         self.max_abs = float(diff.max()) if diff is not None and diff.numel() else 0.0
         for k, v in (fixed or {}).items():  # shape mismatches and exact (non-float) compares
@@ -48,16 +49,48 @@ class Mismatch:
         return self._diff / self._scale.clamp_min(torch.finfo(torch.float64).tiny)
 
     @cached_property
+    def _close(self) -> torch.Tensor:
+        """Per element where neither is NaN (flat): within the bound."""
+        if self.equal_inf:
+            common = torch.promote_types(self._a.dtype, self._e.dtype)
+            return torch.isclose(self._a.to(common), self._e.to(common), rtol=self.rtol, atol=self.atol)
+        return self._diff <= self.atol + self.rtol * self._scale
+
+    @cached_property
     def mismatched(self) -> int:
         """Elements outside the bound (NaN pattern apart)."""
         if not self.total:
             return 0
-        if self.equal_inf:
-            common = torch.promote_types(self._a.dtype, self._e.dtype)
-            close = torch.isclose(self._a.to(common), self._e.to(common), rtol=self.rtol, atol=self.atol)
-        else:
-            close = self._diff <= self.atol + self.rtol * self._scale
-        return int((~close).sum())
+        return int((~self._close).sum())
+
+    @cached_property
+    def mask(self) -> torch.Tensor:
+        """Per element of the full tensor: True where it mismatches, a NaN in one and not
+        the other included (for callers that count mismatches by region, such as the rows of
+        a trace). Only for a comparison of float tensors of one shape."""
+        self._needs_elements("mask")
+        bad = self._nan_differs.clone()
+        bad[self._both] = ~self._close
+        return bad
+
+    @cached_property
+    def worst_index(self) -> tuple[int, ...]:
+        """Where the greatest difference is, a NaN in one and not the other counting as an
+        infinite one and a pair of equal infinities or NaNs as none; the first element when
+        nothing differs, () for an empty tensor."""
+        self._needs_elements("worst_index")
+        if not self._both.numel():
+            return ()
+        score = torch.zeros(self._both.shape, dtype=self._diff.dtype, device=self._diff.device)
+        score[self._both] = torch.nan_to_num(self._diff, nan=0.0)
+        score[self._nan_differs] = math.inf
+        flat = int(score.flatten().argmax())
+        return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), self._both.shape))
+
+    def _needs_elements(self, what: str) -> None:
+        if self._both is None:
+            raise ValueError(f"Mismatch.{what} needs a comparison of float tensors of one shape "
+                             f"(this one is of shapes {self.shape} vs {self.expected_shape}, or exact)")
 
     @cached_property
     def max_expected(self) -> float:
@@ -144,5 +177,6 @@ def mismatch(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float = 0.0,
     nan_a, nan_e = actual.isnan(), expected.isnan()
     both = ~nan_a & ~nan_e
     a, e = actual[both], expected[both]
-    return Mismatch(shape, eshape, rtol, atol, equal_inf=equal_inf, nan_mismatch=int((nan_a != nan_e).sum()),
-                    both=both, a=a, e=e, diff=(a - e).abs())
+    nan_differs = nan_a != nan_e
+    return Mismatch(shape, eshape, rtol, atol, equal_inf=equal_inf, nan_mismatch=int(nan_differs.sum()),
+                    both=both, a=a, e=e, diff=(a - e).abs(), nan_differs=nan_differs)

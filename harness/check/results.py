@@ -1,5 +1,6 @@
-"""What checks return: spec, gradcheck, dropout, pair and kernel-path results (data only;
-the report renders them, the JSON output reads them)."""
+"""What checks return: spec, gradcheck, dropout, pair and kernel-path results, and what
+the whole-model runs above them return (the copy task's runs), as data only: the report
+renders them, the JSON output reads them."""
 
 from __future__ import annotations
 
@@ -185,3 +186,19 @@ class CheckReport:
             "skipped": [dict(zip(("family", "variant", "config", "why"), s)) for s in self.skipped],
             "contradictions": len(self.failures),
         }
+
+
+@dataclass
+class CopyRun:
+    """One model trained on the copy task (``harness.systems.copy_task``): its loss per
+    update, and greedy decoding's exact-match and token accuracy on held-out sequences."""
+
+    variant: str
+    steps: int
+    losses: list[float]
+    exact_match: float
+    token_accuracy: float
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)

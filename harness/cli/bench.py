@@ -22,6 +22,7 @@ from harness.base.dtypes import default_dtypes, resolve_device
 from harness.base.errors import ConfigError, HarnessError
 from harness.bench.cases import PROFILES, TIMING, check_sizes, plan
 from harness.bench.log import is_own_log, load_many, read_log
+from harness.bench.row import BenchRow, PeakRow, Row, RowSpec, typed_rows
 from harness.bench.sweep import device_dir, run_sweep, shard
 from harness.check.api import check_all
 from harness.cli.common import _load, _variant_files
@@ -150,26 +151,26 @@ def _writable_dir(path: Path, what: str) -> None:
         raise HarnessError(f"cannot write {what} '{path}': {exc.strerror or exc}") from None
 
 
-def _summary(rows) -> str:
+def _summary(rows: list[BenchRow]) -> str:
     out = []
-    for r in rows:
-        ok = r.get("status") == "ok"
-        ratio = r.get("vs_baseline")
+    for row in rows:
+        s, m = row.spec, row.measurement
+        ratio = m.vs_baseline
         out.append({
-            "family": r["family"], "variant": r["variant"],
-            "shape": f"B={r['batch']} T={r['seq']} D={r['d_model']}", "dtype": r["dtype"],
-            "mode": r["mode"] + (" compiled" if r.get("compiled") else ""),
-            "median ms": f"{r['median_s'] * 1e3:.3g}" if ok else r.get("status"),
-            "IQR ms": f"{r['iqr_s'] * 1e3:.2g}" if ok else str(r.get("error", ""))[:40],
-            "vs baseline [round q1-q3]": (f"{ratio:.2f}x [{r['vs_baseline_q1']:.2f}-{r['vs_baseline_q3']:.2f}]"
-                                    if ok and ratio is not None and ratio == ratio else "-"),
-            "GFLOP/s": f"{r['gflops']:.1f}" if ok and r.get("gflops") == r.get("gflops") else "-",
-            "path": r.get("path", "-") if ok else "-",
+            "family": s.family, "variant": s.variant,
+            "shape": f"B={s.batch} T={s.seq} D={s.d_model}", "dtype": s.dtype,
+            "mode": s.mode + (" compiled" if s.compiled else ""),
+            "median ms": f"{m.median_s * 1e3:.3g}" if m.ok else m.status,
+            "IQR ms": f"{m.iqr_s * 1e3:.2g}" if m.ok else str(m.error if m.error is not None else "")[:40],
+            "vs baseline [round q1-q3]": (f"{ratio:.2f}x [{m.vs_baseline_q1:.2f}-{m.vs_baseline_q3:.2f}]"
+                                          if m.ok and ratio is not None and ratio == ratio else "-"),
+            "GFLOP/s": f"{m.gflops:.1f}" if m.ok and m.gflops == m.gflops else "-",
+            "path": (m.path if m.path is not None else "-") if m.ok else "-",
         })
     return tabulate(pd.DataFrame(out), headers="keys", tablefmt="simple", showindex=False) if out else "(no rows)"
 
 
-def _measure(args, cases, log: Path, fresh: bool) -> tuple[list, bool]:
+def _measure(args, cases, log: Path, fresh: bool) -> tuple[list[BenchRow], bool]:
     """Run the sweep over ``cases``; returns (new rows, interrupted)."""
     rows, interrupted = [], False
     try:
@@ -184,9 +185,9 @@ def _measure(args, cases, log: Path, fresh: bool) -> tuple[list, bool]:
     return rows, interrupted
 
 
-def _disturbed_lines(rows) -> list[str]:
-    peaks = [r for r in rows if r.get("kind") == "peak" and r.get("disturbed")]
-    return [f"disturbed window: {p['group']}: {p['disturbed']}" for p in peaks]
+def _disturbed_lines(rows: list[Row]) -> list[str]:
+    peaks = [r for r in rows if isinstance(r, PeakRow) and r.disturbed]
+    return [f"disturbed window: {p.group}: {p.disturbed}" for p in peaks]
 
 
 def cmd_bench(args) -> int:
@@ -199,16 +200,16 @@ def cmd_bench(args) -> int:
         ensure_writable(args.json)
     _, interrupted = _measure(args, cases, log, args.fresh)
     wanted = {c.key for c in cases}
-    logged = read_log(log, quiet=True)
-    rows = [r for r in logged if r.get("key") in wanted]
+    logged = typed_rows(read_log(log, quiet=True))
+    rows = [r for r in logged if isinstance(r, BenchRow) and r.key in wanted]
     print(_summary(rows))
-    groups = {r.get("group") for r in rows}
-    peaks = [r for r in logged if r.get("kind") == "peak" and r.get("group") in groups]
+    groups = {r.spec.group for r in rows}
+    peaks = [r for r in logged if isinstance(r, PeakRow) and r.group in groups]
     for line in _disturbed_lines(peaks):
         print(line, file=sys.stderr)
     print(f"\n{len(rows)} case(s) in {log}; threads {args.threads}")
     if args.json:
-        write_json(args.json, peaks + rows)
+        write_json(args.json, [r.to_json() for r in [*peaks, *rows]])
     return 130 if interrupted else 0
 
 
@@ -217,7 +218,7 @@ def _coverage(rows, profile: str, device: str) -> str:
     if profile not in PROFILES:
         return ""
     planned = {c.key: c for c in plan(profile, device)}
-    measured = {r.get("key") for r in rows}
+    measured = {r.key for r in rows}
     missing = [c for k, c in planned.items() if k not in measured]
     if not missing:
         return ""
@@ -234,11 +235,13 @@ def cmd_report(args) -> int:
     if args.from_file:
         rows = load_many([Path(f) for f in args.from_file])
         note = "Rows from " + ", ".join(f"`{f}`" for f in args.from_file) + "."
-        measured = next((r for r in rows if r.get("kind", "case") == "case"), {})
-        device_folder = root / device_dir(measured.get("device", device), measured.get("device_name"))
+        measured = next((r for r in rows if isinstance(r, BenchRow)), None)
+        spec = measured.spec if measured else RowSpec(key="")
+        measured_on = spec.device if spec.device is not None else device
+        device_folder = root / device_dir(measured_on, measured.environment.device_name if measured else None)
         out = device_folder / "from"
-        profile = measured.get("profile") or "from a file"
-        note += _coverage(rows, profile, measured.get("device", device))
+        profile = spec.profile or "from a file"
+        note += _coverage(rows, profile, measured_on)
     else:
         device_folder = root / device_dir(device)
         out = device_folder / args.profile
@@ -266,9 +269,9 @@ def cmd_report(args) -> int:
             torch.set_num_threads(args.threads)  # the check may pin its own; the benchmark's are these
         _, interrupted = _measure(args, cases, log, fresh)
         wanted = {c.key for c in cases}
-        logged = read_log(log, quiet=True)
-        groups = {r.get("group") for r in logged if r.get("key") in wanted}
-        rows = [r for r in logged if r.get("key") in wanted or (r.get("kind") == "peak" and r.get("group") in groups)]
+        logged = typed_rows(read_log(log, quiet=True))
+        groups = {r.spec.group for r in logged if isinstance(r, BenchRow) and r.key in wanted}
+        rows = [r for r in logged if r.key in wanted or (isinstance(r, PeakRow) and r.group in groups)]
         if interrupted and (out / "results.json").exists():  # never replace a report with a partial one
             print(f"the report in {out} is left as it was (an interrupted run replaces no report); "
                   f"the rows measured so far are in {log}: run the same command to resume", file=sys.stderr)

@@ -22,7 +22,8 @@ from harness.bench.cache_bench import write_cache_bench
 from harness.cli.bench import _int_list
 from harness.cli.common import _load
 from harness.report.io import write_json
-from harness.systems.copy_task import copy_task_table, write_copy_task
+from harness.report.models_md import copy_task_table, write_cache_bench_report, write_copy_task_report
+from harness.systems.copy_task import write_copy_task
 from harness.systems.decoding import check_cache, compare_greedy
 from harness.systems.models import MODEL_FAMILIES, _model_family
 from harness.systems.training import ADAM, compare_train_step
@@ -121,6 +122,7 @@ def cmd_copy_task(args) -> int:
     if min(args.steps, args.batch, args.eval) < 1:
         raise ConfigError(f"--steps {args.steps}, --batch {args.batch} and --eval {args.eval} must be positive")
     runs = write_copy_task(args.out, Config.parse(args.set), args.steps, args.batch, args.variant, args.eval)
+    write_copy_task_report(runs, Path(args.out))
     print(copy_task_table(runs))
     print(f"\nwrote {args.out}/copy_task.json, copy_task.md, copy_task.png")
     return 0
@@ -128,6 +130,7 @@ def cmd_copy_task(args) -> int:
 
 def cmd_cache_bench(args) -> int:
     _load(args)
-    write_cache_bench(args.out, _int_list(args.seq), Config.parse(args.set))
+    rows = write_cache_bench(args.out, _int_list(args.seq), Config.parse(args.set))
+    write_cache_bench_report(rows, Path(args.out))
     print((Path(args.out) / "cache_bench.md").read_text())
     return 0

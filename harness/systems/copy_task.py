@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from tabulate import tabulate
 
 from harness.base.config import Config
 from harness.base.errors import ConfigError
-from harness.base.files import OUTPUT_MAGIC, atomic_write, check_output_folder, save_figure
+from harness.base.files import OUTPUT_MAGIC, atomic_write, check_output_folder
+from harness.check.results import CopyRun
 from harness.check.spec import one_thread
 from harness.families.models import PAD, START, Decoding
 from harness.porting.portmap import absent_fills, zero_unrepresented
@@ -32,19 +32,6 @@ def copy_batch(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
     data[:, 0] = START
     data[:, -1] = COPY_END
     return data
-
-
-@dataclass
-class CopyRun:
-    variant: str
-    steps: int
-    losses: list[float]
-    exact_match: float
-    token_accuracy: float
-    seconds: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _copy_inputs(decoding: Decoding, data: torch.Tensor) -> dict:
@@ -101,8 +88,9 @@ def _train_copy(variant, decoding, cfg, steps, batch, *, length, warmup, eval_ba
 def write_copy_task(out_dir: str | Path, cfg: Config | None = None, steps: int = 300, batch: int = 32,
                     variants: list[str] | None = None, eval_batch: int = 64) -> list[CopyRun]:
     """Trains every decodable encoder-decoder model on the copy task for ``steps`` updates;
-    writes copy_task.json (each run as it finishes), copy_task.md and copy_task.png
-    (loss curves; exact-match accuracy)."""
+    writes copy_task.json (each run as it finishes) and returns the runs. Their table and
+    plot (copy_task.md, copy_task.png) are rendered by ``harness.report.models_md``; the
+    folder is checked for all three before anything is trained."""
     cfg = cfg or Config()
     out = Path(out_dir)
     check_output_folder(out, ("copy_task.json", "copy_task.md", "copy_task.png"), "copy-task --out")
@@ -117,39 +105,7 @@ def write_copy_task(out_dir: str | Path, cfg: Config | None = None, steps: int =
              "runs": [r.as_dict() for r in runs]}, indent=1))
     if not runs:
         raise ConfigError(f"no encoder-decoder model to train (asked for {variants})")
-    atomic_write(out / "copy_task.md", copy_task_table(runs) + "\n")
-    _plot_copy(runs, out / "copy_task.png")
     return runs
-
-
-def copy_task_table(runs: list[CopyRun]) -> str:
-    rows = [(r.variant, r.steps, f"{r.losses[0]:.3f}", f"{sum(r.losses[-10:]) / len(r.losses[-10:]):.3f}",
-             f"{r.exact_match:.1%}", f"{r.token_accuracy:.1%}", f"{r.seconds:.1f}") for r in runs]
-    return tabulate(rows, headers=("model", "steps", "first loss", "last-10 loss", "exact match",
-                                   "token accuracy", "train s"), tablefmt="github")
-
-
-def _plot_copy(runs: list[CopyRun], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for r in runs:
-        left.plot(range(1, len(r.losses) + 1), r.losses, label=r.variant, linewidth=1)
-    left.set_xlabel("update")
-    left.set_ylabel("loss per token (NLL)")
-    left.set_yscale("log")
-    left.set_title("copy task: training loss")
-    left.legend(fontsize=8)
-    right.bar([r.variant for r in runs], [100 * r.exact_match for r in runs])
-    right.set_ylabel("exact-match accuracy (%)")
-    right.set_title("greedy decoding, held-out sequences")
-    right.tick_params(axis="x", rotation=30, labelsize=8)
-    fig.tight_layout()
-    save_figure(fig, path, dpi=110)
-    plt.close(fig)
 
 
 # -- the cache benchmark ------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from harness.base.config import Config
 from harness.base.errors import HarnessError
 from harness.base.verdicts import Verdict
+from harness.check.mismatch import mismatch
 from harness.check.precision import DEFAULT_TOLERANCE
 from harness.check.runs import OpRecorder, backward_grads, cast_inputs
 from harness.check.tensors import NOISE_MULTIPLE, compare_tensors
@@ -357,27 +358,25 @@ class Where:
 
 
 def where_differs(family: Family, inputs, name, a, b, *, a64, b64, dtype) -> Where | None:
+    """Where ``a`` and ``b`` differ, on the one comparison core (``check.mismatch``) under
+    the pair's bound (the dtype's rtol, atol raised to the float64 noise multiple): how many
+    elements mismatch, the worst one, and per kind of row how many mismatch in it."""
     tv = compare_tensors(a, b, a64, b64, dtype)
     if a.shape != b.shape:
         return Where(name, tv.verdict, tv.max_abs, a.numel(), a.numel(), (), math.nan, math.nan, tv.note, {})
     if not (a.is_floating_point() and b.is_floating_point()):  # masks, tokens: compared as numbers
         a, b = a.to(torch.float64), b.to(torch.float64)
     rtol, atol = DEFAULT_TOLERANCE[dtype]
-    tol = max(atol, NOISE_MULTIPLE * tv.noise) + rtol * b.abs()
-    nan_a, nan_b = a.isnan(), b.isnan()
-    gap = (a - b).abs()
-    bad = (nan_a != nan_b) | (~nan_a & ~nan_b & (gap > tol))
-    score = torch.where(nan_a != nan_b, torch.full_like(gap, math.inf), torch.nan_to_num(gap, nan=0.0))
-    flat = int(score.flatten().argmax()) if score.numel() else 0
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape)) if a.numel() else ()
+    m = mismatch(a, b, rtol=rtol, atol=max(atol, NOISE_MULTIPLE * tv.noise))
+    bad, index = m.mask, m.worst_index
     kinds: dict[str, int] = {}
     if a.dim() == 3:  # (batch, position, feature): count by the kind of row
         for b_, pos in bad.any(-1).nonzero().tolist():
             k = row_kind(family, inputs, name, (b_, pos, 0))
             kinds[k] = kinds.get(k, 0) + int(bad[b_, pos].sum())
     return Where(name, tv.verdict, tv.max_abs, int(bad.sum()), a.numel(), index,
-                 float(a.flatten()[flat]) if a.numel() else math.nan,
-                 float(b.flatten()[flat]) if b.numel() else math.nan,
+                 float(a[index]) if a.numel() else math.nan,
+                 float(b[index]) if b.numel() else math.nan,
                  row_kind(family, inputs, name, index), kinds)
 
 

@@ -1,0 +1,327 @@
+"""Typed benchmark rows, the way ``torch.utils.benchmark`` passes a ``Measurement`` built
+around a frozen ``TaskSpec``: a case row is ``BenchRow`` (``spec``: what was measured and
+where; ``measurement``: what came out; ``environment``: the machine), a matmul-peak row is
+``PeakRow``. The sweep builds them and writes ``to_json()`` lines to the JSONL log; the
+report reads them back with ``from_json`` and never coerces a dict again.
+
+JSON out: one flat object, keys in the order the sweep has always written them
+(``KEY_ORDER``); a field that is None is left out, except where the log has always written
+a null (``baseline``; ``largest_tensor`` beside a ``path``; ``rss_peak_bytes`` beside an
+``rss_note``), so a log is the same line for line as before the rows were typed.
+
+JSON in: tolerant of what earlier versions wrote. A missing key is None (a log of an
+earlier version, a pytest-benchmark row, a minimal row); a value of the wrong type is a
+``ResultsFileError`` naming the key and the row. A key this version does not know (one an
+earlier or later version wrote, a report's ``change`` column, a pytest-benchmark
+``extra_info`` entry) is **kept** in ``extra`` and written back after the known ones,
+and a row read writes back the keys it came with, in their order, nulls included: reading
+and writing a row loses nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from harness.base.errors import ResultsFileError
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """What was measured: the case (family, variant, shape, dtype, device, mode, compile),
+    its key, how (threads, profile), beside what (baseline, group)."""
+
+    key: str
+    family: str | None = None
+    variant: str | None = None
+    batch: int | None = None
+    seq: int | None = None
+    d_model: int | None = None
+    heads: int | None = None
+    d_ff: int | None = None
+    dtype: str | None = None
+    device: str | None = None
+    mode: str | None = None
+    compiled: bool | None = None
+    case: str | None = None
+    threads: int | None = None
+    baseline: str | None = None
+    group: str | None = None
+    profile: str | None = None
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The machine and software a row was measured on (``device`` and ``threads`` are in the spec)."""
+
+    torch: str | None = None
+    python: str | None = None
+    cpu: str | None = None
+    cpu_count: int | None = None
+    commit: str | None = None
+    device_name: str | None = None
+
+
+@dataclass
+class Measurement:
+    """What one case gave: its status (ok, unsupported, error, oom) and error; time
+    (median and quartiles over blocks, per-round medians); FLOPs and rates against the
+    matmul peak and the baseline, each with its per-round quartiles and bootstrap interval;
+    memory; the kernel path; the state of the machine (load, disturbed)."""
+
+    status: str | None = None
+    error: str | None = None
+    compile_s: float | None = None
+    compile_graphs: int | None = None
+    path: str | None = None
+    path_ops: list | None = None
+    flops: int | None = None
+    flops_dense: int | None = None
+    peak_bytes: int | None = None
+    largest_tensor: str | None = None
+    peak_method: str | None = None
+    saved_bytes: int | None = None
+    median_s: float | None = None
+    q1_s: float | None = None
+    q3_s: float | None = None
+    iqr_s: float | None = None
+    round_s: list | None = None
+    rounds: int | None = None
+    reps: int | None = None
+    gflops: float | None = None
+    gflops_dense: float | None = None
+    peak_flops: float | None = None
+    peak_fraction: float | None = None
+    peak_fraction_q1: float | None = None
+    peak_fraction_q3: float | None = None
+    peak_fraction_lo: float | None = None
+    peak_fraction_hi: float | None = None
+    peak_fraction_dense: float | None = None
+    load: list | None = None
+    disturbed: str | None = None
+    interleaved: bool | None = None
+    vs_baseline: float | None = None
+    vs_baseline_q1: float | None = None
+    vs_baseline_q3: float | None = None
+    vs_baseline_lo: float | None = None
+    vs_baseline_hi: float | None = None
+    rss_peak_bytes: int | None = None
+    rss_note: str | None = None
+    source: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+# The order the sweep has always written a case row's keys in (BenchCase's fields, the
+# static figures, the status, the timings, memory, then the environment).
+KEY_ORDER = (
+    "family", "variant", "batch", "seq", "d_model", "heads", "d_ff", "dtype", "device", "mode", "compiled",
+    "case", "key", "threads", "baseline", "compile_s", "compile_graphs", "path", "path_ops", "flops",
+    "flops_dense", "peak_bytes", "largest_tensor", "peak_method", "saved_bytes", "status", "error",
+    "median_s", "q1_s", "q3_s", "iqr_s", "round_s", "rounds", "reps", "gflops", "gflops_dense", "peak_flops",
+    "peak_fraction", "peak_fraction_q1", "peak_fraction_q3", "peak_fraction_lo", "peak_fraction_hi",
+    "peak_fraction_dense", "load", "disturbed", "group", "interleaved", "vs_baseline", "vs_baseline_q1",
+    "vs_baseline_q3", "vs_baseline_lo", "vs_baseline_hi", "rss_peak_bytes", "rss_note", "source", "kind",
+    "profile", "torch", "python", "cpu", "cpu_count", "commit", "device_name",
+)
+
+
+def _fields(cls) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _base_type(hint) -> type:
+    """``int | None`` -> int, ``list | None`` -> list."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] if isinstance(hint, types.UnionType) else [hint]
+    return args[0]
+
+
+def _typed(name: str, value: Any, hint, key: Any) -> Any:
+    """``value`` as the field's type: None stays None; an int is a float where a float is
+    wanted; anything else of the wrong type is refused in one line."""
+    if value is None:
+        return None
+    want = _base_type(hint)
+    if want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if want is int and isinstance(value, float) and value.is_integer():
+        return int(value)  # a whole number that went through a DataFrame (results.json)
+    if want is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if want in (str, list, bool) and isinstance(value, want):
+        return value
+    if want is str and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isnan(value):
+        return None  # a text column's NaN, as pandas writes a missing value
+    raise ResultsFileError(f"benchmark row {key!r}: {name} is {value!r}, not {want.__name__}: not a row "
+                           "of this harness, or damaged")
+
+
+def _part(cls, data: Mapping[str, Any], key: Any):
+    return cls(**{name: _typed(name, data.get(name), hint, key) for name, hint in _fields(cls).items()
+                  if name in data})
+
+
+# Keys written as null when their companion is written (see the module docstring).
+_NULL_BESIDE = {"baseline": None, "largest_tensor": "path", "rss_peak_bytes": "rss_note"}
+
+
+def _flat(values: dict[str, Any], order: tuple[str, ...], extra: Mapping[str, Any],
+          read_order: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The row as one JSON object: known keys in ``order`` (None left out but where a null is
+    written), then ``extra``. A row that was read writes the keys it was read with, in their
+    order, nulls included, then any it gained."""
+    out: dict[str, Any] = {k: values[k] if k in values else extra.get(k) for k in read_order}
+    for k in order:
+        if k not in values or k in out:
+            continue
+        v = values[k]
+        if v is None and not (k in _NULL_BESIDE and (_NULL_BESIDE[k] is None
+                                                     or values.get(_NULL_BESIDE[k]) is not None)):
+            continue
+        out[k] = v
+    out.update({k: v for k, v in extra.items() if k not in out})
+    return out
+
+
+@dataclass
+class BenchRow:
+    """One measured case: ``spec`` + ``measurement`` + ``environment``, and ``extra``: keys
+    this version does not know, kept as they were read."""
+
+    spec: RowSpec
+    measurement: Measurement = field(default_factory=Measurement)
+    environment: Environment = field(default_factory=Environment)
+    extra: dict[str, Any] = field(default_factory=dict)
+    read_order: tuple[str, ...] = field(default=(), repr=False, compare=False)  # keys as read
+
+    kind = "case"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BenchRow:
+        if not isinstance(data, Mapping) or "key" not in data:
+            raise ResultsFileError(f"a benchmark row needs a 'key': {str(data)[:80]}")
+        key = data["key"]
+        if data.get("kind", "case") != "case":
+            raise ResultsFileError(f"benchmark row {key!r} is a {data.get('kind')!r} row, not a case")
+        known = set(KEY_ORDER)
+        return cls(_part(RowSpec, data, key), _part(Measurement, data, key), _part(Environment, data, key),
+                   {k: v for k, v in data.items() if k not in known}, tuple(data))
+
+    def to_json(self) -> dict[str, Any]:
+        values = {**dataclasses.asdict(self.spec), **dataclasses.asdict(self.measurement),
+                  **dataclasses.asdict(self.environment), "kind": self.kind}
+        return _flat(values, KEY_ORDER, self.extra, self.read_order)
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    @property
+    def ok(self) -> bool:
+        return self.measurement.ok
+
+    def value(self, name: str) -> Any:
+        """The field called ``name`` in whichever part holds it (an unknown key: ``extra``)."""
+        for part in (self.spec, self.measurement, self.environment):
+            if name in part.__dataclass_fields__:
+                return getattr(part, name)
+        return self.extra.get(name)
+
+
+PEAK_ORDER = ("kind", "key", "group", "family", "device", "dtype", "size", "peak_flops", "peak_q1", "peak_q3",
+              "peak_rounds", "rounds", "load", "disturbed", "threads", "elapsed_s", "profile", "torch", "python",
+              "cpu", "cpu_count", "commit", "device_name")
+
+
+@dataclass
+class PeakRow:
+    """The square matmul timed beside one group, in the same rounds: the machine's peak
+    (median and quartiles over rounds), the load average at the group's start and end, and
+    why the window was disturbed ("" when it was not)."""
+
+    key: str
+    group: str | None = None
+    family: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    size: int | None = None
+    peak_flops: float | None = None
+    peak_q1: float | None = None
+    peak_q3: float | None = None
+    peak_rounds: list | None = None
+    rounds: int | None = None
+    load: list | None = None
+    disturbed: str | None = None
+    threads: int | None = None
+    elapsed_s: float | None = None
+    profile: str | None = None
+    environment: Environment = field(default_factory=Environment)
+    extra: dict[str, Any] = field(default_factory=dict)
+    read_order: tuple[str, ...] = field(default=(), repr=False, compare=False)  # keys as read
+
+    kind = "peak"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PeakRow:
+        if not isinstance(data, Mapping) or "key" not in data:
+            raise ResultsFileError(f"a matmul-peak row needs a 'key': {str(data)[:80]}")
+        key = data["key"]
+        own = {n: h for n, h in _fields(cls).items() if n not in ("environment", "extra", "read_order")}
+        values = {n: _typed(n, data.get(n), h, key) for n, h in own.items() if n in data}
+        known = set(PEAK_ORDER)
+        return cls(**values, environment=_part(Environment, data, key),
+                   extra={k: v for k, v in data.items() if k not in known}, read_order=tuple(data))
+
+    def to_json(self) -> dict[str, Any]:
+        values = {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                     if f.name not in ("environment", "extra", "read_order")},
+                  **dataclasses.asdict(self.environment), "kind": self.kind}
+        return _flat(values, PEAK_ORDER, self.extra, self.read_order)
+
+
+Row = BenchRow | PeakRow
+
+
+def typed_rows(rows: Iterable[Mapping[str, Any] | Row]) -> list[Row]:
+    """The case and peak rows of a log or results file, typed (its header and ``end`` rows
+    left out; rows typed already kept as they are)."""
+    out: list[Row] = []
+    for r in rows:
+        if isinstance(r, (BenchRow, PeakRow)):
+            out.append(r)
+            continue
+        if not isinstance(r, Mapping):
+            raise ResultsFileError(f"a benchmark row is a JSON object, not {str(r)[:80]}")
+        kind = r.get("kind", "case")
+        if kind == "case":
+            out.append(BenchRow.from_json(r))
+        elif kind == "peak":
+            out.append(PeakRow.from_json(r))
+    return out
+
+
+@dataclass
+class CacheBenchRow:
+    """One greedy generation of ``harness.bench.cache_bench``: a model at one generated
+    length, with or without its cache; its median time, tokens/s, peak bytes, and the load
+    average and threads it ran with."""
+
+    family: str
+    variant: str
+    seq: int
+    batch: int
+    cached: bool
+    seconds: float
+    tokens_per_s: float
+    peak_bytes: int
+    load: float
+    threads: int
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
