@@ -1,21 +1,24 @@
 """``python -m harness map FILE:CLASS --family F``: a parameter map found by search.
 
 The module's parameters are matched by shape against the family's canonical ones
-(``Family.canonical_shapes``): a (D, D) weight is one projection, in either orientation
-(square weights are the silent ones); a (3D, D) weight holds three projections as row
-blocks, a (D, 3D) one as column blocks (GPT-2's Conv1D, stored (in, out)); biases follow
-their weights (same chunk index, same module). Every assignment of those slots to the
-canonical projections (which one is q, k, v, o; the chunk order; the orientation) is a
-candidate; a candidate is kept when its float64 output is equivalent to the family's
-reference on the family's cases, then verified with every gradient. The fully masked
-cases, where variants legitimately differ, are not used to choose: they decide the
-declared trait instead (the value of a registered variant the module agrees with).
+(``Family.canonical_shapes``, grouped by shape; ``map_slots``): a (D, D) weight is one
+projection, in either orientation (square weights are the silent ones); a (3D, D) weight
+holds three projections as row blocks, or as blocks inside each head (GPT-NeoX), a (D, 3D)
+one as column blocks (GPT-2's Conv1D, stored (in, out)); biases follow their weights (same
+chunk index, same module); norm gains go by name. Every assignment of those slots to the
+canonical parameters is a candidate. A candidate is kept when its float64 output on the
+first case agrees with the float64 oracle of a trait set (``map_traits``: the reference's
+traits, then one or two changed), within float64's bound or float32's (the module computes
+in float32 inside: declared ``internal_dtype``), then verified on every case the call form
+takes, output and every gradient. The fully masked cases, where variants legitimately
+differ, are not used to choose: they decide the declared trait instead.
 
 The call adapter: the family's canonical call by default (attention: ``m(query, key,
-value, mask)``, mask True = may attend), else one of ``CALL_FORMS`` or an expression of
-``m, query, key, value, mask``; without ``--call`` each form is tried in turn.
+value, mask)``, mask True = may attend), else one of ``CALL_FORMS`` (among them a library
+module's: hidden states, an additive mask, its own rotary tables) or an expression of
+``m, query, key, value, mask, positions, key_positions, x``; without ``--call`` each form
+is tried in turn.
 """
-
 from __future__ import annotations
 
 import math
