@@ -84,7 +84,8 @@ class Run:
     path: str = ""
     error: str | None = None
     note: str = ""  # e.g. an output that does not require grad (detached)
-    changed: list[str] = field(default_factory=list)  # inputs the call changed in place, each named
+    changed: list[str] = field(default_factory=list)  # inputs the call changed in place, each named (or
+    # the output's dtype, when it is not the call's): contradictions of any declaration
 
 
 def snapshot(inputs: Mapping[str, Any]) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -210,6 +211,9 @@ def run_variant(
     if not isinstance(out, torch.Tensor):
         raise InputError(f"{variant.key}: adapter returned {type(out).__name__}, not a tensor")
     run.changed = changed_inputs(snap)
+    if out.is_floating_point() and out.dtype != dtype:  # a bfloat16 call answered in float32 (a cast dropped)
+        run.changed.append(f"output returned in {str(out.dtype).replace('torch.', '')}, "
+                           f"not the call's {str(dtype).replace('torch.', '')}")
     run.tensors["output"] = out.detach().to("cpu", torch.float64 if out.is_floating_point() else out.dtype)
     if backward and family.differentiable and not out.requires_grad:
         run.note = "the output does not require grad (detached?): no gradient reaches any input or parameter"
