@@ -106,6 +106,8 @@ def infer_case_traits(checker, family, variant, base, ref_traits, semantic_cases
         if not uses_mask or not case_ok(case):
             traits.update(fallback)
             undecided.append(case)
+            notes.append(f"{', '.join(names)}: '{case}' is not run with this call form; declared "
+                         + ", ".join(f"{n} = {v!r}" for n, v in fallback.items()) + " (the reference's, not exercised)")
             continue
         zero = checker.fills(variant)
         run = checker.run(variant, case, zero, torch.float64)
