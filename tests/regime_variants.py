@@ -86,6 +86,7 @@ REGIME_CONTROLS = {  # id -> why it must stay equivalent
     "ctl_float32_internal": "correct LayerNorm computed in float32 inside, declares internal_dtype='float32'",
     "ctl_lr_sqrt_last": "the same Noam schedule with 1/sqrt(d) applied last: last-ulp differences only",
     "ctl_flash_rescaled": "a correct blocked (flash-style) online softmax over key blocks of 64",
+    "ctl_layer_norm_declared": "post-LN with F.layer_norm, no gain or bias, declared (traits['not_learned'])",
 }
 
 BLOCK = 64  # key block of the flash-style softmax
@@ -307,6 +308,13 @@ for vid, mistake in (("rg_mask_cached_by_length", "mask_cached_by_length"),
         build=lambda cfg, m=mistake: PostLNEncoderLayer(cfg, m), call=lambda m, i: m(i["x"], i["pad"]),
         param_map=NO_AFFINE_MAP if mistake == "no_affine" else ENCODER_MAP, traits=ENCODER_TRAITS,
     )
+register(
+    id="ctl_layer_norm_declared", family="encoder_layer", source="tests/regime_variants.py",
+    summary="post-LN with unit norms, declared: traits['not_learned'] (control)",
+    build=lambda cfg: PostLNEncoderLayer(cfg, "no_affine"), call=lambda m, i: m(i["x"], i["pad"]),
+    param_map=NO_AFFINE_MAP,
+    traits={**ENCODER_TRAITS, "not_learned": ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias")},
+)
 
 
 # -- decoder-only block: a causal mask buffer built at the first T --------------------------------
@@ -779,6 +787,14 @@ def ex_ctl_flash():
         return "S = 200, random mask, float64", _dist(ctl(q, kv, kv, mask), right(q, kv, kv, mask)), 1e-12
 
 
+def ex_ctl_declared():
+    right, ctl = _pair(lambda m: PostLNEncoderLayer(CFG, m), "no_affine")  # right's norms at their init
+    x, pad = _x(3, 7, 48, scale=0.1), _pad([7, 3, 5], 7)
+    with torch.no_grad():
+        gap = _dist(ctl(x, pad), right(x, pad))
+    return "against nn.LayerNorm at gain 1, bias 0 (bound: float64 rounding)", gap, 1e-12
+
+
 def ex_ctl_rand_like():
     torch.manual_seed(0)
     x = _x(3, 7, 48)
@@ -817,7 +833,7 @@ EXHIBITS = {
     "rg_half_zero_after_softmax": ex_half_zero, "rg_norm_finfo_eps": ex_finfo_eps,
     "rg_greedy_newest_token": ex_greedy_newest, "rg_layer_norm_no_affine": ex_no_affine,
     "ctl_flash_rescaled": ex_ctl_flash, "ctl_rand_like_dropout": ex_ctl_rand_like,
-    "ctl_float32_internal": ex_ctl_float32, "ctl_lr_sqrt_last": ex_ctl_lr,
+    "ctl_float32_internal": ex_ctl_float32, "ctl_lr_sqrt_last": ex_ctl_lr, "ctl_layer_norm_declared": ex_ctl_declared,
 }
 
 

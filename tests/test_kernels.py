@@ -212,6 +212,36 @@ def test_register_kernel_takes_only_the_cases_its_function_can():
         register_kernel(id="bad", fn=lambda q, k, v, mask: q, layout="BTHD", traits={})
 
 
+def test_packed_layouts_take_the_cases_one_tensor_can_hold():
+    """qkvpacked stacks q, k, v on one axis: only self-attention over as many K/V heads as
+    query heads fits (T = S); kvpacked stacks k and v only, so every case fits."""
+    seen = {}
+
+    def qkv_fn(qkv, mask, causal=False):
+        seen["qkv"] = tuple(qkv.shape)
+        return qkv[:, :, 0]
+
+    def kv_fn(q, kv, mask):
+        seen["kv"] = (tuple(q.shape), tuple(kv.shape))
+        return q
+
+    with scratch():
+        qkv = register_kernel(id="qkv", fn=qkv_fn, layout="qkvpacked", traits={"causal": "top_left"})
+        kv = register_kernel(id="kv", fn=kv_fn, layout="kvpacked", traits={})
+    assert qkv.traits["cases"] == ("self", "causal")              # no window option: no window_causal
+    assert "cross" in kv.traits["cases"] and "gqa" in kv.traits["cases"]
+    cfg = Config(heads=4, kv_heads=2)
+    assert "one packed QKV tensor holds as many K/V heads" in qkv.supports(cfg) and not kv.supports(cfg)
+    gqa = FAMILY.inputs("gqa", Config())
+    B, H, T, d = gqa["q"].shape
+    S, H_kv = gqa["k"].shape[2], gqa["k"].shape[1]
+    out = kv.call(kv.build(Config()), gqa)
+    assert seen["kv"] == ((B, T, H, d), (B, S, 2, H_kv, d)) and out.shape == (B, H, T, d)
+    self_case = FAMILY.inputs("self", Config())
+    qkv.call(qkv.build(Config()), self_case)
+    assert seen["qkv"] == (B, T, 3, H, d)
+
+
 def _readme_kernel_block() -> str:
     text = (ROOT / "README.md").read_text()
     section = text.split("## Check an attention kernel", 1)[1]
@@ -289,6 +319,42 @@ def test_check_names_each_wrong_kernels_mistake(wrong, vid, named):
     assert line.startswith(named), line
 
 
+MISTAKES = {
+    "wrong_window_off_by_one": "reads as window left +1 (declared window='as called')",
+    "wrong_causal_swapped": "reads as causal='bottom_right' (declared causal='top_left')",
+    "wrong_softcap_dropped": "reads as the softcap ignored (declared softcap='as called')",
+    "wrong_heads_tiled": "reads as gqa_grouping='tiled' (declared gqa_grouping='consecutive')",
+    "wrong_no_rescale": "no single convention read another way explains it on long",
+}
+
+
+@pytest.mark.parametrize("vid", sorted(MISTAKES))
+def test_diff_names_each_wrong_kernels_mistake(vid):
+    """``diff`` names the mistake as ``check`` does, from the variant's own float64 runs
+    over every case of the config (no check report needed)."""
+    from harness.registry import get_variant
+    from harness.trace.kernel_explain import name_mistakes
+
+    load_packs()
+    with scratch():
+        load_file(WRONG_FILE)
+        named = name_mistakes("attention_kernel", [get_variant("attention_kernel", vid)], CONFIG_MATRIX["default"])
+    assert set(named) == {vid} and named[vid].startswith(MISTAKES[vid]), named
+
+
+@pytest.mark.slow  # the whole diff (trace, ops, paths); the naming itself is tested above
+def test_the_diff_command_prints_the_mistake(capsys):
+    from harness.cli.main import main
+
+    load_packs()
+    with scratch():
+        assert main(["diff", "attention_kernel", "wrong_heads_tiled", "eager", "--case", "gqa",
+                     "--variants", str(WRONG_FILE)]) == 0
+    printed = capsys.readouterr().out
+    assert f"mistake of wrong_heads_tiled: {MISTAKES['wrong_heads_tiled']}" in printed
+    assert "mistake of eager" not in printed   # a kernel that meets its spec has none
+
+
 def test_the_missing_rescale_shows_only_beyond_one_key_block(wrong):
     report, _ = wrong
     assert {s.case for s in _failures(report, "wrong_no_rescale")} == {"long"}
@@ -301,7 +367,7 @@ def test_the_list_covers_every_wrong_kernel(wrong):
 
 
 @pytest.mark.parametrize("vid", ["control_block16", "control_bshd", "control_lengths",
-                                 "control_varlen_bottom_right"])
+                                 "control_varlen_bottom_right", "control_qkvpacked", "control_kvpacked"])
 def test_controls_stay_equivalent(wrong, vid):
     report, _ = wrong
     assert [s for s in report.specs if s.variant == vid]

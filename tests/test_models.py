@@ -68,6 +68,21 @@ def test_equivalent_models_emit_the_same_greedy_tokens(family):
     assert all(r.margin_a > 0 and r.margin_b > 0 for r in differing), differing
 
 
+@pytest.mark.parametrize("family", ["encoder_decoder", "decoder_only_model"])
+def test_greedy_runs_on_weights_where_the_reference_does_not_repeat_one_token(family):
+    """On the canonical weights every model emitted one repeated token, so a loop feeding
+    only the newest token agreed; on the sharpened weights the reference's tokens change."""
+    from harness.registry import reference_of
+
+    ref = reference_of(family)
+    rows = next(r.tokens_a if r.a == ref.id else r.tokens_b for r in decoding.compare_greedy(family, Config())
+                if ref.id in (r.a, r.b))
+    assert len({t for row in rows for t in row}) > 1, rows
+    assert any(a != b for row in rows for a, b in zip(row, row[1:])), rows
+    equivalent = [r for r in decoding.compare_greedy(family, Config()) if r.expected == "equivalent" and r.logprobs]
+    assert equivalent and all(r.logprob_max_abs < 1e-4 for r in equivalent), equivalent
+
+
 def test_an_absent_final_norm_leaves_the_partners_norm_a_unit_scale():
     """postnorm_blog has no final norm; compared with torch_pre, whose stacks end with one,
     the pair's weights give that norm the absent one's neutral values (scale 1, shift 0),

@@ -99,7 +99,7 @@ def test_half_precision_can_fail_but_only_beyond_both_bounds():
     tensor's scale AND 10x the baseline's; either alone stays "less precise"."""
     from harness.check.spec import _lower_check
 
-    o = torch.ones(4, dtype=torch.float64)
+    o = torch.ones(400, dtype=torch.float64)  # 400 elements: the RMS ratio needs no size allowance
     base = o + 0.01  # the baseline's error: 0.01 (assert_close's tolerance at scale 1: ~0.016)
 
     def verdict(err, name="output"):

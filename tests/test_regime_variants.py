@@ -41,11 +41,6 @@ MISSED = {
     "rg_pad_idx_zero": "a pad index other than 0",
     "rg_mask_pad_zero": "a pad index other than 0",
     "rg_lr_ignores_factor": "schedule factors other than 1",
-    "rg_dropout_on_scores": "dropout by statistics",
-    "rg_dropout_whole_residual": "dropout by statistics",
-    "rg_dropout_hardcoded_rate": "dropout by statistics (the rate follows the config)",
-    "rg_greedy_newest_token": "greedy decoding on weights where greedy outputs vary",
-    "rg_layer_norm_no_affine": "parameters left out must be declared",
 }
 # control -> the mechanism that stops today's false alarm
 FLAGGED_CONTROLS: dict[str, str] = {}  # all three fixed by issue 15 (tolerances, rand_like, internal_dtype)

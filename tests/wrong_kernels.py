@@ -6,7 +6,8 @@ Loaded inside ``harness.registry.scratch()`` by tests/test_kernels.py.
 equivalent: the blocked kernel with another block size, the eager kernel in the BSHD
 layout, the eager kernel fed key lengths instead of a mask, and the eager kernel over rows
 packed with cumulative lengths (flash-attention's varlen form), each row alone, which is
-the bottom-right diagonal aligned to the last real key.
+the bottom-right diagonal aligned to the last real key, and the eager kernel over one packed
+QKV tensor (qkvpacked) and over q beside a packed KV tensor (kvpacked).
 """
 
 import math
@@ -94,6 +95,20 @@ def eager_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=False, window=None, s
     return torch.cat(outs)                                             # (B*T, H, d)
 
 
+def eager_qkvpacked(qkv, mask, causal=False, window=None, softcap=0.0):
+    """The eager kernel over one packed tensor (flash-attention's qkvpacked form):
+    qkv (B, S, 3, H, d) -> (B, S, H, d)."""
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))       # (B, H, S, d)
+    return eager(q, k, v, mask, causal, window, softcap).transpose(1, 2)
+
+
+def eager_kvpacked(q, kv, mask, causal=False, window=None, softcap=0.0):
+    """The eager kernel over q (B, T, H, d) and packed kv (B, S, 2, H_kv, d) (flash-attention's
+    kvpacked form) -> (B, T, H, d)."""
+    k, v = (kv[:, :, i].transpose(1, 2) for i in range(2))            # (B, H_kv, S, d)
+    return eager(q.transpose(1, 2), k, v, mask, causal, window, softcap).transpose(1, 2)
+
+
 ROWS = {"fully_masked_row": "zeros", "fully_masked_grad": "none"}
 WRONG = {
     "wrong_window_off_by_one": ("window", "window left count read as w, not w - 1"),
@@ -102,7 +117,8 @@ WRONG = {
     "wrong_heads_tiled": ("gqa", "K/V heads tiled instead of grouped"),
     "wrong_no_rescale": ("long", "online softmax without rescaling across key blocks"),
 }
-CONTROLS = ("control_block16", "control_bshd", "control_lengths", "control_varlen_bottom_right")
+CONTROLS = ("control_block16", "control_bshd", "control_lengths", "control_varlen_bottom_right",
+            "control_qkvpacked", "control_kvpacked")
 
 register_kernel(id="wrong_window_off_by_one", fn=window_off_by_one, traits=TRAITS)
 register_kernel(id="wrong_causal_swapped", fn=causal_swapped, traits=TRAITS)
@@ -114,3 +130,5 @@ register_kernel(id="control_bshd", fn=eager_bshd, layout="BSHD", traits=TRAITS)
 register_kernel(id="control_lengths", fn=eager_lengths, mask="lengths", traits=TRAITS)
 register_kernel(id="control_varlen_bottom_right", fn=eager_varlen, layout="varlen",
                 traits={**TRAITS, "causal": "bottom_right"})
+register_kernel(id="control_qkvpacked", fn=eager_qkvpacked, layout="qkvpacked", traits=TRAITS)
+register_kernel(id="control_kvpacked", fn=eager_kvpacked, layout="kvpacked", traits=TRAITS)

@@ -11,6 +11,7 @@ from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, PortingError
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
+from harness.check.dropout_stats import DRAW_OPS, statistical_checks
 from harness.check.results import CompiledResult, DropoutResult, GradcheckResult
 from harness.check.runs import (
     OpRecorder,
@@ -34,9 +35,6 @@ GRADCHECK_CONFIGS = (
 DROPOUT_P = 0.5
 
 
-# every random op counts as a draw: dropout's own and a hand-written one (rand_like(x) < keep)
-DRAW_OPS = ("bernoulli_", "bernoulli", "native_dropout", "_fused_dropout", "rand", "rand_like", "randn",
-            "randn_like", "uniform_", "normal_", "randint", "randint_like", "multinomial")
 
 
 
@@ -113,7 +111,9 @@ def expected_draws(variant: Variant, cfg: Config) -> int:
 
 def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
     """Built with dropout p (``cfg.dropout``, or 0.5 when it is 0): eval mode gives the
-    dropout-0 output and draws nothing; train mode draws once per declared site."""
+    dropout-0 output and draws nothing; train mode draws once per declared site; then the
+    statistics of ``harness.check.dropout_stats`` (kept fraction per site at two rates, the
+    mean of train calls or the zeroed residual branches against eval)."""
     family = variant.family_spec
     if not family.differentiable or variant.supports(cfg):
         return []
@@ -167,7 +167,7 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
         draws = sum(op in DRAW_OPS for op in train_ops)
         out.append(DropoutResult(family.name, variant.id, f"train: draws per call (p={p:g})", str(want), str(draws),
                                  draws == want))
-    return out
+    return out + statistical_checks(variant, cfg, p, weights, inputs)
 
 
 # -- torch.compile ------------------------------------------------------------------------------------

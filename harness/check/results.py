@@ -4,6 +4,7 @@ renders them, the JSON output reads them."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 from harness.base.config import Config
@@ -73,6 +74,8 @@ class TensorCheck:
     allowed: float
     ratio: float
     note: str = ""
+    max_ratio: float = math.nan  # the largest error's ratio to the baseline's (the statistic before issue 15)
+    n: int = 0                   # elements the RMS averages
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
@@ -169,9 +172,15 @@ class CheckReport:
 
     @property
     def failures(self) -> list:
-        """Everything that contradicts a declaration."""
+        """Everything that contradicts a declaration: a failing spec, gradcheck, dropout or
+        compiled check, and a measured pair (``--pairs all``) that contradicts while both its
+        specs hold (a pair whose spec fails is counted once, as that spec)."""
+        failing = {(s.family, s.variant, s.config, s.case, s.dtype) for s in self.specs if not s.ok}
+        pairs = [p for p in self.pairs if not p.ok
+                 and (p.family, p.a, p.config, p.case, p.dtype) not in failing
+                 and (p.family, p.b, p.config, p.case, p.dtype) not in failing]
         return ([s for s in self.specs if not s.ok] + [g for g in self.gradchecks if not g.ok]
-                + [d for d in self.dropouts if not d.ok] + [c for c in self.compiled if not c.ok])
+                + [d for d in self.dropouts if not d.ok] + [c for c in self.compiled if not c.ok] + pairs)
 
     def as_dict(self) -> dict:
         return {

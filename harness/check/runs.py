@@ -25,6 +25,7 @@ from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, InputError, PortingError
 from harness.base.kernels import PATH_MARKERS
 from harness.base.verdicts import Verdict
+from harness.check.left_out import undeclared_absent
 from harness.check.results import PathResult
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
@@ -296,10 +297,21 @@ class RunCache:
             self._weights[family.name] = family.canonical_weights(self.cfg)
         return zero_unrepresented(self._weights[family.name], zero)
 
+    def variant_weights(self, variant: Variant, zero: Fills) -> dict[str, torch.Tensor]:
+        """The weights ported into ``variant``: ``zero`` filled, and every parameter its map
+        reads as a constant at that constant (a norm gain left out undeclared included: the
+        oracle keeps that one's canonical value, and the difference shows)."""
+        return self.weights(variant.family_spec, Fills(zero) | absent_fills(variant.map_for(self.cfg)))
+
     def fills(self, variant: Variant) -> Fills:
         """The canonical parameters ``variant`` does not have, each with the value it reads as
-        (zero for a missing bias, one for a missing norm's weight)."""
-        return absent_fills(variant.map_for(self.cfg))
+        (zero for a missing bias, one for a missing norm's weight). A norm parameter left out
+        without the traits saying so is not among them: the oracle keeps its canonical value
+        (``harness.check.left_out``)."""
+        entries = variant.map_for(self.cfg)
+        fills = absent_fills(entries)
+        undeclared = undeclared_absent(variant.family_spec, variant.traits, entries, self.cfg)
+        return Fills({n: v for n, v in fills.items() if n not in undeclared}) if undeclared else fills
 
     def oracle(self, family: Family, traits: Mapping[str, Any], case: str, zero: Fills,
                dtype: torch.dtype, compute: torch.dtype = torch.float64) -> Run:
@@ -321,7 +333,7 @@ class RunCache:
         key = (variant.key, case, zero, dtype, device, mode)
         if key not in self._runs:
             family = variant.family_spec
-            args = (variant, self.cfg, self.inputs(family, case), self.weights(family, zero), dtype, device)
+            args = (variant, self.cfg, self.inputs(family, case), self.variant_weights(variant, zero), dtype, device)
             self._runs[key] = (inference_run(*args, record=self.record) if mode == "inference"
                                else run_variant(*args, record=self.record))
         return self._runs[key]
@@ -348,7 +360,7 @@ class RunCache:
             try:
                 with torch.no_grad():
                     module, _ = build(variant, self.cfg, dtype=torch.float64, device=self.device,
-                                      weights=self.weights(family, zero))
+                                      weights=self.variant_weights(variant, zero))
                     for w in calls:
                         variant.call(module, cast_inputs(family.inputs(case, w), torch.float64, self.device))
                     out = variant.call(module, cast_inputs(self.inputs(family, case), torch.float64, self.device))

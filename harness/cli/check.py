@@ -16,7 +16,7 @@ from harness.report.tables import (
     traits_table,
     variants_table,
 )
-from harness.trace.explain import explain_differences, explain_failures
+from harness.trace.explain import explain_differences, explain_failures, path_findings
 
 
 def cmd_list(args) -> int:
@@ -80,6 +80,9 @@ def cmd_check(args) -> int:
                      matrix_note=not args.set, compile_backend=args.compile_backend if args.compiled else None,
                      explained_differences=explain_differences(report, configs) if args.explain else None,
                      explained_failures=explain_failures(report, configs)))
+    found = path_findings(report, configs)
+    if found:
+        print("\n== Path findings (per case: behaviour that depends on the path taken)\n" + found)
     if args.json:
         write_json(args.json, report.as_dict())
     print(summary_line(report, configs))

@@ -12,6 +12,7 @@ import sys
 
 from harness._interrupt import started
 from harness.base.errors import HarnessError
+from harness.check.precision import PRECISION_FACTOR
 from harness.cli import bench as bench_commands
 from harness.cli import models as models_commands
 from harness.cli.check import cmd_check, cmd_list
@@ -47,8 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check only this variant (repeatable; its family's reference still runs, as the baseline)")
     p.add_argument("--pairs", choices=("derived", "all"), default="derived",
                    help="derive the pair matrix from the equivalence classes (default), or measure every pair")
-    p.add_argument("--precision-factor", type=float, default=2.0,
-                   help="a variant may have this many times the baseline's error (default 2)")
+    p.add_argument("--precision-factor", type=float, default=PRECISION_FACTOR,
+                   help="a variant may have this many times the baseline's RMS error "
+                        f"(default {PRECISION_FACTOR:g}, calibrated: benchmarks/precision_calibration.py)")
     p.add_argument("--strict-precision", action="store_true",
                    help="'less precise' in bfloat16/float16 is a contradiction too")
     p.add_argument("--explain", action="store_true",

@@ -80,12 +80,13 @@ def cmd_decode(args) -> int:
     for family in _families(args):
         greedy_rows += compare_greedy(family, cfg)
         cache_rows += check_cache(family, cfg)
-    print("== Greedy decoding: each model's own loop on the same ported weights")
+    print("== Greedy decoding: each model's own loop on the same ported weights (sharpened: FFN input x3)")
     print(tabulate([(r.family, f"{r.a} ~ {r.b}", r.expected, "same" if r.same_tokens else "differ",
-                     "yes" if r.ok else "NO", r.first_diff or "-", _fmt(r.margin_a), _fmt(r.margin_b))
+                     "yes" if r.ok else "NO", r.first_diff or "-", _fmt(r.margin_a), _fmt(r.margin_b),
+                     r.logprobs or "-", _fmt(r.logprob_max_abs))
                     for r in greedy_rows],
                    headers=("family", "pair", "expected", "tokens", "ok", "first difference",
-                            "margin a", "margin b")))
+                            "margin a", "margin b", "log-probs", "max |Δ log-p|")))
     print("\n== Incremental decoding (cache) vs re-running the whole prefix, float32")
     print(tabulate([(r.family, r.variant, r.cache, r.steps, r.verdict, "yes" if r.ok else "NO",
                      _fmt(r.max_abs), _fmt(r.noise_ratio)) for r in cache_rows],

@@ -12,6 +12,7 @@ from harness.registry import get_variant
 from harness.report.differences_md import is_own_differences, write_differences
 from harness.report.io import ensure_writable, write_json
 from harness.trace.differences import differences
+from harness.trace.kernel_map import propose_kernel_map
 from harness.trace.mapsearch import propose_map
 from harness.trace.pairs import diff_pair, pick_case
 from harness.trace.render import render
@@ -31,7 +32,7 @@ def cmd_diff(args) -> int:
     else:
         case, verdicts = pick_case(family.name, a, b, cfg, args.dtype)
         print("cases: " + ", ".join(f"{c} {v}" for c, v in verdicts) + f"; tracing '{case}'")
-    result = diff_pair(family.name, a, b, case, cfg, args.dtype, device=device)
+    result = diff_pair(family.name, a, b, case, cfg, args.dtype, device=device, mistakes=True)
     print(render(result))
     if args.json:
         write_json(args.json, result)
@@ -41,8 +42,11 @@ def cmd_diff(args) -> int:
 def cmd_map(args) -> int:
     _load(args)
     ensure_writable(args.json)
-    proposal = propose_map(args.target, args.family, init=args.init, call=args.call,
-                           cfg=Config.parse(args.set), variant_id=args.id)
+    if args.family == "attention_kernel":  # a plain function: layout, mask form and conventions
+        proposal = propose_kernel_map(args.target, cfg=Config.parse(args.set), variant_id=args.id)
+    else:
+        proposal = propose_map(args.target, args.family, init=args.init, call=args.call,
+                               cfg=Config.parse(args.set), variant_id=args.id)
     print(proposal.text)
     if args.json:
         write_json(args.json, proposal.as_dict())
@@ -77,7 +81,8 @@ def add_review_commands(sub, common) -> None:
 
     p = sub.add_parser("map", help="propose a parameter map for a module, by search")
     common(p, families=False)
-    p.add_argument("target", help="FILE.py:CLASS or a module path such as torch.nn:MultiheadAttention")
+    p.add_argument("target", help="FILE.py:CLASS or a module path such as torch.nn:MultiheadAttention "
+                                  "(with --family attention_kernel: FILE.py:FUNCTION or module.path:FUNCTION)")
     p.add_argument("--family", required=True, help="the family the module belongs to")
     p.add_argument("--init", help="constructor keyword arguments, e.g. 'embed_dim=cfg.d_model, "
                                   "num_heads=cfg.heads' (default: guessed from the signature)")

@@ -12,7 +12,7 @@ from harness.base.errors import ConfigError, HarnessError
 
 # dest: (lowest, lowest allowed?, highest, what it is)
 NUMBERS = {
-    "precision_factor": (0.0, False, 1e6, "a factor > 0 (2 = twice the baseline's error)"),
+    "precision_factor": (0.0, False, 1e6, "a factor > 0 (3 = three times the baseline's RMS error)"),
     "threshold": (0.0, True, 100.0, "a fraction >= 0 (0.10 = 10% slower)"),
     "min_time": (0.0, False, 600.0, "a positive number of seconds (at most 600)"),
     "rounds": (3, True, 1000, "at least 3 (quartiles across rounds; at most 1000)"),

@@ -214,4 +214,5 @@ ATTENTION = Family(
     extra_configs={"gqa": Config(kv_heads=2, batch=2)},
     case_declarers=dict.fromkeys(("decode", "decode_left_pad", "window"), ("rope", "window", "gqa_grouping")),
     requires=_attention_requires,
+    dropout_stats=lambda t: "mean" if t.get("sublayer") == "attention" else ("o.weight", "o.bias"),
 )

@@ -70,10 +70,33 @@ DESCRIPTIVE_TRAITS = {
     "dropout_sites": "tuple of the places dropout draws a mask in training (checked: one draw each)",
     "internal_dtype": "a dtype some of the work is done in whatever the input dtype ('float32'):"
                       " in float64 the variant is then expected 'less precise', not 'different'",
+    "not_learned": "tuple of canonical parameters the variant does not learn (a norm without gain or bias):"
+                   " each reads as its map's Absent value; an undeclared norm gain or bias left out is"
+                   " a difference",
     "cases": "tuple of the family cases the variant applies to (default: all)",
+    "path_findings": "{'CASE' or 'CASE@CONFIG': why}: behaviour that depends on the path taken there (another "
+                     "kernel for that shape), declared: reported as a finding, not a contradiction",
     "note": "free text",
 }
 EPS = TraitSpec("the norm's epsilon", values=oracles.EPS_NAMES, number=True)
+
+
+def path_finding_problems(findings: Any, cases: set[str]) -> list[str]:
+    """What is wrong with a ``path_findings`` declaration (a mapping of 'CASE' or
+    'CASE@CONFIG' to the reason)."""
+    if findings is None:
+        return []
+    if not isinstance(findings, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and v
+                                                    for k, v in findings.items()):
+        return [f"traits['path_findings'] must map 'CASE' or 'CASE@CONFIG' to a reason, got {findings!r}"]
+    unknown = sorted({k.partition("@")[0] for k in findings} - cases)
+    return [f"traits['path_findings'] names unknown case(s) {unknown}; cases: {sorted(cases)}"] if unknown else []
+
+
+def declared_path_finding(traits: Mapping[str, Any], case: str, config: str) -> str | None:
+    """The reason declared for (case, config) in ``path_findings``, if any."""
+    findings = traits.get("path_findings") or {}
+    return findings.get(f"{case}@{config}") or findings.get(case)
 
 
 @dataclass(frozen=True)
@@ -109,6 +132,12 @@ class Family:
     # family's RoPE, window and decode cases, for the variants that declare RoPE, a window or
     # GQA; to the others they are masks like the other cases' and cost check time).
     case_declarers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Dropout judged by statistics (``harness.check.dropout_stats``): traits -> "mean" (the
+    # output is linear in every dropped tensor: the mean of train calls approaches the eval
+    # output), or the canonical names of the residual branches' output projections to zero (a
+    # norm follows the dropout: the mean is biased, zeroed branches leave the output as in
+    # eval), or None (only the draw count and the kept fraction).
+    dropout_stats: Callable[[Mapping[str, Any]], Any] | None = None
 
     def configs_of(self, configs: Mapping[str, Config]) -> dict[str, Config]:
         """``configs`` narrowed to this family's matrix (a --set config always applies), with
@@ -177,9 +206,13 @@ class Family:
                     problems.append(f"trait {name}={traits[name]!r} has no oracle; known: {spec.known()}")
             elif spec.default is REQUIRED and name in needed:
                 problems.append(f"semantic trait {name!r} is not declared ({spec.doc}; known: {spec.known()})")
+        problems += path_finding_problems(traits.get("path_findings"), {c.name for c in self.cases})
         sites = traits.get("dropout_sites")
         if sites is not None and (isinstance(sites, str) or not all(isinstance(x, str) for x in sites)):
             problems.append(f"traits['dropout_sites'] must be a tuple of site names, got {sites!r}")
+        fixed = traits.get("not_learned")
+        if fixed is not None and (isinstance(fixed, str) or not all(isinstance(x, str) for x in fixed)):
+            problems.append(f"traits['not_learned'] must be a tuple of canonical parameter names, got {fixed!r}")
         internal = traits.get("internal_dtype")
         if internal is not None and internal not in ("float32", "bfloat16", "float16"):
             problems.append(f"traits['internal_dtype'] must be 'float32', 'bfloat16' or 'float16', got {internal!r}")

@@ -226,6 +226,9 @@ CASE_NEEDS = {
     "long": ("causal",), "window": ("window",), "window_causal": ("causal", "window"),
     "softcap": ("softcap",),
 }
+# The cases whose queries and keys are the same positions (T = S) over the config's K/V
+# heads: what one packed QKV tensor (flash-attention's qkvpacked (B, S, 3, H, d)) can hold.
+SELF_CASES = ("self", "causal", "window_causal")
 CAUSAL_CASES = tuple(c for c, needs in CASE_NEEDS.items() if "causal" in needs)
 DEAD_ROW_TRAITS = ("mask_method", "fully_masked_row", "fully_masked_grad")
 
@@ -258,4 +261,5 @@ ATTENTION_KERNEL = KernelFamily(
     grad_inputs=("q", "k", "v"),
     matrix=("default", "heads8", "edge"),
     matrix_note="the cases vary H_kv, T and S themselves: GQA, MQA, S > T, 133 x 157",
+    dropout_stats=lambda t: "mean",
 )

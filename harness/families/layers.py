@@ -34,6 +34,8 @@ NORM_FORMULA = TraitSpec("the normalisation formula", oracles.NORM_FORMULAS)
 # ``hidden_act`` names the tanh GELU "gelu_new" / "gelu_pytorch_tanh" and SiLU "swish".
 ACTIVATION_RENAMED = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "swish": "silu"}
 ACTIVATION = TraitSpec("the feed-forward activation", tuple(oracles.ACTIVATIONS), renamed=ACTIVATION_RENAMED)
+# the residual branches' output projections: zeroed, every correct dropout site drops zeros
+BRANCHES = tuple(f"{b}.{p}" for b in ("self_attn.o", "cross_attn.o", "ffn.w2") for p in ("weight", "bias"))
 LAYER_TRAITS = {
     "norm_placement": TraitSpec("norm before the sublayer (pre) or after the residual add (post)", ("pre", "post")),
     "norm_formula": NORM_FORMULA,
@@ -80,6 +82,7 @@ FFN = Family(
     },
     oracle=oracles.ffn,
     grad_inputs=("x",),
+    dropout_stats=lambda t: "mean" if t.get("sublayer") == "ffn" else ("w2.weight", "w2.bias"),
 )
 
 
@@ -95,6 +98,7 @@ GATED_FFN = Family(
                                     tuple(oracles.ACTIVATIONS), renamed=ACTIVATION_RENAMED)},
     oracle=oracles.gated_ffn,
     grad_inputs=("x",),
+    dropout_stats=lambda t: "mean",
     matrix=("default", "one_head"),
     matrix_note="no heads: two widths are enough",
 )
@@ -119,6 +123,7 @@ ENCODER_LAYER = Family(
     traits=LAYER_TRAITS,
     oracle=oracles.encoder_layer,
     grad_inputs=("x",),
+    dropout_stats=lambda t: BRANCHES,
 )
 
 
@@ -147,6 +152,7 @@ DECODER_LAYER = Family(
     traits=LAYER_TRAITS,
     oracle=oracles.decoder_layer,
     grad_inputs=("x", "memory"),
+    dropout_stats=lambda t: BRANCHES,
 )
 
 
@@ -176,6 +182,7 @@ DECODER_ONLY_BLOCK = Family(
     ),
     traits={**LAYER_TRAITS, "fully_masked_row": FULLY_MASKED_ROW},
     oracle=oracles.decoder_only_block,
+    dropout_stats=lambda t: BRANCHES,
     case_semantic={"left_pad": ("fully_masked_row",)},
     grad_inputs=("x",),
 )
@@ -197,6 +204,7 @@ POSITIONAL_ENCODING = Family(
     },
     oracle=oracles.positional_encoding,
     grad_inputs=("x",),
+    dropout_stats=lambda t: "mean",
 )
 
 

@@ -21,6 +21,13 @@ returning (B*T, H, d). It gets by name only the options its signature lists (or 
 - ``dropout_p``: the config's dropout in training, 0 in eval;
 - ``block``: the config's block size (a blocked kernel).
 
+With ``layout="qkvpacked"`` (flash-attention's ``flash_attn_qkvpacked_func``) it is called
+as ``fn(qkv (B, S, 3, H, d)[, mask], **options)``: q, k and v stacked on one axis, which
+only self-attention can fill (T = S, as many K/V heads as query heads: the cases
+``SELF_CASES``, and no config with ``kv_heads`` below ``heads``); with ``layout="kvpacked"``
+(``flash_attn_kvpacked_func``) as ``fn(q (B, T, H, d), kv (B, S, 2, H_kv, d)[, mask],
+**options)``, every case. Both return (B, T, H, d).
+
 ``mask``: ``bool`` (B, 1, T, S) True = may attend; ``additive`` (B, 1, T, S) float, 0 or
 -inf; ``additive_min``: 0 or the dtype's finfo.min (HF's float masks); ``lengths`` (B,) int64
 key lengths (right padding only: cases with another mask are not run); ``none`` or
@@ -38,10 +45,11 @@ import torch
 from torch import nn
 
 from harness.base.errors import RegistryError
-from harness.families.kernel import ATTENTION_KERNEL, CASE_MASKS, CASE_NEEDS
+from harness.families.kernel import ATTENTION_KERNEL, CASE_MASKS, CASE_NEEDS, SELF_CASES
 from harness.registry import Variant, register
 
-LAYOUTS = ("BHSD", "BSHD", "varlen")
+LAYOUTS = ("BHSD", "BSHD", "varlen", "qkvpacked", "kvpacked")
+PACKED = ("qkvpacked", "kvpacked")  # (B, L, n, H, d) stacks, heads second to last as BSHD
 MASK_FORMS = ("bool", "additive", "additive_min", "lengths", "none", "is_causal")
 OPTIONS = ("causal", "window", "softcap", "dropout_p", "block")
 # The case masks each mask form can express.
@@ -79,8 +87,12 @@ class KernelModule(nn.Module):
         options = {name: given[name] for name in self.options}
         if self.layout == "varlen":
             return self._varlen(q, k, v, key_pad, options)
-        to = (lambda x: x.transpose(1, 2)) if self.layout == "BSHD" else (lambda x: x)  # noqa: E731
+        to = (lambda x: x.transpose(1, 2)) if self.layout in ("BSHD", *PACKED) else (lambda x: x)  # noqa: E731
         args = [to(q), to(k), to(v)]                                   # (B, H, L, d) or (B, L, H, d)
+        if self.layout == "qkvpacked":
+            args = [torch.stack(args, dim=2)]                          # (B, S, 3, H, d)
+        elif self.layout == "kvpacked":
+            args = [args[0], torch.stack(args[1:], dim=2)]             # q (B, T, H, d), kv (B, S, 2, H_kv, d)
         if self.mask_form == "bool":
             args.append(mask[:, None])                                 # (B, 1, T, S) True = may attend
         elif self.mask_form == "additive":
@@ -134,6 +146,8 @@ def register_kernel(*, id: str, fn: Callable, layout: str = "BHSD", mask: str = 
     options = accepted_options(fn)
     traits = dict(traits or {})
     cases = kernel_cases("lengths" if layout == "varlen" else mask, options)
+    if layout == "qkvpacked":
+        cases = tuple(c for c in cases if c in SELF_CASES)
     if "cases" in traits:
         cases = tuple(c for c in cases if c in traits["cases"])
     if not cases:
@@ -147,6 +161,9 @@ def register_kernel(*, id: str, fn: Callable, layout: str = "BHSD", mask: str = 
                    if on and name not in options]
         if missing:
             return f"{'/'.join(missing)} set by the config, and the function takes no {' or '.join(missing)}"
+        if layout == "qkvpacked" and cfg.n_kv_heads != cfg.heads:
+            return (f"kv_heads={cfg.n_kv_heads} below heads={cfg.heads}: one packed QKV tensor holds as many "
+                    f"K/V heads as query heads")
         return supports(cfg) if supports else None
 
     return register(

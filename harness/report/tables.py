@@ -163,6 +163,11 @@ def failures_table(report, tablefmt: str = "simple") -> str:
                          "expected": d.expected, "worst": "", "max_abs": "-",
                          "note": ("declared dropout_sites" if d.check.startswith("train")
                                   else "dropout acts in eval mode")})
+    for p in getattr(report, "failures", ()):  # the pytest plugin passes a namespace of specs only
+        if isinstance(p, PairResult):  # measured (--pairs all) against each other, both specs holding
+            rows.append({"what": f"{p.family}/{p.a} ~ {p.b}", "where": f"{p.config} {p.case} {p.dtype}",
+                         "found": p.verdict, "expected": p.expected, "worst": p.worst_grad,
+                         "max_abs": fmt(max(p.max_abs, p.grad_max_abs)), "note": (p.note or p.reason)[:160]})
     if not rows:
         return "(none)"
     return tabulate(pd.DataFrame(rows), headers="keys", tablefmt=tablefmt, showindex=False)

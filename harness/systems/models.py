@@ -70,8 +70,9 @@ def _memo(name: str, family: str, cfg: Config, compute: Callable[[], Any]) -> An
 class Models:
     """Builds models with the family's canonical weights, the given names zeroed; caches."""
 
-    def __init__(self, family: str, cfg: Config):
+    def __init__(self, family: str, cfg: Config, transform: Callable[[dict], dict] | None = None):
         self.family = _model_family(family)
+        self.transform = transform  # applied to the canonical weights (greedy decoding sharpens them)
         self.cfg = cfg
         self.checker = RunCache(cfg)
         self.inputs = self.family.inputs(DECODE_CASE[family], cfg)
@@ -84,7 +85,8 @@ class Models:
         return out
 
     def weights(self, zero: Fills) -> dict[str, torch.Tensor]:
-        return self.checker.weights(self.family, zero)
+        weights = self.checker.weights(self.family, zero)
+        return self.transform(weights) if self.transform else weights
 
     def get(self, variant: Variant, zero: Fills, dtype: torch.dtype = torch.float32):
         key = (variant.key, zero, dtype)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from harness.base.errors import HarnessError
 from harness.base.verdicts import Verdict
+from harness.check.spec import PATH_FINDING
 from harness.families.catalog import get_family
 from harness.trace.kernel_explain import explain_mistake
 from harness.trace.pairs import explain_variant, first_divergence
@@ -56,3 +57,26 @@ def explain_differences(report, configs) -> str:
         lines.append(f"  {p.family}: {p.a} ~ {p.b} on {p.case} ({p.config}, {p.dtype}; {p.reason})\n"
                      + "\n".join("    " + x for x in d.text.splitlines()))
     return "\n".join(lines) or "(none)"
+
+
+def path_findings(report, configs) -> str:
+    """Behaviour that depends on the path taken, per case: the declared findings
+    (``traits['path_findings']``: reported, not contradictions), and each (variant, case)
+    whose spec fails on some configs of the matrix but holds on others (another kernel for
+    that shape), with the declaration that would make it a finding if it is meant."""
+    lines, by_case = [], {}
+    for s in report.specs:
+        if s.note.startswith(PATH_FINDING):
+            lines.append(f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): {s.verdict}, "
+                         f"{s.note.split(';')[0]}")
+        by_case.setdefault((s.family, s.variant, s.case), []).append(s)
+    for (family, variant, case), specs in by_case.items():
+        bad = sorted({s.config for s in specs if not s.ok})
+        good = sorted({s.config for s in specs if s.ok} - set(bad))
+        if bad and good:
+            shapes = "; ".join(f"{c}: {configs[c].describe()}" for c in bad if c in configs)
+            key = case if len(bad) > 1 else f"{case}@{bad[0]}"
+            lines.append(f"  {family}/{variant} on {case}: fails on config {', '.join(bad)} only ({shapes}), "
+                         f"holds on {', '.join(good)}: behaviour that depends on the path taken; if it is "
+                         f"meant, declare it: traits={{'path_findings': {{'{key}': 'why'}}}}")
+    return "\n".join(lines)

@@ -17,7 +17,7 @@ import torch
 
 from harness.base.config import Config
 from harness.base.verdicts import Verdict
-from harness.check.runs import RunCache
+from harness.check.runs import RunCache, applicable
 from harness.check.spec import _float64_check, expected_names
 from harness.families import kernel_oracle as K
 from harness.families.catalog import get_family
@@ -142,6 +142,42 @@ def failing_cases(report, variant_id: str, configs: Mapping[str, Config],
             if s.family == family and s.variant == variant_id and s.dtype == "float64"
             and not s.ok and s.verdict == Verdict.DIFFERENT and s.config in every]
 
+
+
+def own_failing_cases(variant: Variant, cfg: Config) -> list[tuple[Config, str]]:
+    """The cases of ``cfg`` where ``variant``'s own float64 run misses the oracle of the
+    traits it declares (what ``check`` calls different in float64), without a report."""
+    family = variant.family_spec
+    if variant.supports(cfg):
+        return []
+    checker, declared = RunCache(cfg, record=False), family.semantic_traits(variant.traits)
+    zero = checker.fills(variant)
+    out = []
+    for case in (c.name for c in family.cases if applicable(variant, c.name)):
+        run = checker.run(variant, case, zero, torch.float64)
+        if run.error:
+            continue
+        oracle = checker.oracle(family, declared, case, zero, torch.float64)
+        if not _meets(run, oracle, expected_names(family, oracle, checker, variant)):
+            out.append((cfg, case))
+    return out
+
+
+def name_mistakes(family: str, variants: Iterable[Variant], cfg: Config) -> dict[str, str]:
+    """For ``diff``: each variant's mistake, named as ``check`` names it, over the cases of
+    ``cfg`` where it misses its own declared oracle in float64 (a variant that meets its
+    spec everywhere, or a module family's computation bug, has no line)."""
+    if family != "attention_kernel" and family not in MODULE_CANDIDATES:
+        return {}
+    out = {}
+    for variant in variants:
+        failing = own_failing_cases(variant, cfg)
+        if not failing:
+            continue
+        line = explain_kernel(variant, failing)
+        if family == "attention_kernel" or not line.startswith("no single"):
+            out[variant.id] = line
+    return out
 
 
 def explain_mistake(family: str, variant_id: str, report, configs: Mapping[str, Config]) -> str:

@@ -92,9 +92,19 @@ class Proposal:
 def load_class(target: str) -> tuple[type, str, str]:
     """``FILE.py:CLASS`` or ``package.module:CLASS`` -> (class, import line, source).
     A file is imported with its registrations undone (it may register variants itself)."""
+    cls, import_line, source = load_object(target)
+    where, _, name = target.rpartition(":")
+    if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
+        raise UnknownName(f"'{name}' in '{where}' is not an nn.Module class")
+    return cls, import_line, source
+
+
+def load_object(target: str, what: str = "CLASS") -> tuple[object, str, str]:
+    """``FILE.py:NAME`` or ``package.module:NAME`` -> (the object, import line, source);
+    for a file the import line is empty (the file's own module is a hashed name)."""
     where, sep, name = target.rpartition(":")
     if not sep or not where or not name:
-        raise UnknownName(f"bad target '{target}': expected FILE.py:CLASS or module.path:CLASS")
+        raise UnknownName(f"bad target '{target}': expected FILE.py:{what} or module.path:{what}")
     if where.endswith(".py") or Path(where).is_file():
         path = Path(where)
         if not path.is_file():
@@ -117,10 +127,7 @@ def load_class(target: str) -> tuple[type, str, str]:
         except ImportError as exc:
             raise VariantFileError(f"cannot import '{where}': {exc}") from None
         import_line, source = f"from {where} import {name}", f"{where}.{name}"
-    cls = getattr(module, name, None)
-    if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
-        raise UnknownName(f"'{name}' in '{where}' is not an nn.Module class")
-    return cls, import_line, source
+    return getattr(module, name, None), import_line, source
 
 
 def guess_init(cls: type) -> str:

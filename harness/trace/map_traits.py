@@ -23,6 +23,7 @@ import torch
 from harness.base.errors import SpecError
 from harness.check import precision as P
 from harness.families.base import REQUIRED, Family
+from harness.porting.portmap import absent_fills
 
 MAX_CHANGES = 2
 MAX_TRAIT_SETS = 400
@@ -73,6 +74,14 @@ def trait_sets(family: Family, ref_traits: dict, module: torch.nn.Module, search
                 yield {**base, **dict(zip(combo, values))}
 
 
+def search_fills(checker, variant):
+    """Every canonical parameter a candidate's map reads as a constant, at that constant: the
+    search compares a candidate before its traits are known (``RunCache.fills`` keeps a norm
+    parameter left out without the traits saying so at its canonical value; the printed
+    registration's check does that)."""
+    return absent_fills(variant.map_for(checker.cfg))
+
+
 def agreement(got: torch.Tensor, want: torch.Tensor) -> str | None:
     """"float64" when ``got`` is within float64's bound of ``want``, "float32" within
     float32's, else None."""
@@ -109,7 +118,7 @@ def infer_case_traits(checker, family, variant, base, ref_traits, semantic_cases
             notes.append(f"{', '.join(names)}: '{case}' is not run with this call form; declared "
                          + ", ".join(f"{n} = {v!r}" for n, v in fallback.items()) + " (the reference's, not exercised)")
             continue
-        zero = checker.fills(variant)
+        zero = search_fills(checker, variant)
         run = checker.run(variant, case, zero, torch.float64)
         if run.error:
             notes.append(f"{', '.join(names)}: the module fails on '{case}' ({run.error}); declare them yourself")

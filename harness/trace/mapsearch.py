@@ -35,7 +35,9 @@ from harness.base.errors import (
 )
 from harness.base.library import rotary_tables
 from harness.base.masks import additive_mask, masked, per_head
+from harness.base.verdicts import Verdict
 from harness.check.runs import RunCache, cast_inputs, run_variant
+from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.families.catalog import get_family
 from harness.porting.entries import IDENTITY, Absent, Transposed, entry_code
@@ -55,7 +57,8 @@ from harness.trace.map_candidates import (
     make_call,
 )
 from harness.trace.map_slots import candidate_maps
-from harness.trace.map_traits import agreement, infer_case_traits, trait_sets
+from harness.trace.map_traits import agreement, infer_case_traits, search_fills, trait_sets
+from harness.trace.map_verify import verify_registration
 
 
 def propose_map(target: str, family_name: str, *, init: str | None = None, call: str | None = None,
@@ -75,7 +78,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     specs = list(trait_sets(family, dict(ref.traits), probe))
     checker = RunCache(cfg, record=False)
     tried = 0
-    closest: dict = {}
+    scored: list[tuple] = []   # (first-case gap, order, call form, adapter, map, cases, module): those that ran
     ran_forms, failed = [], {}
     for form in forms:
         made = make_call(form, probe, cfg)
@@ -106,12 +109,11 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
                 failed[form] = str(exc)
                 break  # this call form does not run the module: the next form
             ran = True
-            zero = checker.fills(variant)
+            zero = search_fills(checker, variant)
             for k, (spec, want) in enumerate(oracles.outputs(zero)):
                 level = agreement(got, want)
-                if k == 0 and (not closest or _gap(got, want) < closest["max_abs"]):
-                    closest = {"max_abs": _gap(got, want), "call_form": form,
-                               "map": {n: entry_code(v) for n, v in pmap.items()}}
+                if k == 0:
+                    scored.append((_gap(got, want), tried, form, adapter, pmap, cases, module))
                 if level is None:
                     continue
                 variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
@@ -135,9 +137,12 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     why = (f"no candidate map makes {target} agree with the float64 oracle of any of {len(specs)} trait sets "
            f"around {ref.id}'s ({tried} candidates tried; "
            f"call forms that ran: {', '.join(ran_forms) or 'none'})")
+    closest = _closest(checker, scored, vid, family, source, build, ref)
     if closest:
-        why += (f"\nclosest: call form {closest['call_form']}, max_abs {closest['max_abs']:.3g} on "
-                f"{family.cases[0].name}, map {closest['map']}")
+        fails = "; ".join(f"{c} (max_abs {g:.3g})" for c, g in closest["failing"].items())
+        why += (f"\nclosest (the {CLOSEST_POOL} nearest on the first case, scored over every case, forward "
+                f"float64): call form {closest['call_form']}, "
+                f"fails on {fails}; agrees on {', '.join(closest['agrees']) or 'no case'}; map {closest['map']}")
     else:
         why += "\nno call form ran the module on the family's inputs: pass --call and --init"
     if call and call in failed:
@@ -199,7 +204,7 @@ def _forward(checker: RunCache, variant: Variant, case: str, module: torch.nn.Mo
     """The quick test of a candidate: the module built once, the candidate's weights ported
     in, float64 forward only, no op recording."""
     family = variant.family_spec
-    zero = checker.fills(variant)
+    zero = search_fills(checker, variant)
     PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(
         checker.weights(family, zero))
     try:
@@ -212,6 +217,56 @@ def _forward(checker: RunCache, variant: Variant, case: str, module: torch.nn.Mo
     return got.detach().double().cpu()
 
 
+CLOSEST_POOL = 12  # candidates nearest on the first case that are scored over every case
+
+
+def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, source: str, build, ref) -> dict:
+    """The candidate that fails the fewest cases (then the smallest worst gap), each of the
+    ``CLOSEST_POOL`` candidates nearest on the first case (and every one that agreed there)
+    held, float64 forward, to the reference's on every case it takes."""
+    best, best_key = {}, None
+    pool = sorted(scored, key=lambda s: (s[0], s[1]))
+    pool = [s for i, s in enumerate(pool) if i < CLOSEST_POOL or s[0] == 0.0]
+    for _, _, form, adapter, pmap, cases, module in pool:
+        variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
+                          param_map=pmap, traits=dict(ref.traits))
+        gaps = {}
+        for case in cases:
+            try:
+                verdict, gap = _forward_verdict(checker, variant, ref, case, module)
+            except (PortingError, InputError):
+                verdict, gap = Verdict.ERROR, math.inf
+            if not verdict.agrees:
+                gaps[case] = gap
+        key = (len(gaps), max(gaps.values(), default=0.0))
+        if best_key is None or key < best_key:
+            best_key = key
+            best = {"call_form": form, "map": {k: entry_code(v) for k, v in pmap.items()}, "failing": gaps,
+                    "agrees": [c for c in cases if c not in gaps],
+                    "max_abs": key[1]}
+    return best
+
+
+def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: str,
+                     module: torch.nn.Module) -> tuple[str, float]:
+    """The quick test of a candidate: the module built once, the candidate's weights
+    ported in, float64 forward only, no op recording."""
+    family = ref.family_spec
+    zero = search_fills(checker, variant) | checker.fills(ref)
+    want = checker.run(ref, case, zero, torch.float64).tensors.get("output")
+    PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(
+        checker.weights(family, zero))
+    try:
+        with torch.no_grad():
+            got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
+    except Exception:  # noqa: BLE001  (this call form does not run the module on this case)
+        return Verdict.ERROR, math.inf
+    if want is None or not isinstance(got, torch.Tensor):
+        return Verdict.ERROR, math.inf
+    tv = compare_tensors(got.detach().double().cpu(), want, None, None, torch.float64)
+    return tv.verdict, tv.max_abs
+
+
 def _gap(got: torch.Tensor, want: torch.Tensor) -> float:
     if got.shape != want.shape:
         return math.inf
@@ -222,7 +277,7 @@ def _verify(checker: RunCache, variant: Variant, spec: dict, case: str) -> bool:
     """Output and every gradient within float64's bound of the oracle of ``spec`` (float32's
     for a module that declares ``internal_dtype``)."""
     family = variant.family_spec
-    zero = checker.fills(variant)
+    zero = search_fills(checker, variant)
     oracle = checker.oracle(family, spec, case, zero, torch.float64)
     run = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero),
                       torch.float64, record=False)
@@ -336,6 +391,9 @@ def _found(hit: Hit) -> Proposal:
             f"{tried} candidate maps tried (call forms: {', '.join(ran_forms)}); this one agrees with the float64 "
             f"oracle of its traits{_within(traits)}, output and every gradient, on {', '.join(cases)}"]
     head += [f"trait {n}" for n in notes]
+    clean, checked = verify_registration(code_text, family.name, variant.id, cfg, scope={cls.__name__: cls},
+                                         dtypes=("float64",), extras=False)
+    head.append(checked)
     where = "paste into a variant file" if import_line else "paste at the end of the file that defines the class"
     text = "\n".join(head) + f"\n\n# {where}\n" + code_text
-    return Proposal(True, text, code_text, tried, form, pmap, all_traits)
+    return Proposal(clean, text, code_text, tried, form, pmap, all_traits)

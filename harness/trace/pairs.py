@@ -20,6 +20,13 @@ For one pair of a family, on one case and dtype:
 - **where**: for the output and every gradient, the mismatch count, the worst element's
   index (batch, position, feature) and the kind of row it falls in (padded key, fully
   masked row, ...);
+- a difference the **backward** alone shows (the outputs agree): the first autograd node,
+  by op, whose gradients differ, and where the two backward graphs part before it
+  (``backward.backward_divergence``);
+- **mistakes** (``diff`` asks for them): for attention kernels and the LLaMA-era
+  conventions, each side's own mistake named as ``check`` names it
+  (``kernel_explain.name_mistakes``: the single convention, read another way, that fits
+  every case where the variant misses its declared oracle in float64);
 - **layout hints**: if transposing a square mapped weight, or reordering the chunks of
   a fused projection, makes the pair equivalent, the hint says so.
 
@@ -48,8 +55,10 @@ from harness.families.catalog import get_family
 from harness.porting.portmap import absent_fills, zero_unrepresented
 from harness.registry import Variant, build, get_variant, variants_of
 from harness.trace.attribution import attribute
+from harness.trace.backward import backward_divergence
 from harness.trace.divergence import locate, trace_rows, trace_variant, where_differs
 from harness.trace.hints import align_ops, layout_hints
+from harness.trace.kernel_explain import name_mistakes
 from harness.trace.render import summary_text
 
 
@@ -73,7 +82,8 @@ def _variant(family: str, v) -> Variant:
 
 
 def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32", *,
-              device: str = "cpu", hints: bool = True, attribution: bool = True) -> dict:
+              device: str = "cpu", hints: bool = True, attribution: bool = True,
+              mistakes: bool = False) -> dict:
     """Everything ``diff`` prints, as data (see the module docstring)."""
     started = time.perf_counter()
     fam = get_family(family)
@@ -101,6 +111,8 @@ def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32",
         "traits": traits_side_by_side(fam, va, vb),
         "errors": {v.id: t.error for v, t in ((va, ta), (vb, tb)) if t.error},
         "paths": {va.id: ta.path, vb.id: tb.path},
+        # each side's own mistake, named as check names it (kernels; LLaMA-era conventions)
+        "mistakes": name_mistakes(family, (va, vb), cfg) if mistakes else {},
     }
     if ta.error or tb.error:
         out.update(verdict=Verdict.ERROR, trace=[], first=None, attribution=None, where=[], ops=[], hints=[])
@@ -116,6 +128,9 @@ def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32",
     worst = max(where, key=lambda w: (w.verdict.rank, w.max_abs if not math.isnan(w.max_abs) else -1), default=None)
     rows = trace_rows(ta, tb, ta64, tb64, dt)
     first = locate(rows)
+    backward = None
+    if first is None and not verdict.agrees and where and where[0].tensor == "output" and where[0].verdict.agrees:
+        backward = backward_divergence(va, vb, cfg, inputs, weights)  # the outputs agree: a backward-only difference
     attrib = None
     if attribution and first is not None and where and not where[0].verdict.agrees:
         attrib = attribute(va, vb, ta, ta64, tb, tb64=tb64, rows=rows, cfg=cfg, inputs=inputs,
@@ -147,7 +162,7 @@ def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32",
     out.update(
         verdict=verdict,
         worst=None if worst is None else worst.tensor,
-        trace=[asdict(r) for r in rows], first=first, attribution=attrib,
+        trace=[asdict(r) for r in rows], first=first, backward=backward, attribution=attrib,
         where=[asdict(w) for w in where], ops=align_ops(ta.ops, tb.ops),
         op_counts={va.id: len(ta.ops), vb.id: len(tb.ops)},
         paths_no_grad=ops_inf, hints=hint_list, hint_candidates=tried,

@@ -19,6 +19,8 @@ def summary_text(d: dict) -> str:
         lines.append(f"{d['a']} and {d['b']} agree on {d['case']} ({d['verdict']})")
     elif d["first"]:
         lines.append(f"first divergence: {d['first']['text']}")
+    elif d.get("backward"):
+        lines.append(f"first divergence (backward only): {d['backward']['text']}")
     elif not d["trace"]:
         lines.append("no canonical sub-module to trace: the difference is the module's own computation")
     else:
@@ -26,6 +28,7 @@ def summary_text(d: dict) -> str:
                      "(a residual, a norm or step the family does not map)")
     if d.get("attribution"):
         lines.append(d["attribution"]["text"])
+    lines += [f"mistake of {v}: {line}" for v, line in d.get("mistakes", {}).items()]
     if worst is not None and not Verdict(worst["verdict"]).agrees:
         idx = ", ".join(map(str, worst["worst_index"]))
         lines.append(f"worst tensor {worst['tensor']}: {worst['mismatches']}/{worst['numel']} elements "
@@ -44,6 +47,8 @@ def render(d: dict) -> str:
     out.append("\n-- traits (* differs, S semantic)")
     out.append(tabulate([[("*" if t["differs"] else "") + ("S" if t["semantic"] else ""), t["trait"], t["a"], t["b"]]
                          for t in d["traits"]], headers=["", "trait", d["a"], d["b"]], tablefmt="simple"))
+    for v, line in d.get("mistakes", {}).items():
+        out.append(f"mistake of {v}: {line}")
     if d.get("errors"):
         out.append("\nerror: " + "; ".join(f"{k}: {v}" for k, v in d["errors"].items()))
         return "\n".join(out)
@@ -57,6 +62,8 @@ def render(d: dict) -> str:
         tablefmt="simple"))
     if d["first"]:
         out.append(f"first divergence: {d['first']['text']}")
+    elif d.get("backward"):
+        out.append(f"first divergence (backward only): {d['backward']['text']}")
     if d.get("attribution"):
         out.append(f"attribution: {d['attribution']['text']}")
     out.append("\n-- where (mismatching elements, worst index (batch, position, feature), row kind)")

@@ -1,0 +1,185 @@
+"""Precision calibrated by its false-alarm rate: random (seed, shape) draws of the float32
+check over the registry, the distribution of each variant's error ratio to its baseline,
+and how many draws raise a false alarm.
+
+    nice -n 5 python benchmarks/precision_calibration.py              # 200 draws (a few minutes)
+    python benchmarks/precision_calibration.py --draws 20 --seed 3
+
+Every registered variant is declared correct, so in float32 a "less precise" verdict on a
+variant whose float64 semantics hold is a false alarm. Each draw is one config (seed, D =
+H x d_k, H, B, T, S, F; sizes small so the whole run takes minutes) and one family, taken
+in turn so every family gets its share of draws; the family's variants are checked against
+their spec in float64 and float32 on every case, as ``check`` does.
+
+Two statistics are compared, each as a ratio to the baseline's (the oracle evaluated in
+float32, and the family reference where it shares the variant's traits):
+
+- **max** (the rule before issue 15): the largest absolute error of the tensor; the verdict
+  was "equivalent" while ``err <= 2 x baseline + 1 ulp``. On a tensor of a few dozen
+  elements the largest error is one draw from the tail: its ratio swings with the shape.
+- **rms** (the rule now): the root mean square of the error; the verdict is "equivalent"
+  while ``rms <= factor x baseline rms + 1 ulp`` (``harness.check.precision``). An average
+  over every element of the tensor: the ratio of two of them is stable across shapes.
+
+Prints, per family, the number of tensors and the median, 99th percentile and maximum of
+both ratios, then the false-alarm rate of each rule (draws with at least one false alarm)
+and the variants behind them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from collections import defaultdict
+
+import torch
+
+from harness.base.config import Config
+from harness.base.verdicts import Verdict
+from harness.check import precision as P
+from harness.check.spec import SpecChecker
+from harness.families.catalog import FAMILIES
+from harness.registry import load_all, variants_of
+
+OLD_FACTOR = 2.0
+DRAWS = 200
+
+
+def draw_config(rng: random.Random) -> Config:
+    """A small random config: every size drawn on its own (sizes may coincide, or be 1)."""
+    heads = rng.choice((1, 2, 3, 4, 6, 8))
+    d_k = rng.choice((2, 4, 6, 8, 12, 16))
+    d_model = max(heads * d_k, 4)  # D >= 4: a LayerNorm over 2 features is +-1 whatever its input
+    d_k = d_model // heads
+    return Config(d_model=d_model, heads=heads, d_ff=d_model * rng.choice((2, 4)), batch=rng.randint(1, 4),
+                  tgt_len=rng.randint(1, 9), src_len=rng.randint(1, 9), seed=rng.randrange(2 ** 31))
+
+
+def families() -> list[str]:
+    """The families with a floating-point output in float32 (not the bool masks)."""
+    return [name for name, fam in FAMILIES.items() if not fam.dtypes and variants_of(name)]
+
+
+def old_ok(t, factor: float) -> bool:
+    """The rule before issue 15 on one tensor: largest error <= 2 x the baseline's + 1 ulp
+    (the floor read back from ``allowed = factor x ref_err + floor``, the check's own)."""
+    ref = t.ref_err or 0.0
+    floor = t.allowed - factor * ref
+    return t.err <= OLD_FACTOR * ref + floor
+
+
+def run(draws: int, seed: int, only: list[str] | None, factor: float) -> dict:
+    rng = random.Random(seed)
+    fams = only or families()
+    ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"rms": [], "max": []})
+    by_size: dict[str, list[float]] = defaultdict(list)  # rms ratios by the tensor's element count
+    alarms_new: dict[int, list[str]] = defaultdict(list)
+    alarms_old: dict[int, list[str]] = defaultdict(list)
+    checked = 0
+    for i in range(draws):
+        family = fams[i % len(fams)]
+        cfg = draw_config(rng)
+        checker = SpecChecker({"draw": cfg}, factor=factor)
+        shape = (f"seed {cfg.seed} D={cfg.d_model} H={cfg.heads} B={cfg.batch} T={cfg.tgt_len} "
+                 f"S={cfg.src_len} F={cfg.d_ff}")
+        for v in variants_of(family):
+            if v.supports(cfg):
+                continue
+            for r in checker.check_specs(v, ["float32"]):
+                if r.dtype != "float32":
+                    continue
+                sem = checker.check(v, "draw", r.case, "float64")
+                if sem is None or not sem.ok:  # semantics first: a float64 contradiction is no false alarm
+                    continue
+                checked += 1
+                for t in r.tensors:
+                    if t.verdict not in (Verdict.EQUIVALENT, Verdict.LESS_PRECISE) or t.note.startswith("semantics"):
+                        continue
+                    if math.isfinite(t.ratio):
+                        ratios[family]["rms"].append(t.ratio)
+                        by_size[size_bin(t.n)].append(t.ratio)
+                    if math.isfinite(t.max_ratio):
+                        ratios[family]["max"].append(t.max_ratio)
+                    where = f"{family}/{v.id} {r.case} {t.name} ({shape})"
+                    if t.verdict == Verdict.LESS_PRECISE:
+                        alarms_new[i].append(f"{where}: rms ratio {t.ratio:.3g}")
+                    if not old_ok(t, factor):
+                        alarms_old[i].append(f"{where}: max ratio {t.max_ratio:.3g}")
+                if r.verdict == Verdict.ERROR and r.ok is False:
+                    alarms_new[i].append(f"{family}/{v.id} {r.case}: error {r.note[:80]} ({shape})")
+    return {"ratios": ratios, "new": alarms_new, "old": alarms_old, "checked": checked, "by_size": by_size}
+
+
+SIZES = ((1, 15), (16, 63), (64, 255), (256, 10 ** 12))
+
+
+def size_bin(n: int) -> str:
+    lo, hi = next((lo, hi) for lo, hi in SIZES if n <= hi)
+    return f"{lo}-{hi}" if hi < 10 ** 12 else f">={lo}"
+
+
+def quantile(xs: list[float], q: float) -> float:
+    if not xs:
+        return math.nan
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--draws", type=int, default=DRAWS, help=f"(seed, shape) draws (default {DRAWS})")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
+    parser.add_argument("--family", action="append", help="only these families (repeatable)")
+    parser.add_argument("--factor", type=float, default=P.PRECISION_FACTOR,
+                        help=f"the rms rule's factor (default: the harness's, {P.PRECISION_FACTOR:g})")
+    args = parser.parse_args(argv)
+    if args.draws < 1:
+        parser.error("--draws must be at least 1")
+    load_all()
+    unknown = [f for f in args.family or [] if f not in FAMILIES]
+    if unknown:
+        parser.error(f"unknown family {unknown}; families: {sorted(FAMILIES)}")
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: one intra-op thread (the check's own setting)
+    try:
+        out = run(args.draws, args.seed, args.family, args.factor)
+    finally:
+        torch.set_num_threads(threads)
+    seconds = time.perf_counter() - start
+    print(f"{args.draws} draws (seed {args.seed}), {out['checked']} float32 spec checks, {seconds:.0f} s")
+    print(f"{'family':<22} {'tensors':>7}  {'rms: median':>11} {'p99':>6} {'max':>6}  "
+          f"{'max: median':>11} {'p99':>6} {'max':>6}")
+    everything = {"rms": [], "max": []}
+    for family, r in sorted(out["ratios"].items()):
+        everything["rms"] += r["rms"]
+        everything["max"] += r["max"]
+        print(f"{family:<22} {len(r['rms']):>7}  {quantile(r['rms'], 0.5):>11.3g} {quantile(r['rms'], 0.99):>6.3g} "
+              f"{max(r['rms'], default=math.nan):>6.3g}  {quantile(r['max'], 0.5):>11.3g} "
+              f"{quantile(r['max'], 0.99):>6.3g} {max(r['max'], default=math.nan):>6.3g}")
+    print(f"{'all':<22} {len(everything['rms']):>7}  {quantile(everything['rms'], 0.5):>11.3g} "
+          f"{quantile(everything['rms'], 0.99):>6.3g} {max(everything['rms'], default=math.nan):>6.3g}  "
+          f"{quantile(everything['max'], 0.5):>11.3g} {quantile(everything['max'], 0.99):>6.3g} "
+          f"{max(everything['max'], default=math.nan):>6.3g}")
+    print(f"\nrms ratio by the tensor's element count (the allowance: max(factor, exp({P.SIZE_Z:g}/sqrt(n))))")
+    for lo, hi in SIZES:
+        name = f"{lo}-{hi}" if hi < 10 ** 12 else f">={lo}"
+        xs = out["by_size"].get(name, [])
+        print(f"  n {name:<10} {len(xs):>6} tensors  p99 {quantile(xs, 0.99):.3g}  max {max(xs, default=math.nan):.3g}"
+              f"  allowed {P.size_factor(args.factor, lo):.3g}x at n={lo}")
+    now = f"rms error <= max({args.factor:g}, exp({P.SIZE_Z:g}/sqrt(n)))x"
+    for label, key, rule in (("max rule (before)", "old", f"largest error <= {OLD_FACTOR:g}x + 1 ulp"),
+                             ("rms rule (now)", "new", now)):
+        bad = out[key]
+        print(f"\n{label}, {rule}: false alarms in {len(bad)} of {args.draws} draws "
+              f"({100 * len(bad) / args.draws:.1f}%)")
+        for i in sorted(bad)[:10]:
+            print(f"  draw {i}: {bad[i][0]}" + (f" (+{len(bad[i]) - 1} more)" if len(bad[i]) > 1 else ""))
+    return 1 if out["new"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""``python -m harness map MODULE:FUNCTION --family attention_kernel``: how a plain attention
+function reads its call, found by trying.
+
+Every layout (``BHSD``, ``BSHD``, the packed ones, ``varlen``) and mask form
+(``register_kernel``'s) is tried; a form the function cannot take fails on every case and
+drops out. For each form that runs, the function's float64 run on *every* case it takes
+(output and every gradient) is held to the oracle of each set of conventions (causal
+diagonal, K/V grouping); the candidate failing the fewest cases wins (then the most cases
+taken, then the smallest gap). The case with rows that see no key decides, for the winner,
+what such a row gives (the mask method and the dead-row traits, as ``map`` infers them for
+modules). Nothing fits: the closest candidate is printed with the cases it fails, each
+named, and its mistake (``kernel_explain``). Something fits: the ``register_kernel(...)``
+call is printed only after it was executed and checked in a scratch registry, clean.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from harness.base.config import Config
+from harness.base.errors import HarnessError, UnknownName
+from harness.check.runs import RunCache, applicable
+from harness.check.spec import _float64_check, expected_names
+from harness.families import kernel_oracle as K
+from harness.families.catalog import get_family
+from harness.registry import REGISTRY, Variant, scratch
+from harness.registry.kernels import LAYOUTS, MASK_FORMS, accepted_options, register_kernel
+from harness.trace.kernel_explain import explain_kernel
+from harness.trace.map_candidates import Proposal, load_object
+from harness.trace.map_verify import on_path, verify_registration
+
+FAMILY = "attention_kernel"
+DEAD_CASE = "fully_masked"
+# Conventions tried on every case (each candidate a combination); defaults first (ties).
+CONVENTIONS = {"causal": K.CAUSAL, "gqa_grouping": K.GQA_GROUPINGS}
+
+
+@dataclass
+class Candidate:
+    layout: str
+    mask: str
+    traits: dict
+    cases: list[str]
+    failing: dict[str, str] = field(default_factory=dict)   # case -> why (max_abs or the error)
+    gap: float = 0.0
+
+    def key(self, order: int) -> tuple:
+        return (len(self.failing), -len(self.cases), self.gap, order)
+
+    def describe(self) -> str:
+        conv = ", ".join(f"{k}={v!r}" for k, v in self.traits.items())
+        return f"layout {self.layout}, mask {self.mask}, {conv}"
+
+
+def _gap(run, oracle, names) -> float | None:
+    """The worst float64 gap when the run misses the oracle, None when it meets it."""
+    worst = None
+    for n in names:
+        c = _float64_check(n, run.tensors.get(n), oracle.tensors[n], None)
+        if c.verdict != "equivalent":
+            worst = max(worst or 0.0, c.err if c.err == c.err else float("inf"))
+    return worst
+
+
+def _read(family, checker: RunCache, case: str, traits: dict) -> dict:
+    """``traits`` with the conventions ``case`` cannot tell apart set to their first value
+    (the causal diagonal off the causal cases, the K/V grouping where H_kv = H), so the
+    oracles of candidates that differ only there are one cached run."""
+    inputs = checker.inputs(family, case)
+    out = dict(traits)
+    if "causal" not in family.case_semantic.get(case, ()):
+        out["causal"] = CONVENTIONS["causal"][0]
+    if inputs["k"].shape[1] == inputs["q"].shape[1]:
+        out["gqa_grouping"] = CONVENTIONS["gqa_grouping"][0]
+    return out
+
+
+def _score(checker: RunCache, variant: Variant, form: tuple[str, str], traits: dict, cases: list[str]) -> Candidate:
+    """The candidate (form, conventions) held to its oracle on every case in ``cases``."""
+    family = variant.family_spec
+    zero = checker.fills(variant)
+    cand = Candidate(form[0], form[1], dict(traits), list(cases))
+    for case in cases:
+        run = checker.run(variant, case, zero, torch.float64)
+        if run.error:
+            cand.failing[case] = run.error[:120]
+            cand.gap = float("inf")
+            continue
+        oracle = checker.oracle(family, _read(family, checker, case, traits), case, zero, torch.float64)
+        gap = _gap(run, oracle, expected_names(family, oracle, checker, variant))
+        if gap is not None:
+            cand.failing[case] = f"max_abs {gap:.3g}"
+            cand.gap = max(cand.gap, gap)
+    return cand
+
+
+def _dead_rows(checker: RunCache, variant: Variant, traits: dict) -> dict | None:
+    """The mask method (its own dead-row behaviour preferred) or the explicit dead-row
+    traits whose oracle the function meets on the case with rows that see no key."""
+    family = variant.family_spec
+    zero = checker.fills(variant)
+    run = checker.run(variant, DEAD_CASE, zero, torch.float64)
+    if run.error:
+        return None
+    options = [{"mask_method": m} for m in K.MASK_METHODS]
+    options += [{"mask_method": m, "fully_masked_row": r, "fully_masked_grad": g}
+                for m in K.MASK_METHODS for r, g in itertools.product(K.DEAD_ROWS, K.DEAD_GRADS)
+                if K.NATURAL[m] != (r, g)]
+    for extra in options:
+        spec = {**traits, **extra}
+        if family.validate_traits("probe", spec):
+            continue
+        oracle = checker.oracle(family, spec, DEAD_CASE, zero, torch.float64)
+        if _gap(run, oracle, expected_names(family, oracle, checker, variant)) is None:
+            return extra
+    return None
+
+
+def _import_line(target: str, name: str, import_line: str) -> tuple[str, Path | None]:
+    """How the registration imports the function: the module's import, or, for a file, by
+    its stem from the file's folder (a variants file's own folder is importable)."""
+    if import_line:
+        return import_line, None
+    path = Path(target.rpartition(":")[0]).resolve()
+    return f"from {path.stem} import {name}", path.parent
+
+
+def _code(vid: str, name: str, import_line: str, source: str, best: Candidate) -> str:
+    traits = {k: v for k, v in best.traits.items()
+              if k == "causal" or v != get_family(FAMILY).traits[k].default}
+    return "\n".join([
+        "from harness import register_kernel", import_line, "",
+        f'register_kernel(id="{vid}", fn={name}, layout="{best.layout}", mask="{best.mask}", source="{source}",',
+        f"                traits={traits!r})",
+    ])
+
+
+def _free_id(vid: str, import_line: str, folder: Path | None) -> str:
+    """``vid``, or ``vid_mapped`` when importing the function registers ``vid`` already
+    (the function's own file is a variants file)."""
+    with scratch(), on_path(folder):
+        try:
+            exec(compile(import_line, "<map import>", "exec"), {})  # noqa: S102
+        except Exception:  # noqa: BLE001  (verify says it, with the reason)
+            return vid
+        return f"{vid}_mapped" if f"{FAMILY}/{vid}" in REGISTRY else vid
+
+
+def propose_kernel_map(target: str, *, cfg: Config | None = None, variant_id: str | None = None) -> Proposal:
+    cfg = cfg or Config()
+    fn, import_line, source = load_object(target, "FUNCTION")
+    name = target.rpartition(":")[2]
+    if not callable(fn) or isinstance(fn, type):
+        raise UnknownName(f"'{name}' in '{target.rpartition(':')[0]}' is not a function")
+    vid = variant_id or name.lower()
+    family = get_family(FAMILY)
+    checker = RunCache(cfg, record=False)
+    options = accepted_options(fn)
+    scored: list[tuple[tuple, Candidate]] = []
+    ran: dict[tuple[str, str], Variant] = {}
+    with scratch():
+        forms = [(layout, mask) for layout in LAYOUTS
+                 for mask in (("lengths",) if layout == "varlen" else [m for m in MASK_FORMS if m != "is_causal"])]
+        for order, form in enumerate(forms):
+            try:
+                variant = register_kernel(id=f"{vid}__{order}", fn=fn, layout=form[0], mask=form[1],
+                                          traits={"causal": "top_left"}, source=source)
+            except HarnessError:
+                continue
+            if variant.supports(cfg):
+                continue
+            cases = [c.name for c in family.cases if applicable(variant, c.name) and c.name != DEAD_CASE]
+            for values in itertools.product(*CONVENTIONS.values()):
+                cand = _score(checker, variant, form, dict(zip(CONVENTIONS, values)), cases)
+                if len(cand.failing) == len(cases) and all("max_abs" not in w for w in cand.failing.values()):
+                    break   # this form does not run the function on any case
+                ran[form] = variant
+                scored.append((cand.key(order), cand))
+        if not scored:
+            return Proposal(False, f"no layout or mask form of register_kernel runs {target} on the family's "
+                                   f"cases ({len(forms)} tried); options it takes: {list(options) or 'none'}")
+        best = min(scored, key=lambda kc: kc[0])[1]
+        variant = ran[(best.layout, best.mask)]
+        head = [f"map {target} as family '{FAMILY}'",
+                f"tried {len(forms)} layout/mask forms ({len(ran)} ran: {', '.join(' '.join(f) for f in ran)}) x "
+                f"{len(list(itertools.product(*CONVENTIONS.values())))} conventions, each over every case it takes"]
+        if best.failing:
+            failing = [(cfg, c) for c in best.failing]
+            probe = register_kernel(id=f"{vid}__closest", fn=fn, layout=best.layout, mask=best.mask,
+                                    traits=best.traits, source=source)
+            mistake = (explain_kernel(probe, failing) if any(w.startswith("max_abs") for w in best.failing.values())
+                       else "it raises there (a shape or option it does not take), not a convention")
+            fails = "; ".join(f"{c} ({why})" for c, why in best.failing.items())
+            head += [f"nothing fits: the closest candidate ({best.describe()}) fails on {fails}; "
+                     f"it agrees on the other {len(best.cases) - len(best.failing)} case(s)",
+                     f"its mistake: {mistake}"]
+            return Proposal(False, "\n".join(head), tried=len(scored),
+                            closest={"layout": best.layout, "mask": best.mask, "traits": best.traits,
+                                     "failing": best.failing})
+        if DEAD_CASE in (c.name for c in family.cases if applicable(variant, c.name)):
+            dead = _dead_rows(checker, variant, best.traits)
+            if dead is None:
+                head.append(f"nothing fits on {DEAD_CASE}: no mask method or dead-row value set meets the "
+                            f"function there ({best.describe()} fits every other case); declare them yourself")
+                return Proposal(False, "\n".join(head), tried=len(scored),
+                                closest={"layout": best.layout, "mask": best.mask, "traits": best.traits,
+                                         "failing": {DEAD_CASE: "rows without keys"}})
+            best.traits.update(dead)
+            best.cases.append(DEAD_CASE)
+    imports, folder = _import_line(target, name, import_line)
+    if variant_id is None:
+        vid = _free_id(vid, imports, folder)
+    code = _code(vid, name, imports, source if import_line else Path(target.rpartition(":")[0]).name, best)
+    clean, checked = verify_registration(code, FAMILY, vid, cfg, folder=folder)
+    head += [f"found: {best.describe()}, equivalent to its oracle in float64 (output and every gradient) "
+             f"on every case it takes: {', '.join(best.cases)}", checked]
+    where = "paste into a variants file" + (f" beside {folder}" if folder else "")
+    return Proposal(clean, "\n".join(head) + f"\n\n# {where}\n" + code, code, len(scored), best.layout,
+                    traits=best.traits)
