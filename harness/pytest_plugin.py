@@ -81,10 +81,37 @@ def _gpu_count() -> int:
 def pytest_load_initial_conftests(early_config, parser, args):
     """On a host with several GPUs, each xdist worker sees only its own (set before any
     conftest imports torch, so CUDA starts on that GPU alone)."""
+    _refuse_rootdir_from_variants(early_config)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         gpu = worker_gpu(dict(os.environ), _gpu_count() if not os.environ.get("CUDA_VISIBLE_DEVICES") else 0)
         if gpu is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+
+
+def _refuse_rootdir_from_variants(config) -> None:
+    """``pytest --variants /elsewhere/mine.py`` (two words): pytest picks its rootdir and
+    settings file from every word that names an existing path before any plugin has defined
+    ``--variants``, so the file's folder would replace this folder's settings (addopts,
+    testpaths, markers) and pytest would collect everything under the current folder.
+    Refused in one line naming the cure, instead of running another suite than asked."""
+    ns = config.known_args_namespace
+    given = [v for v in getattr(ns, "variants", None) or [] if v in config.invocation_params.args]
+    if not given:
+        return
+    try:
+        from _pytest.config.findpaths import determine_setup
+
+        rootpath, inipath, *_ = determine_setup(
+            inifile=ns.inifilename, override_ini=ns.override_ini, args=list(ns.file_or_dir),
+            rootdir_cmd_arg=ns.rootdir or None, invocation_dir=config.invocation_params.dir)
+    except (ImportError, TypeError):  # another pytest's internals: nothing to compare with
+        return
+    if inipath != config.inipath or rootpath != config.rootpath:
+        settings = f"'{inipath}'" if inipath else f"rootdir '{rootpath}'"
+        raise pytest.UsageError(
+            f"--variants {given[0]}: pytest took its rootdir from this path (a separate word, read before "
+            f"the plugin defining --variants loads) and would ignore {settings} with its addopts and "
+            f"testpaths; write --variants={given[0]} (one word) or {VARIANTS_ENV}={given[0]}")
 
 
 def variant_files(config) -> list[str]:
@@ -178,8 +205,8 @@ class VariantItem(pytest.Item):
         if wrong:
             by_kind = SimpleNamespace(specs=[], gradchecks=[], dropouts=[])
             getattr(by_kind, {"gradcheck": "gradchecks", "dropout": "dropouts"}.get(self.aspect, "specs")).extend(wrong)
-            raise VariantMismatch(f"{self.key} contradicts its declaration ({self.aspect}: "
-                                  f"{len(wrong)} of {len(results)} checks):\n" + failures_table(by_kind))
+            raise VariantMismatch(f"{self.key} contradicts its declaration ({self.aspect}: {len(wrong)} of "
+                                  f"{len(results)} checks): {_first_cause(wrong)}\n" + failures_table(by_kind))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, VariantMismatch):
@@ -210,6 +237,17 @@ def _aspect(results: list, aspect: str) -> list:
 
 # (variant key, device) -> its results: the check runs once and its aspects share it.
 _CHECKED: dict[tuple[str, str], list] = {}
+
+
+def _first_cause(wrong: list) -> str:
+    """The cause pytest's one-line summary shows: the first error's own message (an exception,
+    an output of the wrong shape or type) before any numeric difference."""
+    errors = [r for r in wrong if getattr(r, "verdict", "") == "error" and getattr(r, "note", "")]
+    first = errors[0] if errors else wrong[0]
+    worst = getattr(first, "worst", "")
+    verdict = str(getattr(first, "verdict", "") or "failed")
+    text = str(getattr(first, "note", "") or (verdict + (f" in {worst}" if worst else "")))
+    return text.split("; ")[0][:200]
 
 
 def _check_one(variant, device: str) -> list:

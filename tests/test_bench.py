@@ -246,7 +246,8 @@ def test_report_from_log_and_compare(norm_log, tmp_path, capsys):
     folder = out / "cpu" / "from"
     report = (folder / "REPORT.md").read_text()
     assert "## norm" in report and "torch_layernorm" in report and "## Targets" in report
-    assert "torch.utils.benchmark.Timer" in report and "num_threads` set explicitly" in report
+    prose = " ".join(report.split())  # prose is wrapped to the terminal's width
+    assert "torch.utils.benchmark.Timer" in prose and "num_threads` set explicitly" in prose
     assert "Matmul peak timed beside these rows" in report and "RSS peak MiB" in report
     rows = json.loads((folder / "results.json").read_text())["rows"]
     assert {"median_s", "iqr_s", "vs_baseline_q1", "saved_bytes", "peak_bytes", "torch", "threads"} <= set(rows[0])

@@ -84,6 +84,9 @@ def refuse_foreign(path: str | Path, what: str, own=is_own_json) -> None:
     target = Path(path)
     if not target.exists() or target.is_dir():
         return
+    if not target.is_file():  # a device (/dev/null), a pipe, a socket: never renamed over, never opened
+        raise HarnessError(f"{what} '{path}' is not a regular file (a device, a pipe or a socket); it is left "
+                           "as it is: give a file name")
     try:
         empty = target.stat().st_size == 0
     except OSError:

@@ -16,6 +16,7 @@ matmul peak that moved across rounds) carries the figures in ``disturbed``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -198,6 +199,7 @@ class Prepared:
     resident: list[torch.Tensor]
     compile_s: float | None = None        # first compiled call: Dynamo + Inductor + one run
     graphs: int | None = None             # graphs Dynamo compiled for it (0 = it ran eager)
+    output: tuple[tuple[int, ...], int] = ((), 0)  # one eager call's output: (shape, NaN count)
 
 
 def prepare(case: BenchCase) -> Prepared:
@@ -216,10 +218,12 @@ def prepare(case: BenchCase) -> Prepared:
     leaves = list(unique_grad_inputs(family, inputs).values()) + [p for p in params if p.requires_grad]
     resident = params + [t for t in inputs.values() if isinstance(t, torch.Tensor)]
     grad_out = None
+    with contextlib.nullcontext() if train else torch.no_grad():
+        probe = variant.call(module, inputs)  # what it returns, checked against the reference's (sweep)
+    output = (tuple(probe.shape), int(probe.isnan().sum()) if probe.is_floating_point() else 0)
     if train:
-        probe = variant.call(module, inputs)
         grad_out = cotangent(probe.shape, cfg.seed).to(case.device, dtype)
-        del probe
+    del probe
 
     def make_step(target):
         def forward():
@@ -241,7 +245,7 @@ def prepare(case: BenchCase) -> Prepared:
 
     forward, eager_step = make_step(module)
     if not case.compiled:
-        return Prepared(forward, eager_step, eager_step, resident)
+        return Prepared(forward, eager_step, eager_step, resident, output=output)
     from torch import _dynamo as dynamo
     from torch._dynamo.utils import counters
 
@@ -254,7 +258,7 @@ def prepare(case: BenchCase) -> Prepared:
         torch.cuda.synchronize()
     compile_s = time.perf_counter() - started
     graphs = counters["stats"]["unique_graphs"] - before
-    return Prepared(forward, step, eager_step, resident, compile_s, graphs)
+    return Prepared(forward, step, eager_step, resident, compile_s, graphs, output)
 
 
 ATTENTION_FAMILIES = {"attention", "encoder_layer", "decoder_layer", "decoder_only_block"}

@@ -12,6 +12,7 @@ from typing import Any, Iterable
 from harness.base.errors import ResultsFileError
 from harness.base.files import atomic_write
 from harness.bench.row import BenchRow, Row, typed_rows
+from harness.bench.timing import PEAK_FRACTION
 from harness.registry import REGISTRY
 
 LOG_MAGIC = "attention-harness bench log"
@@ -117,6 +118,8 @@ def load_rows(path: Path) -> list[Row]:
         raise ResultsFileError(f"results file '{path}' does not exist")
     if path.is_dir():
         raise ResultsFileError(f"results file '{path}' is a directory; give a results.json or a bench .jsonl in it")
+    if not path.is_file():  # a pipe would block the read; a device is no results file
+        raise ResultsFileError(f"results file '{path}' is not a regular file (a device, a pipe or a socket)")
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
@@ -198,3 +201,29 @@ def load_many(paths: list[Path]) -> list[Row]:
             seen[key] = path
             merged.append(r)
     return merged
+
+
+def slow_peaks(rows: list[dict]) -> list[dict]:
+    """Rows with a group marked disturbed when its matmul peak fell below PEAK_FRACTION of the
+    best peak of the run (same device and dtype), whatever the load average said: the machine
+    gave that group less than it gave the others. Its case rows carry the same mark."""
+    peaks = [r for r in rows if r.get("kind") == "peak" and isinstance(r.get("peak_flops"), (int, float))]
+    best: dict[tuple, float] = {}
+    for p in peaks:
+        k = (p.get("device"), p.get("dtype"))
+        best[k] = max(best.get(k, 0.0), p["peak_flops"])
+    why: dict[str, str] = {}
+    for p in peaks:
+        top = best[(p.get("device"), p.get("dtype"))]
+        if top > 0 and p["peak_flops"] < PEAK_FRACTION * top:
+            why[p["group"]] = (f"matmul peak {p['peak_flops'] / 1e9:.0f} GFLOP/s, {p['peak_flops'] / top:.0%} of "
+                               f"the run's best {top / 1e9:.0f}")
+    if not why:
+        return rows
+    out = []
+    for r in rows:
+        extra = why.get(r.get("group")) if r.get("kind", "case") in ("case", "peak") else None
+        if extra and extra not in (r.get("disturbed") or ""):
+            r = {**r, "disturbed": "; ".join(x for x in (r.get("disturbed"), extra) if x)}
+        out.append(r)
+    return out

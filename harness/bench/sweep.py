@@ -63,6 +63,22 @@ def disturbance(loads: list[float | None], peak_rounds: list[float], device: str
     return "; ".join(why)
 
 
+def wrong_outputs(outputs: dict[str, tuple[tuple[int, ...], int]], ref: str | None) -> dict[str, str]:
+    """Variants whose output (shape, NaN count) tells that they compute something else than
+    the family's reference: another shape, or NaN where the reference has none. What ``check``
+    calls an error or a difference is not timed as a speed."""
+    if ref not in outputs:
+        return {}
+    shape, nans = outputs[ref]
+    wrong = {}
+    for vid, (s, n) in outputs.items():
+        if s != shape:
+            wrong[vid] = f"output shape {s} where the reference {ref}'s is {shape}: not timed"
+        elif n and not nans:
+            wrong[vid] = f"output has NaN in {n} element(s) where the reference {ref}'s has none: not timed"
+    return wrong
+
+
 def _static(case: BenchCase, prepared: Prepared, m: Measurement) -> None:
     """What is not time, from one instrumented call of the eager step: kernel path, FLOPs
     (executed and dense-equivalent), tensor peak, bytes saved for backward."""
@@ -100,6 +116,7 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
     ref = reference_of(first.family)
     rows: dict[str, BenchRow] = {}
     fns: dict[str, Callable[[], object]] = {}
+    outputs: dict[str, tuple[tuple[int, ...], int]] = {}
     loads = [load_average()]
     for case in cases:
         row = BenchRow(_spec(case, threads, ref.id if ref else None))
@@ -118,10 +135,14 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
             _static(case, prepared, m)
             m.status = "ok"
             fns[case.variant] = prepared.step
+            outputs[case.variant] = prepared.output
         except HarnessError:
             raise
         except Exception as exc:  # a finding, not a crash: the sweep goes on
             _failed(m, case, exc)
+    for vid, why in wrong_outputs(outputs, ref.id if ref else None).items():  # not timed: its error row
+        rows[vid].measurement.status, rows[vid].measurement.error = "error", why
+        del fns[vid]
     size = PEAK_SIZE["cuda" if first.device.startswith("cuda") else "cpu"]
     mm, mm_flops = timing.matmul_callable(first.device, dtype_of(first.dtype), size)
     timed = timing.interleave({**fns, PEAK: mm}, rounds=rounds, min_time=min_time, threads=threads,
@@ -140,6 +161,7 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
         row.spec = dataclasses.replace(row.spec, group=group)
         _timed(m, timed, vid, peak_rounds, rounds)
         m.peak_flops, m.load, m.disturbed, m.interleaved = pk, loads, disturbed, True
+        row.extra["min_time"] = min_time  # like with like: --compare reads it
         if ref is not None and ref.id in fns:
             _, r1, r3 = timing.quartiles(timed.ratio(ref.id, vid))
             r, r_lo, r_hi = timing.ratio_of_medians(timed.rounds[ref.id], timed.rounds[vid])

@@ -45,6 +45,12 @@ aten = torch.ops.aten
 # across rounds, so 10% flagged a quiet machine; a target is claimed only when its lower
 # quartile holds anyway. The load average is the other signal.
 PEAK_SPREAD_LIMIT = 0.35
+# A group whose matmul peak (median over its rounds) is below this fraction of the run's best
+# group peak is disturbed, whatever the load average says. Measured: the committed full run
+# (load 1.7-2.0, its own two threads) has group peaks at 55-100% of its best (median 81%);
+# 71 groups timed while seven other jobs shared this 2-core machine (load 8.4-12.0) ranged
+# 8-100% of their best, 66 of them under half, 56 of those with a round spread under 35%
+PEAK_FRACTION = 0.5
 
 
 # -- time ----------------------------------------------------------------------------------------

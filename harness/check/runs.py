@@ -209,8 +209,10 @@ def run_variant(
     except Exception as exc:  # a variant that fails on this case/dtype is a finding
         run.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return run
-    if not isinstance(out, torch.Tensor):
-        raise InputError(f"{variant.key}: adapter returned {type(out).__name__}, not a tensor")
+    if not isinstance(out, torch.Tensor):  # the user's call adapter or forward: its error row
+        run.error = (f"the call returned {type(out).__name__}, not a tensor (the variant's call adapter "
+                     "must return the output tensor)")
+        return run
     run.changed = changed_inputs(snap)
     if out.is_floating_point() and out.dtype != dtype:  # a bfloat16 call answered in float32 (a cast dropped)
         run.changed.append(f"output returned in {str(out.dtype).replace('torch.', '')}, "

@@ -237,6 +237,10 @@ class SpecChecker:
         base = dict(family=family.name, variant=variant.id, config=config, case=case, dtype=dtype_name,
                     device=self.device, expected=expected, reference=ref.id if ref else "",
                     path=run.path or "-")
+        out, want = run.tensors.get("output"), oracle.tensors["output"]
+        if not run.error and out is not None and out.shape != want.shape:  # an adapter's mistake, named
+            run.error = (f"output shape {tuple(out.shape)} where the oracle's is {tuple(want.shape)} "
+                         "(the variant's forward or call adapter returns another shape)")
         if run.error:
             finding = declared_path_finding(variant.traits, case, config)
             return SpecResult(**base, verdict=Verdict.ERROR, ok=expected == Verdict.ERROR or bool(finding),

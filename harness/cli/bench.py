@@ -19,15 +19,15 @@ from tabulate import tabulate
 
 from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.dtypes import default_dtypes, resolve_device
-from harness.base.errors import ConfigError, HarnessError
+from harness.base.errors import ConfigError, HarnessError, ResultsFileError
 from harness.bench.cases import PROFILES, TIMING, check_sizes, plan
-from harness.bench.log import is_own_log, load_many, read_log
+from harness.bench.log import is_own_log, load_many, read_log, slow_peaks
 from harness.bench.row import BenchRow, PeakRow, Row, RowSpec, typed_rows
 from harness.bench.sweep import device_dir, run_sweep, shard
 from harness.check.api import check_all
 from harness.cli.common import _load, _variant_files
 from harness.families.catalog import FAMILIES
-from harness.report.bench_frame import load_old
+from harness.report.bench_frame import compare_with, frame, load_old
 from harness.report.bench_tables import print_targets
 from harness.report.differences_md import is_own_differences, write_differences
 from harness.report.io import ensure_writable, write_json
@@ -186,6 +186,7 @@ def _measure(args, cases, log: Path, fresh: bool) -> tuple[list[BenchRow], bool]
 
 
 def _disturbed_lines(rows: list[Row]) -> list[str]:
+    rows = typed_rows(slow_peaks([r.to_json() if isinstance(r, (BenchRow, PeakRow)) else r for r in rows]))
     peaks = [r for r in rows if isinstance(r, PeakRow) and r.disturbed]
     return [f"disturbed window: {p.group}: {p.disturbed}" for p in peaks]
 
@@ -234,6 +235,9 @@ def cmd_report(args) -> int:
     note = ""
     if args.from_file:
         rows = load_many([Path(f) for f in args.from_file])
+        if not any(isinstance(r, BenchRow) for r in rows):
+            raise ResultsFileError(f"no benchmark rows in {', '.join(repr(f) for f in args.from_file)}: "
+                                   "give a bench log or a results.json with measured cases")
         note = "Rows from " + ", ".join(f"`{f}`" for f in args.from_file) + "."
         measured = next((r for r in rows if isinstance(r, BenchRow)), None)
         spec = measured.spec if measured else RowSpec(key="")
@@ -284,6 +288,11 @@ def cmd_report(args) -> int:
     for line in _disturbed_lines(rows):
         print(line, file=sys.stderr)
     print(f"wrote {report} (+ results.csv, results.json, plots)" + (f"; compared with {compare}" if compare else ""))
+    if old is not None:  # like with like: rows measured otherwise have no change, said here too
+        notes = [n for n in compare_with(frame(rows)[0], old, args.threshold)["change_note"] if n]
+        if notes:
+            print(f"note: {len(notes)} row(s) not compared with {compare}: measured otherwise there: "
+                  f"{'; '.join(dict.fromkeys(notes))}", file=sys.stderr)
     if note.startswith("Interrupted"):
         print("reports/DIFFERENCES.md is not written by an interrupted run", file=sys.stderr)
     elif results is not None and args.profile == "full":  # where and why they differ (harness.trace.differences)

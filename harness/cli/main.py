@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also trace where each declared difference first shows (seconds per difference)")
     p.add_argument("--compiled", action="store_true",
                    help="also check each attention/layer variant under torch.compile against itself eager (slow)")
-    p.add_argument("--compile-backend", default="inductor", metavar="NAME",
+    p.add_argument("--compile-backend", metavar="NAME",
                    help="torch.compile backend for --compiled (default inductor; aot_eager skips code generation)")
     p.add_argument("--json", metavar="PATH", help="also write every spec, pair, path, gradcheck and dropout result")
     p.set_defaults(func=cmd_check)

@@ -18,9 +18,11 @@ from tabulate import tabulate
 
 from harness.base.config import Config
 from harness.base.errors import ConfigError
+from harness.base.files import check_output_folder
 from harness.bench.cache_bench import write_cache_bench
 from harness.cli.bench import _int_list
 from harness.cli.common import _load
+from harness.registry import get_variant
 from harness.report.io import write_json
 from harness.report.models_md import copy_task_table, write_cache_bench_report, write_copy_task_report
 from harness.systems.copy_task import write_copy_task
@@ -122,6 +124,9 @@ def cmd_copy_task(args) -> int:
     _load(args)
     if min(args.steps, args.batch, args.eval) < 1:
         raise ConfigError(f"--steps {args.steps}, --batch {args.batch} and --eval {args.eval} must be positive")
+    for vid in args.variant or []:  # a model that is not there would train nothing, silently
+        get_variant("encoder_decoder", vid)
+    check_output_folder(Path(args.out), ("copy_task.json", "copy_task.md", "copy_task.png"), "copy-task --out")
     runs = write_copy_task(args.out, Config.parse(args.set), args.steps, args.batch, args.variant, args.eval)
     write_copy_task_report(runs, Path(args.out))
     print(copy_task_table(runs))
@@ -131,7 +136,11 @@ def cmd_copy_task(args) -> int:
 
 def cmd_cache_bench(args) -> int:
     _load(args)
-    rows = write_cache_bench(args.out, _int_list(args.seq), Config.parse(args.set))
+    lengths = _int_list(args.seq)
+    if min(lengths) < 2:  # refused here, before anything is built (write_cache_bench says the same)
+        raise ConfigError(f"impossible sweep: --seq {args.seq}: generated lengths must be at least 2")
+    check_output_folder(Path(args.out), ("cache_bench.json", "cache_bench.md", "cache_bench.png"), "cache-bench --out")
+    rows = write_cache_bench(args.out, lengths, Config.parse(args.set))
     write_cache_bench_report(rows, Path(args.out))
     print((Path(args.out) / "cache_bench.md").read_text())
     return 0

@@ -6,6 +6,7 @@ import time
 
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of, resolve_device
+from harness.base.errors import HarnessError
 from harness.cli.common import _load
 from harness.families.catalog import get_family
 from harness.registry import get_variant
@@ -26,6 +27,9 @@ def cmd_diff(args) -> int:
     ensure_writable(args.json)
     family = get_family(args.family)
     a, b = get_variant(family.name, args.a), get_variant(family.name, args.b)
+    if a.key == b.key:
+        raise HarnessError(f"diff {family.name} {args.a} {args.b}: A and B are the same variant; give two "
+                           f"(`python -m harness list --family {family.name}` lists them)")
     if args.case:
         family.case(args.case)
         case = args.case
@@ -40,6 +44,8 @@ def cmd_diff(args) -> int:
 
 
 def cmd_map(args) -> int:
+    if args.id is not None and not args.id.replace("_", "").replace("-", "").isalnum():
+        raise HarnessError(f"--id {args.id!r} must be letters, digits, '_' or '-' (a variant id)")
     _load(args)
     ensure_writable(args.json)
     if args.family == "attention_kernel":  # a plain function: layout, mask form and conventions
@@ -56,6 +62,8 @@ def cmd_map(args) -> int:
 def cmd_differences(args) -> int:
     _load(args)
     ensure_writable(args.out, "--out", own=is_own_differences)
+    for name in args.family or []:  # before minutes of tracing
+        get_family(name)
     cfg = Config.parse(args.set)
     started = time.perf_counter()
     findings = differences(None, None, families=args.family, cfg=cfg)

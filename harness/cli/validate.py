@@ -58,5 +58,24 @@ def validate_args(args) -> None:
     if given.get("log") and given.get("json") and Path(args.log).resolve() == Path(args.json).resolve():
         raise HarnessError(f"--log and --json name one file ('{args.json}'): the rows would overwrite "
                            "the log; give two paths")
+    if args.command == "check":
+        _compile_backend(args)
     if given.get("set"):
         Config.parse(args.set)  # seed range, every key, the memory estimate
+
+
+def _compile_backend(args) -> None:
+    """--compile-backend names one of torch.compile's backends, and only with --compiled
+    (otherwise nothing is compiled and the name would be ignored)."""
+    if args.compile_backend is None:
+        args.compile_backend = "inductor"
+        return
+    if not args.compiled:
+        raise ConfigError(f"--compile-backend {args.compile_backend} applies to --compiled only: add --compiled "
+                          "or leave it out")
+    from torch._dynamo import list_backends
+
+    known = sorted(set(list_backends(exclude_tags=())) | {"inductor"})
+    if args.compile_backend not in known:
+        raise ConfigError(f"--compile-backend '{args.compile_backend}' is not a torch.compile backend; known: "
+                          f"{', '.join(known)}")

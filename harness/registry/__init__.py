@@ -105,6 +105,7 @@ def register(**fields: Any) -> Variant:
     if requires is not None:
         own = variant.supports
         variant = dataclasses.replace(variant, supports=lambda cfg: requires(variant.traits, cfg) or own(cfg))
+    variant = dataclasses.replace(variant, call=_returns_tensor(variant.call))
     if variant.key in REGISTRY:
         raise RegistryError(
             f"variant '{variant.key}' is registered twice "
@@ -112,6 +113,28 @@ def register(**fields: Any) -> Variant:
         )
     REGISTRY[variant.key] = variant
     return variant
+
+
+class CallResultError(TypeError):
+    """A variant's call adapter returned something other than the output tensor: a finding
+    about that variant (its error row in every command), not a user's usage mistake."""
+
+
+def _returns_tensor(call: Callable[[Any, Mapping[str, Any]], Any]) -> Callable[[Any, Mapping[str, Any]], Any]:
+    """``call``, refusing a result that is not a tensor (a tuple, None, a dict) with a
+    message naming it, wherever the call is made: check, diff, bench, map, the pytest plugin."""
+    if getattr(call, "returns_tensor", False):
+        return call
+
+    def checked(module: Any, inputs: Mapping[str, Any]) -> Any:
+        out = call(module, inputs)
+        if not isinstance(out, torch.Tensor):
+            raise CallResultError(f"the call returned {type(out).__name__}, not a tensor (the variant's "
+                                       "call adapter must return the output tensor, e.g. m(...)[0])")
+        return out
+
+    checked.returns_tensor = True  # type: ignore[attr-defined]
+    return checked
 
 
 PACK_GROUP = "attention_harness.variants"
@@ -209,6 +232,12 @@ def load_file(path: str | Path) -> list[Variant]:
         raise VariantFileError(
             f"variant file '{given}' has a syntax error at line {exc.lineno}"
             f"{f' of {where}' if where else ''}: {exc.msg}"
+        ) from None
+    except SystemExit as exc:  # sys.exit() or exit() at import: one line, never a silent stop
+        _undo(name, before)
+        raise VariantFileError(
+            f"variant file '{given}' exited at import with SystemExit({exc.code!r}){_where(exc, resolved)}: "
+            "a variants file must not call sys.exit; guard script code with if __name__ == '__main__':"
         ) from None
     except Exception as exc:  # the user's code: report it in one line
         _undo(name, before)

@@ -52,20 +52,46 @@ def family_table(cases: pd.DataFrame, family: str) -> str:
             "saved MiB": _mib(r["saved_bytes"]), "tensor peak MiB": _mib(r["peak_bytes"]),
             "RSS peak MiB": _mib(r["rss_peak_bytes"]) if not pd.isna(r["rss_peak_bytes"]) else (
                 "not measured" if r["status"] == "ok" and r["device"] == "cpu" else "-"),
-            "path": r["path"] if isinstance(r["path"], str) else "-",
+            "path": short_path(r["path"]) if isinstance(r["path"], str) else "-",
         }
         if compiled:
             row["compile s"] = "-" if pd.isna(r["compile_s"]) else f"{r['compile_s']:.1f}"
         if r["status"] != "ok":
             row["median ms"] = r["status"]
-            row["IQR ms"] = str(r.get("error", ""))[:60]
+            row["IQR ms"] = str(r.get("error", ""))[:40]
         if isinstance(r["disturbed"], str) and r["disturbed"]:
             row["median ms"] += " (d)"
         if has_change:
-            row["change"] = "-" if pd.isna(r["change"]) else (
-                f"{r['change']:+.0%}" + (" REGRESSION" if r["regression"] else ""))
+            note = r.get("change_note")
+            row["change"] = ("not comparable" if isinstance(note, str) and note else "-" if pd.isna(r["change"]) else
+                             f"{r['change']:+.0%}" + (" REGRESSION" if r["regression"] else ""))
         rows.append(row)
-    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt="github", showindex=False)
+    df = pd.DataFrame(rows)
+    ids = ["variant", "mode", "B", "T", "D", "dtype"]
+    parts = []
+    for title, columns in (("Time", TIME_COLUMNS), ("Rate", RATE_COLUMNS), ("Memory", MEMORY_COLUMNS),
+                           ("Kernel path", ("path",))):
+        parts.append(f"{title}:\n\n" + tabulate(df[ids + [c for c in columns if c in df]], headers="keys",
+                                                tablefmt="github", showindex=False))
+    return "\n\n".join(parts)
+
+
+# Kernel operators by a short name in the tables (the full names: results.csv, and the
+# mechanism table below each family's).
+SHORT_OPS = {"_scaled_dot_product_flash_attention_for_cpu": "sdpa_flash_cpu",
+             "_transformer_encoder_layer_fwd": "encoder_fast_path", "_native_multi_head_attention": "native_mha"}
+
+
+def short_path(path: str) -> str:
+    for op, short in SHORT_OPS.items():
+        path = path.replace(op, short)
+    return path.replace("+", " + ")
+
+
+# The per-family table in four, so that each fits a wide terminal (160 columns).
+TIME_COLUMNS = ("median ms", "IQR ms", "vs baseline [q1-q3]", "compile s", "change")
+RATE_COLUMNS = ("GFLOP/s", "% peak [q1-q3]", "% peak dense-eq.")
+MEMORY_COLUMNS = ("saved MiB", "tensor peak MiB", "RSS peak MiB")
 
 
 def _shape(ops_shape) -> str:

@@ -19,7 +19,7 @@ from tabulate import tabulate
 
 from harness.base.errors import HarnessError, ResultsFileError
 from harness.base.files import atomic_write, make_public, output_lock
-from harness.bench.timing import CPU_PEAK_METHOD, CUDA_PEAK_METHOD, PEAK_SPREAD_LIMIT
+from harness.bench.timing import CPU_PEAK_METHOD, CUDA_PEAK_METHOD, PEAK_FRACTION, PEAK_SPREAD_LIMIT
 from harness.check.results import PairResult, PathResult
 from harness.families.catalog import get_family
 from harness.registry import TARGETS, reference_of
@@ -28,7 +28,14 @@ from harness.report.bench_tables import family_table, machine_state, mechanisms_
 from harness.report.io import write_json
 from harness.report.plots import plot_sweeps, plot_verdicts
 from harness.report.summary import summary_table
-from harness.report.tables import LEGEND, differences_table, paths_table, traits_table, verdict_matrix
+from harness.report.tables import (
+    LEGEND,
+    differences_table,
+    fit_width,
+    paths_table,
+    traits_table,
+    verdict_matrix,
+)
 from harness.report.targets import MET_TEXT, evaluate
 
 
@@ -75,6 +82,7 @@ def method_lines(cases: pd.DataFrame, device: str) -> list[str]:
         "- `% peak`: executed FLOP/s over the FLOP/s of the square matmul timed in the same rounds, same dtype "
         "(per family below, with its spread and the load average).",
         "- A group is **disturbed** when the 1-minute load average at its start or end exceeds the cores + 0.5, "
+        f"its matmul peak is below {PEAK_FRACTION:.0%} of the best group peak of the run (same dtype), "
         f"or its matmul peak's IQR across rounds exceeds {PEAK_SPREAD_LIMIT:.0%} of its median; "
         "its rows are marked (d).",
         "- Saved for backward: `torch.autograd.graph.saved_tensors_hooks`, unique storages, parameters and "
@@ -187,7 +195,7 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
         n_reg = int(cases["regression"].sum())
         lines += [f"Compared with `{compared_with or 'an earlier run'}`: {n_reg} regression(s) beyond "
                   f"{threshold:.0%} (`change` column: median time against the old median, where the same case "
-                  "was measured there).", ""]
+                  "was measured there)." + unlike_text(cases), ""]
 
     for family in cases["family"].unique():
         ref = reference_of(family)
@@ -227,7 +235,17 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
     if len(failed):
         lines += ["## Not measured", "", tabulate(failed[["key", "status", "error"]], headers="keys",
                                                   tablefmt="github", showindex=False), ""]
-    atomic_write(out / "REPORT.md", "\n".join(lines) + "\n")
+    atomic_write(out / "REPORT.md", fit_width("\n".join(lines)) + "\n")
+
+
+def unlike_text(cases: pd.DataFrame) -> str:
+    """' N rows are not compared: ...' naming the fields (machine, torch, threads, profile)
+    in which the earlier rows differ, with their values."""
+    notes = [n for n in cases.get("change_note", pd.Series(dtype=object)) if isinstance(n, str) and n]
+    if not notes:
+        return ""
+    return (f" **{len(notes)} row(s) are not compared: the earlier run measured them otherwise** "
+            f"({'; '.join(dict.fromkeys(notes))}); their `change` says `not comparable`.")
 
 
 def models_section(models: Path) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Iterable
 
 import pandas as pd
@@ -194,3 +195,50 @@ def compiled_table(results, tablefmt: str = "simple") -> str:
     if not rows:
         return "(none)"
     return tabulate(pd.DataFrame(rows), headers="keys", tablefmt=tablefmt, showindex=False)
+
+
+# -- width ------------------------------------------------------------------------------------------
+
+WIDTH = 160  # a wide terminal: no line of REPORT.md is wider
+
+
+def fit_width(text: str, width: int = WIDTH) -> str:
+    """Markdown no wider than ``width``: a prose line is wrapped (a list item's continuation
+    indented), and a table with a line wider than that becomes a list, one item per row
+    ("- first cell: header value; ..."), wrapped the same way. Narrow tables stay tables."""
+    out: list[str] = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("|"):
+            j = i
+            while j < len(lines) and lines[j].startswith("|"):
+                j += 1
+            block = lines[i:j]
+            out += block if max(map(len, block)) <= width else _table_as_list(block, width)
+            i = j
+            continue
+        out += _wrap(lines[i], width)
+        i += 1
+    return "\n".join(out)
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split(" | ")]
+
+
+def _wrap(line: str, width: int) -> list[str]:
+    if len(line) <= width or line.startswith(("#", "![", "    ", "```")):
+        return [line]
+    indent = "  " if line.startswith(("- ", "* ")) else ""
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+
+
+def _table_as_list(block: list[str], width: int) -> list[str]:
+    header = _cells(block[0])
+    items = []
+    for line in block[2:]:
+        cells = _cells(line)
+        rest = "; ".join(f"{h or '-'} {c}" for h, c in zip(header[1:], cells[1:]) if c not in ("", "-"))
+        items += _wrap(f"- **{cells[0] or '-'}**: {rest}", width)
+    return items + [""]

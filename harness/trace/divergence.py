@@ -128,7 +128,13 @@ def trace_variant(
     """Run once with hooks on every canonical sub-module; ``patch`` replaces the output
     (or, for ``unit:in``, the input) of those sub-modules with the given tensors."""
     family = variant.family_spec
-    module, portmap = build(variant, cfg, dtype=dtype, device=device, weights=weights64)
+    try:
+        module, portmap = build(variant, cfg, dtype=dtype, device=device, weights=weights64)
+    except HarnessError:
+        raise
+    except Exception as exc:  # the variant's constructor failing is a finding: its error, traced no further
+        return Trace(variant.id, {}, None, {}, [], "-", f"building it: {type(exc).__name__}: "
+                     f"{str(exc).splitlines()[0] if str(exc) else ''}")
     inputs = cast_inputs(inputs64, dtype, device, family.grad_inputs if backward else ())
     counter = [0]
     owners = {u: owner_module(portmap, u) for u in canonical_units(family, cfg)} if portmap else {}

@@ -3,6 +3,8 @@ assignment of its weights to the family's canonical parameters."""
 
 from __future__ import annotations
 
+import ast
+import builtins
 import importlib
 import importlib.util
 import inspect
@@ -234,6 +236,11 @@ def make_call(form: str, module: torch.nn.Module, cfg: Config) -> tuple[Callable
         raise ConfigError(f"bad --call '{form}': {exc.msg}") from None
     scope = {"per_head": per_head, "masked": masked, "torch": torch, "additive_mask": additive_mask,
              "rotary_tables": rotary_tables}
+    unknown = sorted({n.id for n in ast.walk(ast.parse(code, mode="eval")) if isinstance(n, ast.Name)}
+                     - {"m", "i", *scope, *dir(builtins)})
+    if unknown:  # a typo in a form's name, or a name the expression cannot see: said now, not as "no form ran"
+        raise ConfigError(f"--call '{form}' names {', '.join(unknown)}: neither a call form "
+                          f"({', '.join(CALL_FORMS)}) nor an expression of m, query, key, value, mask")
 
     def call(m, i):
         return _first(eval(compiled, {**scope, "m": m, "i": i}))  # noqa: S307

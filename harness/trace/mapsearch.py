@@ -142,7 +142,8 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
         fails = "; ".join(f"{c} (max_abs {g:.3g})" for c, g in closest["failing"].items())
         why += (f"\nclosest (the {CLOSEST_POOL} nearest on the first case, scored over every case, forward "
                 f"float64): call form {closest['call_form']}, "
-                f"fails on {fails}; agrees on {', '.join(closest['agrees']) or 'no case'}; map {closest['map']}")
+                f"fails on {fails}" + (f" ({closest['note']})" if closest.get("note") else "")
+                + f"; agrees on {', '.join(closest['agrees']) or 'no case'}; map {closest['map']}")
     else:
         why += "\nno call form ran the module on the family's inputs: pass --call and --init"
     if call and call in failed:
@@ -230,25 +231,26 @@ def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, s
     for _, _, form, adapter, pmap, cases, module in pool:
         variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
                           param_map=pmap, traits=dict(ref.traits))
-        gaps = {}
+        gaps, notes = {}, []
         for case in cases:
             try:
-                verdict, gap = _forward_verdict(checker, variant, ref, case, module)
+                verdict, gap, note = _forward_verdict(checker, variant, ref, case, module)
             except (PortingError, InputError):
-                verdict, gap = Verdict.ERROR, math.inf
+                verdict, gap, note = Verdict.ERROR, math.inf, ""
             if not verdict.agrees:
                 gaps[case] = gap
+                notes += [note] if note else []
         key = (len(gaps), max(gaps.values(), default=0.0))
         if best_key is None or key < best_key:
             best_key = key
             best = {"call_form": form, "map": {k: entry_code(v) for k, v in pmap.items()}, "failing": gaps,
                     "agrees": [c for c in cases if c not in gaps],
-                    "max_abs": key[1]}
+                    "max_abs": key[1], "note": notes[0] if notes else ""}
     return best
 
 
 def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: str,
-                     module: torch.nn.Module) -> tuple[str, float]:
+                     module: torch.nn.Module) -> tuple[str, float, str]:
     """The quick test of a candidate: the module built once, the candidate's weights
     ported in, float64 forward only, no op recording."""
     family = ref.family_spec
@@ -260,11 +262,12 @@ def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: st
         with torch.no_grad():
             got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
     except Exception:  # noqa: BLE001  (this call form does not run the module on this case)
-        return Verdict.ERROR, math.inf
+        return Verdict.ERROR, math.inf, ""
     if want is None or not isinstance(got, torch.Tensor):
-        return Verdict.ERROR, math.inf
+        return Verdict.ERROR, math.inf, ""
     tv = compare_tensors(got.detach().double().cpu(), want, None, None, torch.float64)
-    return tv.verdict, tv.max_abs
+    note = f"output: {tv.note}, the module's vs {ref.id}'s" if tv.note else ""
+    return tv.verdict, tv.max_abs, note
 
 
 def _gap(got: torch.Tensor, want: torch.Tensor) -> float:

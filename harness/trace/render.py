@@ -69,7 +69,8 @@ def render(d: dict) -> str:
     out.append("\n-- where (mismatching elements, worst index (batch, position, feature), row kind)")
     out.append(tabulate(
         [[w["tensor"], w["verdict"], _fmt(w["max_abs"]), f"{w['mismatches']}/{w['numel']}",
-          ", ".join(map(str, w["worst_index"])), w["row_kind"],
+          ", ".join(map(str, w["worst_index"])) + (f" (A {_value(w['worst_a'])}, B {_value(w['worst_b'])})"
+                                                    if w["worst_index"] else ""), w["row_kind"],
           "; ".join(f"{k}: {n}" for k, n in w["rows"].items())]
          for w in d["where"] if not Verdict(w["verdict"]).agrees]
         or [["(every tensor agrees)", "", "", "", "", "", ""]],
