@@ -90,6 +90,9 @@ def check_family(family: str, ids: list[str], dtypes: list[str] | None = None) -
             for d in report["dropouts"]:
                 if not d["ok"] and d["variant"] in found:
                     found[d["variant"]].append(f"dropout {d['check']}: {d['measured']} (expected {d['expected']})")
+            for c in report.get("caches", []):  # two cached sessions against the full forward (issue 15)
+                if not c["ok"] and c["variant"] in found:
+                    found[c["variant"]].append(f"k/v cache: {c['verdict']} ({c['max_abs']:.3g})")
             for vid in ids:  # paths are listed, not counted: keep the largest no_grad-vs-autograd gap
                 paths = [p for p in report.get("paths", [])
                          if p["variant"] == vid and isinstance(p.get("max_abs"), (int, float))]

@@ -207,6 +207,12 @@ class Embedding(nn.Module):
         return embedded
 
 
+def _embed(module, inputs):
+    """The module takes its pad index at construction, the family's call per call: set it."""
+    module.pad_idx = inputs["pad_idx"]
+    return module(inputs["tokens"])
+
+
 def create_pad_mask(tokens, pad):
     """(B, 1, S), True = pad (masked)."""
     return (tokens == pad).unsqueeze(-2)
@@ -296,7 +302,7 @@ register(
 register(
     id="t2t", family="embedding", source=SEED, summary="pad rows zeroed, x sqrt(D)",
     build=lambda cfg: Embedding(cfg.vocab, cfg.d_model, pad_idx=0),
-    call=lambda m, i: m(i["tokens"]),
+    call=lambda m, i: _embed(m, i),
     param_map={"weight": Param("vocab_embedding.weight")},
     traits={"embedding_scale": "sqrt(D)", "pad_rows": "zeroed"},
 )

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from harness.base.errors import ConfigError
 
+PADDINGS = ("right", "left", "arbitrary", "per_row")  # key padding patterns (harness.families.base.pad_pattern)
+
 
 @dataclass(frozen=True)
 class Config:
@@ -39,6 +41,13 @@ class Config:
     softcap: float = 0.0                    # logit soft-cap: cap * tanh(s / cap) (0: none)
     block: int = 64                         # block size of a blocked (flash-style) kernel
     rope_base: float = 10000.0              # RoPE's base: pair i turns by position * base^(-2i/r)
+    # The input regime (issue 15): the defaults are the cases' own inputs. Drawn by the
+    # Hypothesis strategies of harness.base.regimes (``check --explore``), fixed in the
+    # families' regime cases ("padded@left", "self@x12", ...), settable with --set.
+    padding: str = "right"   # key padding: right, left, arbitrary (holes) or per_row (each row another)
+    scale: float = 1.0       # factor on the activations a family differentiates (query, x, logits...)
+    pad_idx: int = 0         # the padding token of the embedding and masks cases (token 0 a real token)
+    factor: float = 1.0      # the learning-rate schedule's factor
 
     def __post_init__(self) -> None:
         for name in ("d_model", "heads", "d_ff", "batch", "tgt_len", "src_len", "vocab"):
@@ -77,6 +86,21 @@ class Config:
             raise ConfigError(f"rope_base={self.rope_base!r} must be a finite number > 1")
         if not isinstance(self.block, int) or isinstance(self.block, bool) or self.block < 1:
             raise ConfigError(f"block={self.block!r} must be a positive integer")
+        self._check_regime_fields()
+
+    def _check_regime_fields(self) -> None:
+        """The input regime: a known padding pattern, finite positive scale and factor, a pad
+        index inside the vocabulary."""
+        if self.padding not in PADDINGS:
+            raise ConfigError(f"padding={self.padding!r} must be one of {', '.join(PADDINGS)}")
+        for name in ("scale", "factor"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                    and math.isfinite(value) and 0 < value <= 1e4):
+                raise ConfigError(f"{name}={value!r} must be a finite number > 0 (at most 1e4)")
+        p = self.pad_idx
+        if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p < self.vocab:
+            raise ConfigError(f"pad_idx={p!r} must be an integer from 0 to vocab-1={self.vocab - 1}")
 
     @property
     def n_kv_heads(self) -> int:
@@ -142,7 +166,8 @@ class Config:
         # the attention kernels' fields and RoPE's base, when set
         kernel = "".join(f" {name}={value}" for name, value, default in (
             ("H_kv", self.kv_heads, None), ("window", self.window, None), ("softcap", self.softcap, 0.0),
-            ("block", self.block, 64), ("rope_base", self.rope_base, 10000.0)) if value != default)
+            ("block", self.block, 64), ("rope_base", self.rope_base, 10000.0), ("padding", self.padding, "right"),
+            ("scale", self.scale, 1.0), ("pad_idx", self.pad_idx, 0), ("factor", self.factor, 1.0)) if value != default)
         return (f"B={self.batch} T={self.tgt_len} S={self.src_len} D={self.d_model} "
                 f"H={self.heads} d_k={self.d_k} F={self.d_ff}{kernel}")
 
@@ -158,9 +183,10 @@ def _parse_window(raw: str) -> tuple[int, int] | None:
     return int(left), int(right)
 
 
-_PARSERS = {"window": _parse_window, "kv_heads": lambda raw: None if raw.lower() == "none" else int(raw)}
+_PARSERS = {"window": _parse_window, "kv_heads": lambda raw: None if raw.lower() == "none" else int(raw),
+            "padding": str}
 _KINDS = {"window": "LEFT,RIGHT (e.g. 2,0; HF's sliding_window=w is w-1,0) or none",
-          "kv_heads": "an integer dividing heads, or none"}
+          "kv_heads": "an integer dividing heads, or none", "padding": "right, left, arbitrary or per_row"}
 
 
 # The default matrix. Every config keeps B, T, S, D, H, d_k and F apart where it can

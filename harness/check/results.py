@@ -169,6 +169,9 @@ class CheckReport:
     dropouts: list[DropoutResult] = field(default_factory=list)
     compiled: list[CompiledResult] = field(default_factory=list)
     skipped: list[tuple[str, str, str, str]] = field(default_factory=list)  # family, variant, config, why
+    # k/v caches: two cached sessions against the full forward (harness.systems.decoding's
+    # CacheResult, added by the check command: the systems layer sits above this one)
+    caches: list = field(default_factory=list)
 
     @property
     def failures(self) -> list:
@@ -180,7 +183,8 @@ class CheckReport:
                  and (p.family, p.a, p.config, p.case, p.dtype) not in failing
                  and (p.family, p.b, p.config, p.case, p.dtype) not in failing]
         return ([s for s in self.specs if not s.ok] + [g for g in self.gradchecks if not g.ok]
-                + [d for d in self.dropouts if not d.ok] + [c for c in self.compiled if not c.ok] + pairs)
+                + [d for d in self.dropouts if not d.ok] + [c for c in self.compiled if not c.ok]
+                + [c for c in self.caches if not c.ok] + pairs)
 
     def as_dict(self) -> dict:
         return {
@@ -192,6 +196,7 @@ class CheckReport:
             "gradchecks": [g.as_dict() for g in self.gradchecks],
             "dropouts": [d.as_dict() for d in self.dropouts],
             "compiled": [c.as_dict() for c in self.compiled],
+            "caches": [c.as_dict() for c in self.caches],
             "skipped": [dict(zip(("family", "variant", "config", "why"), s)) for s in self.skipped],
             "contradictions": len(self.failures),
         }

@@ -398,6 +398,7 @@ class RunCache:
 def applicable(variant: Variant, case: str) -> bool:
     """Whether a family case applies to a variant (``traits["cases"]`` limits it, and a case
     the family keeps for the variants declaring some trait: ``Family.case_declarers``)."""
+    case = variant.family_spec.base_case(case)  # a regime case applies where its base case does
     cases = variant.traits.get("cases")
     if cases is not None and case not in cases:
         return False

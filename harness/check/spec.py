@@ -66,6 +66,20 @@ HALF_DIFFERENT_FACTOR = 10.0
 # the mean of V), so there the no-grad eval run is compared with the autograd run (``paths``)
 # but not held to the spec.
 NO_KEY_CASES = ("fully_masked", "left_pad")
+# Regimes outside the one the precision rule was calibrated on (unit-scale inputs, short T, S):
+# activations scaled (logits in the hundreds, where the logits' own rounding dominates) or
+# sequences over one 64-wide key block. There each implementation's maximum error is one
+# draw of that noise: measured on PyTorch's own modules in float32 (largest-error statistic,
+# before the RMS one), nn.MultiheadAttention 2.2x and an eager LLaMA attention 2.1-4.1x. So float32 is judged
+# there as the half dtypes are: "less precise" reported, and "different" (a contradiction)
+# beyond assert_close's tolerance at the tensor's scale and 10x the baseline's error; a
+# NaN/inf the oracle does not have (a softmax overflowing) is "different" as everywhere.
+CALIBRATED_LENGTH = 64  # longest T or S inside the calibrated regime (one 64-wide key block)
+
+
+def outside_calibration(cfg: Config) -> bool:
+    """Whether ``cfg`` (a case's config) lies outside the precision rule's calibrated regime."""
+    return cfg.scale != 1.0 or max(cfg.tgt_len, cfg.src_len) > CALIBRATED_LENGTH
 
 
 # The note a spec carries when a declared per-case path finding (traits['path_findings'])
@@ -84,16 +98,20 @@ def expected_names(family: Family, oracle: Run, checker: RunCache, variant: Vari
     return [n for n in oracle.tensors if n not in zero]
 
 
-def _float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal: str | None) -> TensorCheck:
+def _float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal: str | None,
+                   scale: float = 0.0) -> TensorCheck:
+    """``scale``: the scale the floor is taken at besides the tensor's own (all the gradients'
+    for a gradient: one that is analytically zero, k.bias, is rounding noise at the size of
+    the terms that cancelled; measured 1.2e-10 for nn.MultiheadAttention at T = 131, x25)."""
     if a is None:
         return TensorCheck(name, Verdict.DIFFERENT, math.inf, None, 0.0, math.inf, f"{name} is missing")
     g = P.gap(a, o)
     if not g.comparable:
         return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, None, 0.0, math.inf,
                            f"{name}: NaN in {g.nan_mismatch} element(s) where the oracle has none, or the reverse")
-    allowed = P.FLOAT64_ATOL + P.FLOAT64_RTOL * g.scale
+    allowed = P.FLOAT64_ATOL + P.FLOAT64_RTOL * max(g.scale, scale)
     ratio = g.max_abs / allowed
-    if g.within(P.FLOAT64_ATOL):
+    if g.within(P.FLOAT64_ATOL + P.FLOAT64_RTOL * scale):
         return TensorCheck(name, Verdict.EQUIVALENT, g.max_abs, None, allowed, ratio)
     lower = dtype_of(internal) if internal else torch.float32
     rtol, atol = P.DEFAULT_TOLERANCE[lower]
@@ -106,7 +124,7 @@ def _float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal:
 
 
 def _lower_check(name: str, a: torch.Tensor | None, o: torch.Tensor, baselines: list[tuple[torch.Tensor, torch.Tensor]],
-                 dtype: torch.dtype, *, factor: float, scale: float) -> TensorCheck:
+                 dtype: torch.dtype, *, factor: float, scale: float, half_rule: bool = False) -> TensorCheck:
     """``baselines``: (result in ``dtype``, its float64 oracle) pairs computing the same
     function as the variant: the oracle evaluated in ``dtype``, and the family reference
     when it shares the variant's semantics. The largest of their errors is the baseline."""
@@ -129,7 +147,8 @@ def _lower_check(name: str, a: torch.Tensor | None, o: torch.Tensor, baselines: 
     note = "" if ref_err is not None else "no reference error in this dtype: held to the ulp floor"
     if verdict == Verdict.LESS_PRECISE and ref_err is not None:
         note = f"{name}: RMS error {ratio:.3g}x the baseline's (allowed {limit:.3g}x on {g.n} elements)"
-    if verdict == Verdict.LESS_PRECISE and dtype in HALF_DTYPES and ref_err is not None and name.startswith("output"):
+    if (verdict == Verdict.LESS_PRECISE and (dtype in HALF_DTYPES or half_rule) and ref_err is not None
+            and name.startswith("output")):
         rtol, atol = P.DEFAULT_TOLERANCE[dtype]
         tolerance = atol + rtol * max(g.scale, scale)
         if g.max_abs > tolerance and g.max_abs >= HALF_DIFFERENT_FACTOR * ref_err:
@@ -230,6 +249,8 @@ class SpecChecker:
         oracle = checker.oracle(family, variant.traits, case, zero, dtype)
         overflow = fill_overflow(variant, dtype)
         internal = variant.traits.get("internal_dtype")
+        loose = (bool(self.lenient) and dtype != torch.float64
+                 and outside_calibration(family.case_config(case, checker.cfg)))
         if dtype == torch.float64:
             expected = Verdict.LESS_PRECISE if internal else Verdict.EQUIVALENT
         else:
@@ -266,9 +287,15 @@ class SpecChecker:
         names = expected_names(family, oracle, checker, variant)
         checks: list[TensorCheck] = []
         baselines: list[Run] = []
+        # The floor of a gradient is taken at the scale of all the gradients: one that is
+        # analytically zero (k.bias; Q and K when T = 1) is rounding noise around 0 in every
+        # implementation, at the size of the terms that cancelled.
+        grad_scale = max((float(t.abs().max()) for n, t in oracle.tensors.items()
+                          if n != "output" and t.numel() and torch.isfinite(t).all()), default=0.0)
         if dtype == torch.float64:
             for name in names:
-                checks.append(_float64_check(name, run.tensors.get(name), oracle.tensors[name], internal))
+                checks.append(_float64_check(name, run.tensors.get(name), oracle.tensors[name], internal,
+                                             scale=0.0 if name == "output" else grad_scale))
         else:
             sem64 = self.check(variant, config, case, "float64")
             baselines = [checker.oracle(family, variant.traits, case, zero, dtype, compute=dtype)]
@@ -278,23 +305,19 @@ class SpecChecker:
                 ref_run = checker.run(ref, case, zero, dtype)
                 if not ref_run.error:
                     baselines.append(ref_run)
-            # The ulp floor of a gradient is taken at the scale of all the gradients: one that
-            # is analytically zero (k.bias; Q and K when T = 1) is rounding noise around 0
-            # in every implementation, at the size of the terms that cancelled.
-            grad_scale = max((float(t.abs().max()) for n, t in oracle.tensors.items()
-                              if n != "output" and t.numel() and torch.isfinite(t).all()), default=0.0)
             for name in names:
                 checks.append(_lower_check(
                     name, run.tensors.get(name), oracle.tensors[name],
                     [(b.tensors[name], oracle.tensors[name]) for b in baselines if name in b.tensors],
-                    dtype, factor=self.factor, scale=0.0 if name == "output" else grad_scale))
+                    dtype, factor=self.factor, scale=0.0 if name == "output" else grad_scale, half_rule=loose))
             if sem64 is not None and sem64.verdict in (Verdict.DIFFERENT, Verdict.ERROR):
                 checks = [TensorCheck(c.name, Verdict.DIFFERENT if c.verdict != Verdict.EQUIVALENT
                                       or sem64.verdict == Verdict.DIFFERENT else c.verdict,
                                       c.err, c.ref_err, c.allowed, c.ratio,
                                       "semantics already differ in float64") for c in checks]
-        if family.differentiable and case not in NO_KEY_CASES:  # the inference path is held to the same spec
-            checks.append(self._inference_check(variant, config, case, dtype, zero, oracle, internal, baselines))
+        if family.differentiable and family.base_case(case) not in NO_KEY_CASES:  # inference path: the same spec
+            checks.append(self._inference_check(variant, config, case, dtype, zero, oracle, internal, baselines,
+                                                loose))
         verdict = worst_spec(c.verdict for c in checks)
         bad = max(checks, key=lambda c: (c.verdict.rank, c.ratio))
         notes = [c.note for c in checks if c.verdict != Verdict.EQUIVALENT and c.note]
@@ -306,7 +329,8 @@ class SpecChecker:
         if verdict == Verdict.EQUIVALENT and overflow:
             notes.insert(0, f"expected an error: {overflow}")
         ok = (verdict == expected or (expected == Verdict.LESS_PRECISE and verdict == Verdict.EQUIVALENT)
-              or (verdict == Verdict.LESS_PRECISE and expected == Verdict.EQUIVALENT and dtype_name in self.lenient))
+              or (verdict == Verdict.LESS_PRECISE and expected == Verdict.EQUIVALENT
+                  and (dtype_name in self.lenient or loose)))
         finding = declared_path_finding(variant.traits, case, config)
         if finding and not ok:  # a declared per-case path finding: reported, not a contradiction
             ok = True
@@ -316,7 +340,7 @@ class SpecChecker:
                           worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks)
 
     def _inference_check(self, variant, config, case, dtype, zero, oracle, internal,
-                         baselines) -> TensorCheck:
+                         baselines, loose=False) -> TensorCheck:
         """The no-grad eval run's output against the same oracle and baselines as the
         autograd run's output (a fast path that only runs under no_grad is judged too)."""
         name = "output (no-grad eval)"
@@ -327,7 +351,8 @@ class SpecChecker:
         if dtype == torch.float64:
             return _float64_check(name, inf.tensors.get("output"), o, internal)
         pairs = [(b.tensors["output"], o) for b in baselines if "output" in b.tensors]
-        return _lower_check(name, inf.tensors.get("output"), o, pairs, dtype, factor=self.factor, scale=0.0)
+        return _lower_check(name, inf.tensors.get("output"), o, pairs, dtype, factor=self.factor, scale=0.0,
+                            half_rule=loose)
 
     def check_specs(self, variant: Variant, dtypes: Iterable[str]) -> list[SpecResult]:
         family = variant.family_spec

@@ -9,6 +9,7 @@ from harness.base.errors import HarnessError, UnknownName
 from harness.check.api import check_all
 from harness.cli.common import _families, _load
 from harness.families.catalog import get_family
+from harness.families.models import DECODINGS
 from harness.registry import REGISTRY, variants_of
 from harness.report.check_text import check_text, summary_line
 from harness.report.io import ensure_writable, write_json
@@ -16,6 +17,7 @@ from harness.report.tables import (
     traits_table,
     variants_table,
 )
+from harness.systems.decoding import check_cache
 from harness.trace.explain import explain_differences, explain_failures, path_findings
 
 
@@ -63,10 +65,29 @@ def _wanted(names: list[str] | None, families: list[str], any_family: bool) -> l
     return wanted
 
 
+def cached_sessions(families: list[str], configs, wanted: list[str] | None) -> list:
+    """Every model with a k/v cache: two cached sessions on one module (the second on another
+    sequence), each against the full forward re-run on every prefix, on the family's first
+    config (as ``decode``; about 0.3 s of CPU for the project's four cached models)."""
+    out = []
+    for family in families:
+        if not any(key.startswith(f"{family}/") for key in DECODINGS):
+            continue
+        family_configs = get_family(family).configs_of(configs)
+        if family_configs:
+            out += [r for r in check_cache(family, next(iter(family_configs.values())))
+                    if wanted is None or f"{family}/{r.variant}" in wanted]
+    return out
+
+
 def cmd_check(args) -> int:
     _load(args)
     families = _families(args)
     configs = config_matrix(args.set)
+    if args.explore:  # N more configs drawn by the regime strategies (Hypothesis imported only then)
+        from harness.base.regimes import explore
+
+        configs.update({name: cfg.check_fits(name) for name, cfg in explore(args.explore, args.seed).items()})
     device = resolve_device(args.device)
     dtypes = _check_dtypes(args.dtype, families, device)
     if args.precision_factor <= 0:
@@ -76,6 +97,7 @@ def cmd_check(args) -> int:
     report = check_all(families, configs, device, dtypes, factor=args.precision_factor, variants=wanted,
                        strict=args.strict_precision, pairs=args.pairs,
                        compile_backend=args.compile_backend if args.compiled else None)
+    report.caches += cached_sessions(families, configs, wanted)
     print(check_text(report, configs, families=families, device=device, factor=args.precision_factor, pairs=args.pairs,
                      matrix_note=not args.set, compile_backend=args.compile_backend if args.compiled else None,
                      explained_differences=explain_differences(report, configs) if args.explain else None,

@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also check each attention/layer variant under torch.compile against itself eager (slow)")
     p.add_argument("--compile-backend", metavar="NAME",
                    help="torch.compile backend for --compiled (default inductor; aot_eager skips code generation)")
+    p.add_argument("--explore", type=int, default=0, metavar="N",
+                   help="also check N configs drawn by Hypothesis (sizes, padding, scales, pad index, factor)")
+    p.add_argument("--seed", type=int, default=0, metavar="K",
+                   help="the seed of --explore's draws (the same N and K draw the same configs; default 0)")
     p.add_argument("--json", metavar="PATH", help="also write every spec, pair, path, gradcheck and dropout result")
     p.set_defaults(func=cmd_check)
 

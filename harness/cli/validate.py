@@ -19,6 +19,8 @@ NUMBERS = {
     "threads": (1, True, 4096, "at least 1 (and at most 4096)"),
     "steps": (1, True, 10**6, "positive (an integer, at most 10**6)"),
     "eval": (1, True, 10**5, "positive (an integer, at most 10**5)"),
+    "explore": (0, True, 100, "a number of configs from 0 to 100"),
+    "seed": (0, True, 2**63 - 1, "an integer from 0 to 2**63-1"),
 }
 COPY_BATCH = (1, True, 10**5, "positive (an integer, at most 10**5)")
 PATHS = {"json": "--json", "log": "--log", "out": "--out", "compare": "--compare", "from_file": "--from"}

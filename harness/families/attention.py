@@ -17,21 +17,31 @@ from harness.families.base import (
     _attn_params,
     activations,
     causal,
-    right_pad,
+    pad_pattern,
+    regime_case,
 )
 
 
 def _attn_self(cfg: Config, gen: torch.Generator) -> dict:
     x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
-    pad = right_pad(gen, cfg.batch, cfg.tgt_len)
+    pad = pad_pattern(cfg.padding, gen, cfg.batch, cfg.tgt_len)
     mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.tgt_len)  # (B, T, T)
     return {"query": x, "key": x, "value": x, "mask": mask.clone(), "causal": False}
+
+
+def _attn_query_is_key(cfg: Config, gen: torch.Generator) -> dict:
+    """Self-attention whose query and key are one tensor and value another (a fused path
+    keyed on ``query is key`` cannot pass)."""
+    x, v = (activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model) for _ in range(2))
+    pad = pad_pattern(cfg.padding, gen, cfg.batch, cfg.tgt_len)
+    mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.tgt_len)
+    return {"query": x, "key": x, "value": v, "mask": mask.clone(), "causal": False}
 
 
 def _attn_self_kv(cfg: Config, gen: torch.Generator) -> dict:
     """Self-shaped (S = T) but query, key and value are three different tensors."""
     q, k, v = (activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model) for _ in range(3))
-    pad = right_pad(gen, cfg.batch, cfg.tgt_len)
+    pad = pad_pattern(cfg.padding, gen, cfg.batch, cfg.tgt_len)
     mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.tgt_len)
     return {"query": q, "key": k, "value": v, "mask": mask.clone(), "causal": False}
 
@@ -41,7 +51,7 @@ def _attn_cross(cfg: Config, gen: torch.Generator) -> dict:
     x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
     key = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
     value = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
-    pad = right_pad(gen, cfg.batch, cfg.src_len)
+    pad = pad_pattern(cfg.padding, gen, cfg.batch, cfg.src_len)
     mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.src_len)  # (B, T, S)
     return {"query": x, "key": key, "value": value, "mask": mask.clone(), "causal": False}
 
@@ -50,13 +60,13 @@ def _attn_cross_memory(cfg: Config, gen: torch.Generator) -> dict:
     """Encoder-decoder attention: T != S, key and value are the same encoder memory."""
     x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model)
     memory = activations(gen, cfg.batch, cfg.src_len, cfg.d_model)
-    pad = right_pad(gen, cfg.batch, cfg.src_len)
+    pad = pad_pattern(cfg.padding, gen, cfg.batch, cfg.src_len)
     mask = pad[:, None, :].expand(cfg.batch, cfg.tgt_len, cfg.src_len)
     return {"query": x, "key": memory, "value": memory, "mask": mask.clone(), "causal": False}
 
 
 def _attn_causal(cfg: Config, gen: torch.Generator) -> dict:
-    inputs = _attn_self(cfg, gen)
+    inputs = _attn_self(cfg.replace(padding="right"), gen)  # another pattern leaves early rows without a key
     inputs["mask"] = inputs["mask"] & causal(cfg.tgt_len)
     return inputs
 
@@ -170,6 +180,33 @@ class _WindowSpec(TraitSpec):
         return "'none', 'as called', (left, right) integers >= 0"
 
 
+CASES = tuple(Case(c.name, c.note, _positions(c.make)) for c in (
+    Case("self", "query = key = value, random key padding", _attn_self),
+    Case("self_kv", "S = T but query, key and value all different (K/V roles apart)", _attn_self_kv),
+    Case("cross", "T != S, key != value, random source padding", _attn_cross),
+    Case("cross_memory", "T != S, key = value = encoder memory, source padding", _attn_cross_memory),
+    Case("causal", "causal self-attention with key padding", _attn_causal),
+    Case("causal_only", "causal mask only (is_causal hint allowed)", _attn_causal_only),
+    Case("random_mask", "an arbitrary mask, every row keeps a key (axes and polarity)", _attn_random_mask),
+    Case("fully_masked", "rows whose keys are all masked", _attn_fully_masked),
+    Case("decode", "T queries at positions P..P+T-1 after a cache of P = S tokens (RoPE offsets)", _attn_decode),
+    Case("decode_left_pad", "decode over left-padded rows, positions from the first real token",
+         _attn_decode_left_pad),
+    Case("window", "causal, T + S tokens, a sliding window (3, 0) asked for (or the config's)", _attn_window),
+    Case("query_is_key", "query and key one tensor, value another", _attn_query_is_key),
+))
+
+# The fixed regimes of the default matrix (drawn from harness.base.regimes' strategies):
+# logits in the hundreds (a softmax without its max subtracted overflows in float32), and T, S
+# >= 130 crossing 64- and 128-wide key blocks (a blocked softmax's rescale between blocks),
+# both over per-row padding (right, left, arbitrary).
+_SELF, _CROSS = CASES[0], CASES[2]
+REGIME_CASES = (
+    regime_case(_SELF, "large", "inputs x12: logits of std ~140, per-row padding", scale=12.0, padding="per_row"),
+    regime_case(_CROSS, "long", "B = 2, T = 131, S = 140: three key blocks of 64, two of 128; a right- and a "
+                "left-padded row", batch=2, tgt_len=131, src_len=140, padding="per_row"),
+)
+
 FULLY_MASKED_ROW = TraitSpec("what a query row that sees no key becomes", oracles.FULLY_MASKED_ROWS)
 
 ATTENTION = Family(
@@ -177,20 +214,7 @@ ATTENTION = Family(
     call="(query (B,T,D), key (B,S,D), value (B,S,D), mask (B,T,S) bool True=may attend) -> (B,T,D)",
     doc="Multi-head attention with its Q, K, V and output projections.",
     params=lambda cfg: _attn_params("", cfg.d_model, cfg.n_kv_heads * cfg.d_k),
-    cases=tuple(Case(c.name, c.note, _positions(c.make)) for c in (
-        Case("self", "query = key = value, random key padding", _attn_self),
-        Case("self_kv", "S = T but query, key and value all different (K/V roles apart)", _attn_self_kv),
-        Case("cross", "T != S, key != value, random source padding", _attn_cross),
-        Case("cross_memory", "T != S, key = value = encoder memory, source padding", _attn_cross_memory),
-        Case("causal", "causal self-attention with key padding", _attn_causal),
-        Case("causal_only", "causal mask only (is_causal hint allowed)", _attn_causal_only),
-        Case("random_mask", "an arbitrary mask, every row keeps a key (axes and polarity)", _attn_random_mask),
-        Case("fully_masked", "rows whose keys are all masked", _attn_fully_masked),
-        Case("decode", "T queries at positions P..P+T-1 after a cache of P = S tokens (RoPE offsets)", _attn_decode),
-        Case("decode_left_pad", "decode over left-padded rows, positions from the first real token",
-             _attn_decode_left_pad),
-        Case("window", "causal, T + S tokens, a sliding window (3, 0) asked for (or the config's)", _attn_window),
-    )),
+    cases=CASES + REGIME_CASES,
     traits={
         "sublayer": TraitSpec("what the module returns", oracles.ATTENTION_SUBLAYERS),
         "fully_masked_row": FULLY_MASKED_ROW,

@@ -104,6 +104,18 @@ class Case:
     name: str
     note: str  # what the case exercises
     make: Callable[[Config, torch.Generator], dict[str, Any]]
+    # A regime case ("padded@left") is the case ``base`` on the config changed by ``changes``
+    # ((field, value) pairs: regime fields, lengths): the variants that declare ``base`` take
+    # it, its semantic traits are ``base``'s, and the call sees ``inputs["case"] == base``.
+    base: str = ""
+    changes: tuple[tuple[str, Any], ...] = ()
+
+
+def regime_case(case: Case, label: str, note: str, **changes: Any) -> Case:
+    """``case`` on the config changed by ``changes``, named ``case@label``: the default
+    matrix's fixed regimes are built this way from the family's cases."""
+    return Case(f"{case.name}@{label}", f"{case.note}; {note}", case.make, base=case.base or case.name,
+                changes=tuple(sorted({**dict(case.changes), **changes}.items())))
 
 
 @dataclass(frozen=True)
@@ -162,8 +174,17 @@ class Family:
             f"family '{self.name}' has no case '{name}'; cases: {[c.name for c in self.cases]}"
         )
 
+    def base_case(self, case: str) -> str:
+        """The case a regime case is drawn from (itself for a family case)."""
+        return next((c.base or c.name for c in self.cases if c.name == case), case)
+
+    def case_config(self, case: str, cfg: Config) -> Config:
+        """The config a case's inputs are drawn on: ``cfg``, changed by a regime case's changes."""
+        changes = self.case(case).changes
+        return cfg.replace(**dict(changes)) if changes else cfg
+
     def semantic_for(self, case: str) -> tuple[str, ...]:
-        return self.semantic + tuple(self.case_semantic.get(case, ()))
+        return self.semantic + tuple(self.case_semantic.get(self.base_case(case), ()))
 
     def semantic_traits(self, traits: Mapping[str, Any]) -> dict[str, Any]:
         """A variant's semantic traits with the family's defaults filled in."""
@@ -240,7 +261,10 @@ class Family:
     def inputs(self, case: str, cfg: Config) -> dict[str, Any]:
         """Seeded float64 (or bool / int) inputs of one case; same seed, same tensors."""
         gen = torch.Generator().manual_seed(cfg.seed + 1)
-        return {**self.case(case).make(cfg, gen), "case": case}
+        c = self.case(case)
+        cfg = self.case_config(case, cfg)
+        inputs = {**c.make(cfg, gen), "case": c.base or c.name}
+        return scaled(inputs, self.grad_inputs, cfg.scale) if cfg.scale != 1.0 else inputs
 
 
 # -- parameter specs ---------------------------------------------------------------------
@@ -288,6 +312,43 @@ def right_pad(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
 def left_pad(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
     """(B, L) bool, True on real tokens, padding at the start of each row."""
     return right_pad(gen, batch, length).flip(-1)
+
+
+def arbitrary_pad(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
+    """(B, L) bool: each row's real tokens at random places (holes anywhere), as many as
+    ``lengths`` draws (row 0 full, at least one row padded)."""
+    lens = lengths(gen, batch, length)
+    order = torch.rand(batch, length, generator=gen).argsort(-1)      # a random permutation per row
+    return order < lens[:, None]
+
+
+def pad_pattern(kind: str, gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
+    """(B, L) key padding of pattern ``kind`` (``Config.padding``): right (exactly
+    ``right_pad``'s draws), left, arbitrary, or per_row: row b takes right, left, arbitrary
+    in turn (row 0 is full in every pattern), so a mask rebuilt from lengths, or from one
+    row's pattern, cannot pass."""
+    if kind == "right":
+        return right_pad(gen, batch, length)
+    if kind == "left":
+        return left_pad(gen, batch, length)
+    holes = arbitrary_pad(gen, batch, length)
+    if kind == "arbitrary":
+        return holes
+    right = right_pad(gen, batch, length)
+    rows = [(right[b], right[b].flip(-1), holes[b])[b % 3] for b in range(batch)]
+    return torch.stack(rows)
+
+
+def scaled(inputs: dict[str, Any], names: tuple[str, ...], factor: float) -> dict[str, Any]:
+    """``inputs`` with the float tensors ``names`` multiplied by ``factor`` (``Config.scale``);
+    tensors shared between names (query is key) stay shared."""
+    done: dict[int, torch.Tensor] = {}
+    out = dict(inputs)
+    for name in names:
+        t = inputs.get(name)
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            out[name] = done.setdefault(id(t), t * factor)
+    return out
 
 
 def causal(length: int) -> torch.Tensor:

@@ -20,6 +20,8 @@ from harness.families.base import (
     activations,
     causal,
     left_pad,
+    pad_pattern,
+    regime_case,
     right_pad,
 )
 
@@ -106,8 +108,10 @@ GATED_FFN = Family(
 
 def _encoder_padded(cfg: Config, gen: torch.Generator) -> dict:
     x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model, std=LAYER_STD)
-    return {"x": x, "pad": right_pad(gen, cfg.batch, cfg.tgt_len)}
+    return {"x": x, "pad": pad_pattern(cfg.padding, gen, cfg.batch, cfg.tgt_len)}
 
+
+ENCODER_PADDED = Case("padded", "random right padding", _encoder_padded)
 
 ENCODER_LAYER = Family(
     name="encoder_layer",
@@ -119,7 +123,9 @@ ENCODER_LAYER = Family(
         **_norm_params("norm1.", cfg.d_model),
         **_norm_params("norm2.", cfg.d_model),
     },
-    cases=(Case("padded", "random right padding", _encoder_padded),),
+    cases=(ENCODER_PADDED,  # and a fixed padding regime: a mask rebuilt from lengths cannot pass
+           regime_case(ENCODER_PADDED, "per_row", "per-row padding (right, left, arbitrary) instead",
+                       padding="per_row")),
     traits=LAYER_TRAITS,
     oracle=oracles.encoder_layer,
     grad_inputs=("x",),
@@ -130,11 +136,13 @@ ENCODER_LAYER = Family(
 def _decoder_padded(cfg: Config, gen: torch.Generator) -> dict:
     x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model, std=LAYER_STD)
     memory = activations(gen, cfg.batch, cfg.src_len, cfg.d_model, std=LAYER_STD)
-    src_pad = right_pad(gen, cfg.batch, cfg.src_len)
-    tgt_pad = right_pad(gen, cfg.batch, cfg.tgt_len)
+    src_pad = pad_pattern(cfg.padding, gen, cfg.batch, cfg.src_len)
+    tgt_pad = right_pad(gen, cfg.batch, cfg.tgt_len)  # right only: causal and left padding leave rows without a key
     tgt_mask = causal(cfg.tgt_len)[None] & tgt_pad[:, None, :]  # (B, T, T)
     return {"x": x, "memory": memory, "src_pad": src_pad, "tgt_mask": tgt_mask}
 
+
+DECODER_PADDED = Case("padded", "causal target mask with target and source padding, T != S", _decoder_padded)
 
 DECODER_LAYER = Family(
     name="decoder_layer",
@@ -148,7 +156,8 @@ DECODER_LAYER = Family(
         **_norm_params("norm2.", cfg.d_model),
         **_norm_params("norm3.", cfg.d_model),
     },
-    cases=(Case("padded", "causal target mask with target and source padding, T != S", _decoder_padded),),
+    cases=(DECODER_PADDED, regime_case(DECODER_PADDED, "per_row", "per-row source padding (right, left, arbitrary)",
+                                       padding="per_row")),
     traits=LAYER_TRAITS,
     oracle=oracles.decoder_layer,
     grad_inputs=("x", "memory"),
@@ -208,11 +217,22 @@ POSITIONAL_ENCODING = Family(
 )
 
 
+def real_tokens(gen: torch.Generator, high: int, shape: tuple[int, ...], pad_idx: int) -> torch.Tensor:
+    """Tokens in [0, high) other than ``pad_idx`` (with pad_idx 0: ``randint(1, high)``'s
+    draws exactly; otherwise token 0 is a real token, so a pad index taken as 0 cannot pass)."""
+    tokens = torch.randint(1, high, shape, generator=gen)
+    return torch.where(tokens <= pad_idx, tokens - 1, tokens)
+
+
 def _tokens(cfg: Config, gen: torch.Generator) -> dict:
-    pad_idx = 0
-    tokens = torch.randint(1, 11, (cfg.batch, cfg.tgt_len), generator=gen)
-    tokens[~right_pad(gen, cfg.batch, cfg.tgt_len)] = pad_idx
-    return {"tokens": tokens, "pad_idx": pad_idx}
+    tokens = real_tokens(gen, max(11, cfg.pad_idx + 2), (cfg.batch, cfg.tgt_len), cfg.pad_idx)
+    tokens[~pad_pattern(cfg.padding, gen, cfg.batch, cfg.tgt_len)] = cfg.pad_idx
+    return {"tokens": tokens, "pad_idx": cfg.pad_idx}
+
+
+MASK_CASES = (Case("causal", "causal mask from a length", _tokens),
+              Case("pad", "key padding mask from tokens", _tokens),
+              Case("target", "decoder self-attention mask from target tokens", _tokens))
 
 
 MASKS = Family(
@@ -220,11 +240,8 @@ MASKS = Family(
     call="builders: causal(T) -> (T,T); pad(tokens) -> (B,T); target(tokens) -> (B,T,T); all bool True=may attend",
     doc="Every write-up's mask builders, converted to the one convention.",
     params=lambda cfg: {},
-    cases=(
-        Case("causal", "causal mask from a length", _tokens),
-        Case("pad", "key padding mask from tokens", _tokens),
-        Case("target", "decoder self-attention mask from target tokens", _tokens),
-    ),
+    cases=(*MASK_CASES, *(regime_case(c, "pad_idx5", "pad index 5, token 0 real; per-row padding", pad_idx=5,
+                                      padding="per_row") for c in MASK_CASES[1:])),
     traits={
         "causal_mask": TraitSpec("the causal mask", ("tril",)),
         "pad_mask": TraitSpec("the key padding mask", ("tokens != pad",)),
@@ -238,9 +255,12 @@ MASKS = Family(
 
 
 def _embed_tokens(cfg: Config, gen: torch.Generator) -> dict:
-    tokens = torch.randint(1, cfg.vocab, (cfg.batch, cfg.tgt_len), generator=gen)
-    tokens[~right_pad(gen, cfg.batch, cfg.tgt_len)] = 0
-    return {"tokens": tokens, "pad_idx": 0}
+    tokens = real_tokens(gen, cfg.vocab, (cfg.batch, cfg.tgt_len), cfg.pad_idx)
+    tokens[~pad_pattern(cfg.padding, gen, cfg.batch, cfg.tgt_len)] = cfg.pad_idx
+    return {"tokens": tokens, "pad_idx": cfg.pad_idx}
+
+
+EMBED_PADDED = Case("padded", "tokens with right padding (pad_idx 0)", _embed_tokens)
 
 
 EMBEDDING = Family(
@@ -248,7 +268,8 @@ EMBEDDING = Family(
     call="(tokens (B,T) int, pad_idx) -> (B,T,D)",
     doc="Token embedding lookup (and whatever scaling a write-up applies).",
     params=lambda cfg: {"weight": ((cfg.vocab, cfg.d_model), "weight")},
-    cases=(Case("padded", "tokens with right padding (pad_idx 0)", _embed_tokens),),
+    cases=(EMBED_PADDED, regime_case(EMBED_PADDED, "pad_idx5", "pad index 5, token 0 real; per-row padding",
+                                     pad_idx=5, padding="per_row")),
     traits={
         "embedding_scale": TraitSpec("the factor the lookup is multiplied by", tuple(oracles.EMBEDDING_SCALES)),
         "pad_rows": TraitSpec("what the pad token's row becomes", ("kept", "zeroed")),

@@ -15,7 +15,7 @@ import torch
 
 from harness.base.config import Config
 from harness.base.errors import SpecError
-from harness.families.base import Case, Family, TraitSpec, activations, right_pad
+from harness.families.base import Case, Family, TraitSpec, activations, regime_case, right_pad
 
 PAD = 0
 
@@ -60,15 +60,16 @@ def loss_oracle(traits, cfg, w, inputs, dtype) -> torch.Tensor:
     return total / (target != inputs["pad_idx"]).sum()
 
 
+LOSS_CASES = (Case("hard", "smoothing 0: plain negative log-likelihood", _loss_case(0.0)),
+              Case("smoothed", "smoothing 0.1", _loss_case(0.1)))
+
 LOSS = Family(
     name="loss",
     call="(logits (N,V), target (N,) int with pad 0, smoothing) -> loss per real token (scalar)",
     doc="Training loss with label smoothing, normalised by the number of real target tokens.",
     params=lambda cfg: {},
-    cases=(
-        Case("hard", "smoothing 0: plain negative log-likelihood", _loss_case(0.0)),
-        Case("smoothed", "smoothing 0.1", _loss_case(0.1)),
-    ),
+    cases=(*LOSS_CASES, regime_case(LOSS_CASES[1], "std50", "logits x25: std 50 (log(softmax) underflows)",
+                                    scale=25.0)),
     traits={
         "smoothing_spread": TraitSpec("how the smoothing mass is spread", SPREADS),
         "loss_form": TraitSpec("KL divergence to the target, or cross-entropy (KL + the target's entropy)",
@@ -82,7 +83,7 @@ LOSS = Family(
 
 def _schedule_case(warmup: int, steps: int):
     def make(cfg: Config, gen: torch.Generator) -> dict:
-        return {"d_model": cfg.d_model, "warmup": warmup, "factor": 1.0, "steps": steps}
+        return {"d_model": cfg.d_model, "warmup": warmup, "factor": cfg.factor, "steps": steps}
     return make
 
 
@@ -101,12 +102,14 @@ def schedule_oracle(traits, cfg, w, inputs, dtype) -> torch.Tensor:
                          for k in range(1, inputs["steps"] + 1)], dtype=torch.float64)
 
 
+NOAM = Case("noam", "warmup 400, 1200 updates (the copy task's scale)", _schedule_case(400, 1200))
+
 LR_SCHEDULE = Family(
     name="lr_schedule",
     call="(d_model, warmup, factor, steps) -> learning rate of optimizer updates 1..steps (float64)",
     doc="The Noam schedule: d^-0.5 * min(step^-0.5, step * warmup^-1.5), as an optimizer sees it.",
     params=lambda cfg: {},
-    cases=(Case("noam", "warmup 400, 1200 updates (the copy task's scale)", _schedule_case(400, 1200)),),
+    cases=(NOAM, regime_case(NOAM, "factor2", "factor 2 (a schedule that drops its factor cannot pass)", factor=2.0)),
     traits={"step_count": TraitSpec("which step number update k is given", STEP_COUNTS)},
     oracle=schedule_oracle,
     differentiable=False,

@@ -82,4 +82,6 @@ def summary_line(report: CheckReport, configs: Mapping[str, Config]) -> str:
     drops = sum(d.ok for d in report.dropouts)
     return (f"\n{n_var} variants x {len(configs)} config(s): {len(report.specs)} spec checks, "
             f"{len(report.pairs)} pairs, gradcheck {grads}/{len(report.gradchecks)}, "
-            f"dropout {drops}/{len(report.dropouts)}; {len(report.failures)} contradict")
+            f"dropout {drops}/{len(report.dropouts)}"
+            + (f", k/v cache {sum(c.ok for c in report.caches)}/{len(report.caches)}" if report.caches else "")
+            + f"; {len(report.failures)} contradict")

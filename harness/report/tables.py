@@ -158,6 +158,11 @@ def failures_table(report, tablefmt: str = "simple") -> str:
             rows.append({"what": f"{c.family}/{c.variant}", "where": f"torch.compile({c.backend}) {c.config} {c.case}",
                          "found": c.verdict, "expected": "equivalent to eager, compiled", "worst": "",
                          "max_abs": fmt(c.err), "note": c.note})
+    for c in getattr(report, "caches", []):
+        if not c.ok:
+            rows.append({"what": f"{c.family}/{c.variant}", "where": f"k/v cache ({c.cache}), two sessions",
+                         "found": c.verdict, "expected": "the full forward's log-probabilities", "worst": "",
+                         "max_abs": fmt(c.max_abs), "note": f"{c.steps} steps; noise ratio {fmt(c.noise_ratio)}"})
     for d in report.dropouts:
         if not d.ok:
             rows.append({"what": f"{d.family}/{d.variant}", "where": d.check, "found": d.measured,

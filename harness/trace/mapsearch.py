@@ -86,8 +86,8 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
             continue
         adapter, code, uses_mask = made
         self_only = form in SELF_ONLY
-        cases = [c.name for c in family.cases
-                 if c.name not in semantic_cases and _case_ok(family, c.name, cfg, uses_mask, self_only)]
+        cases = [c.name for c in family.cases  # not the regime cases ("padded@left"): their bases decide
+                 if not c.base and c.name not in semantic_cases and _case_ok(family, c.name, cfg, uses_mask, self_only)]
         if not cases:
             failed[form] = "nothing: no case of the family fits it (it passes no mask and every case masks a key)"
             continue
@@ -125,8 +125,14 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
                     case_ok=lambda c: _case_ok(family, c, cfg, uses_mask, self_only))
                 plain = {t: v for t, v in spec.items() if t in family.semantic}
                 traits = _printed(family, ref, {**plain, **traits}, cfg) | _descriptive(variant.traits)
-                shown = [c.name for c in family.cases
-                         if _case_ok(family, c.name, cfg, uses_mask, self_only) and c.name not in undecided]
+                shown = [c.name for c in family.cases if not c.base
+                         and _case_ok(family, c.name, cfg, uses_mask, self_only) and c.name not in undecided]
+                for c in family.cases:  # a regime case that fails leaves its base case out, said
+                    if c.base in shown and not _verify(checker, variant, _full(ref, spec), c.name):
+                        shown.remove(c.base)
+                        undecided.append(c.base)
+                        trait_notes.append(f"'{c.name}' does not agree within the declared precision: "
+                                           f"'{c.base}' is left out of its cases")
                 return _found(Hit(family=family, ref=ref, variant=variant, pmap=pmap, form=form, code=code,
                                   import_line=import_line, source=source, cls=cls, init=init, traits=traits,
                                   notes=trait_notes, cases=shown,
@@ -377,7 +383,7 @@ def _found(hit: Hit) -> Proposal:
     if "per_head(" in code:
         lines.append("from harness import masked, per_head")
     all_traits = dict(traits)
-    if restrict and set(cases) != {c.name for c in family.cases}:
+    if restrict and set(cases) != {c.name for c in family.cases if not c.base}:
         # a mask-free or self-attention-only module is compared only where it can run
         all_traits["cases"] = tuple(cases)
     tail = "[0]" if _returns_tuple(variant, family, cfg, cases[0], code) else ""
