@@ -45,6 +45,8 @@ def _failing(report, vid):
     ("wrong_window_off_by_one", {("default", "window"), ("gqa", "window")}),
     ("wrong_gain", {("default", "rows")}),
     ("wrong_eps", {("default", "rows")}),
+    ("wrong_softcap_dropped", {("default", "self_kv"), ("default", "causal"), ("gqa", "causal")}),
+    ("wrong_qk_norm_full_width", {("default", "self_kv"), ("gqa", "causal")}),
 ])
 def test_each_wrong_variant_is_caught_where_its_mistake_shows(checked, vid, where):
     report, module = checked

@@ -3,7 +3,7 @@ controls that must stay equivalent. Loaded inside ``harness.registry.scratch()``
 tests/test_llama.py. ``WRONG`` maps each id to the mistake; ``CONTROLS`` lists the controls."""
 
 from harness import Param, Zero, register
-from variants.llama import LLAMA, RMS, LlamaAttention, RMSNorm, attention_map, call
+from variants.llama import LLAMA, QK_NORM_FIXED, RMS, LlamaAttention, RMSNorm, attention_map, call
 
 WRONG = {
     "wrong_rope_layout": "interleaved RoPE on half-split q/k rows (no RopePermuted in the map)",
@@ -11,6 +11,8 @@ WRONG = {
     "wrong_window_off_by_one": "the sliding window keeps one key too many (i-w .. i)",
     "wrong_gain": "Gemma's gain 1 + w declared as w",
     "wrong_eps": "RMSNorm eps 1e-5 declared as 1e-6",
+    "wrong_softcap_dropped": "Gemma 2's logit soft-capping declared (50) but not applied",
+    "wrong_qk_norm_full_width": "QK-norm over all heads (OLMo2) declared per head (Qwen3)",
 }
 CONTROLS = ("control_rope_permuted", "control_llama")
 
@@ -42,3 +44,11 @@ register(id="wrong_gain", family="norm", source="test", build=lambda cfg: RMSNor
 register(id="wrong_eps", family="norm", source="test", build=lambda cfg: RMSNorm(cfg.d_model, eps=1e-5),
          call=lambda m, i: m(i["x"]), param_map=NORM_MAP,
          traits={**RMS, "gain": "w", "upcast": "float32, cast back before the gain"})
+
+
+QK = {**LLAMA, "qk_norm": "rms per head", "eps": 1e-6, "cases": ("self_kv", "causal")}
+register(id="wrong_softcap_dropped", family="attention", source="test", build=lambda cfg: LlamaAttention(cfg),
+         call=call, param_map=attention_map(), traits={**LLAMA, "softcap": 50.0, "cases": ("self_kv", "causal")})
+register(id="wrong_qk_norm_full_width", family="attention", source="test",
+         build=lambda cfg: LlamaAttention(cfg, qk_norm="over all heads"), call=call, param_map=attention_map(),
+         traits=QK, fixed=QK_NORM_FIXED)

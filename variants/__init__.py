@@ -1,8 +1,8 @@
 """The write-ups as variants. Importing this package registers every one of them.
 
 One file per write-up (seed files in ../shared/seeds/), one for the fused QKV design,
-one for the per-head design, one for PyTorch's own modules, one for attention kernels, one for LLaMA-style pieces
-(functions over projected heads).
+one for the per-head design, one for PyTorch's own modules, one for attention kernels (functions over projected heads),
+one for LLaMA-style pieces, one for GPT-NeoX's attention.
 """
 
 from . import (  # noqa: F401  (imported for their registrations)
@@ -10,6 +10,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     annotated_preln,
     decoder_only,
     fused_qkv,
+    gpt_neox,
     kernels,
     llama,
     per_head,

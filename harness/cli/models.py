@@ -1,8 +1,11 @@
 """Commands for the whole models (issue 11).
 
-decode       greedy tokens of every pair of models compared, and each cache against
-             re-running the whole prefix; exit 1 when an equivalent pair emits different
-             tokens or a cache changes the log-probabilities
+decode       greedy tokens of every pair of models compared, per-token KL and top-k
+             agreement of their distributions, each cache against re-running the whole
+             prefix, and each cache's prefill + steps and chunked prefill against the full
+             forward (right and left padding, a verdict per call); exit 1 when an equivalent
+             pair emits different tokens or distributions, or a cache changes the
+             log-probabilities
 train-step   one Adam step on the same weights and batch, updated parameters compared
              through the canonical map; exit 1 on a contradiction
 copy-task    004's copy task trained for every encoder-decoder model -> DIR
@@ -19,15 +22,18 @@ from tabulate import tabulate
 from harness.base.config import Config
 from harness.base.errors import ConfigError
 from harness.base.files import check_output_folder
+from harness.base.verdicts import Verdict
 from harness.bench.cache_bench import write_cache_bench
 from harness.cli.bench import _int_list
 from harness.cli.common import _load
 from harness.registry import get_variant
 from harness.report.io import write_json
 from harness.report.models_md import copy_task_table, write_cache_bench_report, write_copy_task_report
+from harness.systems.cache_parity import check_cache_parity
 from harness.systems.copy_task import write_copy_task
 from harness.systems.decoding import check_cache, compare_greedy
 from harness.systems.models import MODEL_FAMILIES, _model_family
+from harness.systems.parity import KL_BOUND, TOP_K, compare_distributions
 from harness.systems.training import ADAM, compare_train_step
 
 
@@ -78,10 +84,12 @@ def cmd_decode(args) -> int:
 
     _load(args)
     cfg = Config.parse(args.set)
-    greedy_rows, cache_rows = [], []
+    greedy_rows, cache_rows, kl_rows, parity_rows = [], [], [], []
     for family in _families(args):
         greedy_rows += compare_greedy(family, cfg)
+        kl_rows += compare_distributions(family, cfg)
         cache_rows += check_cache(family, cfg)
+        parity_rows += check_cache_parity(family, cfg)
     print("== Greedy decoding: each model's own loop on the same ported weights (sharpened: FFN input x3)")
     print(tabulate([(r.family, f"{r.a} ~ {r.b}", r.expected, "same" if r.same_tokens else "differ",
                      "yes" if r.ok else "NO", r.first_diff or "-", _fmt(r.margin_a), _fmt(r.margin_b),
@@ -89,15 +97,33 @@ def cmd_decode(args) -> int:
                     for r in greedy_rows],
                    headers=("family", "pair", "expected", "tokens", "ok", "first difference",
                             "margin a", "margin b", "log-probs", "max |Δ log-p|")))
+    print(f"\n== Next-token distributions, float32: per-token KL(a || b) over real positions (agree: worst "
+          f"<= {KL_BOUND:g}), top-1 and top-{TOP_K} agreement")
+    print(tabulate([(r.family, f"{r.a} ~ {r.b}", r.case, r.expected, _fmt(r.kl_worst), r.worst_at, _fmt(r.kl_mean),
+                     f"{r.top1:.2f}", f"{r.topk:.2f}", "hidden" if r.hidden else ("yes" if r.agrees else "no"),
+                     "yes" if r.ok else "NO") for r in kl_rows],
+                   headers=("family", "pair", "case", "expected", "KL worst", "at", "KL mean", "top-1",
+                            f"top-{TOP_K}", "agree", "ok")))
     print("\n== Incremental decoding (cache) vs re-running the whole prefix, float32")
     print(tabulate([(r.family, r.variant, r.cache, r.steps, r.verdict, "yes" if r.ok else "NO",
                      _fmt(r.max_abs), _fmt(r.noise_ratio)) for r in cache_rows],
                    headers=("family", "model", "cache", "steps", "verdict", "ok", "max_abs", "noise_ratio")))
-    bad = [r for r in greedy_rows if not r.ok] + [r for r in cache_rows if not r.ok]
+    print("\n== KV-cache parity: each call of a cached session vs the full forward at its position, float32")
+    print(tabulate([(r.family, r.variant, r.padding, r.schedule,
+                     " ".join(f"{s.fed}{Verdict(s.verdict).symbol}" for s in r.steps), "yes" if r.ok else "NO",
+                     f"fed {r.first_bad.fed}: {r.first_bad.verdict}, max_abs {_fmt(r.first_bad.max_abs)}"
+                     if r.first_bad else "-") for r in parity_rows],
+                   headers=("family", "model", "padding", "schedule", "tokens fed: verdict", "ok",
+                            "first contradiction")))
+    bad = ([r for r in greedy_rows if not r.ok] + [r for r in cache_rows if not r.ok]
+           + [r for r in kl_rows if not r.ok] + [r for r in parity_rows if not r.ok])
     if args.json:
         write_json(args.json, {"greedy": [r.as_dict() for r in greedy_rows],
-                               "cache": [r.as_dict() for r in cache_rows]})
-    print(f"\n{len(greedy_rows)} pairs decoded, {len(cache_rows)} caches checked, {len(bad)} contradict")
+                               "cache": [r.as_dict() for r in cache_rows],
+                               "distributions": [r.as_dict() for r in kl_rows],
+                               "cache_parity": [r.as_dict() for r in parity_rows]})
+    print(f"\n{len(greedy_rows)} pairs decoded, {len(kl_rows)} distribution pairs compared, {len(cache_rows)} "
+          f"caches checked, {len(parity_rows)} cached sessions against the full forward, {len(bad)} contradict")
     return 1 if bad else 0
 
 

@@ -231,6 +231,10 @@ ATTENTION = Family(
                                   kernel_oracle.GQA_GROUPINGS, default="consecutive"),
         "window": _WindowSpec("the keys diag-left .. diag+right a query keeps, its own or the call's "
                               "(HF sliding_window=w: (w-1, 0))", default="none"),
+        "qk_norm": TraitSpec("q and k RMS-normalised before RoPE, per head over d_k (Qwen3) or over all heads "
+                             "(OLMo2); eps the 'eps' trait, gains held at init", oracles.QK_NORMS, default="none"),
+        "softcap": TraitSpec("scores s -> c tanh(s / c) before masking (Gemma 2's attn_logit_softcapping; "
+                             "0: none)", number=True, default=0.0),
     },
     oracle=oracles.attention,
     case_semantic={"fully_masked": ("fully_masked_row", "mask_style")},

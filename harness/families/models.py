@@ -254,6 +254,9 @@ class Decoding:
     cache    what the model's cache holds ("" when it has none)
     bos      whether the decoder input starts with the start symbol (False: the model
              builds its own start, as 000's shift inserts a zero vector)
+    padding  the padding sides the cache handles ("right", "left"): the cache parity
+             (``harness.systems.cache_parity``) runs the family's case of each side; a
+             step reads the pad mask ``prepare`` was given in ``inputs``
     """
 
     prepare: Callable[[Any, dict, bool], Any]
@@ -261,6 +264,7 @@ class Decoding:
     greedy: Callable[[Any, dict, int], torch.Tensor] | None = None
     cache: str = ""
     bos: bool = True
+    padding: tuple[str, ...] = ("right",)
 
 
 DECODINGS: dict[str, Decoding] = {}
@@ -268,7 +272,7 @@ DECODINGS: dict[str, Decoding] = {}
 
 def register_decoding(family: str, id: str, **fields: Any) -> Decoding:
     """Declare, beside a model's ``register``, how it decodes (see ``Decoding``)."""
-    if family not in (ENCODER_DECODER.name, DECODER_ONLY_MODEL.name):
+    if family not in (ENCODER_DECODER.name, DECODER_ONLY_MODEL.name, "llama_model"):
         raise RegistryError(f"decoding is declared for model families only, not '{family}'")
     decoding = Decoding(**fields)
     DECODINGS[f"{family}/{id}"] = decoding

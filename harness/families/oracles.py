@@ -116,6 +116,7 @@ MASK_STYLES = ("fill", "additive")
 
 
 ROPE_LAYOUTS = ("none", "half-split", "interleaved")
+QK_NORMS = ("none", "rms per head", "rms over all heads")
 
 
 def rope(x: Tensor, positions: Tensor, layout: str, fraction: float = 1.0, base: float = 10000.0) -> Tensor:
@@ -159,7 +160,8 @@ def multi_head_attention(
     mask: Tensor, heads: int, fully_masked_row: str = "NaN", mask_style: str = "fill", *,
     kv_heads: int | None = None, gqa_grouping: str = "consecutive", positions: Tensor | None = None,
     key_positions: Tensor | None = None, rope_layout: str = "none", rope_fraction: float = 1.0,
-    rope_base: float = 10000.0, window: tuple[int, int] | None = None,
+    rope_base: float = 10000.0, window: tuple[int, int] | None = None, softcap: float = 0.0,
+    qk_norm: str = "none", qk_eps: float = 1e-6,
 ) -> Tensor:
     """The Q, K, V projections (K and V to ``kv_heads`` heads, default ``heads``), RoPE on q
     and k at their positions (default 0..L-1), the kernel oracle's attention over the heads
@@ -170,7 +172,13 @@ def multi_head_attention(
     A row whose keys are all masked becomes, by ``fully_masked_row``: NaN (a -inf fill),
     the mean of V with no gradient to Q and K (a finite fill such as -1e9), or zeros (SDPA).
     ``mask_style`` "additive" adds a very negative number instead of replacing the scores:
-    the same forward, but a fully masked row then sends gradient to Q and K."""
+    the same forward, but a fully masked row then sends gradient to Q and K.
+
+    ``qk_norm`` "rms per head": q and k of each head are RMS-normalised over d_k (Qwen3);
+    "rms over all heads": over the whole projection before the head split (OLMo2); eps
+    ``qk_eps``, unit gain (the module's gains are held at their init, outside the family),
+    before RoPE; ``softcap`` c > 0: scores become
+    c tanh(s / c) before masking (Gemma 2's attention logit soft-capping)."""
     if mask_style == "additive" and fully_masked_row != "mean of V":
         raise SpecError(f"an additive mask gives the mean of V on a fully masked row, "
                         f"not {fully_masked_row!r}")
@@ -185,12 +193,17 @@ def multi_head_attention(
     n_kv = heads if kv_heads is None else kv_heads
     split = lambda x, n, h: x.view(B, n, h, d_k).transpose(1, 2)  # noqa: E731  (B, h, L, d_k)
     here = lambda n: torch.arange(n).expand(B, n)  # noqa: E731
-    q = rope(split(linear(query, w, prefix + "q"), T, heads),
+    if qk_norm not in QK_NORMS:
+        raise _unknown("qk_norm", qk_norm, QK_NORMS)
+    rms = lambda x: normalize(x, torch.ones((), dtype=x.dtype), torch.zeros((), dtype=x.dtype), "rms", qk_eps)  # noqa: E731
+    whole = rms if qk_norm == "rms over all heads" else (lambda x: x)   # noqa: E731  (B, L, H d)
+    per_head = rms if qk_norm == "rms per head" else (lambda x: x)      # noqa: E731  (B, h, L, d_k)
+    q = rope(per_head(split(whole(linear(query, w, prefix + "q")), T, heads)),
              here(T) if positions is None else positions, rope_layout, rope_fraction, rope_base)
-    k = rope(split(linear(key, w, prefix + "k"), S, n_kv),
+    k = rope(per_head(split(whole(linear(key, w, prefix + "k")), S, n_kv)),
              here(S) if key_positions is None else key_positions, rope_layout, rope_fraction, rope_base)
     v = split(linear(value, w, prefix + "v"), S, n_kv)
-    traits = {"gqa_grouping": gqa_grouping, "scale": 1.0 / math.sqrt(d_k), "softcap": 0.0,
+    traits = {"gqa_grouping": gqa_grouping, "scale": 1.0 / math.sqrt(d_k), "softcap": float(softcap),
               "window": kernel_oracle.AS_CALLED, "causal": "none", "mask_method": method,
               "fully_masked_row": row, "fully_masked_grad": grad}
     y = kernel_oracle.kernel_attention(traits, {
@@ -226,7 +239,8 @@ def attention(traits, cfg, w, inputs, dtype) -> Tensor:
         kv_heads=cfg.n_kv_heads, gqa_grouping=traits.get("gqa_grouping", "consecutive"),
         positions=inputs.get("positions"), key_positions=inputs.get("key_positions"),
         rope_layout=traits.get("rope", "none"), rope_fraction=traits.get("rope_fraction", 1.0),
-        rope_base=cfg.rope_base, window=None if window is None else tuple(window))
+        rope_base=cfg.rope_base, window=None if window is None else tuple(window),
+        softcap=traits.get("softcap", 0.0), qk_norm=traits.get("qk_norm", "none"), qk_eps=eps)
     if sublayer == "attention":
         return out
     if sublayer == "attention + residual + post-LayerNorm":

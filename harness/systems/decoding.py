@@ -41,7 +41,7 @@ def greedy_steps(variant: Variant, decoding: Decoding, module, inputs: dict, ste
 def prefix(variant: Variant, decoding: Decoding, inputs: dict) -> torch.Tensor:
     """What the generated tokens follow: the start symbol (none for a model whose own
     start is built in, ``bos=False``), or the decoder-only prompt."""
-    if variant.family == "decoder_only_model":
+    if variant.family != "encoder_decoder":  # the decoder-only families
         return inputs["tokens"][:, :PROMPT]
     return torch.full((inputs["src"].size(0), 1 if decoding.bos else 0), inputs["start"], dtype=torch.long)
 

@@ -24,8 +24,8 @@ from harness.families.models import DECODINGS, Decoding
 from harness.porting.portmap import Fills
 from harness.registry import Variant, build, variants_of
 
-MODEL_FAMILIES = ("encoder_decoder", "decoder_only_model")
-DECODE_CASE = {"encoder_decoder": "src_padded", "decoder_only_model": "full"}
+MODEL_FAMILIES = ("encoder_decoder", "decoder_only_model", "llama_model")
+DECODE_CASE = {"encoder_decoder": "src_padded", "decoder_only_model": "full", "llama_model": "full"}
 PROMPT = 1  # decoder-only greedy decoding starts from the case's first PROMPT tokens
 
 

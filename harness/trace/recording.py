@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from harness.base.config import Config
 from harness.families.base import Family
-from harness.porting.entries import Absent, Chunk, Concat, Param, Tied, Transposed
+from harness.porting.entries import Absent, Chunk, Concat, Param, PerHeadChunk, RopePermuted, Tied, Transposed
 from harness.porting.portmap import PortMap
 
 PROJECTIONS = ("q", "k", "v", "o")
@@ -38,9 +38,9 @@ def _entry_paths(entry) -> list[tuple[str, bool]]:
     """(module parameter path, whole parameter?) for every region of a map entry."""
     if isinstance(entry, (Absent, Tied)):  # no module parameter of its own
         return []
-    if isinstance(entry, Transposed):
+    if isinstance(entry, (Transposed, RopePermuted)):
         return _entry_paths(entry.inner)
-    if isinstance(entry, Chunk):
+    if isinstance(entry, (Chunk, PerHeadChunk)):
         return [(entry.path, False)]
     if isinstance(entry, Concat):
         return [(p, True) for p in entry.paths]

@@ -1,0 +1,172 @@
+"""LLaMA-style decoder block and decoder-only model families, composed from the attention,
+norm and gated_ffn families: their canonical parameters nest those families' own, and their
+oracles call those families' oracles (one set of conventions for RoPE, GQA, windows, RMSNorm
+gains and upcasts, gated activations; nothing is written twice).
+
+- ``llama_block``: (x (B,T,D), mask (B,T,T) bool True = may attend, positions (B,T)) -> (B,T,D):
+  x + attention(norm(x)) then x + gated_ffn(norm(x)) (pre-norm, LLaMA), or the post-norm
+  order (a declared trait, so a block that normalises after the residual add is caught).
+  Canonical: ``attn_norm.*`` (norm family), ``self_attn.*`` (attention family, K/V of
+  kv_heads * d_k rows), ``ffn_norm.*`` (norm), ``mlp.{gate,up,down}.weight`` (gated_ffn).
+- ``llama_model``: (tokens (B,T), pad (B,T) True = real token, positions (B,T)) ->
+  log-probabilities (B,T,V): embedding (times the declared scale), N causal blocks, final norm,
+  output head (the embedding table when ``tied_output``). Positions are the call's (HF's
+  ``position_ids``); the cases count them from each row's first real token,
+  ``cumsum(pad) - 1`` clamped at 0, so left padding and decoding offsets are expressible.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.base.config import Config
+from harness.families import oracles
+from harness.families.attention import ATTENTION
+from harness.families.base import Case, Family, ParamSpec, TraitSpec, activations, causal, left_pad, right_pad
+from harness.families.layers import GATED_FFN, LAYER_STD, NORM
+from harness.families.models import BOOL, ModelFamily, content_tokens, layers
+
+# The GQA config both families run besides the default one (two K/V heads for four query heads).
+GQA_CONFIG = Config(kv_heads=2, batch=2)
+_ATTN_TRAITS = ("rope", "rope_fraction", "gqa_grouping", "window", "qk_norm", "softcap", "fully_masked_row",
+                "mask_style")
+BLOCK_TRAITS = {
+    "norm_placement": TraitSpec("norm before the sublayer (pre, LLaMA) or after the residual add (post)",
+                                ("pre", "post")),
+    **{name: NORM.traits[name] for name in ("norm_formula", "eps", "gain", "upcast")},
+    **{name: ATTENTION.traits[name] for name in _ATTN_TRAITS},
+    "activation": GATED_FFN.traits["activation"],
+}
+
+
+def _nested(family: Family, prefix: str, cfg: Config) -> ParamSpec:
+    return {prefix + name: spec for name, spec in family.params(cfg).items()}
+
+
+def block_params(cfg: Config) -> ParamSpec:
+    return {**_nested(NORM, "attn_norm.", cfg), **_nested(ATTENTION, "self_attn.", cfg),
+            **_nested(NORM, "ffn_norm.", cfg), **_nested(GATED_FFN, "mlp.", cfg)}
+
+
+def _sub(w, prefix: str) -> dict:
+    return {n[len(prefix):]: t for n, t in w.items() if n.startswith(prefix)}
+
+
+def llama_block_oracle(traits, cfg, w, inputs, dtype) -> torch.Tensor:
+    """The attention family's oracle (sublayer "attention": RoPE at ``positions``, K/V heads
+    grouped, the call's mask) and the gated_ffn family's, each around the norm family's
+    oracle, residuals in the declared placement."""
+    x, mask, positions = inputs["x"], inputs["mask"], inputs["positions"]
+    attn_traits = {"fully_masked_row": "NaN", "mask_style": "fill", **traits, "sublayer": "attention"}
+
+    def norm(name, h):
+        return oracles.norm(traits, cfg, _sub(w, name + "."), {"x": h}, dtype)
+
+    def attend(h):
+        return oracles.attention(attn_traits, cfg, _sub(w, "self_attn."), {
+            "query": h, "key": h, "value": h, "mask": mask, "positions": positions,
+            "key_positions": positions, "window": inputs.get("window")}, dtype)
+
+    def mlp(h):
+        return oracles.gated_ffn(traits, cfg, _sub(w, "mlp."), {"x": h}, dtype)
+
+    placement = traits["norm_placement"]
+    if placement == "pre":
+        x = x + attend(norm("attn_norm", x))
+        return x + mlp(norm("ffn_norm", x))
+    if placement == "post":
+        x = norm("attn_norm", x + attend(x))
+        return norm("ffn_norm", x + mlp(x))
+    raise oracles._unknown("norm_placement", placement, ("pre", "post"))
+
+
+def positions_of(pad: torch.Tensor) -> torch.Tensor:
+    """(B, L) positions counted from each row's first real token (HF's
+    ``attention_mask.cumsum(-1) - 1``), 0 on left padding; right padding continues at the
+    last real position."""
+    return (pad.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _block_inputs(cfg: Config, gen: torch.Generator, pad: torch.Tensor) -> dict:
+    x = activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model, std=LAYER_STD)
+    mask = causal(cfg.tgt_len)[None] & pad[:, None, :]                      # (B, T, T)
+    return {"x": x, "mask": mask, "positions": positions_of(pad), "pad": pad}
+
+
+LLAMA_BLOCK = Family(
+    name="llama_block",
+    call="(x (B,T,D), mask (B,T,T) bool True=may attend, positions (B,T)) -> (B,T,D)",
+    doc="LLaMA-style decoder block: pre-RMSNorm, RoPE attention with GQA, pre-RMSNorm, SwiGLU.",
+    params=block_params,
+    cases=(
+        Case("right_pad", "causal with right padding, positions 0..", lambda c, g: _block_inputs(
+            c, g, right_pad(g, c.batch, c.tgt_len))),
+        Case("left_pad", "causal with left padding: early rows see no key; positions from the first real token",
+             lambda c, g: _block_inputs(c, g, left_pad(g, c.batch, c.tgt_len))),
+    ),
+    traits=BLOCK_TRAITS,
+    oracle=llama_block_oracle,
+    case_semantic={"left_pad": ("fully_masked_row", "mask_style")},
+    grad_inputs=("x",),
+    matrix=("default",),
+    matrix_note="its attention, norm and gated_ffn run the whole matrix in their families",
+    extra_configs={"gqa": GQA_CONFIG},
+    requires=ATTENTION.requires,   # a block that declares no gqa_grouping is skipped on the GQA config
+)
+
+
+def model_params(cfg: Config) -> ParamSpec:
+    spec: ParamSpec = {"embed.weight": ((cfg.vocab, cfg.d_model), "weight")}
+    for i in range(layers(cfg)):
+        spec.update(_nested(LLAMA_BLOCK, f"layers.{i}.", cfg))
+    spec.update(_nested(NORM, "norm.", cfg))
+    spec["head.weight"] = ((cfg.vocab, cfg.d_model), "weight")
+    return spec
+
+
+def llama_model_oracle(traits, cfg, w, inputs, dtype) -> torch.Tensor:
+    """Embedding (times the scale), N ``llama_block`` oracles over causal & pad at the
+    call's positions, the norm family's oracle, head (the embedding when tied), log-softmax."""
+    tokens, pad = inputs["tokens"], inputs["pad"]
+    t = tokens.shape[1]
+    x = w["embed.weight"][tokens] * oracles.EMBEDDING_SCALES[traits["embedding_scale"]](cfg.d_model)
+    block = {"x": None, "mask": causal(t)[None] & pad[:, None, :], "positions": inputs["positions"]}
+    for i in range(layers(cfg)):
+        x = llama_block_oracle(traits, cfg, _sub(w, f"layers.{i}."), {**block, "x": x}, dtype)
+    x = oracles.norm(traits, cfg, _sub(w, "norm."), {"x": x}, dtype)
+    logits = x @ (w["embed.weight"] if traits["tied_output"] else w["head.weight"]).T
+    return torch.log_softmax(logits, dim=-1)
+
+
+def _model_tokens(cfg: Config, gen: torch.Generator, side: str) -> dict:
+    tokens = content_tokens(gen, cfg, cfg.batch, cfg.tgt_len)
+    pad = {"full": lambda: torch.ones_like(tokens, dtype=torch.bool), "right": lambda: right_pad(
+        gen, cfg.batch, cfg.tgt_len), "left": lambda: left_pad(gen, cfg.batch, cfg.tgt_len)}[side]()
+    tokens[~pad] = 0
+    return {"tokens": tokens, "pad": pad, "positions": positions_of(pad)}
+
+
+LLAMA_MODEL = ModelFamily(
+    name="llama_model",
+    call="(tokens (B,T) int, pad (B,T) bool True=real token, positions (B,T)) -> log-probabilities (B,T,V); causal",
+    doc="A LLaMA-style decoder-only model: embedding, N llama blocks, final RMSNorm, output head.",
+    params=model_params,
+    cases=(
+        Case("full", "no padding", lambda c, g: _model_tokens(c, g, "full")),
+        Case("right_pad", "right padding", lambda c, g: _model_tokens(c, g, "right")),
+        Case("left_pad", "left padding: pad rows see no key; positions from the first real token",
+             lambda c, g: _model_tokens(c, g, "left")),
+    ),
+    traits={**BLOCK_TRAITS,
+            "embedding_scale": TraitSpec("the factor token embeddings are multiplied by (Gemma: sqrt(D))",
+                                         tuple(oracles.EMBEDDING_SCALES), default="1"),
+            "tied_output": TraitSpec("the output head is the embedding table", BOOL)},
+    oracle=llama_model_oracle,
+    case_semantic={"left_pad": ("fully_masked_row", "mask_style")},
+    matrix=("default",),
+    extra_configs={"gqa": GQA_CONFIG},
+    requires=ATTENTION.requires,
+    ties=(("head.weight", "embed.weight"),),
+)
+
+LLAMA_FAMILIES = (LLAMA_BLOCK, LLAMA_MODEL)  # listed in harness.families.catalog

@@ -1,0 +1,121 @@
+"""KV-cache parity: a model's cached decoding against its own full forward.
+
+For every model with a cache (``register_decoding(..., cache=...)``) and every padding side
+its cache declares (``Decoding.padding``: the family's right-padded case, and the
+left-padded one where the model handles it), one cached session per schedule:
+
+- ``prefill + steps``: the first half of the sequence in one call, then one token a call;
+- ``chunked prefill``: ``CHUNK`` tokens a call.
+
+Each call's log-probabilities (the token after the prefix fed so far) are compared with the
+family call's (the full forward over the whole sequence) at that position, on the rows whose
+token there is real, with the check's verdict (float32, the float64 runs of both giving the
+noise). One verdict per call: a cache that rotates a step's keys at 0..n-1 instead of after
+what it holds fails from the first step after the prefill; one that lets a step attend to
+left padding fails only on the left-padded case.
+
+Only the last position of each call is compared (the ``step`` interface returns it); the
+others of a chunk are in the cache the next calls read, so a chunk that corrupts it shows
+there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from harness.base.config import Config
+from harness.base.verdicts import Verdict
+from harness.check.tensors import compare_tensors
+from harness.families.models import Decoding
+from harness.registry import Variant
+from harness.systems.models import Models, _memo, decodable, matches
+
+CHUNK = 2
+# The family's case for each padding side.
+PADDED_CASES = {"encoder_decoder": {"right": "src_padded"}, "decoder_only_model": {"right": "right_pad"},
+                "llama_model": {"right": "right_pad", "left": "left_pad"}}
+
+
+@dataclass
+class StepVerdict:
+    fed: int          # tokens fed so far (the prefix length after this call)
+    position: int     # the full forward's position compared
+    verdict: str
+    max_abs: float
+    noise_ratio: float
+
+
+@dataclass
+class CacheParityResult:
+    family: str
+    variant: str
+    padding: str          # "right" or "left"
+    schedule: str         # "prefill + steps" or "chunked prefill"
+    ok: bool
+    steps: list = field(default_factory=list)   # StepVerdict per call
+
+    @property
+    def first_bad(self) -> StepVerdict | None:
+        return next((s for s in self.steps if not matches(s.verdict, Verdict.EQUIVALENT)), None)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def schedules(length: int) -> dict[str, list[int]]:
+    """Prefix lengths after each call, for a sequence of ``length`` tokens."""
+    prefill = max(1, length // 2)
+    return {"prefill + steps": list(range(prefill, length + 1)),
+            "chunked prefill": sorted({*range(CHUNK, length + 1, CHUNK), length})}
+
+
+def _session(decoding: Decoding, module, inputs: dict, tokens: torch.Tensor, lengths: list[int]) -> list:
+    with torch.no_grad():
+        state = decoding.prepare(module, inputs, True)
+        return [decoding.step(module, state, tokens[:, :k]).double() for k in lengths]
+
+
+def check_cache_parity(family: str, cfg: Config) -> list[CacheParityResult]:
+    return _memo("check_cache_parity", family, cfg, lambda: _check(family, cfg))
+
+
+def _check(family: str, cfg: Config) -> list[CacheParityResult]:
+    models = Models(family, cfg)
+    results = []
+    for variant, decoding in decodable(family, cfg):
+        if not decoding.cache:
+            continue
+        for side in decoding.padding:
+            results += _parity(models, variant, decoding, side)
+    return results
+
+
+def _parity(models: Models, variant: Variant, decoding: Decoding, side: str) -> list[CacheParityResult]:
+    family = models.family.name
+    inputs = models.family.inputs(PADDED_CASES[family][side], models.cfg)
+    tokens = inputs["tgt"] if "tgt" in inputs else inputs["tokens"]
+    real = inputs.get("pad", torch.ones_like(tokens, dtype=torch.bool))             # (B, T)
+    shift = 0 if decoding.bos else 1   # a model that builds its own start: k tokens fed -> position k
+    zero = models.zero(variant)
+    full, runs = {}, {}
+    plan = schedules(tokens.shape[1] - shift)
+    for dtype in (torch.float32, torch.float64):
+        module = models.get(variant, zero, dtype)
+        with torch.no_grad():
+            full[dtype] = variant.call(module, inputs).double()                     # (B, T, V)
+        for name, lengths in plan.items():
+            runs[dtype, name] = _session(decoding, module, inputs, tokens, lengths)
+    results = []
+    for name, lengths in plan.items():
+        steps = []
+        for i, k in enumerate(lengths):
+            pos = k - 1 + shift
+            rows = real[:, pos]
+            c = compare_tensors(runs[torch.float32, name][i][rows], full[torch.float32][rows, pos],
+                                runs[torch.float64, name][i][rows], full[torch.float64][rows, pos], torch.float32)
+            steps.append(StepVerdict(k, pos, Verdict(c.verdict).value, c.max_abs, c.noise_ratio))
+        ok = all(matches(s.verdict, Verdict.EQUIVALENT) for s in steps)
+        results.append(CacheParityResult(family, variant.id, side, name, ok, steps))
+    return results
