@@ -22,13 +22,15 @@ from harness.base.errors import (
     UnknownName,
     VariantFileError,
 )
-from harness.base.masks import causal_and_pad, masked, per_head
+from harness.base.library import library_config, rotary_tables
+from harness.base.masks import additive_mask, causal_and_pad, masked, per_head
 from harness.families.models import PAD, START, dropout_sites, incremental, layers, register_decoding
 from harness.families.training import SPREADS, STEP_COUNTS, noam, optimizer_rates, smoothed_target
 from harness.porting.entries import (
     Absent,
     Chunk,
     Concat,
+    Identity,
     Param,
     PerHeadChunk,
     RopePermuted,
@@ -52,8 +54,11 @@ __all__ = [
     # its parameter map
     "Param", "Chunk", "PerHeadChunk", "Concat", "Transposed", "RopePermuted", "Zero", "Absent", "Tied",
     "nest", "linear_entries", "norm_entries", "fused_entries", "absent_norm",
+    "Identity",  # a square weight the variant leaves out, read as the identity
     # masks: converting the canonical bool mask (True = may attend) at the variant's edge
-    "masked", "per_head", "causal_and_pad",
+    "masked", "per_head", "causal_and_pad", "additive_mask",
+    # library modules (transformers): their config object from the harness config, their rotary tables
+    "library_config", "rotary_tables",
     # whole models: how a model decodes, its layers and dropout sites
     "register_decoding", "incremental", "layers", "dropout_sites", "PAD", "START",
     # the training families' declared forms

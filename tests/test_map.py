@@ -96,7 +96,8 @@ def test_map_says_why_none_fits_and_names_the_closest(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "no candidate map" in printed and "candidates tried" in printed and "closest" in printed
     proposal = json.loads(out.read_text())
-    assert not proposal["found"] and proposal["tried"] == 48  # 24 orders x 2 orientations of `out`
+    # 24 orders x 2 orientations of `out` x 2 layouts of the fused qkv (thirds, thirds per head)
+    assert not proposal["found"] and proposal["tried"] == 96
     assert proposal["closest"]["max_abs"] > 1e-3
 
 
@@ -109,3 +110,22 @@ def test_map_bad_input_is_one_line(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+def test_map_call_keeps_a_mask_keyword():
+    """A ``mask=`` keyword in --call stays a keyword (it was rewritten into i["mask"]=..., a
+    syntax error); its value is the case's mask."""
+    with scratch():
+        proposal = propose_map(f"{EXAMPLES / 'my_attention.py'}:EinsumAttention", "attention", cfg=CFG,
+                               call="m(query, key, value, mask=mask)")
+    assert proposal.found, proposal.text
+    assert 'mask=i["mask"]' in proposal.code
+
+
+def test_map_shows_the_exception_of_a_custom_call(capsys):
+    """An exception in the user's --call is said, not swallowed."""
+    with scratch():
+        assert main(["map", f"{EXAMPLES / 'my_attention.py'}:EinsumAttention", "--family", "attention",
+                     "--call", "m(query, key, value, mask, 5)"]) == 1
+    printed = capsys.readouterr().out
+    assert "--call 'm(query, key, value, mask, 5)' raised TypeError" in printed and "positional" in printed

@@ -24,3 +24,9 @@ def causal_and_pad(pad: torch.Tensor) -> torch.Tensor:
     t = pad.shape[-1]
     tril = torch.ones(t, t, dtype=torch.bool, device=pad.device).tril()
     return tril[None] & pad[:, None, :]
+
+
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Canonical (B, T, S) -> (B, 1, T, S) additive: 0 where it may attend, ``finfo(dtype).min``
+    where not (the float mask Hugging Face's attention modules add to their scores)."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)[:, None]

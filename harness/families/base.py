@@ -45,6 +45,9 @@ class TraitSpec:
     values: tuple[Any, ...] = ()
     number: bool = False
     default: Any = REQUIRED
+    # names a value had before (or has in another library's vocabulary) -> its name here:
+    # accepted at registration with a one-line deprecation message
+    renamed: Mapping[Any, Any] = field(default_factory=dict)
 
     def accepts(self, value: Any) -> bool:
         if self.number and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -187,6 +190,17 @@ class Family:
         """A variant's semantic traits with the family's defaults filled in."""
         return {name: traits.get(name, spec.default) for name, spec in self.traits.items()
                 if name in traits or spec.default is not REQUIRED}
+
+    def renamed_traits(self, traits: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """``traits`` with each renamed value replaced by its current name, and one
+        deprecation line per replacement."""
+        out, said = dict(traits), []
+        for name, spec in self.traits.items():
+            value = traits.get(name)
+            if name in traits and isinstance(value, str) and value in spec.renamed:
+                out[name] = spec.renamed[value]
+                said.append(f"trait {name}={value!r} is deprecated: read as {out[name]!r} (declare that)")
+        return out, said
 
     def validate_traits(self, variant_id: str, traits: Mapping[str, Any]) -> list[str]:
         """Problems with a variant's declared traits (empty when they are executable)."""

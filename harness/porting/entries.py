@@ -73,17 +73,33 @@ class Absent:
     a bias of a bias-free Linear (``Zero()``), 1 for the weight of a norm the variant leaves
     out. A partner that has the parameter is compared with it set to ``fill``: for an absent
     final norm its own norm keeps a unit scale (a zero scale would flatten its output to the
-    bias and every logit to the same value)."""
+    bias and every logit to the same value). ``fill`` = ``IDENTITY`` (``Identity()``): a
+    square weight read as the identity matrix (a projection the variant leaves out)."""
 
-    fill: float = 0.0
+    fill: float | str = 0.0
 
     def regions(self) -> list:
         return []
+
+    def value(self, shape, dtype=torch.float64, device="cpu") -> torch.Tensor:
+        """The tensor it reads as."""
+        if self.fill == IDENTITY:
+            return torch.eye(*shape, dtype=dtype, device=device)
+        return torch.full(tuple(shape), self.fill, dtype=dtype, device=device)
+
+
+IDENTITY = "identity"
 
 
 def Zero() -> Absent:  # noqa: N802 - reads as the entry it builds, like Param(...)
     """Not represented, reads as zeros: ``Absent(0.0)``."""
     return Absent(0.0)
+
+
+def Identity() -> Absent:  # noqa: N802 - reads as the entry it builds, like Param(...)
+    """A square weight not represented, read as the identity: an attention module without
+    its output projection (BERT's ``BertSelfAttention``: the projection is in ``BertSelfOutput``)."""
+    return Absent(IDENTITY)
 
 
 @dataclass(frozen=True)
@@ -163,6 +179,8 @@ def entry_code(entry: MapEntry) -> str:
         return "Concat([" + paths + "]" + (f", dim={entry.dim})" if entry.dim else ")")
     if isinstance(entry, Tied):
         return f'Tied("{entry.to}")'
+    if entry.fill == IDENTITY:
+        return "Identity()"
     return "Zero()" if entry.fill == 0 else f"Absent({entry.fill:g})"
 
 

@@ -39,6 +39,7 @@ from torch import nn
 
 from harness.base.errors import PortingError
 from harness.porting.entries import (
+    IDENTITY,
     Absent,
     Chunk,
     Concat,
@@ -191,7 +192,7 @@ class PortMap:
             some = next(iter(self.params.values()), None)
             dtype = some.dtype if some is not None else torch.float32
             device = some.device if some is not None else "cpu"
-            return torch.full(tuple(shape), entry.fill, dtype=dtype, device=device)
+            return entry.value(shape, dtype, device)
         return self._read_plain(entry, grad)
 
     def _read_plain(self, entry: MapEntry, grad: bool = False) -> torch.Tensor | None:
@@ -241,11 +242,12 @@ class PortMap:
                         )
                     continue
                 if isinstance(entry, Absent):
-                    if (value != entry.fill).any():
+                    want = entry.value(value.shape, value.dtype, value.device)
+                    if (value != want).any():
+                        said = "the identity" if entry.fill == IDENTITY else f"{entry.fill:g}"
                         raise self._fail(
-                            f"has no '{name}' (not represented, reads as {entry.fill:g}) and cannot "
-                            f"take another value (max |x - {entry.fill:g}| = "
-                            f"{(value - entry.fill).abs().max().item():.3g})"
+                            f"has no '{name}' (not represented, reads as {said}) and cannot "
+                            f"take another value (max |x - {said}| = {(value - want).abs().max().item():.3g})"
                         )
                     continue
                 if isinstance(entry, Transposed):  # stored (in, out): write the transpose
@@ -297,7 +299,7 @@ def zero_unrepresented(weights: Mapping[str, torch.Tensor], fills: Mapping[str, 
     """``weights`` with each canonical tensor named in ``fills`` set to the value the variant
     reads it as (zero, one for an absent norm's weight): what a variant (or a pair of
     variants) whose map has ``Absent``/``Zero()`` there can be compared on."""
-    return {n: (torch.full_like(t, fills[n]) if n in fills else t) for n, t in weights.items()}
+    return {n: (Absent(fills[n]).value(t.shape, t.dtype, t.device) if n in fills else t) for n, t in weights.items()}
 
 
 def port_weights(src: PortMap, dst: PortMap) -> None:

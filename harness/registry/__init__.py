@@ -91,6 +91,11 @@ def register(**fields: Any) -> Variant:
             f"variant '{variant.id}' names unknown family '{variant.family}'; "
             f"families: {sorted(FAMILIES)}"
         )
+    traits, deprecated = FAMILIES[variant.family].renamed_traits(variant.traits)
+    if deprecated:
+        variant = dataclasses.replace(variant, traits=traits)
+        for line in deprecated:
+            print(f"deprecated: variant '{variant.key}': {line}", file=sys.stderr)
     problems = FAMILIES[variant.family].validate_traits(variant.id, variant.traits)
     if problems:
         raise RegistryError(f"variant '{variant.key}': " + "; ".join(problems))

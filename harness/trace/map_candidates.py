@@ -8,7 +8,6 @@ import builtins
 import importlib
 import importlib.util
 import inspect
-import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +22,10 @@ from harness.base.errors import (
     UnknownName,
     VariantFileError,
 )
-from harness.base.masks import masked, per_head
+from harness.base.library import config_class_for, library_config, rotary_tables
+from harness.base.masks import additive_mask, masked, per_head
 from harness.families.base import Family
-from harness.porting.entries import Chunk, Param, Transposed, Zero, entry_code
+from harness.porting.entries import entry_code
 from harness.registry import scratch
 
 MAX_CANDIDATES = 20000
@@ -36,15 +36,33 @@ CALL_FORMS: dict[str, tuple[str, bool]] = {
     "qkv_masked": ('m(i["query"], i["key"], i["value"], ~i["mask"])', True),
     "qkv_attn_mask": ('m(i["query"], i["key"], i["value"], attn_mask=per_head(masked(i["mask"]), {heads}), '
                       'need_weights=False)', True),
+    # a library's self-attention module: hidden states, the additive mask, and the rotary
+    # tables its model computes and passes in (Hugging Face's LlamaAttention and kin)
+    "hidden_mask": ('m(i["query"], attention_mask=additive_mask(i["mask"], i["query"].dtype))', True),
+    "hidden_rope_mask": ('m(i["query"], position_embeddings=rotary_tables(m, i["query"], i["positions"]), '
+                         'attention_mask=additive_mask(i["mask"], i["query"].dtype))', True),
+    # a library's decoder layer (HF's LlamaDecoderLayer): hidden states, additive mask, rotary tables
+    "x_rope_mask": ('m(i["x"], attention_mask=additive_mask(i["mask"], i["x"].dtype), '
+                    'position_embeddings=rotary_tables(m, i["x"], i["positions"]))', True),
     "qkv": ('m(i["query"], i["key"], i["value"])', False),
     "self": ('m(i["query"])', False),
+    "x": ('m(i["x"])', False),
 }
+# forms that read only the query: compared on self-attention cases (query = key = value,
+# and for RoPE the same positions), never on cross ones
+SELF_ONLY = frozenset({"self", "hidden_mask", "hidden_rope_mask"})
 CALL_NOTES = {
     "qkv_mask": "mask (B, T, S) bool, True = may attend",
     "qkv_masked": "mask (B, T, S) bool, True = masked",
     "qkv_attn_mask": "attn_mask (B*H, T, S) bool, True = not allowed (nn.MultiheadAttention)",
+    "hidden_mask": "self-attention on hidden states, additive mask (B, 1, T, S): compared on self-attention cases",
+    "hidden_rope_mask": "self-attention on hidden states with the module's own rotary tables at the call's "
+                        "positions and an additive mask (B, 1, T, S): compared on self-attention cases",
+    "x_rope_mask": "a decoder layer on hidden states x with the module's own rotary tables at the call's "
+                   "positions and an additive mask (B, 1, T, T)",
     "qkv": "no mask: compared only on cases whose mask hides nothing",
     "self": "self-attention, no mask: compared only on cases with query = key = value and nothing masked",
+    "x": "one input x (norms, feed-forwards)",
 }
 WIDTH_NAMES = ("d_model", "hidden_size", "hidden_dim", "embed_dim", "n_embd", "dim", "model_dim",
                "width", "num_hiddens", "d", "emb_dim", "embedding_dim")
@@ -116,7 +134,8 @@ def load_object(target: str, what: str = "CLASS") -> tuple[object, str, str]:
 
 def guess_init(cls: type) -> str:
     """Constructor keywords guessed from the signature: widths, heads, feed-forward size,
-    dropout 0, ``batch_first=True``."""
+    dropout 0, ``batch_first=True``; a library config object (``config``) filled from the
+    harness config by ``library_config``, and ``layer_idx=0``."""
     try:
         sig = inspect.signature(cls.__init__)
     except (TypeError, ValueError):
@@ -126,7 +145,10 @@ def guess_init(cls: type) -> str:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         required = p.default is inspect.Parameter.empty
-        if pname in WIDTH_NAMES:
+        config_cls = config_class_for(cls, p.annotation) if pname == "config" else None
+        if config_cls is not None:
+            parts.append(f"config=library_config({config_cls.__name__}, cfg)")
+        elif pname in WIDTH_NAMES:
             parts.append(f"{pname}=cfg.d_model")
         elif pname in HEAD_NAMES:
             parts.append(f"{pname}=cfg.heads")
@@ -134,6 +156,8 @@ def guess_init(cls: type) -> str:
             parts.append(f"{pname}=cfg.d_ff")
         elif pname == "batch_first":
             parts.append("batch_first=True")
+        elif pname == "layer_idx":
+            parts.append("layer_idx=0")
         elif "dropout" in pname and required:
             parts.append(f"{pname}=0.0")
         elif required:
@@ -142,15 +166,34 @@ def guess_init(cls: type) -> str:
     return ", ".join(parts)
 
 
+def init_scope(cls: type) -> dict[str, Any]:
+    """Names an --init expression may use besides ``cfg`` and ``torch``: ``library_config``
+    and the library config class of ``cls`` (by its own name)."""
+    scope: dict[str, Any] = {"library_config": library_config}
+    config_cls = config_class_for(cls)
+    if config_cls is not None:
+        scope[config_cls.__name__] = config_cls
+    return scope
+
+
+def init_imports(cls: type, init: str) -> list[str]:
+    """The import lines a printed registration needs for its ``build`` (the config class)."""
+    return [f"from {v.__module__} import {k}" for k, v in init_scope(cls).items()
+            if isinstance(v, type) and re.search(rf"\b{k}\b", init)]
+
+
 def _builder(cls: type, init: str) -> Callable[[Config], torch.nn.Module]:
     try:
         compiled = compile(f"dict({init})", "--init", "eval")
     except SyntaxError as exc:
         raise ConfigError(f"bad --init '{init}': {exc.msg}") from None
+    scope = {**init_scope(cls), "torch": torch}
 
     def build(cfg: Config):
         try:
-            kwargs = eval(compiled, {"cfg": cfg, "torch": torch})  # noqa: S307  (the user's own CLI text)
+            kwargs = eval(compiled, {**scope, "cfg": cfg})  # noqa: S307  (the user's own CLI text)
+        except HarnessError:
+            raise
         except Exception as exc:
             raise ConfigError(f"bad --init '{init}': {type(exc).__name__}: {exc}") from None
         try:
@@ -184,14 +227,15 @@ def make_call(form: str, module: torch.nn.Module, cfg: Config) -> tuple[Callable
             code = code.format(heads=heads)
     else:  # an expression of m, query, key, value, mask
         code = form
-        for name in ("query", "key", "value", "mask"):
+        for name in ("query", "key", "value", "mask", "positions", "key_positions", "x"):
             code = _replace_name(code, name, f'i["{name}"]')
         uses_mask = "mask" in form
     try:
         compiled = compile(code, "--call", "eval")
     except SyntaxError as exc:
         raise ConfigError(f"bad --call '{form}': {exc.msg}") from None
-    scope = {"per_head": per_head, "masked": masked, "torch": torch}
+    scope = {"per_head": per_head, "masked": masked, "torch": torch, "additive_mask": additive_mask,
+             "rotary_tables": rotary_tables}
     unknown = sorted({n.id for n in ast.walk(ast.parse(code, mode="eval")) if isinstance(n, ast.Name)}
                      - {"m", "i", *scope, *dir(builtins)})
     if unknown:  # a typo in a form's name, or a name the expression cannot see: said now, not as "no form ran"
@@ -204,101 +248,8 @@ def make_call(form: str, module: torch.nn.Module, cfg: Config) -> tuple[Callable
 
 
 def _replace_name(code: str, name: str, new: str) -> str:
-    return re.sub(rf"(?<![\w\"'.]){name}(?![\w\"'])", new, code)
-
-
-# -- candidate maps -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Slot:
-    """One place a canonical weight can live: a whole parameter or one chunk of it."""
-
-    path: str
-    index: int
-    chunks: int
-    transposed: bool
-
-    def entry(self):
-        if self.chunks == 1:
-            inner = Param(self.path)
-        else:
-            inner = Chunk(self.path, self.index, self.chunks, dim=1 if self.transposed else 0)
-        return Transposed(inner) if self.transposed else inner
-
-
-def _weight_slots(params: dict[str, torch.Tensor], out: int, inp: int) -> list[list[Slot]]:
-    """Per 2-D parameter, its slots for a canonical (out, inp) weight; a square
-    parameter yields both orientations as alternatives (one list per orientation)."""
-    groups = []
-    for path, p in params.items():
-        if p.dim() != 2:
-            continue
-        r, c = p.shape
-        if (r, c) == (out, inp):
-            groups.append([[Slot(path, 0, 1, False)]] + ([[Slot(path, 0, 1, True)]] if out == inp else []))
-        elif c == inp and r % out == 0 and r // out > 1:
-            n = r // out
-            groups.append([[Slot(path, i, n, False) for i in range(n)]])
-        elif r == inp and c % out == 0 and c // out > 1:
-            n = c // out
-            groups.append([[Slot(path, i, n, True) for i in range(n)]])
-        elif (r, c) == (inp, out):
-            groups.append([[Slot(path, 0, 1, True)]])
-    return groups
-
-
-def _stem(path: str) -> str:
-    base = path.rsplit(".", 1)
-    leaf = base[-1]
-    for a, b in (("weight", ""), ("bias", ""), ("w_", ""), ("b_", ""), ("w", ""), ("b", "")):
-        if leaf.startswith(a) or leaf.endswith(a):
-            leaf = leaf.replace(a, b, 1)
-            break
-    return (base[0] + "." if len(base) == 2 else "") + leaf
-
-
-def _bias_for(slot: Slot, biases: dict[str, torch.Tensor], out: int) -> Any:
-    """The bias entry that goes with a weight slot: a 1-D parameter of the slot's module
-    (or of the same stem: ``w_qkv``/``b_qkv``, ``in_proj_weight``/``in_proj_bias``)."""
-    want = out * slot.chunks
-    fits = [p for p, t in biases.items() if t.numel() == want]
-    prefix = slot.path.rsplit(".", 1)[0] if "." in slot.path else ""
-    same = [p for p in fits if (p.rsplit(".", 1)[0] if "." in p else "") == prefix and "." in p] \
-        or [p for p in fits if _stem(p) == _stem(slot.path)]
-    pick = same[0] if len(same) == 1 else (fits[0] if len(fits) == 1 else None)
-    if pick is None:
-        return Zero()
-    return Param(pick) if slot.chunks == 1 else Chunk(pick, slot.index, slot.chunks)
-
-
-def candidate_maps(family: Family, cfg: Config, module: torch.nn.Module):
-    """Every assignment of the module's weight slots to the family's canonical (2-D)
-    weights, biases following their weights; other canonical parameters (norm gains)
-    by shape and name order."""
-    shapes = family.canonical_shapes(cfg)
-    params = dict(module.named_parameters())
-    weights = [n for n, s in shapes.items() if len(s) == 2]
-    if not weights:
-        raise ConfigError(f"family '{family.name}' has no canonical weight matrix to search for")
-    out, inp = shapes[weights[0]]
-    if any(shapes[n] != (out, inp) for n in weights):
-        raise ConfigError(f"map searches families whose weights share one shape; '{family.name}' does not")
-    groups = _weight_slots(params, out, inp)
-    biases = {p: t for p, t in params.items() if t.dim() == 1}
-    for choice in itertools.product(*groups):
-        slots = [s for group in choice for s in group]
-        if len(slots) != len(weights):
-            continue
-        for perm in itertools.permutations(slots):
-            pmap: dict[str, Any] = {}
-            for name, slot in zip(weights, perm):
-                pmap[name] = slot.entry()
-                bias = name.removesuffix(".weight") + ".bias"
-                if bias in shapes:
-                    pmap[bias] = _bias_for(slot, biases, out)
-            for name in shapes:
-                pmap.setdefault(name, Zero())
-            yield pmap
+    """``name`` as a value, not as a keyword (``mask=mask`` keeps its keyword)."""
+    return re.sub(rf"(?<![\w\"'.]){name}(?![\w\"'])(?!\s*=(?!=))", new, code)
 
 
 # -- the search ------------------------------------------------------------------------------------------
@@ -309,5 +260,8 @@ def _case_ok(family: Family, case: str, cfg: Config, uses_mask: bool, self_only:
     if not uses_mask and isinstance(mask, torch.Tensor) and not bool(mask.all()):
         return False
     if self_only and not (inputs.get("query") is inputs.get("key") is inputs.get("value")):
+        return False
+    positions, key_positions = inputs.get("positions"), inputs.get("key_positions")
+    if self_only and positions is not None and key_positions is not None and not torch.equal(positions, key_positions):
         return False
     return True

@@ -1,24 +1,26 @@
 """``python -m harness map FILE:CLASS --family F``: a parameter map found by search.
 
 The module's parameters are matched by shape against the family's canonical ones
-(``Family.canonical_shapes``): a (D, D) weight is one projection, in either orientation
-(square weights are the silent ones); a (3D, D) weight holds three projections as row
-blocks, a (D, 3D) one as column blocks (GPT-2's Conv1D, stored (in, out)); biases follow
-their weights (same chunk index, same module). Every assignment of those slots to the
-canonical projections (which one is q, k, v, o; the chunk order; the orientation) is a
-candidate; a candidate is kept when its float64 output is equivalent to the family's
-reference on the family's cases, then verified with every gradient. The fully masked
-cases, where variants legitimately differ, are not used to choose: they decide the
-declared trait instead (the value of a registered variant the module agrees with).
+(``Family.canonical_shapes``, grouped by shape; ``map_slots``): a (D, D) weight is one
+projection, in either orientation (square weights are the silent ones); a (3D, D) weight
+holds three projections as row blocks, or as blocks inside each head (GPT-NeoX), a (D, 3D)
+one as column blocks (GPT-2's Conv1D, stored (in, out)); biases follow their weights (same
+chunk index, same module); norm gains go by name. Every assignment of those slots to the
+canonical parameters is a candidate. A candidate is kept when its float64 output on the
+first case agrees with the float64 oracle of a trait set (``map_traits``: the reference's
+traits, then one or two changed), within float64's bound or float32's (the module computes
+in float32 inside: declared ``internal_dtype``), then verified on every case the call form
+takes, output and every gradient. The fully masked cases, where variants legitimately
+differ, are not used to choose: they decide the declared trait instead.
 
 The call adapter: the family's canonical call by default (attention: ``m(query, key,
-value, mask)``, mask True = may attend), else one of ``CALL_FORMS`` or an expression of
-``m, query, key, value, mask``; without ``--call`` each form is tried in turn.
+value, mask)``, mask True = may attend), else one of ``CALL_FORMS`` (among them a library
+module's: hidden states, an additive mask, its own rotary tables) or an expression of
+``m, query, key, value, mask, positions, key_positions, x``; without ``--call`` each form
+is tried in turn.
 """
-
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, fields
 
@@ -26,33 +28,36 @@ import torch
 
 from harness.base.config import Config
 from harness.base.errors import (
-    HarnessError,
     InputError,
     PortingError,
     SpecError,
     UnknownName,
 )
-from harness.base.masks import masked, per_head
+from harness.base.library import rotary_tables
+from harness.base.masks import additive_mask, masked, per_head
 from harness.base.verdicts import Verdict
 from harness.check.runs import RunCache, cast_inputs, run_variant
-from harness.check.tensors import compare_tensors, worst
+from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.families.catalog import get_family
-from harness.porting.entries import Transposed, entry_code
+from harness.porting.entries import IDENTITY, Absent, Transposed, entry_code
 from harness.porting.portmap import PortMap
 from harness.registry import Variant, build, reference_of
 from harness.trace.map_candidates import (
     CALL_FORMS,
     CALL_NOTES,
     MAX_CANDIDATES,
+    SELF_ONLY,
     Proposal,
     _builder,
     _case_ok,
-    candidate_maps,
     guess_init,
+    init_imports,
     load_class,
     make_call,
 )
+from harness.trace.map_slots import candidate_maps
+from harness.trace.map_traits import agreement, infer_case_traits, search_fills, trait_sets
 from harness.trace.map_verify import verify_registration
 
 
@@ -70,23 +75,26 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     vid = variant_id or cls.__name__.lower()
     semantic_cases = {c for c, ts in family.case_semantic.items() if ts}
     forms = [call] if call else list(CALL_FORMS)
-    checker = RunCache(cfg)
+    specs = list(trait_sets(family, dict(ref.traits), probe))
+    checker = RunCache(cfg, record=False)
     tried = 0
     scored: list[tuple] = []   # (first-case gap, order, call form, adapter, map, cases, module): those that ran
-    ran_forms = []
+    ran_forms, failed = [], {}
     for form in forms:
         made = make_call(form, probe, cfg)
         if made is None:
             continue
         adapter, code, uses_mask = made
-        self_only = form == "self"
+        self_only = form in SELF_ONLY
         cases = [c.name for c in family.cases  # not the regime cases ("padded@left"): their bases decide
                  if not c.base and c.name not in semantic_cases and _case_ok(family, c.name, cfg, uses_mask, self_only)]
         if not cases:
+            failed[form] = "nothing: no case of the family fits it (it passes no mask and every case masks a key)"
             continue
         first_case = cases[0]
         ran = False
         module = build(cfg).to(torch.float64).eval()
+        oracles = _Oracles(checker, family, [_full(ref, t) for t in specs], first_case)
         for pmap in candidate_maps(family, cfg, probe):
             if tried >= MAX_CANDIDATES:
                 break
@@ -94,26 +102,47 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
             variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
                               param_map=pmap, traits=dict(ref.traits))
             try:
-                verdict, gap, note = _forward_verdict(checker, variant, ref, first_case, module)
+                got = _forward(checker, variant, first_case, module)
             except (PortingError, InputError):
                 continue
-            if verdict == Verdict.ERROR:
+            except _CallFailed as exc:
+                failed[form] = str(exc)
                 break  # this call form does not run the module: the next form
             ran = True
-            scored.append((gap, tried, form, adapter, pmap, cases, module))
-            if not verdict.agrees:
-                continue
-            verdicts = {c: _compare(checker, variant, ref, c)[0] for c in cases}
-            if all(v.agrees for v in verdicts.values()):
-                traits, trait_notes = _infer_traits(checker, family, variant, ref, semantic_cases, uses_mask=uses_mask)
+            zero = search_fills(checker, variant)
+            for k, (spec, want) in enumerate(oracles.outputs(zero)):
+                level = agreement(got, want)
+                if k == 0:
+                    scored.append((_gap(got, want), tried, form, adapter, pmap, cases, module))
+                if level is None:
+                    continue
+                variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
+                                  param_map=pmap, traits=_traits_of(family, ref, spec, level, cfg))
+                if not all(_verify(checker, variant, _full(ref, spec), c) for c in cases):
+                    continue
+                traits, trait_notes, undecided = infer_case_traits(
+                    checker, family, variant, spec, dict(ref.traits), semantic_cases, uses_mask=uses_mask,
+                    case_ok=lambda c: _case_ok(family, c, cfg, uses_mask, self_only))
+                plain = {t: v for t, v in spec.items() if t in family.semantic}
+                traits = _printed(family, ref, {**plain, **traits}, cfg) | _descriptive(variant.traits)
+                shown = [c.name for c in family.cases if not c.base
+                         and _case_ok(family, c.name, cfg, uses_mask, self_only) and c.name not in undecided]
+                for c in family.cases:  # a regime case that fails leaves its base case out, said
+                    if c.base in shown and not _verify(checker, variant, _full(ref, spec), c.name):
+                        shown.remove(c.base)
+                        undecided.append(c.base)
+                        trait_notes.append(f"'{c.name}' does not agree within the declared precision: "
+                                           f"'{c.base}' is left out of its cases")
                 return _found(Hit(family=family, ref=ref, variant=variant, pmap=pmap, form=form, code=code,
                                   import_line=import_line, source=source, cls=cls, init=init, traits=traits,
-                                  notes=trait_notes, cases=cases, tried=tried, ran_forms=ran_forms + [form],
-                                  target=target, uses_mask=uses_mask, cfg=cfg))
+                                  notes=trait_notes, cases=shown,
+                                  tried=tried, ran_forms=ran_forms + [form], target=target, uses_mask=uses_mask,
+                                  cfg=cfg, restrict=self_only or not uses_mask or bool(undecided)))
         if ran:
             ran_forms.append(form)
-    why = (f"no candidate map makes {target} equivalent to {ref.id} in float64 "
-           f"({tried} candidates tried; call forms that ran: {', '.join(ran_forms) or 'none'})")
+    why = (f"no candidate map makes {target} agree with the float64 oracle of any of {len(specs)} trait sets "
+           f"around {ref.id}'s ({tried} candidates tried; "
+           f"call forms that ran: {', '.join(ran_forms) or 'none'})")
     closest = _closest(checker, scored, vid, family, source, build, ref)
     if closest:
         fails = "; ".join(f"{c} (max_abs {g:.3g})" for c, g in closest["failing"].items())
@@ -123,7 +152,76 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
                 + f"; agrees on {', '.join(closest['agrees']) or 'no case'}; map {closest['map']}")
     else:
         why += "\nno call form ran the module on the family's inputs: pass --call and --init"
+    if call and call in failed:
+        why += f"\n--call {call!r} " + ("ran " if failed[call].startswith("nothing") else "raised ") + failed[call]
     return Proposal(False, why, tried=tried, closest=closest)
+
+
+def _full(ref: Variant, spec: dict) -> dict:
+    """A trait set with the reference's values for the traits it leaves out (a fully masked
+    row's, which the oracle reads on every case and the search infers on its own case)."""
+    return {**ref.family_spec.semantic_traits(ref.traits), **spec}
+
+
+class _CallFailed(Exception):
+    """The call form raised (its message, one line)."""
+
+
+class _Oracles:
+    """The distinct float64 oracle outputs of the trait sets on one case, per fills (the
+    canonical parameters a candidate leaves absent): forward only, computed once. A set
+    changing two traits is skipped when changing either alone gives the reference's output
+    on this case (two changes that do not show here: an eps with no LayerNorm, a RoPE
+    fraction with no RoPE)."""
+
+    def __init__(self, checker: RunCache, family: Family, specs: list[dict], case: str):
+        self.checker, self.family, self.specs, self.case = checker, family, specs, case
+        self._by_fills: dict = {}
+
+    def outputs(self, zero) -> list[tuple[dict, torch.Tensor]]:
+        if zero not in self._by_fills:
+            family, checker = self.family, self.checker
+            inputs = cast_inputs(checker.inputs(family, self.case), torch.float64, "cpu")
+            weights = checker.weights(family, zero)
+            kept: list[tuple[dict, torch.Tensor]] = []
+            seen: set[bytes] = set()
+            silent: set[tuple] = set()  # single changes that do not show on this case
+            base, base_key = self.specs[0], None
+            for spec in self.specs:
+                changed = [(t, spec[t]) for t in spec if spec[t] != base.get(t)]
+                if len(changed) > 1 and all(c in silent for c in changed):
+                    continue
+                try:
+                    with torch.no_grad():
+                        out = family.oracle(family.semantic_traits(spec), checker.cfg, weights, inputs, torch.float64)
+                except (SpecError, RuntimeError, KeyError):  # a combination no module can have
+                    continue
+                key = out.numpy().tobytes() if out.is_floating_point() else bytes(str(out.tolist()), "utf8")
+                base_key = key if base_key is None else base_key
+                if len(changed) == 1 and key == base_key:
+                    silent.add(changed[0])
+                if key not in seen:
+                    seen.add(key)
+                    kept.append((spec, out))
+            self._by_fills[zero] = kept
+        return self._by_fills[zero]
+
+
+def _forward(checker: RunCache, variant: Variant, case: str, module: torch.nn.Module) -> torch.Tensor:
+    """The quick test of a candidate: the module built once, the candidate's weights ported
+    in, float64 forward only, no op recording."""
+    family = variant.family_spec
+    zero = search_fills(checker, variant)
+    PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(
+        checker.weights(family, zero))
+    try:
+        with torch.no_grad():
+            got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
+    except Exception as exc:  # noqa: BLE001  (this call form does not run the module: said when asked for)
+        raise _CallFailed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    if not isinstance(got, torch.Tensor):
+        raise _CallFailed(f"it returned {type(got).__name__}, not a tensor")
+    return got.detach().double().cpu()
 
 
 CLOSEST_POOL = 12  # candidates nearest on the first case that are scored over every case
@@ -162,16 +260,14 @@ def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: st
     """The quick test of a candidate: the module built once, the candidate's weights
     ported in, float64 forward only, no op recording."""
     family = ref.family_spec
-    zero = checker.fills(variant) | checker.fills(ref)
+    zero = search_fills(checker, variant) | checker.fills(ref)
     want = checker.run(ref, case, zero, torch.float64).tensors.get("output")
     PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(
         checker.weights(family, zero))
     try:
         with torch.no_grad():
             got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
-    except HarnessError:
-        raise
-    except Exception:  # noqa: BLE001  (this call form does not run the module)
+    except Exception:  # noqa: BLE001  (this call form does not run the module on this case)
         return Verdict.ERROR, math.inf, ""
     if want is None or not isinstance(got, torch.Tensor):
         return Verdict.ERROR, math.inf, ""
@@ -180,72 +276,50 @@ def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: st
     return tv.verdict, tv.max_abs, note
 
 
-def _compare(checker: RunCache, variant: Variant, ref: Variant, case: str, forward_only: bool = False):
-    zero = checker.fills(variant) | checker.fills(ref)
-    dtype = torch.float64
-    ra = checker.run(ref, case, zero, dtype)
-    family = ref.family_spec
-
-    rb = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero), dtype,
-                     backward=not forward_only)
-    if rb.error or ra.error:
-        return Verdict.ERROR, math.inf
-    verdicts, gap = [], 0.0
-    for name, t in rb.tensors.items():
-        if name in ra.tensors:
-            tv = compare_tensors(t, ra.tensors[name], None, None, dtype)
-            verdicts.append(tv.verdict)
-            if name == "output":
-                gap = tv.max_abs
-    return worst(verdicts), gap
+def _gap(got: torch.Tensor, want: torch.Tensor) -> float:
+    if got.shape != want.shape:
+        return math.inf
+    return float((got - want).abs().nan_to_num(math.inf).max()) if got.numel() else 0.0
 
 
-def _infer_traits(checker, family, variant, ref, semantic_cases, *, uses_mask):
-    """The family's semantic traits: the reference's where the module agrees with it on
-    the plain cases; on a case with traits of its own (a fully masked row), the values
-    whose float64 oracle (``harness.families.oracles``) the module agrees with there."""
-    case_traits = {t for names in family.case_semantic.values() for t in names}
-    full = family.semantic_traits(ref.traits)
-    traits = {t: ref.traits[t] for t in family.traits if t in ref.traits and t not in case_traits}
-    notes = []
-    for case in sorted(semantic_cases):
-        if not uses_mask:
-            continue
-        names = family.case_semantic[case]
-        zero = checker.fills(variant)
-        run = checker.run(variant, case, zero, torch.float64)
-        if run.error:
-            notes.append(f"{', '.join(names)}: the module fails on '{case}' ({run.error}); declare them yourself")
-            continue
-        options = [family.traits[n].values or (full.get(n),) for n in names]
-        matches = []
-        for combo in itertools.product(*options):
-            spec = {**full, **traits, **dict(zip(names, combo))}
-            try:
-                oracle = checker.oracle(family, spec, case, zero, torch.float64)
-            except (SpecError, RuntimeError):  # a combination no module can have, or an oracle that fails
-                continue
-            verdicts = [compare_tensors(t, oracle.tensors[n], None, None, torch.float64).verdict
-                        for n, t in run.tensors.items() if n in oracle.tensors]
-            if verdicts and worst(verdicts).agrees:
-                matches.append(dict(zip(names, combo)))
-        if not matches:
-            notes.append(f"{', '.join(names)}: on '{case}' no oracle of the known values agrees; "
-                         "declare them yourself")
-            continue
-        defaults = {n: family.traits[n].default for n in names}
-        pick = max(matches, key=lambda m: sum(m[n] == defaults[n] for n in names))
-        traits.update({n: v for n, v in pick.items() if n in ref.traits or v != defaults[n]})
-        shown = ", ".join(f"{n} = {v!r}" for n, v in pick.items())
-        notes.append(f"{shown}: on '{case}' the module agrees with that oracle"
-                     + (f" (and {len(matches) - 1} other value set(s) it cannot tell apart)"
-                        if len(matches) > 1 else ""))
-    return traits, notes
+def _verify(checker: RunCache, variant: Variant, spec: dict, case: str) -> bool:
+    """Output and every gradient within float64's bound of the oracle of ``spec`` (float32's
+    for a module that declares ``internal_dtype``)."""
+    family = variant.family_spec
+    zero = search_fills(checker, variant)
+    oracle = checker.oracle(family, spec, case, zero, torch.float64)
+    run = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero),
+                      torch.float64, record=False)
+    if run.error or oracle.error:
+        return False
+    allowed = ("float64", "float32") if variant.traits.get("internal_dtype") else ("float64",)
+    return all(agreement(t, oracle.tensors[n]) in allowed for n, t in run.tensors.items() if n in oracle.tensors)
+
+
+def _traits_of(family: Family, ref: Variant, spec: dict, level: str, cfg: Config) -> dict:
+    traits = _printed(family, ref, spec, cfg)
+    if level == "float32":
+        traits["internal_dtype"] = "float32"
+    return traits
+
+
+def _printed(family: Family, ref: Variant, traits: dict, cfg: Config) -> dict:
+    """The semantic traits a registration declares: the reference's, those off the family's
+    default, and GQA's grouping when the search ran with fewer K/V heads."""
+    keep = {"gqa_grouping"} if cfg.n_kv_heads < cfg.heads else set()
+    return {t: v for t, v in traits.items() if t in family.traits
+            and (t in ref.traits or t in keep or v != family.traits[t].default)}
+
+
+def _descriptive(traits: dict) -> dict:
+    return {t: traits[t] for t in ("internal_dtype",) if t in traits}
 
 
 def _entry_classes(entry) -> set[str]:
     if isinstance(entry, Transposed):
         return {"Transposed"} | _entry_classes(entry.inner)
+    if isinstance(entry, Absent) and entry.fill in (0.0, IDENTITY):
+        return {"Zero" if entry.fill == 0.0 else "Identity"}
     return {type(entry).__name__}
 
 
@@ -253,9 +327,25 @@ def _returns_tuple(variant: Variant, family: Family, cfg: Config, case: str, cod
     """Whether the module's own call (``code``) returns a tuple (nn.MultiheadAttention)."""
     module, _ = build(variant, cfg, dtype=torch.float64)
     inputs = family.inputs(case, cfg)
-    scope = {"per_head": per_head, "masked": masked, "torch": torch, "m": module, "i": inputs}
+    scope = {"per_head": per_head, "masked": masked, "torch": torch, "m": module, "i": inputs,
+             "additive_mask": additive_mask, "rotary_tables": rotary_tables}
     with torch.no_grad():
         return isinstance(eval(compile(code, "--call", "eval"), scope), (tuple, list))  # noqa: S307
+
+
+def _per_head(pmap: dict) -> bool:
+    return any("heads=" in entry_code(e) for e in pmap.values())
+
+
+def _code(entry, cfg: Config) -> str:
+    """The entry's code; a per-head entry reads its head count from the config it is built for."""
+    return entry_code(entry).replace(f"heads={cfg.heads})", "heads=cfg.heads)").replace(
+        f"heads={cfg.heads},", "heads=cfg.heads,")
+
+
+def _within(traits: dict) -> str:
+    internal = traits.get("internal_dtype")
+    return f" within {internal}'s tolerance (it computes in {internal} inside)" if internal else ""
 
 
 @dataclass(frozen=True)
@@ -280,32 +370,35 @@ class Hit:
     target: str
     uses_mask: bool
     cfg: Config
+    restrict: bool  # registered with the cases it was compared on (no mask, or self-attention only)
 
 
 def _found(hit: Hit) -> Proposal:
     (family, ref, variant, pmap, form, code, import_line, source, cls, init, traits, notes, cases, tried,
-     ran_forms, target, uses_mask, cfg) = (getattr(hit, f.name) for f in fields(hit))
+     ran_forms, target, uses_mask, cfg, restrict) = (getattr(hit, f.name) for f in fields(hit))
     uses = sorted(set().union(*(_entry_classes(e) for e in pmap.values())))
-    lines = [import_line] if import_line else []
-    lines.append(f"from harness import {', '.join(uses + ['register'])}")
+    helpers = [h for h in ("additive_mask", "library_config", "rotary_tables") if f"{h}(" in code + init]
+    lines = ([import_line] if import_line else []) + init_imports(cls, init)
+    lines.append(f"from harness import {', '.join(uses + helpers + ['register'])}")
     if "per_head(" in code:
         lines.append("from harness import masked, per_head")
     all_traits = dict(traits)
-    if not uses_mask:  # a mask-free module is compared only where nothing is masked
+    if restrict and set(cases) != {c.name for c in family.cases if not c.base}:
+        # a mask-free or self-attention-only module is compared only where it can run
         all_traits["cases"] = tuple(cases)
     tail = "[0]" if _returns_tuple(variant, family, cfg, cases[0], code) else ""
     lines += ["", "register(", f'    id="{variant.id}",', f'    family="{family.name}",',
               f'    source="{source}",',
               f"    build=lambda cfg: {cls.__name__}({init}),",
               f"    call=lambda m, i: {code}{tail},",
-              "    param_map={"]
-    lines += [f'        "{name}": {entry_code(entry)},' for name, entry in pmap.items()]
+              "    param_map=lambda cfg: {" if _per_head(pmap) else "    param_map={"]
+    lines += [f'        "{name}": {_code(entry, cfg)},' for name, entry in pmap.items()]
     lines += ["    },", "    traits={" + ", ".join(f'"{k}": {v!r}' for k, v in all_traits.items()) + "},", ")"]
     code_text = "\n".join(lines)
     head = [f"map {target} as family '{family.name}': found",
             f"call form: {form} ({CALL_NOTES.get(form, 'custom expression')})",
-            f"{tried} candidate maps tried (call forms: {', '.join(ran_forms)}); this one is equivalent to "
-            f"{ref.id} in float64, output and every gradient, on {', '.join(cases)}"]
+            f"{tried} candidate maps tried (call forms: {', '.join(ran_forms)}); this one agrees with the float64 "
+            f"oracle of its traits{_within(traits)}, output and every gradient, on {', '.join(cases)}"]
     head += [f"trait {n}" for n in notes]
     clean, checked = verify_registration(code_text, family.name, variant.id, cfg, scope={cls.__name__: cls},
                                          dtypes=("float64",), extras=False)

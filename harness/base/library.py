@@ -1,0 +1,120 @@
+"""Library modules built and called from the harness config: a model library's config object
+filled from a ``Config`` (Hugging Face transformers' ``PreTrainedConfig`` subclasses, recognised
+by their class names, so the harness never imports the library), a module's own rotary tables,
+and the additive mask library attention takes.
+
+What ``library_config`` fills, when the config class takes it: the width, heads, K/V heads,
+head width, feed-forward width, one layer, the sliding window (HF's ``sliding_window = w`` keeps keys
+i-w+1 .. i: ``Config.window = (w-1, 0)``), RoPE's base; every
+dropout probability 0; the eager attention implementation (the one that reads the mask it is
+given). Keywords the caller passes win.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import weakref
+from typing import Any
+
+import torch
+
+from harness.base.config import Config
+from harness.base.errors import ConfigError
+
+CONFIG_BASES = ("PreTrainedConfig", "PretrainedConfig")
+
+
+def is_library_config(obj: Any) -> bool:
+    """Whether ``obj`` is a library config class (a subclass of transformers' PreTrainedConfig)."""
+    return isinstance(obj, type) and any(c.__name__ in CONFIG_BASES for c in obj.__mro__[1:])
+
+
+def _fields(cfg: Config) -> dict[str, Any]:
+    window = cfg.window[0] + 1 if cfg.window is not None and cfg.window[1] == 0 else None
+    return {
+        "hidden_size": cfg.d_model, "n_embd": cfg.d_model,
+        "num_attention_heads": cfg.heads, "n_head": cfg.heads,
+        "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.d_k,
+        "intermediate_size": cfg.d_ff, "n_inner": cfg.d_ff,
+        "sliding_window": window, "use_sliding_window": window is not None,
+        "rope_theta": cfg.rope_base,
+        "num_hidden_layers": 1, "n_layer": 1,
+    }
+
+
+def library_config(config_cls: type, cfg: Config, **overrides: Any):
+    """An instance of ``config_cls`` sized by ``cfg`` (see the module docstring)."""
+    if not is_library_config(config_cls):
+        raise ConfigError(f"{getattr(config_cls, '__name__', config_cls)!r} is not a library config class "
+                          f"(a subclass of {' or '.join(CONFIG_BASES)})")
+    try:
+        accepted = set(inspect.signature(config_cls.__init__).parameters)
+    except (TypeError, ValueError):
+        accepted = set()
+    accepted |= set(getattr(config_cls, "attribute_map", {}) or {})
+    kwargs = {k: v for k, v in _fields(cfg).items() if k in accepted}
+    kwargs.update({k: 0.0 for k in accepted if "dropout" in k or "pdrop" in k or k.endswith("_prob")})
+    kwargs.update(overrides)
+    try:
+        config = config_cls(**kwargs)
+    except Exception as exc:  # the library's own validation: one line
+        raise ConfigError(f"{config_cls.__name__}(...) refused the harness config: {type(exc).__name__}: {exc}") \
+            from None
+    try:
+        config._attn_implementation = "eager"
+    except (AttributeError, ValueError):
+        pass
+    return config
+
+
+def _rotary_class(module: torch.nn.Module):
+    """The rotary embedding class beside the module's class (``LlamaRotaryEmbedding`` in
+    ``modeling_llama``): the model builds it from the same config."""
+    home = sys.modules.get(type(module).__module__)
+    found = [v for k, v in vars(home).items() if k.endswith("RotaryEmbedding") and isinstance(v, type)] if home else []
+    own = [c for c in found if c.__module__ == type(module).__module__]
+    pick = own or found
+    if len(pick) != 1:
+        raise ConfigError(f"{type(module).__name__}: no single *RotaryEmbedding class in {type(module).__module__} "
+                          f"to compute its rotary tables with ({len(pick)} found)")
+    return pick[0]
+
+
+_ROTARY: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
+
+
+def rotary_tables(module: torch.nn.Module, x: torch.Tensor, positions: torch.Tensor):
+    """The module's own (cos, sin) at ``positions`` (B, L), as its model computes them and
+    passes them in (``position_embeddings``): the library's rotary embedding class built
+    from the module's config (kept beside the module, built once)."""
+    rotary = _ROTARY.get(module)
+    if rotary is None:
+        config = next((getattr(m, "config") for m in module.modules() if getattr(m, "config", None) is not None),
+                      None)  # its own, or its attention's (a decoder layer keeps none)
+        if config is None:
+            raise ConfigError(f"{type(module).__name__} keeps no .config to build its rotary embedding from")
+        rotary = _ROTARY[module] = _rotary_class(module)(config).to(x.device)
+    return rotary(x, positions.to(x.device))
+
+
+def config_class_for(cls: type, annotation: Any = None) -> type | None:
+    """The library config class a module class's constructor takes: its ``config`` argument's
+    annotation, else the one config class its own module holds (the one whose name shares
+    the longest prefix with the module class's, when there are several)."""
+    if is_library_config(annotation):
+        return annotation
+    home = sys.modules.get(cls.__module__)
+    found = {v for v in vars(home).values() if is_library_config(v)} if home else set()
+    if not found:
+        return None
+
+    def shared(c: type) -> int:
+        n = 0
+        for a, b in zip(c.__name__, cls.__name__):
+            if a != b:
+                break
+            n += 1
+        return n
+    best = max(found, key=lambda c: (shared(c), c.__name__))
+    return best if shared(best) > 0 or len(found) == 1 else None

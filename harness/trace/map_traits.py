@@ -1,0 +1,159 @@
+"""Map search, the traits: which declared semantics a module may have, tried with its map.
+
+A module found by ``map`` is compared with the family's float64 oracle, not with one
+registered variant, so a module computing other semantics than the reference (RoPE, K/V
+heads tiled, RMSNorm's gain 1 + w) is found with its traits. The trait sets tried are the
+reference's, then those that change one of its semantic traits, then two,
+each over the values the family's oracle knows (numbers: the module's own ``eps``, common
+epsilons, RoPE fractions 1, 1/2 and 1/4). Trait sets whose oracle gives the same output on
+the first case as an earlier one are dropped (the earlier has fewer changes).
+
+Agreement in float64: within float64's bound (equivalent), or within float32's (the module
+computes part of its work in float32 whatever its input dtype, as Hugging Face's rotary
+tables and RMSNorm do: declared ``internal_dtype: "float32"``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterator
+
+import torch
+
+from harness.base.errors import SpecError
+from harness.check import precision as P
+from harness.families.base import REQUIRED, Family
+from harness.porting.portmap import absent_fills
+
+MAX_CHANGES = 2
+MAX_TRAIT_SETS = 400
+NUMBERS = {"eps": (1e-5, 1e-6, 1e-12, 1e-8), "rope_fraction": (1.0, 0.5, 0.25)}
+WINDOWS = ("none", "as called")
+EPS_ATTRS = ("eps", "variance_epsilon", "epsilon", "layer_norm_eps", "rms_norm_eps")
+
+
+def module_eps(module: torch.nn.Module) -> float | None:
+    """The epsilon a norm module keeps (``eps``, HF's ``variance_epsilon``), if one."""
+    for name in EPS_ATTRS:
+        value = getattr(module, name, None)
+        if isinstance(value, float):
+            return value
+    return None
+
+
+def _values(family: Family, name: str, base: Any, eps: float | None) -> list[Any]:
+    spec = family.traits[name]
+    values = list(spec.values)
+    if spec.number:
+        values += [v for v in ((eps,) if name == "eps" and eps is not None else ()) + NUMBERS.get(name, ())]
+    if name == "window":
+        values += list(WINDOWS)
+    out = [base] + [v for v in dict.fromkeys(values) if v != base]
+    return out
+
+
+def trait_sets(family: Family, ref_traits: dict, module: torch.nn.Module, searched: set[str] | None = None
+               ) -> Iterator[dict]:
+    """The reference's semantic traits (its eps replaced by the module's own), then the sets
+    changing 1 .. ``MAX_CHANGES`` of them; at most ``MAX_TRAIT_SETS``."""
+    case_traits = {t for names in family.case_semantic.values() for t in names}
+    eps = module_eps(module)
+    base = {t: ref_traits.get(t, spec.default) for t, spec in family.traits.items()
+            if t not in case_traits and (t in ref_traits or spec.default is not REQUIRED)}
+    if eps is not None and "eps" in base:
+        base["eps"] = eps
+    names = [t for t in base if searched is None or t in searched]
+    choices = {t: _values(family, t, base[t], eps)[1:] for t in names}
+    yielded = 0
+    for changes in range(0, MAX_CHANGES + 1):
+        for combo in itertools.combinations(names, changes):
+            for values in itertools.product(*(choices[t] for t in combo)):
+                if yielded >= MAX_TRAIT_SETS:
+                    return
+                yielded += 1
+                yield {**base, **dict(zip(combo, values))}
+
+
+def search_fills(checker, variant):
+    """Every canonical parameter a candidate's map reads as a constant, at that constant: the
+    search compares a candidate before its traits are known (``RunCache.fills`` keeps a norm
+    parameter left out without the traits saying so at its canonical value; the printed
+    registration's check does that)."""
+    return absent_fills(variant.map_for(checker.cfg))
+
+
+def agreement(got: torch.Tensor, want: torch.Tensor) -> str | None:
+    """"float64" when ``got`` is within float64's bound of ``want``, "float32" within
+    float32's, else None."""
+    if got.shape != want.shape:
+        return None
+    rtol, atol = P.DEFAULT_TOLERANCE[torch.float32]
+    if not torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):  # the quick refusal
+        return None
+    g = P.gap(got, want)
+    if not g.comparable:
+        return None
+    if g.within(P.FLOAT64_ATOL):
+        return "float64"
+    return "float32" if P.within(got, want, rtol, atol) else None
+
+
+def infer_case_traits(checker, family, variant, base, ref_traits, semantic_cases, *, uses_mask, case_ok):
+    """The family's semantic traits: those of the trait set the module agrees with on the
+    plain cases (``base``); on a case with traits of its own (a fully masked row), the values
+    whose float64 oracle (``harness.families.oracles``) the module agrees with there. A case
+    where none agrees (or that the call form cannot run) is left out of the module's cases
+    (returned as undecided); its traits, which the oracle still reads elsewhere, are then
+    the values its output alone agrees with, else the reference's, said in a note."""
+    full = family.semantic_traits({**ref_traits, **base})
+    traits: dict = {}
+    notes, undecided = [], []
+    allowed = ("float64", "float32") if variant.traits.get("internal_dtype") else ("float64",)
+    for case in sorted(semantic_cases):
+        names = family.case_semantic[case]
+        fallback = {n: full[n] for n in names if n in full}
+        if not uses_mask or not case_ok(case):
+            traits.update(fallback)
+            undecided.append(case)
+            notes.append(f"{', '.join(names)}: '{case}' is not run with this call form; declared "
+                         + ", ".join(f"{n} = {v!r}" for n, v in fallback.items()) + " (the reference's, not exercised)")
+            continue
+        zero = search_fills(checker, variant)
+        run = checker.run(variant, case, zero, torch.float64)
+        if run.error:
+            notes.append(f"{', '.join(names)}: the module fails on '{case}' ({run.error}); declare them yourself")
+            traits.update(fallback)
+            undecided.append(case)
+            continue
+        options = [family.traits[n].values or (full.get(n),) for n in names]
+        matches, on_output = [], []
+        for combo in itertools.product(*options):
+            spec = {**full, **dict(zip(names, combo))}
+            try:
+                oracle = checker.oracle(family, spec, case, zero, torch.float64)
+            except (SpecError, RuntimeError):  # a combination no module can have, or an oracle that fails
+                continue
+            levels = {n: agreement(t, oracle.tensors[n]) for n, t in run.tensors.items() if n in oracle.tensors}
+            if levels and all(lv in allowed for lv in levels.values()):
+                matches.append(dict(zip(names, combo)))
+            elif levels.get("output") in allowed:
+                on_output.append(dict(zip(names, combo)))
+        if not matches:
+            nan = any(t.is_floating_point() and bool(t.isnan().any()) for t in run.tensors.values())
+            pick = on_output[0] if on_output else fallback
+            traits.update(pick)
+            notes.append(f"{', '.join(names)}: on '{case}' no oracle of the known values agrees"
+                         + (" (the module gives NaN there in float64)" if nan else "")
+                         + f"; '{case}' is left out of its cases, declared "
+                         + ", ".join(f"{n} = {v!r}" for n, v in pick.items())
+                         + (" (its output alone agrees)" if on_output else " (the reference's)"))
+            undecided.append(case)
+            continue
+        defaults = {n: family.traits[n].default for n in names}
+        pick = max(matches, key=lambda m: sum(m[n] == defaults[n] for n in names))
+        traits.update({n: v for n, v in pick.items() if n in ref_traits or v != defaults[n]})
+        shown = ", ".join(f"{n} = {v!r}" for n, v in pick.items())
+        notes.append(f"{shown}: on '{case}' the module agrees with that oracle"
+                     + (f" (and {len(matches) - 1} other value set(s) it cannot tell apart)"
+                        if len(matches) > 1 else ""))
+    return traits, notes, undecided

@@ -1,0 +1,131 @@
+"""Real Hugging Face modules (transformers, the ``.[hf]`` extra): ``map`` finds them with
+no flag but ``--family``, the examples pack (examples/hf_pack.py, map's output) checks
+clean, and HF's LlamaAttention with RoPE and GQA is equivalent to the project's LLaMA-style
+reference and to SDPA with ``enable_gqa``. Skipped, with the reason, without transformers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers", reason="transformers is not installed: pip install -e '.[hf]'")
+
+from harness.base.config import Config  # noqa: E402
+from harness.check.api import check_all  # noqa: E402
+from harness.cli.main import main  # noqa: E402
+from harness.families.catalog import FAMILIES, get_family  # noqa: E402
+from harness.porting.entries import entry_code  # noqa: E402
+from harness.registry import get_variant, load_file, register, scratch  # noqa: E402
+from harness.trace.mapsearch import propose_map  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PACK = ROOT / "examples" / "hf_pack.py"
+GQA = get_family("attention").extra_configs["gqa"]
+DEFAULT = Config()
+
+# class, family, the pack's id, config: the issue's table (LlamaDecoderLayer: no block family yet)
+TABLE = [
+    ("transformers.models.llama.modeling_llama:LlamaAttention", "attention", "hf_llama", DEFAULT),
+    ("transformers.models.llama.modeling_llama:LlamaAttention", "attention", "hf_llama", GQA),
+    ("transformers.models.llama.modeling_llama:LlamaMLP", "gated_ffn", "hf_llama_mlp", DEFAULT),
+    ("transformers.models.llama.modeling_llama:LlamaRMSNorm", "norm", "hf_llama_rmsnorm", DEFAULT),
+    ("transformers.models.mistral.modeling_mistral:MistralAttention", "attention", "hf_mistral", DEFAULT),
+    ("transformers.models.qwen2.modeling_qwen2:Qwen2Attention", "attention", "hf_qwen2", GQA),
+    ("transformers.models.gpt_neox.modeling_gpt_neox:GPTNeoXAttention", "attention", "hf_gpt_neox",
+     Config(d_model=64)),
+    ("transformers.models.gpt2.modeling_gpt2:GPT2Attention", "attention", "hf_gpt2", DEFAULT),
+    ("transformers.models.bert.modeling_bert:BertSelfAttention", "attention", "hf_bert", DEFAULT),
+    ("transformers.models.gemma.modeling_gemma:GemmaRMSNorm", "norm", "hf_gemma_rmsnorm", DEFAULT),
+    # a LLaMA block family (issue 16's llama_block) when there is one: not in the pack
+    ("transformers.models.llama.modeling_llama:LlamaDecoderLayer", "llama_block", None, DEFAULT),
+]
+
+
+def _pack_entry(family: str, vid: str, cfg: Config):
+    variant = get_variant(family, vid)
+    return {k: entry_code(e) for k, e in variant.map_for(cfg).items()}, variant
+
+
+def _agrees_with_pack(proposal, family: str, vid: str, cfg: Config) -> None:
+    assert proposal.found, proposal.text
+    pmap, variant = _pack_entry(family, vid, cfg)
+    assert proposal.as_dict()["param_map"] == pmap
+    semantic = get_family(family).traits
+    mine = {k: v for k, v in proposal.traits.items() if k in semantic or k in ("internal_dtype", "cases")}
+    theirs = {k: variant.traits[k] for k in mine}
+    assert mine == theirs
+
+
+@pytest.mark.parametrize("row", [TABLE[1], TABLE[9]], ids=["LlamaAttention-gqa", "GemmaRMSNorm"])
+def test_map_finds_the_pack_registration(row):
+    """map with no flag but --family (and kv_heads=2 for GQA) prints what the pack registers."""
+    target, family, vid, cfg = row
+    with scratch():
+        load_file(PACK)
+        proposal = propose_map(target, family, cfg=cfg)
+        _agrees_with_pack(proposal, family, vid, cfg)
+    assert "library_config(" in proposal.code or family == "norm"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", TABLE, ids=[f"{r[0].rsplit(':', 1)[1]}-{r[3].n_kv_heads}kv" for r in TABLE])
+def test_map_table(row, tmp_path):
+    """Every class of the table: map finds the pack's map and traits, and the printed
+    registration checks clean (float64, the config map ran on)."""
+    target, family, vid, cfg = row
+    if family not in FAMILIES:
+        pytest.skip(f"no '{family}' family here to map {target} into")
+    with scratch():
+        load_file(PACK)
+        proposal = propose_map(target, family, cfg=cfg)
+        if vid is None:
+            assert proposal.found, proposal.text
+        else:
+            _agrees_with_pack(proposal, family, vid, cfg)
+    mine = tmp_path / "mapped.py"
+    mine.write_text(proposal.code + "\n")
+    sets = [f"--set={k}={v}" for k, v in (("d_model", cfg.d_model), ("kv_heads", cfg.n_kv_heads))]
+    with scratch():
+        assert main(["check", "--variants", str(mine), "--family", family, "--dtype", "float64", *sets]) == 0
+
+
+@pytest.fixture(scope="module")
+def pack_report():
+    """The pack's variants on the default and GQA configs, float32, with an SDPA
+    (enable_gqa) LLaMA beside them: the project's own LlamaAttention with RoPE, SDPA inside."""
+    import variants.llama as ours
+
+    with scratch():
+        added = load_file(PACK)
+        sdpa = register(id="sdpa_gqa_rope", family="attention", source="torch",
+                        build=lambda cfg: ours.LlamaAttention(cfg, gqa="sdpa"), call=ours.call,
+                        param_map=ours.attention_map(),
+                        traits={**ours.LLAMA, "scale": "inside SDPA", "fill": "sdpa"})
+        keys = [v.key for v in added] + [sdpa.key, "attention/llama"]
+        return check_all(["attention", "norm", "gated_ffn"], {"default": DEFAULT, "gqa": GQA}, "cpu",
+                         ["float32"], variants=keys, extras=False)
+
+
+def test_pack_checks_clean(pack_report):
+    bad = [(s.variant, s.config, s.case, s.dtype, s.verdict) for s in pack_report.specs
+           if s.variant.startswith("hf_") and not s.ok]
+    assert not bad
+    ran = {s.variant for s in pack_report.specs if s.variant.startswith("hf_")}
+    assert ran == {"hf_llama", "hf_mistral", "hf_qwen2", "hf_gpt2", "hf_bert",
+                   "hf_llama_rmsnorm", "hf_gemma_rmsnorm", "hf_llama_mlp"}
+    # GPT-NeoX's odd rotary dims at d_k = 12: skipped with the reason, never a verdict
+    assert not any(s.variant == "hf_gpt_neox" for s in pack_report.specs)
+    assert any(v == "hf_gpt_neox" and "odd" in why for _, v, _, why in pack_report.skipped)
+
+
+@pytest.mark.parametrize("other", ["llama", "sdpa_gqa_rope"])
+def test_hf_llama_equivalent_to_ours_and_sdpa_gqa(pack_report, other):
+    """HF LlamaAttention (RoPE half-split, GQA on the gqa config) against the project's
+    LLaMA-style reference and against SDPA with enable_gqa: equivalent on every shared case."""
+    pairs = [p for p in pack_report.pairs if {p.a, p.b} == {"hf_llama", other}]
+    assert {p.config for p in pairs} == {"default", "gqa"}
+    assert {p.case for p in pairs} >= {"causal", "random_mask", "window"}
+    assert all(p.verdict.agrees or p.verdict == "less precise" for p in pairs), \
+        [(p.config, p.case, p.dtype, p.verdict) for p in pairs]
+    assert all(p.ok for p in pairs)
