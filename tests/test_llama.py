@@ -152,3 +152,26 @@ def test_no_mistake_named_for_a_computation_bug_or_a_passing_variant(checked):
     with scratch():
         load_file(WRONG_FILE)
         assert explain_mistake("attention", "control_llama", report, {"default": CONFIG_MATRIX["default"]}) == ""
+
+
+@pytest.mark.parametrize("vid, named, config", [
+    ("wrong_rope_layout", "q/k rows look permuted: interleaved vs half-split RoPE", "default"),
+    ("wrong_kv_tiled", "K/V heads grouped tile vs repeat_interleave", "gqa"),
+    ("wrong_window_off_by_one", "window off by one (one key more)", "default"),
+    ("wrong_gain", "norm gain 1+w vs w", "default"),
+    ("wrong_eps", "eps differs: 1e-05", "default"),
+])
+def test_diff_names_each_mistake(vid, named, config):
+    """What `diff` prints for each side (harness.trace.pairs.diff_pair's "mistakes"): the same
+    line as check, from the variant's own float64 runs on the config given to diff."""
+    from harness.registry import get_variant
+    from harness.trace.kernel_explain import name_mistakes
+
+    family = "norm" if vid in ("wrong_gain", "wrong_eps") else "attention"
+    cfg = GQA if config == "gqa" else CONFIG_MATRIX["default"]
+    with scratch():
+        load_file(WRONG_FILE)
+        line = name_mistakes(family, [get_variant(family, vid), get_variant(family, "control_llama"
+                                                                            if family == "attention" else vid)], cfg)
+    assert line.get(vid, "").startswith(f"reads as {named} (declared"), line
+    assert "control_llama" not in line

@@ -195,4 +195,4 @@ def test_pytest_variants_as_one_word_keeps_the_settings(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr
     # node ids relative to this checkout: its rootdir and pyproject.toml settings were kept
-    assert "attention/my_einsum[cpu]" in run.stdout and "\ntests/test_config.py::" in "\n" + run.stdout
+    assert "attention/my_einsum[cpu-semantics]" in run.stdout and "\ntests/test_config.py::" in "\n" + run.stdout
