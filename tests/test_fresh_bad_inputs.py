@@ -20,16 +20,11 @@ import pytest
 from harness.cli.common import VARIANTS_ENV
 from harness.cli.main import main
 from harness.registry import scratch
+from tests.test_validation import HEAVY  # the commands' measuring calls, stubbed out here too
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = str(ROOT / "examples" / "my_attention.py")
-HEAVY = [("harness.cli.check", "check_all"), ("harness.cli.bench", "check_all"),
-         ("harness.cli.bench", "run_sweep"), ("harness.cli.bench", "differences"),
-         ("harness.cli.review", "differences"), ("harness.cli.review", "propose_map"),
-         ("harness.cli.review", "diff_pair"), ("harness.cli.review", "pick_case"),
-         ("harness.cli.models", "write_cache_bench"), ("harness.cli.models", "write_copy_task"),
-         ("harness.cli.models", "check_cache"), ("harness.cli.models", "compare_greedy"),
-         ("harness.cli.models", "compare_train_step")]
+
 REG = "from harness import Param, register\n"
 LN = "traits={'norm_formula': 'layernorm', 'eps': 1e-5}"
 FILES = {
