@@ -35,6 +35,7 @@ import torch
 
 from harness.base.config import Config
 from harness.base.errors import HarnessError, PortingError
+from harness.base.seeding import seed_torch
 from harness.check import precision as P
 from harness.check.results import DropoutResult
 from harness.check.runs import OpRecorder, cast_inputs
@@ -106,7 +107,7 @@ def _outputs(variant: Variant, cfg: Config, weights: dict, inputs: dict, calls: 
         base = variant.call(module, x())
         if isinstance(module, torch.nn.Module):
             module.train()
-        torch.manual_seed(SEED)
+        seed_torch(SEED)
         outs, masks = [], []
         for _ in range(calls):
             recorder = MaskRecorder() if record else None
