@@ -10,6 +10,7 @@ import pytest
 from _pytest.mark.expression import Expression  # pytest's own -k/-m parser
 
 from harness.base.errors import HarnessError
+from harness.pytest_plugin import share_cpus
 from harness.registry import load_all
 
 
@@ -29,6 +30,7 @@ def _check_expressions(config) -> None:
 
 def pytest_configure(config):
     _check_expressions(config)
+    share_cpus()  # two xdist workers on two cores: one torch thread each, not two spinning against two
     try:
         load_all()
     except HarnessError as exc:

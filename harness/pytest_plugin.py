@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,25 @@ def worker_gpu(env: dict[str, str], device_count: int) -> str | None:
     return visible[int(worker[2:]) % len(visible)]
 
 
+def worker_threads(env: dict[str, str], cpus: int) -> str | None:
+    """The CPU threads a pytest-xdist worker's torch uses, as an ``OMP_NUM_THREADS`` value:
+    the run's CPUs shared between its workers (2 CPUs, 2 workers: 1 each), so that N workers
+    do not each start a pool of every CPU's threads and spin against each other (on this
+    project's 2-core machines that cost the default suite a third of its CPU time). None
+    outside xdist, when the user set ``OMP_NUM_THREADS`` or ``HARNESS_NO_THREAD_SHARING``."""
+    worker, count = env.get("PYTEST_XDIST_WORKER", ""), env.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not worker or not count.isdigit() or env.get("OMP_NUM_THREADS") or env.get("HARNESS_NO_THREAD_SHARING"):
+        return None
+    return str(max(1, cpus // max(1, int(count))))
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def _gpu_count() -> int:
     """GPUs the driver lists, without initialising CUDA in this process (nvidia-smi)."""
     import shutil
@@ -80,12 +100,26 @@ def _gpu_count() -> int:
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args):
     """On a host with several GPUs, each xdist worker sees only its own (set before any
-    conftest imports torch, so CUDA starts on that GPU alone)."""
+    conftest imports torch, so CUDA starts on that GPU alone); in a run of variant files,
+    each worker's torch takes its share of the CPUs (``share_cpus``)."""
     _refuse_rootdir_from_variants(early_config)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         gpu = worker_gpu(dict(os.environ), _gpu_count() if not os.environ.get("CUDA_VISIBLE_DEVICES") else 0)
         if gpu is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+        if getattr(early_config.known_args_namespace, "variants", None) or os.environ.get(VARIANTS_ENV):
+            share_cpus()  # only a run of variants: other projects' xdist runs keep their threads
+
+
+def share_cpus() -> None:
+    """In a pytest-xdist worker, give torch (and the processes a test starts) the worker's
+    share of the CPUs (``worker_threads``); elsewhere nothing. This project's own suite
+    calls it from its conftest."""
+    threads = worker_threads(dict(os.environ), _cpus())
+    if threads is not None:
+        os.environ["OMP_NUM_THREADS"] = threads
+        if "torch" in sys.modules:  # already imported: size its pool now (it reads the variable once)
+            sys.modules["torch"].set_num_threads(int(threads))
 
 
 def _refuse_rootdir_from_variants(config) -> None:
