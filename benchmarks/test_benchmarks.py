@@ -3,6 +3,10 @@
     pytest benchmarks -n 0 --benchmark-only --benchmark-json bench.json
     python -m harness report --from bench.json
 
+Each case is marked with its family (``-m norm`` times the norm family's cases; ``-k``
+matches ids as in any pytest run, so ``-k norm`` also takes every ``postnorm_blog`` and
+``olmo2_qk_norm`` case of the other families).
+
 (``-n 0``: the project's pytest defaults run two xdist workers, under which
 pytest-benchmark refuses to time.)
 
@@ -37,7 +41,8 @@ def case_id(c) -> str:
     return f"{c.family}-{c.variant}-B{c.batch}-T{c.seq}-D{c.d_model}-{c.dtype}-{c.device}-{c.mode.replace('+', '_')}"
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=case_id(c), marks=getattr(pytest.mark, c.family))
+                                  for c in CASES])
 def test_case(benchmark, case):
     reason = get_variant(case.family, case.variant).supports(case.config())
     if reason:

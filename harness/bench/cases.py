@@ -31,7 +31,7 @@ from harness.base.errors import ConfigError, UnknownName
 from harness.check.runs import cast_inputs, cotangent, unique_grad_inputs
 from harness.families.catalog import get_family
 from harness.porting.portmap import zero_unrepresented
-from harness.registry import build, get_variant, reference_of, variants_of
+from harness.registry import TARGETS, build, get_variant, reference_of, variants_of
 
 MODES = ("fwd", "fwd+bwd")
 BENCH_FAMILIES = ("attention", "norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block",
@@ -83,6 +83,10 @@ class Sweep:
     dtypes: tuple[str, ...] = ("float32",)
     modes: tuple[str, ...] = MODES
     compiled: tuple[bool, ...] = (False,)
+    # only the variants a registered target names in the family (its variant and baseline)
+    # and the family's reference: the quick profile's target shape, where every variant
+    # would cost a minute of an idle 2-core CPU (the full profile times them all there)
+    targets_only: bool = False
 
     def expand(self, device: str, families: Iterable[str] | None, variants: Iterable[str] | None) -> list[BenchCase]:
         wanted_f = set(families) if families else None
@@ -91,8 +95,9 @@ class Sweep:
         for family in self.families:
             if wanted_f and family not in wanted_f:
                 continue
+            named = target_variants(family) if self.targets_only else None
             for v in variants_of(family):
-                if wanted_v and v.id not in wanted_v:
+                if (wanted_v and v.id not in wanted_v) or (named is not None and v.id not in named):
                     continue
                 for b in self.batch:
                     for t in self.seq:
@@ -102,6 +107,14 @@ class Sweep:
                                     cases.append(BenchCase(family, v.id, b, t, self.d_model, self.heads,
                                                            4 * self.d_model, dt, device, mode, comp))
         return cases
+
+
+def target_variants(family: str) -> set[str]:
+    """The variants the registered targets name in ``family`` (variant and baseline), and the
+    family's reference."""
+    named = {vid for t in TARGETS if t.family == family for vid in (t.variant, t.baseline) if vid}
+    ref = reference_of(family)
+    return named | ({ref.id} if ref is not None else set())
 
 
 LAYERS = ("norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block")
@@ -114,8 +127,9 @@ TIMING = {"quick": {"min_time": 0.02, "rounds": 7}, "full": {"min_time": 0.05, "
 PROFILES: dict[str, dict[str, list[Sweep]]] = {
     "quick": {  # within two minutes on an idle 2-core CPU, with the check
         "cpu": [
-            # the targets' shape (variants/targets.py): B=8, T=512, D=512, H=8, causal
-            Sweep(("attention",), batch=(8,), seq=(512,), d_model=512, heads=8, modes=("fwd",)),
+            # the targets' shape (variants/targets.py): B=8, T=512, D=512, H=8, causal; the
+            # variants the targets name and the reference (every variant: the full profile)
+            Sweep(("attention",), batch=(8,), seq=(512,), d_model=512, heads=8, modes=("fwd",), targets_only=True),
             # the saved-bytes growth targets: fwd+bwd over T (exponents over 64..256: 1.00, 1.50, 1.51)
             Sweep(("attention",), batch=(2,), seq=(64, 128, 256), d_model=256, heads=8, modes=("fwd+bwd",)),
             # the layer families, forward only (their backward is in the full profile)
