@@ -42,6 +42,7 @@ def check_all(families: Iterable[str], configs: Mapping[str, Config], device: st
                         c = compiled_check(v, engine.checkers[first], first, "float32", compile_backend, factor=factor)
                         if c is not None:
                             report.compiled.append(c)
+    report.sessions = list(engine.checkers.values())
     return report
 
 

@@ -172,6 +172,9 @@ class CheckReport:
     # k/v caches: two cached sessions against the full forward (harness.systems.decoding's
     # CacheResult, added by the check command: the systems layer sits above this one)
     caches: list = field(default_factory=list)
+    # the run caches the check made, one per config (harness.check.runs.RunCache; not
+    # serialized): a trace on the same config reads its runs instead of making them again
+    sessions: list = field(default_factory=list, repr=False, compare=False)
 
     @property
     def failures(self) -> list:

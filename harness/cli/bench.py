@@ -297,7 +297,7 @@ def cmd_report(args) -> int:
         print("reports/DIFFERENCES.md is not written by an interrupted run", file=sys.stderr)
     elif results is not None and args.profile == "full":  # where and why they differ (harness.trace.differences)
         started = time.perf_counter()
-        findings = differences(results, paths, families=args.family, cfg=Config())
+        findings = differences(results, paths, families=args.family, cfg=Config(), sessions=check_report.sessions)
         written = write_differences(Path(args.out) / "DIFFERENCES.md", findings, Config())
         print(f"differences: {len(findings)} families in {time.perf_counter() - started:.0f} s")
         print(f"wrote {written}")

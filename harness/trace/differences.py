@@ -117,10 +117,11 @@ def trait_costs(family: str, ids: list[str], checker: RunCache) -> list[list]:
     return rows
 
 
-def kernel_findings(family: str, paths: list[PathResult], cfg: Config) -> list[str]:
+def kernel_findings(family: str, paths: list[PathResult], cfg: Config,
+                    checker: RunCache | None = None) -> list[str]:
     """A torch fused path (no_grad, eval) whose result is not the autograd path's."""
     out = []
-    checker = RunCache(cfg)
+    checker = checker or RunCache(cfg)
     for p in paths:
         if p.family != family or p.verdict.agrees:
             continue
@@ -177,7 +178,8 @@ def _boundaries(family: str, classes: list[list[str]], mine: list[PairResult], c
     return out
 
 
-def family_findings(family: str, results: list[PairResult], paths: list[PathResult], cfg: Config) -> FamilyFindings:
+def family_findings(family: str, results: list[PairResult], paths: list[PathResult], cfg: Config,
+                    checker: RunCache | None = None) -> FamilyFindings:
     """One family's findings: classes from the float64 verdicts, each boundary traced, each
     single trait's cost measured, the kernel paths and the contradictions."""
     fam = get_family(family)
@@ -191,13 +193,13 @@ def family_findings(family: str, results: list[PairResult], paths: list[PathResu
         trait_names, traits, compared=bool(mine))
     if not mine:
         return found
-    checker = RunCache(cfg, record=False)
+    checker = checker or RunCache(cfg, record=False)
     found.classes = equivalence_classes(ids, mine)
     if len(fam.cases) > 1:
         found.per_case = [(case.name, equivalence_classes(ids, mine, {case.name})) for case in fam.cases]
     found.boundaries = _boundaries(family, found.classes, mine, checker, cfg)
     found.costs = trait_costs(family, ids, checker)
-    found.kernel_findings = kernel_findings(family, paths, cfg)
+    found.kernel_findings = kernel_findings(family, paths, cfg, checker)
     for r in [r for r in mine if not r.ok][:20]:
         d = diff_pair(family, r.a, r.b, r.case, cfg, r.dtype, hints=True)
         found.contradictions.append(Contradiction(r.a, r.b, r.case, r.dtype, r.verdict, r.expected, summary_text(d)))
@@ -205,13 +207,19 @@ def family_findings(family: str, results: list[PairResult], paths: list[PathResu
 
 
 def differences(results: list[PairResult] | None, paths: list[PathResult] | None, *,
-                families: list[str] | None = None, cfg: Config | None = None) -> list[FamilyFindings]:
+                families: list[str] | None = None, cfg: Config | None = None,
+                sessions: Iterable[RunCache] = ()) -> list[FamilyFindings]:
     """The findings of every family; ``results``/``paths`` from ``run_check`` (float32 and
-    float64 on CPU) are reused when they have both dtypes, else checked here."""
+    float64 on CPU) are reused when they have both dtypes, else checked here. ``sessions``:
+    the check's run caches (``CheckReport.sessions``); the one on ``cfg`` and the CPU lends
+    its runs (a variant's float64 and float32 runs are made once for its spec check, its
+    pairs and its trace)."""
     cfg = cfg or Config()
+    checker = next((s for s in sessions if s.cfg == cfg and s.device == "cpu"), None)
     families = families or [f for f in FAMILIES if get_family(f).differentiable]
     results = [r for r in results or [] if r.device == "cpu" and r.config in ("", "default", "custom")]
     paths = [p for p in paths or [] if p.device == "cpu"]
     if not {"float32", "float64"} <= {r.dtype for r in results}:
         results, paths = run_check(families, cfg, "cpu", ["float32"])
-    return [family_findings(f, results, paths, cfg) for f in families]
+        checker = None  # checked here: the sessions' runs are not these results'
+    return [family_findings(f, results, paths, cfg, checker) for f in families]
