@@ -20,8 +20,10 @@ from harness.base.files import atomic_path, lock_path, output_lock
 from harness.cli.main import main
 from harness.report.io import write_json
 
+# --threads: the in-process fixture's log and the interrupted processes' agree whatever
+# threads an earlier test left torch with in this worker (else a resume measures anew)
 TINY = ["--family", "norm", "--seq", "8", "--batch", "1", "--min-time", "0.002", "--rounds", "3",
-        "--no-rss", "--no-progress"]
+        "--no-rss", "--no-progress", "--threads", "1"]
 SLOWER = [a if a != "0.002" else "0.05" for a in TINY]  # a group takes about a second: time to interrupt it
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -190,7 +192,8 @@ def _run_and_interrupt(args, cwd: Path, when) -> subprocess.CompletedProcess:
         started = time.monotonic()
         while proc.poll() is None and not when(time.monotonic() - started, err_file.read_text()):
             time.sleep(0.01)
-        assert proc.poll() is None, "the command ended before the moment it was to be interrupted"
+        assert proc.poll() is None, ("the command ended before the moment it was to be interrupted; it said:\n"
+                                     + err_file.read_text())
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
     return subprocess.CompletedProcess(proc.args, proc.returncode, "", err_file.read_text())
