@@ -11,6 +11,7 @@ import pytest
 from conftest import family_params, variant_params
 from harness.base.config import CONFIG_MATRIX
 from harness.families.catalog import get_family
+from harness.families.models import ModelFamily
 from harness.registry import REGISTRY
 from harness.report.tables import differences_table, failures_table
 from harness.trace.explain import explain_failures
@@ -79,7 +80,7 @@ def test_variant_dropout(family, variant, device, family_check):
 
 
 @pytest.mark.parametrize("family,variant,device", [
-    p for p in variant_params() if p.values[2] == "cpu" and get_family(p.values[0]).matrix is None])
+    p for p in variant_params() if p.values[2] == "cpu" and not isinstance(get_family(p.values[0]), ModelFamily)])
 def test_variant_precision_in_half_precision_on_cpu(family, variant, device, family_check):
     """bfloat16 and float16 on CPU (default config): no semantic contradiction; 'less
     precise' is reported, not failed (see harness.check.spec.LENIENT_DTYPES). Whole models are

@@ -106,7 +106,9 @@ def norm(traits, cfg, w, inputs, dtype) -> Tensor:
                   _eps(traits["eps"], dtype))
     if upcast == "float32, cast back before the gain" and dtype.itemsize < 4:
         y = y.to(dtype).to(torch.float64)
-    return y * (w["weight"] if gain == "w" else one + w["weight"]) + w["bias"]
+    # in the input's dtype: the definition computed in a lower dtype (the precision baseline)
+    # rounds its output there, and the block oracles feed it to the next sublayer's weights
+    return (y * (w["weight"] if gain == "w" else one + w["weight"]) + w["bias"]).to(inputs["x"].dtype)
 
 
 # -- attention -------------------------------------------------------------------------------------
