@@ -53,7 +53,7 @@ def add_commands(sub, common) -> None:
         p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
         prof = p.add_mutually_exclusive_group()
         prof.add_argument("--quick", dest="profile", action="store_const", const="quick",
-                          help="the quick profile (default; within two minutes on an idle 2-core CPU)")
+                          help="the quick profile (default; about 80 s with the check on an idle 2-core CPU)")
         prof.add_argument("--full", dest="profile", action="store_const", const="full", help="the full sweep")
         p.set_defaults(profile=None)
         p.add_argument("--variant", action="append", metavar="ID",
