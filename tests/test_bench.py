@@ -425,3 +425,21 @@ def test_shards_from_other_environments_are_refused(tmp_path, capsys):
 def test_a_bad_shard_is_one_line(bad, capsys):
     assert main(["bench", *TINY, "--shard", bad]) == 2
     assert "must be I/N with 1 <= I <= N" in capsys.readouterr().err
+
+
+def test_the_quick_target_shape_times_the_targets_variants_and_the_full_profile_every_one():
+    """Quick: at B=8 T=512 the variants a registered target names (variant and baseline) and
+    the family's reference; full: every attention variant there."""
+    from harness.registry import TARGETS, reference_of
+
+    def at_target(profile):
+        return {c.variant for c in plan(profile, "cpu", ["attention"])
+                if (c.batch, c.seq, c.d_model, c.mode) == (8, 512, 512, "fwd") and not c.compiled}
+
+    named = {v for t in TARGETS if t.family == "attention" for v in (t.variant, t.baseline) if v}
+    assert at_target("quick") == named | {reference_of("attention").id}
+    assert {"fused_sdpa", "torch_mha"} <= at_target("quick")
+    assert at_target("full") == {v.id for v in variants_of("attention")}
+    # the smaller shapes of the quick profile still time every attention variant
+    assert {c.variant for c in plan("quick", "cpu", ["attention"]) if c.seq == 64} == {
+        v.id for v in variants_of("attention")}
