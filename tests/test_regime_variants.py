@@ -189,3 +189,28 @@ def test_the_recorder_leaves_flex_attention_working(tmp_path):
     proc, report, rows = _check_cli("attention", "df_flex_attention", tmp_path)
     assert report is not None
     assert not [r for r in rows if "HigherOrderOperator" in str(r)], [str(r)[:200] for r in rows][:2]
+
+
+def test_a_check_that_raises_is_that_specs_error_row(monkeypatch):
+    """An exception outside the variant's own run (here its float32 baseline, the oracle
+    computed in float32, as the upcast norms' did in bfloat16) is that spec's error row,
+    named as the harness's failure; the other variants are judged and the run goes on."""
+    import torch
+
+    from harness.check import runs
+    from harness.registry import get_variant
+
+    real = runs.oracle_run
+
+    def failing(family, traits, cfg, inputs, weights, *, dtype, compute=torch.float64):
+        if compute != torch.float64 and traits.get("upcast", "none") != "none":
+            raise RuntimeError("expected m1 and m2 to have the same dtype")
+        return real(family, traits, cfg, inputs, weights, dtype=dtype, compute=compute)
+
+    monkeypatch.setattr(runs, "oracle_run", failing)
+    report = check_all(["norm"], {"default": CONFIG_MATRIX["default"]}, "cpu", ["float32"], extras=False)
+    failed = [s for s in report.specs if not s.ok]
+    assert failed and all(s.verdict == "error" and "the check itself failed" in s.note for s in failed)
+    assert {get_variant("norm", s.variant).traits.get("upcast", "none") for s in failed} != {"none"}
+    assert [s for s in report.specs if s.ok and s.dtype == "float32"]  # the others are judged
+    assert failed[0] in report.failures
