@@ -25,9 +25,7 @@ def seed_torch(seed: int) -> None:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy, torch (CPU) and every CUDA device."""
+    """Seed Python, NumPy, torch (CPU) and every CUDA device (``seed_torch``)."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     seed_torch(seed)
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed_all(seed)

@@ -189,6 +189,13 @@ def _flat(values: dict[str, Any], order: tuple[str, ...], extra: Mapping[str, An
     return out
 
 
+def _row_key(data: Any, what: str) -> str:
+    """The ``key`` of a row read from JSON; a row without one is refused, naming ``what``."""
+    if not isinstance(data, Mapping) or "key" not in data:
+        raise ResultsFileError(f"{what} needs a 'key': {str(data)[:80]}")
+    return data["key"]
+
+
 @dataclass
 class BenchRow:
     """One measured case: ``spec`` + ``measurement`` + ``environment``, and ``extra``: keys
@@ -204,9 +211,7 @@ class BenchRow:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BenchRow:
-        if not isinstance(data, Mapping) or "key" not in data:
-            raise ResultsFileError(f"a benchmark row needs a 'key': {str(data)[:80]}")
-        key = data["key"]
+        key = _row_key(data, "a benchmark row")
         if data.get("kind", "case") != "case":
             raise ResultsFileError(f"benchmark row {key!r} is a {data.get('kind')!r} row, not a case")
         known = set(KEY_ORDER)
@@ -269,9 +274,7 @@ class PeakRow:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PeakRow:
-        if not isinstance(data, Mapping) or "key" not in data:
-            raise ResultsFileError(f"a matmul-peak row needs a 'key': {str(data)[:80]}")
-        key = data["key"]
+        key = _row_key(data, "a matmul-peak row")
         own = {n: h for n, h in _fields(cls).items() if n not in ("environment", "extra", "read_order")}
         values = {n: _typed(n, data.get(n), h, key) for n, h in own.items() if n in data}
         known = set(PEAK_ORDER)
