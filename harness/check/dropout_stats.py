@@ -33,6 +33,7 @@ import math
 
 import torch
 
+from harness.base.boundary import describe
 from harness.base.config import Config
 from harness.base.errors import HarnessError, PortingError
 from harness.base.seeding import seed_torch
@@ -128,7 +129,7 @@ def _guard(family: str, vid: str, check: str, expected: str, fn) -> DropoutResul
     except HarnessError:
         raise
     except Exception as exc:
-        measured, ok = f"{type(exc).__name__}: {exc}"[:200], False
+        measured, ok = describe(exc, limit=200), False
     return DropoutResult(family, vid, check, expected, measured, ok)
 
 

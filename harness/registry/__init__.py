@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from harness.base.boundary import FailedReason, UserCodeError, guarded, tensor_result, user_code
 from harness.base.config import Config
 from harness.base.errors import ConfigError, RegistryError, UnknownName, VariantFileError
 from harness.base.seeding import seed_everything
@@ -105,7 +106,7 @@ def register(**fields: Any) -> Variant:
     if requires is not None:
         own = variant.supports
         variant = dataclasses.replace(variant, supports=lambda cfg: requires(variant.traits, cfg) or own(cfg))
-    variant = dataclasses.replace(variant, call=_returns_tensor(variant.call))
+    variant = _guard(variant)
     if variant.key in REGISTRY:
         raise RegistryError(
             f"variant '{variant.key}' is registered twice "
@@ -115,26 +116,40 @@ def register(**fields: Any) -> Variant:
     return variant
 
 
-class CallResultError(TypeError):
-    """A variant's call adapter returned something other than the output tensor: a finding
-    about that variant (its error row in every command), not a user's usage mistake."""
+def _guard(variant: Variant) -> Variant:
+    """Every function of ``variant`` a user wrote, behind the one boundary
+    (``harness.base.boundary``): build, call (its answer checked), a parameter map that is a
+    function, and ``supports``. Wherever the harness calls them (check, diff, bench, map,
+    decode, the pytest plugin), a failure is one line naming the stage, file and line."""
+    files = (variant.origin,) if variant.origin.endswith(".py") else ()
+    def wrap(stage, fn, check=None):
+        return guarded(stage, fn, files=files, who=variant.key, check=check)
+    checked_supports = wrap("supports", variant.supports, _reason)
+
+    def supports(cfg: Config) -> str | None:  # a failing supports skips the variant, said as its error
+        try:
+            return checked_supports(cfg)
+        except UserCodeError as exc:
+            return FailedReason(exc)
+
+    supports.harness_guarded = "supports"  # type: ignore[attr-defined]
+    changes = {"build": wrap("build", variant.build), "call": wrap("call", variant.call, tensor_result),
+               "supports": supports}
+    if callable(variant.param_map):
+        changes["param_map"] = wrap("param map", variant.param_map, _param_map)
+    return dataclasses.replace(variant, **changes)
 
 
-def _returns_tensor(call: Callable[[Any, Mapping[str, Any]], Any]) -> Callable[[Any, Mapping[str, Any]], Any]:
-    """``call``, refusing a result that is not a tensor (a tuple, None, a dict) with a
-    message naming it, wherever the call is made: check, diff, bench, map, the pytest plugin."""
-    if getattr(call, "returns_tensor", False):
-        return call
+def _reason(result: Any, args: tuple, kwargs: dict) -> str | None:
+    if result is not None and not isinstance(result, str):
+        return f"supports returned {type(result).__name__}; it returns None (supported) or a reason (a str)"
+    return None
 
-    def checked(module: Any, inputs: Mapping[str, Any]) -> Any:
-        out = call(module, inputs)
-        if not isinstance(out, torch.Tensor):
-            raise CallResultError(f"the call returned {type(out).__name__}, not a tensor (the variant's "
-                                       "call adapter must return the output tensor, e.g. m(...)[0])")
-        return out
 
-    checked.returns_tensor = True  # type: ignore[attr-defined]
-    return checked
+def _param_map(result: Any, args: tuple, kwargs: dict) -> str | None:
+    if not isinstance(result, Mapping):
+        return f"the param map returned {type(result).__name__}, not a dict of canonical name -> entry"
+    return None
 
 
 PACK_GROUP = "attention_harness.variants"
@@ -164,13 +179,15 @@ def load_packs() -> list[str]:
             continue
         _loading_origin.append(ep.value)  # a pack's variants have its module as origin
         try:
-            module = ep.load()
-        except RegistryError as exc:
-            raise VariantFileError(f"variant pack '{ep.name}' ({ep.value}): {exc}") from None
-        except Exception as exc:  # the pack's code: one line naming the pack and where
+            with user_code("import", timeout=0):  # an import may be slow (torch, transformers): never timed
+                module = ep.load()
+        except UserCodeError as failed:  # the pack's code: one line naming the pack and where
+            exc = failed.original
+            if isinstance(exc, RegistryError):
+                raise VariantFileError(f"variant pack '{ep.name}' ({ep.value}): {exc}") from None
             raise VariantFileError(
                 f"variant pack '{ep.name}' ({ep.value}) failed to import: "
-                f"{type(exc).__name__}: {exc}{_where(exc, None)}"
+                + (f"{type(exc).__name__}: {exc}{_where(exc, None)}" if exc is not None else failed.problem)
             ) from None
         finally:
             _loading_origin.pop()
@@ -222,34 +239,37 @@ def load_file(path: str | Path) -> list[Variant]:
     _user_files.add(origin)
     try:
         sys.modules[name] = module
-        spec.loader.exec_module(module)
-    except RegistryError as exc:
+        with user_code("import", files=(origin,), timeout=0) as printed:
+            spec.loader.exec_module(module)
+    except UserCodeError as failed:
         _undo(name, before)
-        raise VariantFileError(f"variant file '{given}': {exc}") from None
-    except SyntaxError as exc:  # its own lineno is the user's line; the traceback's is ours
-        _undo(name, before)
-        where = exc.filename if exc.filename and Path(exc.filename).resolve() != resolved else None
-        raise VariantFileError(
-            f"variant file '{given}' has a syntax error at line {exc.lineno}"
-            f"{f' of {where}' if where else ''}: {exc.msg}"
-        ) from None
-    except SystemExit as exc:  # sys.exit() or exit() at import: one line, never a silent stop
-        _undo(name, before)
-        raise VariantFileError(
-            f"variant file '{given}' exited at import with SystemExit({exc.code!r}){_where(exc, resolved)}: "
-            "a variants file must not call sys.exit; guard script code with if __name__ == '__main__':"
-        ) from None
-    except Exception as exc:  # the user's code: report it in one line
-        _undo(name, before)
-        raise VariantFileError(
-            f"variant file '{given}' failed to import: {type(exc).__name__}: {exc}{_where(exc, resolved)}"
-        ) from None
+        raise VariantFileError(_import_failure(given, resolved, failed)) from None
     finally:
         _loading_origin.pop()
+    if printed.text.strip():  # what it printed at import goes to stderr: stdout is the harness's
+        sys.stderr.write(printed.text if printed.text.endswith("\n") else printed.text + "\n")
     added = [REGISTRY[k] for k in REGISTRY if k not in before]
     if not added:
         raise VariantFileError(f"variant file '{given}' registered no variant (call harness.register)")
     return added
+
+
+def _import_failure(given: str, resolved: Path, failed: UserCodeError) -> str:
+    """One line for a variants file that failed to import."""
+    exc = failed.original
+    if isinstance(exc, RegistryError):
+        return f"variant file '{given}': {exc}"
+    if isinstance(exc, SyntaxError):  # its own lineno is the user's line; the traceback's is ours
+        where = exc.filename if exc.filename and Path(exc.filename).resolve() != resolved else None
+        return (f"variant file '{given}' has a syntax error at line {exc.lineno}"
+                f"{f' of {where}' if where else ''}: {exc.msg}")
+    if isinstance(exc, SystemExit):
+        return (f"variant file '{given}' exited at import with SystemExit({exc.code!r}){_where(exc, resolved)}: "
+                "a variants file must not call sys.exit; guard script code with if __name__ == '__main__':")
+    shown = f" [it printed: {failed.output.strip().splitlines()[-1][:160]}]" if failed.output.strip() else ""
+    if exc is None or isinstance(exc, KeyboardInterrupt):
+        return f"variant file '{given}' failed to import: {failed.problem}{shown}"
+    return f"variant file '{given}' failed to import: {type(exc).__name__}: {exc}{_where(exc, resolved)}{shown}"
 
 
 def _undo(module_name: str, before: set[str]) -> None:
@@ -336,15 +356,20 @@ def build(
         raise ConfigError(f"{variant.key} cannot be built for this config: {reason}")
     seed_everything(cfg.seed)
     module = variant.build(cfg)
-    if not isinstance(module, torch.nn.Module):
-        return module, None  # builders without parameters (the masks family)
-    module = module.to(device=device, dtype=dtype).eval()
     family = variant.family_spec
-    portmap = PortMap(
-        variant.key, module, variant.map_for(cfg), family.canonical_shapes(cfg), variant.fixed
-    )
-    if weights is not None:
-        portmap.load(weights)
+    if not isinstance(module, torch.nn.Module):
+        if family.canonical_shapes(cfg):
+            raise UserCodeError("build", f"returned {type(module).__name__}, not a torch.nn.Module (the "
+                                f"{family.name} family ports weights into the module build returns)")
+        return module, None  # builders without parameters (the masks family)
+    files = (variant.origin,) if variant.origin.endswith(".py") else ()
+    with user_code("port", files=files, who=variant.key):  # the module's own .to, parameters, buffers
+        module = module.to(device=device, dtype=dtype).eval()
+        portmap = PortMap(
+            variant.key, module, variant.map_for(cfg), family.canonical_shapes(cfg), variant.fixed
+        )
+        if weights is not None:
+            portmap.load(weights)
     return module, portmap
 
 

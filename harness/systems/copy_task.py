@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from harness.base.boundary import user_code
 from harness.base.config import Config
 from harness.base.errors import ConfigError
 from harness.base.files import OUTPUT_MAGIC, atomic_write, check_output_folder
@@ -69,9 +70,10 @@ def _train_copy(variant, decoding, cfg, steps, batch, *, length, warmup, eval_ba
     for step in range(steps):
         data = copy_batch(gen, batch, length)
         logp = variant.call(module, _copy_inputs(decoding, data))
-        loss = F.nll_loss(logp.reshape(-1, logp.size(-1)), data[:, 1:].reshape(-1), ignore_index=PAD)
-        loss.backward()
-        optimizer.step()
+        with user_code("train step", who=variant.key):  # its backward and the update of its parameters
+            loss = F.nll_loss(logp.reshape(-1, logp.size(-1)), data[:, 1:].reshape(-1), ignore_index=PAD)
+            loss.backward()
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
         losses.append(loss.item())

@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from harness.base.boundary import describe
 from harness.base.config import Config
 from harness.base.errors import (
     InputError,
@@ -218,7 +219,7 @@ def _forward(checker: RunCache, variant: Variant, case: str, module: torch.nn.Mo
         with torch.no_grad():
             got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
     except Exception as exc:  # noqa: BLE001  (this call form does not run the module: said when asked for)
-        raise _CallFailed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        raise _CallFailed(describe(exc)) from None
     if not isinstance(got, torch.Tensor):
         raise _CallFailed(f"it returned {type(got).__name__}, not a tensor")
     return got.detach().double().cpu()
