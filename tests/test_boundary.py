@@ -14,16 +14,16 @@ import sys
 import time
 from pathlib import Path
 
+import boundary_faults as faults
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import boundary_faults as faults
 from harness.base import output
 from harness.base.boundary import UserCodeError, guarded
+from harness.base.errors import HarnessError
 from harness.base.files import file_set
 from harness.cli.common import VARIANTS_ENV
-from harness.base.errors import HarnessError
 from harness.cli.main import build_parser, main
 from harness.cli.validate import validate_args
 from harness.registry import scratch
@@ -392,7 +392,7 @@ def _harness(*args, env=None, stdout=subprocess.PIPE) -> subprocess.CompletedPro
     full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     full.pop(VARIANTS_ENV, None)
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, env=full, stdout=stdout,
-                          stderr=subprocess.PIPE, text=True, timeout=300)
+                          stderr=subprocess.PIPE, encoding="latin-1", timeout=300)  # every byte reads
 
 
 @pytest.mark.slow

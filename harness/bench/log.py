@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 from harness.base.errors import ResultsFileError
 from harness.base.files import atomic_write, check_schema, read_text
-from harness.bench.row import BenchRow, Row, typed_rows
+from harness.bench.row import BenchRow, Row, require_fields, typed_rows
 from harness.bench.timing import PEAK_FRACTION
 from harness.registry import REGISTRY
 
@@ -124,7 +124,13 @@ def _rewrite_without_cut_line(path: Path, rows: list[dict]) -> None:
 
 def load_rows(path: Path) -> list[Row]:
     """Typed rows (case and matmul-peak rows) from a bench log (JSONL), a results.json, or a
-    pytest-benchmark JSON."""
+    pytest-benchmark JSON; a case row without a field the tables need is refused."""
+    rows = _load_rows(path)
+    require_fields(rows, f"'{path}'")
+    return rows
+
+
+def _load_rows(path: Path) -> list[Row]:
     if not path.exists():
         raise ResultsFileError(f"results file '{path}' does not exist")
     if path.is_dir():

@@ -138,6 +138,18 @@ REQUIRED = ("family", "variant", "batch", "seq", "dtype", "device", "mode", "sta
 RENAMED: dict[str, str] = {}
 
 
+def require_fields(rows: Iterable[Any], where: str) -> None:
+    """Refuse, naming the field, a case row that lacks one of ``REQUIRED`` (what a report
+    groups and labels rows by): read from ``where`` for a table, it could not be placed."""
+    for row in rows:
+        if isinstance(row, BenchRow):
+            missing = [name for name in REQUIRED if row.value(name) is None]
+            if missing:
+                raise ResultsFileError(f"{where}: benchmark row {row.key!r} has no {missing[0]!r}: every case row a "
+                                       f"report reads (schema 1 and 2) carries {', '.join(REQUIRED)} (a key renamed "
+                                       "by hand, or not this harness's row)")
+
+
 def _renamed(data: Mapping[str, Any]) -> Mapping[str, Any]:
     if not any(old in data for old in RENAMED):
         return data
@@ -228,10 +240,6 @@ class BenchRow:
         if data.get("kind", "case") != "case":
             raise ResultsFileError(f"benchmark row {key!r} is a {data.get('kind')!r} row, not a case")
         data = _renamed(data)
-        missing = [name for name in REQUIRED if data.get(name) is None]
-        if missing:  # what every table groups by: a row without it cannot be placed
-            raise ResultsFileError(f"benchmark row {key!r} has no {missing[0]!r}: every case row of schema 1 and 2 "
-                                   f"carries {', '.join(REQUIRED)} (a key renamed by hand, or not this harness's row)")
         known = set(KEY_ORDER)
         return cls(_part(RowSpec, data, key), _part(Measurement, data, key), _part(Environment, data, key),
                    {k: v for k, v in data.items() if k not in known}, tuple(data))
