@@ -164,7 +164,7 @@ def pytest_configure(config):
 
     base = config.invocation_params.dir
     paths = [Path(f) if Path(f).is_absolute() else base / f for f in files]
-    from harness.check.runs import oracle_refusal
+    from harness.check.declared import oracle_refusal
 
     try:
         for variant in load_all(files):  # a declaration the oracle refuses: refused at load, as the CLI does

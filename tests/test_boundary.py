@@ -428,3 +428,38 @@ def test_the_pytest_plugin_gives_each_generated_fault_its_failure(tmp_path):
     for stage, fault in crossed:
         if faults.expected(stage, fault) is not None:
             assert faults.vid(stage, fault) in text, (stage, fault)
+
+
+@pytest.mark.slow
+def test_generated_faults_through_bench_with_the_memory_probe_and_diff(tmp_path, capsys):
+    """The call- and build-stage faults through `bench` (the memory probe's protocol included:
+    a variant that prints must not corrupt it) and `diff`: each its error row, the control's
+    rows measured as ever."""
+    crossed = [(s, f) for s in ("build", "call") for f in ("raise", "print", "interrupt", "exit", "skip", "tuple",
+                                                            "meta", "not_module") if f in faults.CONTROL
+               or f in faults.ANSWERS[s]]
+    path = faults.variants_file(tmp_path / "gen_faults.py", crossed)
+    rows_json = tmp_path / "rows.json"
+    argv = ["bench", "--family", "norm", "--seq", "8", "--batch", "1", "--min-time", "0.002", "--rounds", "3",
+            "--no-progress", "--threads", "1", "--device", "cpu", "--variants", str(path), "--json", str(rows_json),
+            "--log", str(tmp_path / "b.jsonl"), "--variant", "torch_layernorm"]
+    argv += [x for s, f in crossed for x in ("--variant", faults.vid(s, f))]
+    code, out, _ = _run(argv, capsys)
+    assert code in (0, 1) and "noise" not in out
+    rows = [r for r in json.loads(rows_json.read_text()) if r.get("kind", "case") == "case"]
+    for stage, fault in crossed:
+        mine = [r for r in rows if r.get("variant") == faults.vid(stage, fault)]
+        assert mine, (stage, fault)
+        words = faults.expected(stage, fault)
+        if words is None:
+            assert all(r["status"] == "ok" for r in mine), mine[0].get("error")
+            assert all(r.get("rss_peak_bytes") is not None or "probe" not in str(r.get("rss_note")) for r in mine)
+        else:
+            assert all(r["status"] != "ok" and words[0] in (r.get("error") or "") for r in mine), (stage, fault,
+                                                                                                   mine[0])
+    control = [r for r in rows if r.get("variant") == "torch_layernorm"]
+    assert control and all(r["status"] == "ok" for r in control)
+    for stage, fault in crossed[:3]:
+        code, out, err = _run(["diff", "norm", faults.vid(stage, fault), "torch_layernorm", "--dtype", "float64",
+                               "--set", "d_model=8", "--variants", str(path)], capsys)
+        assert code in (0, 1, 2) and len(err.strip().splitlines()) <= 1 and "noise" not in out

@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from harness.base.boundary import check_output, describe, user_code, variant_failure
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, InputError, PortingError, SpecError
+from harness.base.errors import HarnessError, InputError, PortingError
 from harness.base.kernels import PATH_MARKERS
 from harness.base.verdicts import Verdict
 from harness.check.left_out import undeclared_absent
@@ -31,7 +31,7 @@ from harness.check.results import PathResult
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
-from harness.registry import Variant, build
+from harness.registry import Variant, build, variant_files
 
 
 class OpRecorder(TorchDispatchMode):
@@ -156,10 +156,6 @@ def cotangent(shape: torch.Size, seed: int) -> torch.Tensor:
     return torch.randn(tuple(shape), generator=gen, dtype=torch.float64)
 
 
-def _files(variant: Variant) -> tuple[str, ...]:
-    return (variant.origin,) if variant.origin.endswith(".py") else ()
-
-
 def backward_grads(family: Family, cfg: Config, out: torch.Tensor, inputs: Mapping[str, Any],
                    portmap: PortMap | None) -> dict[str, torch.Tensor]:
     """Backward of ``out`` against the seeded cotangent: the gradient of every grad input and
@@ -214,8 +210,7 @@ def run_variant(
     except Exception as exc:  # a variant that fails on this case/dtype is a finding (UserCodeError included)
         run.error = describe(exc)
         return run
-    problem = check_output(out, device=device)  # its answer: a tensor on the call's device
-    if problem:
+    if problem := check_output(out, device=device):  # its answer: a tensor on the call's device
         run.error = f"call: {problem}"
         return run
     run.changed = changed_inputs(snap)
@@ -227,12 +222,12 @@ def run_variant(
         run.note = "the output does not require grad (detached?): no gradient reaches any input or parameter"
     if backward and family.differentiable and out.requires_grad:
         try:
-            with user_code("backward", files=_files(variant), who=variant.key):
+            with user_code("backward", files=variant_files(variant), who=variant.key):
                 run.tensors.update(backward_grads(family, cfg, out, inputs, portmap))
         except HarnessError:
             raise
         except Exception as exc:  # a backward that fails (not implemented on this device) is a finding
-            run.error = describe(exc, _files(variant))
+            run.error = describe(exc, variant_files(variant))
             return run
     return run
 
@@ -309,28 +304,26 @@ class RunCache:
         """The weights ported into ``variant``: ``zero`` filled, and every parameter its map
         reads as a constant at that constant (a norm gain left out undeclared included: the
         oracle keeps that one's canonical value, and the difference shows)."""
-        return self.weights(variant.family_spec, Fills(zero) | self._absent(variant))
+        entries = self._map(variant)
+        absent = absent_fills(entries) if entries is not None else Fills()
+        return self.weights(variant.family_spec, Fills(zero) | absent)
 
-    def _absent(self, variant: Variant) -> Fills:
-        """``absent_fills`` of the variant's map; none where its map fails (the failure is its
-        error row, from its run)."""
+    def _map(self, variant: Variant):
+        """The variant's map, or None where its map fails (that is its run's error row)."""
         try:
-            return absent_fills(variant.map_for(self.cfg))
+            return variant.map_for(self.cfg)
         except Exception as exc:
             if not variant_failure(exc):
                 raise
-            return Fills()
+            return None
 
     def fills(self, variant: Variant) -> Fills:
         """The canonical parameters ``variant`` does not have, each with the value it reads as
         (zero for a missing bias, one for a missing norm's weight). A norm parameter left out
         without the traits saying so is not among them: the oracle keeps its canonical value
         (``harness.check.left_out``)."""
-        try:
-            entries = variant.map_for(self.cfg)
-        except Exception as exc:  # its param map fails: its run says so (its error row)
-            if not variant_failure(exc):
-                raise
+        entries = self._map(variant)
+        if entries is None:
             return Fills()
         fills = absent_fills(entries)
         undeclared = undeclared_absent(variant.family_spec, variant.traits, entries, self.cfg)
@@ -414,35 +407,6 @@ class RunCache:
             verdict, max_abs = tv.verdict, tv.max_abs
         return PathResult(family.name, variant.id, case, dtype_name, self.device,
                           grad_run.path or "-", inf_run.path or "-", verdict, max_abs)
-
-
-def oracle_refusal(variant: Variant) -> str | None:
-    """What the family's oracle refuses in ``variant``'s declared traits (a ``SpecError``: an
-    additive mask declared with NaN rows), found at load on one small config and every case
-    the variant takes, or None. A declaration no check could ever judge is refused before any
-    command runs, not found half-way through ``check``."""
-    family = variant.family_spec
-    if family.oracle is None:
-        return None
-    cfg = Config(batch=1, tgt_len=3, src_len=4, d_model=8, heads=2, d_ff=16)
-    try:
-        if variant.supports(cfg):
-            cfg = Config()
-    except Exception:  # noqa: BLE001  (its own supports failing is said where it runs)
-        return None
-    semantic = family.semantic_traits(variant.traits)
-    weights = family.canonical_weights(cfg)
-    for case in family.cases:
-        if not applicable(variant, case.name):
-            continue
-        try:
-            oracle_run(family, semantic, family.case_config(case.name, cfg), family.inputs(case.name, cfg),
-                       weights, dtype=torch.float64)
-        except SpecError as exc:
-            return f"case {case.name}: {exc}"
-        except Exception:  # noqa: BLE001  (any other failure is the check's error row, with its context)
-            continue
-    return None
 
 
 def applicable(variant: Variant, case: str) -> bool:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from harness.base.errors import RegistryError
-from harness.check.runs import oracle_refusal
+from harness.check.declared import oracle_refusal
 from harness.families.catalog import FAMILIES, get_family
 from harness.registry import REGISTRY, load_all
 

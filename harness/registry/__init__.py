@@ -116,12 +116,18 @@ def register(**fields: Any) -> Variant:
     return variant
 
 
+def variant_files(variant: Variant) -> tuple[str, ...]:
+    """The user's file a variant came from (its errors name lines in it), if any."""
+    return (variant.origin,) if variant.origin.endswith(".py") else ()
+
+
 def _guard(variant: Variant) -> Variant:
     """Every function of ``variant`` a user wrote, behind the one boundary
     (``harness.base.boundary``): build, call (its answer checked), a parameter map that is a
     function, and ``supports``. Wherever the harness calls them (check, diff, bench, map,
     decode, the pytest plugin), a failure is one line naming the stage, file and line."""
-    files = (variant.origin,) if variant.origin.endswith(".py") else ()
+    files = variant_files(variant)
+
     def wrap(stage, fn, check=None):
         return guarded(stage, fn, files=files, who=variant.key, check=check)
     checked_supports = wrap("supports", variant.supports, _reason)
@@ -362,7 +368,7 @@ def build(
             raise UserCodeError("build", f"returned {type(module).__name__}, not a torch.nn.Module (the "
                                 f"{family.name} family ports weights into the module build returns)")
         return module, None  # builders without parameters (the masks family)
-    files = (variant.origin,) if variant.origin.endswith(".py") else ()
+    files = variant_files(variant)
     with user_code("port", files=files, who=variant.key):  # the module's own .to, parameters, buffers
         module = module.to(device=device, dtype=dtype).eval()
         portmap = PortMap(
