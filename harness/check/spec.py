@@ -37,6 +37,7 @@ from harness.base.errors import ConfigError, HarnessError
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.left_out import left_out_note, undeclared_absent
+from harness.check.own_dtype import gradient_scale, own_dtype_check
 from harness.check.results import SpecResult, TensorCheck
 from harness.check.runs import (
     Run,
@@ -255,7 +256,8 @@ class SpecChecker:
     def _judge(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
         checker = self.checkers[config]
         family = variant.family_spec
-        if not applicable(variant, case) or variant.supports(checker.cfg):
+        if (not applicable(variant, case) or variant.supports(checker.cfg) or variant.device_reason(self.device)
+                or variant.dtype_reason(dtype_name)):
             return None
         dtype = dtype_of(dtype_name)
         ref = reference_of(family.name)
@@ -284,6 +286,8 @@ class SpecChecker:
             return SpecResult(**base, verdict=Verdict.ERROR, ok=expected == Verdict.ERROR or bool(finding),
                               err=math.nan, ref_err=math.nan, ratio=math.nan, worst="",
                               note=(f"{PATH_FINDING}: {finding}; " if finding else "") + run.error)
+        if variant.own_dtype_semantics:
+            return self._own_dtype(variant, config, case, dtype, zero, run, base)
         if not family.differentiable or not run.tensors["output"].is_floating_point():
             a, o = run.tensors["output"].cpu(), oracle.tensors["output"]
             if a.is_floating_point() and o.is_floating_point():
@@ -356,6 +360,39 @@ class SpecChecker:
                           ref_err=math.nan if bad.ref_err is None else bad.ref_err, ratio=bad.ratio,
                           worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks)
 
+    def _own_dtype(self, variant: Variant, config: str, case: str, dtype: torch.dtype, zero, run: Run,
+                   base: dict) -> SpecResult:
+        """A variant that runs only in its own dtypes: semantics decided in ``dtype`` by
+        ``harness.check.own_dtype``'s rule, output and every gradient, the no-grad eval run's
+        output too."""
+        checker, family = self.checkers[config], variant.family_spec
+        truth = checker.oracle(family, variant.traits, case, zero, dtype, rounded=dtype)
+        ref = checker.oracle(family, variant.traits, case, zero, dtype, compute=dtype)
+        scale = gradient_scale(truth.tensors)
+        checks = [own_dtype_check(n, run.tensors.get(n), truth.tensors[n], ref.tensors.get(n), dtype,
+                                  scale=0.0 if n == "output" else scale)
+                  for n in expected_names(family, truth, checker, variant)]
+        if family.differentiable and family.base_case(case) not in NO_KEY_CASES:
+            inf = checker.run(variant, case, zero, dtype, mode="inference")
+            name = "output (no-grad eval)"
+            checks.append(TensorCheck(name, Verdict.ERROR, math.nan, None, 0.0, math.inf, f"no-grad eval: {inf.error}")
+                          if inf.error else
+                          own_dtype_check(name, inf.tensors.get("output"), truth.tensors["output"],
+                                          ref.tensors.get("output"), dtype))
+        verdict = worst_spec(c.verdict for c in checks)
+        bad = max(checks, key=lambda c: (c.verdict.rank, c.ratio))
+        notes = [c.note for c in checks if c.verdict != Verdict.EQUIVALENT and c.note]
+        if run.note:
+            notes.insert(0, run.note)
+        ok = verdict == Verdict.EQUIVALENT
+        finding = declared_path_finding(variant.traits, case, config)
+        if finding and not ok:
+            ok = True
+            notes.insert(0, f"{PATH_FINDING}: {finding}")
+        return SpecResult(**base, verdict=verdict, ok=ok, err=bad.err,
+                          ref_err=math.nan if bad.ref_err is None else bad.ref_err, ratio=bad.ratio,
+                          worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks)
+
     def _inference_check(self, variant, config, case, dtype, zero, oracle, internal,
                          baselines, loose=False) -> TensorCheck:
         """The no-grad eval run's output against the same oracle and baselines as the
@@ -380,7 +417,10 @@ class SpecChecker:
 
     def _check_all(self, variant, family, dtypes, out) -> None:
         configs = family.configs_of(self.configs)
-        for dtype_name in family.dtypes or ["float64", *[d for d in dtypes if d != "float64"]]:
+        wanted = family.dtypes or ["float64", *[d for d in dtypes if d != "float64"]]
+        if variant.own_dtype_semantics:  # semantics in each of its own dtypes, whatever was asked
+            wanted = list(variant.dtypes)
+        for dtype_name in wanted:
             for config in configs:
                 for case in family.cases:
                     result = self.check(variant, config, case.name, dtype_name)

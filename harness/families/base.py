@@ -76,6 +76,8 @@ DESCRIPTIVE_TRAITS = {
     "cases": "tuple of the family cases the variant applies to (default: all)",
     "path_findings": "{'CASE' or 'CASE@CONFIG': why}: behaviour that depends on the path taken there (another "
                      "kernel for that shape), declared: reported as a finding, not a contradiction",
+    "compiled": "True: the variant runs under torch.compile (its kernel path is not recorded: under a"
+                " dispatch mode Dynamo would run it eager)",
     "note": "free text",
 }
 EPS = TraitSpec("the norm's epsilon", values=oracles.EPS_NAMES, number=True)

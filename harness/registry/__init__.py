@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from harness.base.config import Config
+from harness.base.dtypes import DEVICES, FLOAT_DTYPES
 from harness.base.errors import ConfigError, RegistryError, UnknownName, VariantFileError
 from harness.base.seeding import seed_everything
 from harness.families.base import Family
@@ -47,6 +48,10 @@ class Variant:
     fixed     module parameters outside the family, with the reason they are held
     reference True for the family's baseline (speed ratios, error against it)
     supports  Config -> None, or a reason the variant cannot be built for it
+    dtypes    the dtypes it runs in (names: ``("float16", "bfloat16")``); empty: any. One
+              that leaves out float64 has its semantics decided in each of its own dtypes
+              (``harness.check.own_dtype``) instead of float64
+    devices   the devices it runs on (``("cuda",)``); empty: any
     """
 
     id: str
@@ -60,6 +65,8 @@ class Variant:
     summary: str = ""
     reference: bool = False
     supports: Callable[[Config], str | None] = lambda cfg: None
+    dtypes: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
     origin: str = ""  # module or file that registered it
 
     @property
@@ -74,6 +81,29 @@ class Variant:
 
     def map_for(self, cfg: Config) -> ParamMap:
         return self.param_map(cfg) if callable(self.param_map) else self.param_map
+
+    @property
+    def own_dtype_semantics(self) -> bool:
+        """Whether its semantics are decided in its own dtypes: it declares dtypes, float64 not
+        among them (a kernel that exists only in half precision)."""
+        return bool(self.dtypes) and "float64" not in self.dtypes
+
+    def semantic_dtypes(self) -> tuple[str, ...]:
+        """The dtypes its semantics are decided in: float64, or its own (``own_dtype_semantics``)."""
+        return self.dtypes if self.own_dtype_semantics else ("float64",)
+
+    def dtype_reason(self, dtype: str) -> str | None:
+        """Why it does not run in ``dtype`` (None when it does)."""
+        if self.dtypes and dtype not in self.dtypes:
+            return f"runs in {', '.join(self.dtypes)} only (declared dtypes)"
+        return None
+
+    def device_reason(self, device: str) -> str | None:
+        """Why it does not run on ``device`` (None when it does)."""
+        kind = str(device).split(":")[0]
+        if self.devices and kind not in self.devices:
+            return f"runs on {', '.join(self.devices)} only (declared devices); the check runs on {kind}"
+        return None
 
 
 REGISTRY: dict[str, Variant] = {}
@@ -99,6 +129,14 @@ def register(**fields: Any) -> Variant:
     problems = FAMILIES[variant.family].validate_traits(variant.id, variant.traits)
     if problems:
         raise RegistryError(f"variant '{variant.key}': " + "; ".join(problems))
+    bad = [d for d in variant.dtypes if d not in FLOAT_DTYPES]
+    if bad or isinstance(variant.dtypes, str):
+        raise RegistryError(f"variant '{variant.key}': dtypes {variant.dtypes!r} must be a tuple of "
+                            f"{list(FLOAT_DTYPES)}")
+    bad = [d for d in variant.devices if d not in DEVICES]
+    if bad or isinstance(variant.devices, str):
+        raise RegistryError(f"variant '{variant.key}': devices {variant.devices!r} must be a tuple of {list(DEVICES)}")
+    variant = dataclasses.replace(variant, dtypes=tuple(variant.dtypes), devices=tuple(variant.devices))
     if not variant.id or not variant.id.replace("_", "").replace("-", "").isalnum():
         raise RegistryError(f"variant id {variant.id!r} must be letters, digits, '_' or '-'")
     requires = FAMILIES[variant.family].requires

@@ -34,6 +34,11 @@ key lengths (right padding only: cases with another mask are not run); ``none`` 
 ``is_causal`` (no mask argument: only the cases where every key may be attended). The result
 is an ordinary ``register(...)`` entry: the module is a small
 ``KernelModule`` holding the function, with no parameters.
+
+``dtypes``: the dtypes the function runs in (``("float16", "bfloat16")`` for a kernel that
+exists only in half precision: its semantics are then decided in each of them, by
+``harness.check.own_dtype``'s rule, instead of in float64); ``device``: the one device it
+runs on (``"cuda"``), skipped with that reason elsewhere.
 """
 
 from __future__ import annotations
@@ -135,7 +140,8 @@ def kernel_cases(mask: str, options: tuple[str, ...]) -> tuple[str, ...]:
 
 def register_kernel(*, id: str, fn: Callable, layout: str = "BHSD", mask: str = "bool",
                     traits: Mapping[str, Any] | None = None, source: str = "", summary: str = "",
-                    reference: bool = False, supports: Callable | None = None) -> Variant:
+                    reference: bool = False, supports: Callable | None = None,
+                    dtypes: tuple[str, ...] = (), device: str | None = None) -> Variant:
     """Register ``fn`` in the ``attention_kernel`` family (see the module docstring)."""
     if layout not in LAYOUTS:
         raise RegistryError(f"kernel '{id}': layout {layout!r} is not one of {list(LAYOUTS)}")
@@ -172,4 +178,5 @@ def register_kernel(*, id: str, fn: Callable, layout: str = "BHSD", mask: str = 
         build=lambda cfg: KernelModule(fn, layout=layout, mask=mask, options=options,
                                        dropout=cfg.dropout, block=cfg.block),
         call=kernel_call, traits=traits, reference=reference, supports=config_reason,
+        dtypes=dtypes, devices=(device,) if device else (),
     )

@@ -16,7 +16,9 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 
 from harness.base.config import Config
+from harness.base.dtypes import dtype_of
 from harness.base.verdicts import Verdict
+from harness.check.own_dtype import gradient_scale, own_dtype_check
 from harness.check.runs import RunCache, applicable
 from harness.check.spec import _float64_check, expected_names
 from harness.families import kernel_oracle as K
@@ -100,11 +102,41 @@ def _meets(run, oracle, names: Iterable[str]) -> bool:
                for n in names)
 
 
-def explain_kernel(variant: Variant, failing: Iterable[tuple[Config, str]]) -> str:
+def judged_dtype(variant: Variant, dtype: str | None = None) -> torch.dtype:
+    """The dtype a variant's semantics are decided in: float64, or (a kernel that runs only in
+    half precision) ``dtype`` when it is one of its own, else the first it declares."""
+    own = variant.semantic_dtypes()
+    return dtype_of(dtype if dtype in own else own[0])
+
+
+def meets_spec(variant: Variant, checker: RunCache, case: str, traits: Mapping[str, Any],
+               dtype: torch.dtype = torch.float64) -> bool | None:
+    """Whether ``variant``'s run in ``dtype`` meets the oracle of ``traits`` on ``case``, by the
+    rule that decides its semantics there (float64's bound, or ``harness.check.own_dtype``'s);
+    None when it does not run."""
+    family = variant.family_spec
+    zero = checker.fills(variant)
+    run = checker.run(variant, case, zero, dtype)
+    if run.error:
+        return None
+    if dtype == torch.float64:
+        oracle = checker.oracle(family, traits, case, zero, torch.float64)
+        return _meets(run, oracle, expected_names(family, oracle, checker, variant))
+    truth = checker.oracle(family, traits, case, zero, dtype, rounded=dtype)
+    ref = checker.oracle(family, traits, case, zero, dtype, compute=dtype)
+    scale = gradient_scale(truth.tensors)
+    return all(own_dtype_check(n, run.tensors.get(n), truth.tensors[n], ref.tensors.get(n), dtype,
+                               scale=0.0 if n == "output" else scale).verdict
+               == Verdict.EQUIVALENT for n in expected_names(family, truth, checker, variant))
+
+
+def explain_kernel(variant: Variant, failing: Iterable[tuple[Config, str]], dtype: str | None = None) -> str:
     """One line naming the mistake of ``variant`` over its failing (config, case) pairs
-    (float64): the single convention change that fits them all, or that none does."""
+    (float64, or its own dtype for a kernel that runs only in half precision): the single
+    convention change that fits them all, or that none does."""
     family = variant.family_spec
     declared = family.semantic_traits(variant.traits)
+    judged = judged_dtype(variant, dtype)
     failing = list(failing)
     if not failing:
         return ""
@@ -114,14 +146,8 @@ def explain_kernel(variant: Variant, failing: Iterable[tuple[Config, str]]) -> s
         ok = True
         for cfg, case in failing:
             checker = checkers[id(cfg)]
-            zero = checker.fills(variant)
             traits = make(declared, checker.inputs(family, case))
-            run = checker.run(variant, case, zero, torch.float64) if traits is not None else None
-            if traits is None or run.error:
-                ok = False
-                break
-            oracle = checker.oracle(family, traits, case, zero, torch.float64)
-            if not _meets(run, oracle, expected_names(family, oracle, checker, variant)):
+            if traits is None or not meets_spec(variant, checker, case, traits, judged):
                 ok = False
                 break
         if ok:
@@ -138,9 +164,16 @@ def failing_cases(report, variant_id: str, configs: Mapping[str, Config],
     """The (config, case) pairs where ``variant_id`` of ``family`` is different in float64
     (a config the family adds to the matrix, the attention family's GQA one, included)."""
     every = get_family(family).configs_of(configs) | dict(configs)
+    judged = str(judged_dtype(get_variant(family, variant_id), _failing_dtype(report, family, variant_id)))
     return [(every[s.config], s.case) for s in report.specs
-            if s.family == family and s.variant == variant_id and s.dtype == "float64"
+            if s.family == family and s.variant == variant_id and s.dtype == judged.replace("torch.", "")
             and not s.ok and s.verdict == Verdict.DIFFERENT and s.config in every]
+
+
+def _failing_dtype(report, family: str, variant_id: str) -> str | None:
+    """The first dtype a variant's spec is different in (its own dtype, for a half-only kernel)."""
+    return next((s.dtype for s in report.specs if s.family == family and s.variant == variant_id
+                 and not s.ok and s.verdict == Verdict.DIFFERENT), None)
 
 
 
@@ -148,19 +181,12 @@ def own_failing_cases(variant: Variant, cfg: Config) -> list[tuple[Config, str]]
     """The cases of ``cfg`` where ``variant``'s own float64 run misses the oracle of the
     traits it declares (what ``check`` calls different in float64), without a report."""
     family = variant.family_spec
-    if variant.supports(cfg):
+    if variant.supports(cfg) or variant.device_reason("cpu"):
         return []
     checker, declared = RunCache(cfg, record=False), family.semantic_traits(variant.traits)
-    zero = checker.fills(variant)
-    out = []
-    for case in (c.name for c in family.cases if applicable(variant, c.name)):
-        run = checker.run(variant, case, zero, torch.float64)
-        if run.error:
-            continue
-        oracle = checker.oracle(family, declared, case, zero, torch.float64)
-        if not _meets(run, oracle, expected_names(family, oracle, checker, variant)):
-            out.append((cfg, case))
-    return out
+    judged = judged_dtype(variant)
+    return [(cfg, case) for case in (c.name for c in family.cases if applicable(variant, c.name))
+            if meets_spec(variant, checker, case, declared, judged) is False]
 
 
 def name_mistakes(family: str, variants: Iterable[Variant], cfg: Config) -> dict[str, str]:
@@ -189,7 +215,7 @@ def explain_mistake(family: str, variant_id: str, report, configs: Mapping[str, 
     failing = failing_cases(report, variant_id, configs, family)
     if family != "attention_kernel" and not failing:
         return ""
-    explained = explain_kernel(get_variant(family, variant_id), failing)
+    explained = explain_kernel(get_variant(family, variant_id), failing, _failing_dtype(report, family, variant_id))
     if family != "attention_kernel" and explained.startswith("no single"):
         return ""  # a module's computation bug: the first divergence below says where
     return explained

@@ -1,0 +1,85 @@
+"""Semantics in a kernel's own dtype: the rule for variants that run only in half precision
+(they declare ``dtypes`` without float64; SDPA's flash, efficient and cuDNN backends,
+flex_attention compiled, a Triton kernel).
+
+Such a kernel cannot be held to the float64 oracle within float64's bound, so its semantics
+are decided in each dtype it declares by the rule flash-attention's tests use
+(``tests/test_flash_attn.py``): its error against the float64 oracle, computed on the inputs
+(and the backward's cotangent) rounded to the dtype first, is at most ``factor`` times the
+error of a reference computed in that same dtype, plus a small absolute term::
+
+    max|kernel - oracle64(rounded inputs)| <= factor * max|oracle_in_dtype - oracle64(rounded inputs)| + atol
+
+on the output and on every gradient. The reference in the dtype is the oracle's own code run
+in the dtype, with the upcasts a careful implementation makes: PyTorch's matmul and softmax
+on half tensors accumulate in float32 and round once (its ``acc_type``), as flash-attention's
+``attention_ref(upcast=False)`` relies on. ``atol`` is flash-attention's absolute term made
+deterministic: one unit of the dtype's rounding at the oracle's scale plus 0.3
+(``eps * (max|o| + 0.3)``, the bound of their ``2 * max|(o + 0.3) - 0.3 - o|``), so an exact
+reference does not demand an exact kernel. (FlexAttention's tests use
+the same form on the mean absolute error with a factor of 1.1.)
+
+``FACTOR`` was calibrated with ``benchmarks/own_dtype_calibration.py`` (the figures are in
+docs/half-precision-kernels.md): over many draws of correct kernels (seeds x configs x cases,
+float16 and bfloat16) no false alarm, while each deliberately wrong kernel is still caught.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from harness.base.verdicts import Verdict
+from harness.check import precision as P
+from harness.check.results import TensorCheck
+
+# flash-attention uses 2 on the output and on the gradients (4 with a softcap); the
+# calibration (docs/half-precision-kernels.md) sets the harness's value.
+FACTOR = 4.0
+# The absolute term in units of eps * (max|o| + 0.3) (``rounding_atol``).
+ATOL_SCALE = 0.25
+# The error statistic: the largest (flash-attention's) or the mean (FlexAttention's).
+STATISTIC = "max"
+
+
+def rounding_atol(truth: torch.Tensor, dtype: torch.dtype, scale: float = 0.0) -> float:
+    """The absolute term: one unit of ``dtype``'s rounding at the oracle's scale shifted by 0.3,
+    ``eps * (max|o| + 0.3)``: the bound of flash-attention's ``2 * max|(o + 0.3) - 0.3 - o|``
+    (evaluated in the dtype, that one is zero for a tensor whose few values happen to round
+    exactly). ``scale``: taken with the oracle's magnitude (for a gradient, the largest of all
+    the gradients': one that is analytically zero, dQ and dK where each query has one key, is
+    rounding noise at the size of the terms that cancelled)."""
+    finite = truth[torch.isfinite(truth)]
+    top = max(float(finite.abs().max()) if finite.numel() else 0.0, scale)
+    return ATOL_SCALE * torch.finfo(dtype).eps * (top + 0.3)
+
+
+def gradient_scale(tensors: dict[str, torch.Tensor]) -> float:
+    """The largest finite magnitude over the gradients (``grad:*``) of a run."""
+    return max((float(t[torch.isfinite(t)].abs().max()) for n, t in tensors.items()
+                if n.startswith("grad:") and torch.isfinite(t).any()), default=0.0)
+
+
+def own_dtype_check(name: str, a: torch.Tensor | None, truth: torch.Tensor, reference: torch.Tensor | None,
+                    dtype: torch.dtype, factor: float = FACTOR, scale: float = 0.0) -> TensorCheck:
+    """One tensor of a run in its own ``dtype``: ``a`` against ``truth`` (the float64 oracle on
+    the rounded inputs), the allowance from ``reference`` (the oracle computed in ``dtype``);
+    ``scale``: see ``rounding_atol``."""
+    if a is None:
+        return TensorCheck(name, Verdict.DIFFERENT, math.inf, None, 0.0, math.inf, f"{name} is missing")
+    g = P.gap(a, truth)
+    if not g.comparable:
+        return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, None, 0.0, math.inf,
+                           f"{name}: NaN/inf pattern differs from the oracle in {g.nan_mismatch} element(s)")
+    rg = P.gap(reference, truth) if reference is not None else None
+    ref_err = rg.max_abs if rg is not None and rg.comparable else 0.0
+    atol = rounding_atol(truth, dtype, scale)
+    allowed = factor * ref_err + atol
+    ratio = g.max_abs / ref_err if ref_err > 0 else (math.inf if g.max_abs > atol else 0.0)
+    if g.max_abs <= allowed:
+        return TensorCheck(name, Verdict.EQUIVALENT, g.max_abs, ref_err, allowed, ratio, n=g.n)
+    dt = str(dtype).replace("torch.", "")
+    return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, ref_err, allowed, ratio,
+                       f"{name}: error {g.max_abs:.3g} is {ratio:.3g}x the {dt} reference's {ref_err:.3g} "
+                       f"(allowed {factor:g}x + {atol:.2g})", n=g.n)
