@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import random
 import sys
@@ -66,8 +67,8 @@ def draw_config(rng: random.Random) -> Config:
 def needed(figures: tuple, atol_scale: float, statistic: str) -> float:
     """The smallest factor under which ``err <= factor * ref + atol_scale * atol`` holds, on
     the largest error (``max``, flash-attention's) or the mean one (``mean``, FlexAttention's)."""
-    e_max, r_max, e_mean, r_mean, atol = figures
-    err, ref = (e_max, r_max) if statistic == "max" else (e_mean, r_mean)
+    e_max, r_max, e_mean, r_mean, atol, e_rms, r_rms = figures
+    err, ref = {"max": (e_max, r_max), "mean": (e_mean, r_mean), "rms": (e_rms, r_rms)}[statistic]
     slack = err - atol_scale * atol
     if slack <= 0:
         return 0.0
@@ -82,10 +83,10 @@ def half_only(variant):
 def _stats(a: torch.Tensor, truth: torch.Tensor) -> tuple[float, float]:
     """(max, mean) of |a - truth| over the elements finite in both (inf: a NaN pattern differs)."""
     if a.shape != truth.shape or not torch.equal(torch.isfinite(a), torch.isfinite(truth)):
-        return math.inf, math.inf
+        return math.inf, math.inf, math.inf
     ok = torch.isfinite(truth)
     d = (a[ok] - truth[ok]).abs()
-    return (float(d.max()), float(d.mean())) if d.numel() else (0.0, 0.0)
+    return (float(d.max()), float(d.mean()), float(d.pow(2).mean().sqrt())) if d.numel() else (0.0, 0.0, 0.0)
 
 
 def measure(variants, cfg: Config) -> dict[str, list[tuple[str, str, str, tuple]]]:
@@ -106,7 +107,7 @@ def measure(variants, cfg: Config) -> dict[str, list[tuple[str, str, str, tuple]
                 zero = engine._zero(v, case, checker)
                 run = checker.run(v, case, zero, dtype)
                 if run.error:
-                    out[v.id].append((case, dtype_name, "run", (math.inf, 0.0, math.inf, 0.0, 0.0)))
+                    out[v.id].append((case, dtype_name, "run", (math.inf, 0.0, math.inf, 0.0, 0.0, math.inf, 0.0)))
                     continue
                 truth = checker.oracle(family, v.traits, case, zero, dtype, rounded=dtype)
                 ref = checker.oracle(family, v.traits, case, zero, dtype, compute=dtype)
@@ -114,11 +115,10 @@ def measure(variants, cfg: Config) -> dict[str, list[tuple[str, str, str, tuple]
                 for name, t in truth.tensors.items():
                     if name not in run.tensors:
                         continue
-                    e_max, e_mean = _stats(run.tensors[name], t)
-                    r_max, r_mean = _stats(ref.tensors[name], t)
+                    e_max, e_mean, e_rms = _stats(run.tensors[name], t)
+                    r_max, r_mean, r_rms = (x if x < math.inf else 0.0 for x in _stats(ref.tensors[name], t))
                     atol = own_dtype.rounding_atol(t, dtype, 0.0 if name == "output" else scale) / own_dtype.ATOL_SCALE
-                    out[v.id].append((case, dtype_name, name, (e_max, r_max if r_max < math.inf else 0.0, e_mean,
-                                                               r_mean if r_mean < math.inf else 0.0, atol)))
+                    out[v.id].append((case, dtype_name, name, (e_max, r_max, e_mean, r_mean, atol, e_rms, r_rms)))
     return out
 
 
@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws", type=int, default=DRAWS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--triton", action="store_true", help="also triton_flash (TRITON_INTERPRET=1 on CPU)")
+    parser.add_argument("--save", metavar="PATH", help="also write every tensor's figures as JSON lines")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     load_packs()
@@ -150,6 +151,12 @@ def main(argv: list[str] | None = None) -> int:
             for vid, rows in measure(wrongs, cfg).items():
                 wrong[vid] += [(draw, x[3]) for x in rows]
     took = time.perf_counter() - start
+    if args.save:
+        with open(args.save, "w") as f:
+            for kind, rows in (("correct", correct), ("wrong", wrong)):
+                for vid, xs in rows.items():
+                    for draw, fig in xs:
+                        f.write(json.dumps({"kind": kind, "variant": vid, "draw": draw, "figures": fig}) + "\n")
     print(f"{args.draws} draws (seed {args.seed}), float16 and bfloat16, every case; {took:.0f} s")
     for statistic in STATISTICS:
         for scale in ATOL_SCALES:

@@ -39,8 +39,10 @@ from harness.check.results import TensorCheck
 FACTOR = 4.0
 # The absolute term in units of eps * (max|o| + 0.3) (``rounding_atol``).
 ATOL_SCALE = 0.25
-# The error statistic: the largest (flash-attention's) or the mean (FlexAttention's).
+# The error statistic: the largest (flash-attention's), the mean (FlexAttention's) or the
+# root mean square (the harness's precision rule's).
 STATISTIC = "max"
+STATISTIC_NAMES = {"max": "largest", "mean": "mean", "rms": "RMS"}
 
 
 def rounding_atol(truth: torch.Tensor, dtype: torch.dtype, scale: float = 0.0) -> float:
@@ -61,6 +63,21 @@ def gradient_scale(tensors: dict[str, torch.Tensor]) -> float:
                 if n.startswith("grad:") and torch.isfinite(t).any()), default=0.0)
 
 
+def error(a: torch.Tensor, truth: torch.Tensor, statistic: str = STATISTIC) -> float:
+    """The error statistic of ``a`` against ``truth`` over the elements finite in both: the
+    largest, the mean or the root mean square absolute difference."""
+    a = a.detach().to("cpu", torch.float64)
+    ok = torch.isfinite(a) & torch.isfinite(truth)
+    d = (a[ok] - truth[ok]).abs()
+    if not d.numel():
+        return 0.0
+    if statistic == "max":
+        return float(d.max())
+    if statistic == "mean":
+        return float(d.mean())
+    return float(d.pow(2).mean().sqrt())
+
+
 def own_dtype_check(name: str, a: torch.Tensor | None, truth: torch.Tensor, reference: torch.Tensor | None,
                     dtype: torch.dtype, factor: float = FACTOR, scale: float = 0.0) -> TensorCheck:
     """One tensor of a run in its own ``dtype``: ``a`` against ``truth`` (the float64 oracle on
@@ -72,14 +89,14 @@ def own_dtype_check(name: str, a: torch.Tensor | None, truth: torch.Tensor, refe
     if not g.comparable:
         return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, None, 0.0, math.inf,
                            f"{name}: NaN/inf pattern differs from the oracle in {g.nan_mismatch} element(s)")
-    rg = P.gap(reference, truth) if reference is not None else None
-    ref_err = rg.max_abs if rg is not None and rg.comparable else 0.0
+    err = error(a, truth)
+    ref_err = error(reference, truth) if reference is not None and P.gap(reference, truth).comparable else 0.0
     atol = rounding_atol(truth, dtype, scale)
     allowed = factor * ref_err + atol
-    ratio = g.max_abs / ref_err if ref_err > 0 else (math.inf if g.max_abs > atol else 0.0)
-    if g.max_abs <= allowed:
-        return TensorCheck(name, Verdict.EQUIVALENT, g.max_abs, ref_err, allowed, ratio, n=g.n)
-    dt = str(dtype).replace("torch.", "")
-    return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, ref_err, allowed, ratio,
-                       f"{name}: error {g.max_abs:.3g} is {ratio:.3g}x the {dt} reference's {ref_err:.3g} "
+    ratio = err / ref_err if ref_err > 0 else (math.inf if err > atol else 0.0)
+    if err <= allowed:
+        return TensorCheck(name, Verdict.EQUIVALENT, err, ref_err, allowed, ratio, n=g.n)
+    dt, what = str(dtype).replace("torch.", ""), STATISTIC_NAMES[STATISTIC]
+    return TensorCheck(name, Verdict.DIFFERENT, err, ref_err, allowed, ratio,
+                       f"{name}: {what} error {err:.3g} is {ratio:.3g}x the {dt} reference's {ref_err:.3g} "
                        f"(allowed {factor:g}x + {atol:.2g})", n=g.n)
