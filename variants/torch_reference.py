@@ -217,7 +217,7 @@ register(
 
 def _torch_masks(case, tokens, pad_idx):
     t = tokens.shape[1]
-    causal = nn.Transformer.generate_square_subsequent_mask(t) == 0  # float -inf above diagonal
+    causal = nn.Transformer.generate_square_subsequent_mask(t, device=tokens.device) == 0  # float -inf above diagonal
     if case == "causal":
         return causal
     if case == "pad":
