@@ -12,6 +12,7 @@ Where the rest lives: README's "Layout" section, one line per sub-package.
 
 import harness._interrupt  # noqa: F401  (first: Ctrl-C during start-up is one line, exit 130)
 from harness.base.config import Config
+from harness.base.devices import DeviceSet
 from harness.base.errors import (
     ConfigError,
     HarnessError,
@@ -49,6 +50,8 @@ from harness.registry.kernels import register_kernel
 __all__ = [
     # registering a variant, and reading one back
     "register", "REGISTRY", "Variant", "get_variant", "Config",
+    # the device types a variant runs on, where it is bound to some
+    "DeviceSet",
     # a plain attention function over projected heads, its layout given as data
     "register_kernel",
     # its parameter map

@@ -122,7 +122,7 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
         row = BenchRow(_spec(case, threads, ref.id if ref else None))
         rows[case.variant] = row
         m = row.measurement
-        reason = get_variant(case.family, case.variant).supports(case.config())
+        reason = get_variant(case.family, case.variant).refuses(case.config(), case.device)
         if reason:
             m.status, m.error = "unsupported", reason
             continue

@@ -34,7 +34,7 @@ def derive_pairs(checkers: Mapping[str, RunCache], family_name: str, config: str
     checker = checkers[config]
     dtype = dtype_of(dtype_name)
     members = [v for v in variants_of(family_name)
-               if applicable(v, case) and not v.supports(checker.cfg)
+               if applicable(v, case) and not v.refuses(checker.cfg, checker.device)
                and (v.id, config, case, dtype_name) in specs]
     out = []
     digests = {} if measured else {v.id: _digest(checker, v, case, dtype) for v in members}
@@ -176,7 +176,7 @@ def _digest(checker: RunCache, variant: Variant, case: str, dtype: torch.dtype) 
     own spec ran with; None when it did not run."""
     family = variant.family_spec
     ref = reference_of(family.name)
-    zero = checker.fills(variant) | (checker.fills(ref) if ref and not ref.supports(checker.cfg) else {})
+    zero = checker.fills(variant) | (checker.fills(ref) if ref and not ref.refuses(checker.cfg, checker.device) else {})
     run = checker.run(variant, case, zero, dtype)
     if run.error:
         return None

@@ -248,18 +248,18 @@ class SpecChecker:
 
     def _zero(self, variant: Variant, case: str, checker: RunCache):
         ref = reference_of(variant.family)
-        if ref is not None and (ref.supports(checker.cfg) or not applicable(ref, case)):
+        if ref is not None and (ref.refuses(checker.cfg, checker.device) or not applicable(ref, case)):
             ref = None
         return checker.fills(variant) | (checker.fills(ref) if ref else {})
 
     def _judge(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
         checker = self.checkers[config]
         family = variant.family_spec
-        if not applicable(variant, case) or variant.supports(checker.cfg):
+        if not applicable(variant, case) or variant.refuses(checker.cfg, checker.device):
             return None
         dtype = dtype_of(dtype_name)
         ref = reference_of(family.name)
-        if ref is not None and (ref.supports(checker.cfg) or not applicable(ref, case)):
+        if ref is not None and (ref.refuses(checker.cfg, checker.device) or not applicable(ref, case)):
             ref = None
         zero = checker.fills(variant) | (checker.fills(ref) if ref else {})
         run = checker.run(variant, case, zero, dtype)
