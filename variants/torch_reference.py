@@ -45,6 +45,7 @@ from harness import (
     register_decoding,
     smoothed_target,
 )
+from variants.pytorch_behaviour import GELU_FAST_PATH, SDPA_HALF_FULLY_MASKED
 
 SOURCE = "torch"
 
@@ -104,7 +105,8 @@ register(
     param_map=linear_entries({"q": "q", "k": "k", "v": "v", "o": "o"}),
     traits={"sublayer": "attention", "qkv_layout": "4 Linear", "bias": True, "scale": "inside SDPA",
             "mask_convention": "bool True = may attend", "fill": "sdpa", "fully_masked_row": "zeros",
-            "dropout_sites": ("attention weights",)},
+            "dropout_sites": ("attention weights",),
+            "path_findings": {"fully_masked@one_head": SDPA_HALF_FULLY_MASKED}},
 )
 register(
     id="torch_layernorm", family="norm", source=SOURCE, reference=True, summary="nn.LayerNorm (eps 1e-5)",
@@ -204,7 +206,8 @@ for vid, norm_first, activation, ref in BLOCKS:
         build=lambda cfg, nf=norm_first, a=activation: _encoder(cfg, nf, activation=a),
         call=_causal_block, param_map=ENCODER_MAP,
         traits={**LAYER_TRAITS, "norm_placement": "pre" if norm_first else "post", "eps": 1e-5,
-                "activation": activation, "fully_masked_row": "zeros", "dropout_sites": ENCODER_DROPOUT},
+                "activation": activation, "fully_masked_row": "zeros", "dropout_sites": ENCODER_DROPOUT,
+                **({"path_findings": {"right_pad": GELU_FAST_PATH}} if activation == "gelu" else {})},
     )
 
 register(
@@ -398,7 +401,9 @@ for vid, norm_first, activation, final_norm, learned_pos, tied, ref in LMS:
                 "activation": activation, "final_norm": final_norm, "embedding_scale": "1",
                 "tied_output": tied, "positional_encoding": "learned" if learned_pos else "none",
                 "dropout_sites": dropout_sites((), blocks=ENCODER_DROPOUT),
-                "note": "head = Linear + log_softmax; no cache"},
+                "note": "head = Linear + log_softmax; no cache",
+                **({"path_findings": {"full": GELU_FAST_PATH, "right_pad": GELU_FAST_PATH}}
+                   if activation == "gelu" else {})},
     )
     register_decoding("decoder_only_model", vid, prepare=lambda m, i, c: None,
                       step=lambda m, s, ys: m(ys)[:, -1])

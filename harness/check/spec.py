@@ -280,7 +280,7 @@ class SpecChecker:
             run.error = (f"output shape {tuple(out.shape)} where the oracle's is {tuple(want.shape)} "
                          "(the variant's forward or call adapter returns another shape)")
         if run.error:
-            finding = declared_path_finding(variant.traits, case, config)
+            finding = declared_path_finding(variant.traits, case, config, self.device, dtype_name)
             return SpecResult(**base, verdict=Verdict.ERROR, ok=expected == Verdict.ERROR or bool(finding),
                               err=math.nan, ref_err=math.nan, ratio=math.nan, worst="",
                               note=(f"{PATH_FINDING}: {finding}; " if finding else "") + run.error)
@@ -348,7 +348,7 @@ class SpecChecker:
         ok = (verdict == expected or (expected == Verdict.LESS_PRECISE and verdict == Verdict.EQUIVALENT)
               or (verdict == Verdict.LESS_PRECISE and expected == Verdict.EQUIVALENT
                   and (dtype_name in self.lenient or loose)))
-        finding = declared_path_finding(variant.traits, case, config)
+        finding = declared_path_finding(variant.traits, case, config, self.device, dtype_name)
         if finding and not ok:  # a declared per-case path finding: reported, not a contradiction
             ok = True
             notes.insert(0, f"{PATH_FINDING}: {finding}")
