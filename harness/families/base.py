@@ -98,6 +98,9 @@ class PathFinding:
         return ((not self.devices or device_type(device) in self.devices)
                 and (not self.dtypes or dtype in self.dtypes))
 
+    def __str__(self) -> str:  # how tables and JSON show the declaration
+        return f"{self.why} ({self.scope()})" if self.scope() else self.why
+
     def scope(self) -> str:
         """'on cuda in bfloat16, float16' (empty when it holds everywhere)."""
         return " ".join(x for x in (f"on {', '.join(self.devices)}" if self.devices else "",
@@ -124,9 +127,7 @@ def declared_path_finding(traits: Mapping[str, Any], case: str, config: str, dev
     findings = traits.get("path_findings") or {}
     found = findings.get(f"{case}@{config}") or findings.get(case)
     if isinstance(found, PathFinding):
-        if not found.applies(device, dtype):
-            return None
-        return f"{found.why} ({found.scope()})" if found.scope() else found.why
+        return str(found) if found.applies(device, dtype) else None
     return found
 
 
