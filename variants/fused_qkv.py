@@ -172,7 +172,8 @@ register(
             "activation": "gelu", "qkv_layout": "fused Linear(D, 3D)", "bias": True,
             "mask_convention": "True = may attend", "fill": "sdpa", "fully_masked_row": "zeros",
             "dropout_sites": ("attention weights", "attention output", "MLP output"),
-            "path_findings": {"left_pad@one_head": SDPA_HALF_FULLY_MASKED}},
+            "path_findings": {"left_pad@one_head": SDPA_HALF_FULLY_MASKED},
+            "data_dependent": "the adapter calls is_causal=True without a mask when no key is padded (pad.all())"},
     supports=lambda cfg: None if cfg.d_ff == 4 * cfg.d_model else (
         f"the MLP is fixed at 4*d_model={4 * cfg.d_model}, config has d_ff={cfg.d_ff}"),
 )
@@ -273,7 +274,8 @@ register(
             "qkv_layout": "fused Linear(D, 3D)", "bias": True, "fill": "sdpa",
             "dropout_sites": dropout_sites(("embedding",), blocks=get_variant(
                 "decoder_only_block", "nanogpt_block").traits["dropout_sites"]),
-            "note": "lm_head tied to wte (logits; log_softmax by the adapter); cache: decode_step"},
+            "note": "lm_head tied to wte (logits; log_softmax by the adapter); cache: decode_step",
+            "data_dependent": "GPT.forward calls is_causal=True without a mask when no token is padded (pad.all())"},
     supports=lambda cfg: None if cfg.d_ff == 4 * cfg.d_model else (
         f"the MLP is fixed at 4*d_model={4 * cfg.d_model}, config has d_ff={cfg.d_ff}"),
 )

@@ -202,6 +202,7 @@ def _cuda_only(name: str):
 
 
 SDPA_ROWS = {"fully_masked_row": "zeros", "fully_masked_grad": "none"}  # SDPA's safe softmax
+SDPA_ASKS = "sdpa() calls is_causal=True without a mask when no key is masked (mask.all())"
 
 register_kernel(
     id="eager", source=SOURCE, reference=True, summary="explicit softmax, -inf fill, top-left",
@@ -219,13 +220,14 @@ register_kernel(
     id="sdpa_math", source=SOURCE, summary="SDPA, math backend, enable_gqa",
     fn=functools.partial(sdpa, backend=SDPBackend.MATH),
     traits={"causal": "top_left", **SDPA_ROWS, "dropout_sites": ("attention probabilities",),
-            "note": "backend: SDPBackend.MATH"},
+            "note": "backend: SDPBackend.MATH", "data_dependent": SDPA_ASKS},
 )
 register_kernel(
     id="sdpa_flash_cpu", source=SOURCE, summary="SDPA, flash backend (CPU kernel), bottom-right",
     fn=lambda q, k, v, mask, causal=False, window=None: sdpa(
         q, k, v, mask, causal, window, backend=SDPBackend.FLASH_ATTENTION, align="bottom_right"),
-    traits={"causal": "bottom_right", **SDPA_ROWS, "note": "backend: SDPBackend.FLASH_ATTENTION (no dropout on CPU)"},
+    traits={"causal": "bottom_right", **SDPA_ROWS, "note": "backend: SDPBackend.FLASH_ATTENTION (no dropout on CPU)",
+            "data_dependent": SDPA_ASKS},
     devices=DeviceSet(("cpu",), "on CUDA tensors SDPBackend.FLASH_ATTENTION is another kernel "
                                 "(half precision only, no arbitrary mask): sdpa_flash"),
 )

@@ -339,6 +339,7 @@ for vid, norm_first, eps, final_norm, scale, ref in SEQ2SEQ:
                 "final_norm": final_norm, "embedding_scale": "sqrt(D)" if scale else "1", "pad_rows": "kept",
                 "shared_embeddings": False, "tied_output": False, "pe_layout": "interleaved sin/cos",
                 "pe_frequencies": "10000^(-2i/D)", "target_shift": "by the caller",
+                "data_dependent": "nn.TransformerDecoder compares tgt_mask with a causal mask (_detect_is_causal_mask)",
                 "internal_dtype": "float32",  # the position table is built in float32
                 "dropout_sites": dropout_sites(("source embedding", "target embedding"),
                                                encoder=ENCODER_DROPOUT, decoder=DECODER_DROPOUT),
@@ -402,6 +403,7 @@ for vid, norm_first, activation, final_norm, learned_pos, tied, ref in LMS:
                 "tied_output": tied, "positional_encoding": "learned" if learned_pos else "none",
                 "dropout_sites": dropout_sites((), blocks=ENCODER_DROPOUT),
                 "note": "head = Linear + log_softmax; no cache",
+                "data_dependent": "TorchLM passes no key padding mask when no token is padded (pad.all())",
                 **({"path_findings": {"full": GELU_FAST_PATH, "right_pad": GELU_FAST_PATH}}
                    if activation == "gelu" else {})},
     )

@@ -75,6 +75,9 @@ DESCRIPTIVE_TRAITS = {
                    " each reads as its map's Absent value; an undeclared norm gain or bias left out is"
                    " a difference",
     "cases": "tuple of the family cases the variant applies to (default: all)",
+    "data_dependent": "where the call reads tensor values back to Python (.item(), nonzero, a branch on a "
+                      "tensor): it cannot run on the meta device, where the tests check device placement "
+                      "(tests/test_meta_device.py holds the declaration to it)",
     "path_findings": "{'CASE' or 'CASE@CONFIG': why or PathFinding(why, devices=..., dtypes=...)}: behaviour "
                      "that depends on the path taken there (another kernel for that shape, device or dtype), "
                      "declared: reported as a finding, not a contradiction",
@@ -242,6 +245,9 @@ class Family:
                 problems.append(
                     f"unknown trait {key!r}; semantic traits of {self.name}: {list(self.traits)}; "
                     f"descriptive: {list(DESCRIPTIVE_TRAITS)}")
+        if "data_dependent" in traits and not (isinstance(traits["data_dependent"], str) and traits["data_dependent"]):
+            problems.append(f"traits['data_dependent'] must say where the call reads tensor values, "
+                            f"got {traits['data_dependent']!r}")
         cases = traits.get("cases")
         if cases is not None:
             if isinstance(cases, str) or not all(isinstance(c, str) for c in cases):
