@@ -53,9 +53,11 @@ def derive_pairs(checkers: Mapping[str, RunCache], family_name: str, config: str
             note = "; ".join(f"{s.variant}: {s.note}" for s in (sa, sb) if s.verdict == Verdict.ERROR)
             both_expected = sa.ok and sb.ok
             expected = Verdict.ERROR if both_expected else Verdict.EQUIVALENT
+            declared = "; ".join(s.declared for s in (sa, sb) if s.verdict == Verdict.ERROR and s.declared)
             out.append(PairResult(**base, verdict=Verdict.ERROR, expected=expected,
                                   reason=reason, ok=both_expected, max_abs=math.nan, max_rel=math.nan,
-                                  grad_verdict=Verdict.ERROR, grad_max_abs=math.nan, worst_grad="", note=note))
+                                  grad_verdict=Verdict.ERROR, grad_max_abs=math.nan, worst_grad="", note=note,
+                                  declared=declared if both_expected else ""))
             continue
         zero = checker.fills(a) | checker.fills(b)
         oa = checker.oracle(family, a.traits, case, zero, dtype)

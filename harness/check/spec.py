@@ -281,9 +281,11 @@ class SpecChecker:
                          "(the variant's forward or call adapter returns another shape)")
         if run.error:
             finding = declared_path_finding(variant.traits, case, config, self.device, dtype_name)
-            return SpecResult(**base, verdict=Verdict.ERROR, ok=expected == Verdict.ERROR or bool(finding),
+            declared = overflow if expected == Verdict.ERROR else finding
+            return SpecResult(**base, verdict=Verdict.ERROR, ok=bool(declared),
                               err=math.nan, ref_err=math.nan, ratio=math.nan, worst="",
-                              note=(f"{PATH_FINDING}: {finding}; " if finding else "") + run.error)
+                              note=(f"{PATH_FINDING}: {finding}; " if finding else "") + run.error,
+                              declared=declared or "")
         if not family.differentiable or not run.tensors["output"].is_floating_point():
             a, o = run.tensors["output"].cpu(), oracle.tensors["output"]
             if a.is_floating_point() and o.is_floating_point():
@@ -349,12 +351,13 @@ class SpecChecker:
               or (verdict == Verdict.LESS_PRECISE and expected == Verdict.EQUIVALENT
                   and (dtype_name in self.lenient or loose)))
         finding = declared_path_finding(variant.traits, case, config, self.device, dtype_name)
+        declared = ""
         if finding and not ok:  # a declared per-case path finding: reported, not a contradiction
-            ok = True
+            ok, declared = True, finding
             notes.insert(0, f"{PATH_FINDING}: {finding}")
         return SpecResult(**base, verdict=verdict, ok=ok, err=bad.err,
                           ref_err=math.nan if bad.ref_err is None else bad.ref_err, ratio=bad.ratio,
-                          worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks)
+                          worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks, declared=declared)
 
     def _inference_check(self, variant, config, case, dtype, zero, oracle, internal,
                          baselines, loose=False) -> TensorCheck:
