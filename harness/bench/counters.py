@@ -16,8 +16,9 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
 from harness.base.kernels import PATH_OPS
+from harness.bench.flops import FlopCount
 from harness.bench.row import FlopBasis
-from harness.bench.timing import FlopCount, LiveStorages, _storage_key, tensor_peak
+from harness.bench.timing import LiveStorages, _storage_key, tensor_peak
 
 
 @contextlib.contextmanager

@@ -41,7 +41,7 @@ class FlopBasis(str, Enum):
 
 
 # The fused attention kernels of SDPA's CUDA backends: before the executed counting of
-# ``harness.bench.timing.FUSED_TILES``, torch's dense formulas counted them.
+# ``harness.bench.flops.FUSED_TILES``, torch's dense formulas counted them.
 CUDA_FUSED_OPS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
                   "_scaled_dot_product_cudnn_attention")
 

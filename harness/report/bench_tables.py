@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
+from harness.bench.flops import FUSED_TILES
 from harness.bench.row import CUDA_FUSED_OPS, FlopBasis
-from harness.bench.timing import FUSED_TILES
 from harness.report.bench_frame import frame
 from harness.report.targets import MET_TEXT, evaluate, targets_for
 

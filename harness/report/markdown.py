@@ -19,7 +19,8 @@ from tabulate import tabulate
 
 from harness.base.errors import HarnessError, ResultsFileError
 from harness.base.files import atomic_write, make_public, output_lock
-from harness.bench.timing import CPU_PEAK_METHOD, CUDA_PEAK_METHOD, FUSED_TILES, PEAK_FRACTION, PEAK_SPREAD_LIMIT
+from harness.bench.flops import FUSED_TILES
+from harness.bench.timing import CPU_PEAK_METHOD, CUDA_PEAK_METHOD, PEAK_FRACTION, PEAK_SPREAD_LIMIT
 from harness.check.results import PairResult, PathResult
 from harness.families.catalog import get_family
 from harness.registry import reference_of
