@@ -381,6 +381,13 @@ class Target:
     minimum: float | None = None  # growth: also at least this exponent
     text: str = ""
 
+    @property
+    def device(self) -> str | None:
+        """The device kind the target is about ('cpu', 'cuda'): ``where``'s device; None
+        for a target that names none (decided on any device's rows)."""
+        device = self.where.get("device")
+        return None if device is None else str(device).split(":")[0]
+
 
 TARGETS: list[Target] = []
 
