@@ -131,6 +131,9 @@ class FlopCount:
         tiles = FUSED_TILES[backend]
         names = [a.name for a in op.default._schema.arguments]
 
+        if not {"query", "key", "value", "is_causal"} <= set(names):  # another torch's signature: as torch counts
+            return self._dense_only(op, flop_registry[op])
+
         def formula(*args, out_shape=None, **kwargs) -> int:
             bound = {**dict(zip(names, args)), **kwargs}
             q, k, v = bound["query"], bound["key"], bound["value"]
