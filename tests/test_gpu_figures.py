@@ -73,6 +73,16 @@ def test_an_explicit_mask_makes_a_fused_kernel_compute_every_tile():
     assert executed == dense
 
 
+def test_sdpa_math_backend_computes_every_score_with_is_causal():
+    """The math backend builds the causal mask and multiplies every score: executed = dense."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(1, 2, 1024, 8)
+    with sdpa_kernel(SDPBackend.MATH):
+        executed, dense, fc = _count(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True))
+    assert executed == dense == 2 * 2 * 2 * 1024 * 1024 * 8 and not fc.dense_only
+
+
 def test_an_attention_kernel_without_a_tile_model_is_counted_dense_equivalent():
     """The low-level flash entry point may skip tiles (is_causal, a window) and this harness
     has no model of it: torch's dense count, and the row says dense-equivalent."""
