@@ -155,7 +155,7 @@ register(
     call=_attend, param_map=ATTN_MAP,
     traits={**ATTN_TRAITS, "scale": "inside SDPA", "mask_convention": "True = may attend",
             "fill": "sdpa", "fully_masked_row": "zeros",
-            "path_findings": {"fully_masked@one_head": SDPA_HALF_FULLY_MASKED}},
+            "path_findings": {"fully_masked": SDPA_HALF_FULLY_MASKED}},
 )
 register(
     id="nanogpt_block", family="decoder_only_block", source=SOURCE,
@@ -172,7 +172,7 @@ register(
             "activation": "gelu", "qkv_layout": "fused Linear(D, 3D)", "bias": True,
             "mask_convention": "True = may attend", "fill": "sdpa", "fully_masked_row": "zeros",
             "dropout_sites": ("attention weights", "attention output", "MLP output"),
-            "path_findings": {"left_pad@one_head": SDPA_HALF_FULLY_MASKED},
+            "path_findings": {"left_pad": SDPA_HALF_FULLY_MASKED},
             "data_dependent": "the adapter calls is_causal=True without a mask when no key is padded (pad.all())"},
     supports=lambda cfg: None if cfg.d_ff == 4 * cfg.d_model else (
         f"the MLP is fixed at 4*d_model={4 * cfg.d_model}, config has d_ff={cfg.d_ff}"),

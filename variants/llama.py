@@ -243,7 +243,7 @@ register(
     param_map=attention_map(bias=True),
     traits={**LLAMA, "rope": "none", "bias": True, "scale": "inside SDPA", "fill": "sdpa",
             "cases": ("self_kv", "cross", "causal", "random_mask", "fully_masked", "decode"),
-            "path_findings": {"fully_masked@one_head": SDPA_HALF_FULLY_MASKED}},
+            "path_findings": {"fully_masked": SDPA_HALF_FULLY_MASKED}},
 )
 
 

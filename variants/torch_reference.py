@@ -106,7 +106,7 @@ register(
     traits={"sublayer": "attention", "qkv_layout": "4 Linear", "bias": True, "scale": "inside SDPA",
             "mask_convention": "bool True = may attend", "fill": "sdpa", "fully_masked_row": "zeros",
             "dropout_sites": ("attention weights",),
-            "path_findings": {"fully_masked@one_head": SDPA_HALF_FULLY_MASKED}},
+            "path_findings": {"fully_masked": SDPA_HALF_FULLY_MASKED}},
 )
 register(
     id="torch_layernorm", family="norm", source=SOURCE, reference=True, summary="nn.LayerNorm (eps 1e-5)",
