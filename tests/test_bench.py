@@ -305,6 +305,15 @@ def test_unsupported_rows_are_recorded():
     assert m.status == "unsupported" and "8 heads" in m.error and peak.peak_flops > 0
 
 
+def test_a_declared_float16_fill_overflow_is_recorded_as_declared_not_run():
+    """The write-ups' -1e9 fill cannot be held in float16: declared, so the row says so
+    instead of an error row with masked_fill's message."""
+    case = BenchCase("attention", "annotated", 1, 8, 16, 2, 64, "float16", "cpu", "fwd")
+    rows, _ = sweep.measure_group([case], min_time=0.002, rounds=3, threads=1)
+    m = rows[0].measurement
+    assert (m.status, m.error) == ("unsupported", "declared error: annotated: fill -1e+09 overflows float16")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CUDA timing path runs on a GPU machine")
 def test_cuda_timing_and_peak():
     a = torch.randn(1024, 1024, device="cuda")

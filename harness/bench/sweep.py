@@ -33,6 +33,7 @@ from harness.bench.log import (
 )
 from harness.bench.memprobe import MemProbe
 from harness.bench.row import BenchRow, Environment, Measurement, PeakRow, RowSpec
+from harness.check.runs import fill_overflow
 from harness.registry import get_variant, reference_of
 
 PEAK = "__matmul_peak__"
@@ -123,9 +124,11 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
         row = BenchRow(_spec(case, threads, ref.id if ref else None))
         rows[case.variant] = row
         m = row.measurement
-        reason = get_variant(case.family, case.variant).supports(case.config())
-        if reason:
-            m.status, m.error = "unsupported", reason
+        variant = get_variant(case.family, case.variant)
+        reason = variant.refuses(case.config(), case.device)
+        overflow = fill_overflow(variant, dtype_of(case.dtype))
+        if reason or overflow:  # a declared fill the dtype cannot hold raises by design: not run, said why
+            m.status, m.error = "unsupported", reason or f"declared error: {overflow}"
             continue
         try:
             prepared = prepare(case)
