@@ -51,6 +51,8 @@ def test_the_plan_installs_the_project_alone_and_fits_the_budget(capsys):
     assert "until 408 s (with --time-budget to it)" in steps["quick"] and "--quick" in steps["quick"]
     assert "until 480 s" in steps["full"] and "--full" in steps["full"] and "--skip-check" in steps["full"]
     assert max(gpurun.DEADLINES.values()) == 1.0  # nothing runs past the budget
+    assert main(["gpu-run", "--device", "cpu", "--dry-run", "--family", "nrom"]) == 2  # one line, no step run
+    assert "unknown family 'nrom'" in capsys.readouterr().err
 
 
 def _step(tmp_path, name, code, deadline):

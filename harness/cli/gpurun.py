@@ -39,6 +39,7 @@ from pathlib import Path
 from harness.base.dtypes import resolve_device
 from harness.base.errors import HarnessError
 from harness.bench.sweep import device_dir
+from harness.families.catalog import get_family
 
 # Deadlines of the steps as fractions of the budget (see the module docstring).
 DEADLINES = {"install": 0.10, "tests": 0.50, "check": 0.50, "quick": 0.85, "full": 1.0}
@@ -160,6 +161,8 @@ def plan_steps(args, device: str, folder: Path) -> list[list[Step]]:
 
 def cmd_gpu_run(args) -> int:
     t0 = time.monotonic()
+    for family in args.family or []:
+        get_family(family)  # a misspelt family is one line here, not an error in every step
     device = resolve_device(args.device)
     if device.startswith("cuda"):
         import torch
