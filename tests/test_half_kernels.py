@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import register_kernel
+from harness import DeviceSet, register_kernel
 from harness.base.config import CONFIG_MATRIX
 from harness.base.errors import RegistryError
 from harness.check import own_dtype
@@ -64,7 +64,6 @@ def test_a_gradient_that_is_analytically_zero_is_held_at_the_gradients_scale():
 @pytest.mark.parametrize("field,value,message", [
     ("dtypes", ("float8",), "dtypes ('float8',) must be a tuple of"),
     ("dtypes", "float16", "dtypes 'float16' must be a tuple of"),
-    ("device", "tpu", "devices ('tpu',) must be a tuple of"),
 ])
 def test_a_bad_dtype_or_device_declaration_is_refused_in_one_line(field, value, message):
     with scratch(), pytest.raises(RegistryError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -150,8 +149,9 @@ def test_the_cuda_kernels_declare_device_and_dtypes_and_are_skipped_here_with_th
     load_packs()
     for vid, dtypes in CUDA_KERNELS.items():
         v = REGISTRY[f"attention_kernel/{vid}"]
-        assert v.devices == ("cuda",) and v.dtypes == dtypes and v.own_dtype_semantics
-        assert v.device_reason("cuda") is None and "runs on cuda only" in v.device_reason("cpu")
+        assert v.devices.types == ("cuda",) and v.dtypes == dtypes and v.own_dtype_semantics
+        assert v.refuses(CONFIG_MATRIX["default"], "cuda") is None
+        assert "runs on cuda only" in v.refuses(CONFIG_MATRIX["default"], "cpu")
     report = check_all(["attention_kernel"], ONE_CONFIG, "cpu", ["float32"], extras=False,
                        variants=[f"attention_kernel/{v}" for v in CUDA_KERNELS])
     assert not [s for s in report.specs if s.variant in CUDA_KERNELS]
@@ -166,7 +166,8 @@ def test_a_kernel_that_declares_cuda_is_judged_when_the_check_runs_there():
 
     load_packs()
     with scratch():
-        v = register_kernel(id="cuda_only", fn=half_tiled, source="test", device="cuda", dtypes=("float16",),
+        v = register_kernel(id="cuda_only", fn=half_tiled, source="test", dtypes=("float16",),
+                            devices=DeviceSet(("cuda",), "a test's CUDA kernel"),
                             traits={"causal": "top_left", "fully_masked_row": "zeros", "fully_masked_grad": "none"})
         assert SpecChecker(ONE_CONFIG, "cpu").check(v, "default", "self", "float16") is None
         on_cuda = SpecChecker(ONE_CONFIG, "cuda").check(v, "default", "self", "float16")
@@ -188,7 +189,7 @@ def test_without_triton_the_triton_kernel_is_skipped_with_the_reason(monkeypatch
 
 
 TRITON_SCRIPT = """
-from harness import register_kernel
+from harness import DeviceSet, register_kernel
 from harness.base.config import Config
 from harness.check.api import check_all
 from harness.registry import load_packs, scratch

@@ -458,6 +458,6 @@ def test_kernels_the_check_cannot_run_are_skipped_with_the_reason(monkeypatch, g
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
     for vid in ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "flex_compiled"):
         assert REGISTRY[f"attention_kernel/{vid}"].supports(Config()) is None
-        assert "runs on cuda only" in REGISTRY[f"attention_kernel/{vid}"].device_reason("cpu")
+        assert "runs on cuda only" in REGISTRY[f"attention_kernel/{vid}"].refuses(Config(), "cpu")
     flex = REGISTRY["attention_kernel/flex"].supports(Config())
     assert ("kernel-path recorder" in flex) if gpu else ("no backward on CPU" in flex)

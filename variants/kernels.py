@@ -16,12 +16,13 @@ is this file's, as it would be a user's. Designs:
 - ``sdpa_flash_cpu``: the same under ``SDPBackend.FLASH_ATTENTION``: on CPU
   ``_scaled_dot_product_flash_attention_for_cpu`` (the kernel path column shows it); the
   causal diagonal bottom-right through the mask; no dropout (the fused CPU kernels refuse
-  it).
-- ``sdpa_flash``, ``sdpa_efficient``, ``sdpa_cudnn``: the CUDA-only backends
-  (``device="cuda"``, skipped with that reason elsewhere), each in the dtypes it takes
-  (flash and cuDNN float16/bfloat16, efficient also float32: semantics judged in each of
-  them, ``harness.check.own_dtype``). Flash: no mask argument (the backend takes none), the
-  causal flag as ``is_causal`` (top-left), GQA through ``enable_gqa``; cuDNN the same without
+  it). Declared CPU-only (``devices``): on CUDA tensors the flash backend is another kernel
+  and refuses a mask ("No available kernel"); every command skips it there with that reason.
+- ``sdpa_flash``, ``sdpa_efficient``, ``sdpa_cudnn``: the CUDA-only backends (declared
+  ``devices``: skipped with that reason elsewhere), each in the dtypes it takes (flash and
+  cuDNN float16/bfloat16, efficient also float32: semantics judged in each of them,
+  ``harness.check.own_dtype``). Flash: no mask argument (the backend takes none), the causal
+  flag as ``is_causal`` (top-left), GQA through ``enable_gqa``; cuDNN the same without
   ``enable_gqa`` (GQA works only for flash and math): the K/V heads repeated by the glue;
   efficient: the bool mask, the K/V heads repeated by the glue.
 - ``flex``: ``flex_attention`` with a block mask (``create_block_mask`` over the call's
@@ -47,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from harness import register_kernel
+from harness import DeviceSet, register_kernel
 
 SOURCE = "torch"
 
@@ -226,6 +227,7 @@ def _skip(no_gpu: str, with_gpu: str):
 
 
 SDPA_ROWS = {"fully_masked_row": "zeros", "fully_masked_grad": "none"}  # SDPA's safe softmax
+SDPA_ASKS = "sdpa() calls is_causal=True without a mask when no key is masked (mask.all())"
 
 register_kernel(
     id="eager", source=SOURCE, reference=True, summary="explicit softmax, -inf fill, top-left",
@@ -243,19 +245,23 @@ register_kernel(
     id="sdpa_math", source=SOURCE, summary="SDPA, math backend, enable_gqa",
     fn=functools.partial(sdpa, backend=SDPBackend.MATH),
     traits={"causal": "top_left", **SDPA_ROWS, "dropout_sites": ("attention probabilities",),
-            "note": "backend: SDPBackend.MATH"},
+            "note": "backend: SDPBackend.MATH", "data_dependent": SDPA_ASKS},
 )
 register_kernel(
     id="sdpa_flash_cpu", source=SOURCE, summary="SDPA, flash backend (CPU kernel), bottom-right",
     fn=lambda q, k, v, mask, causal=False, window=None: sdpa(
         q, k, v, mask, causal, window, backend=SDPBackend.FLASH_ATTENTION, align="bottom_right"),
-    traits={"causal": "bottom_right", **SDPA_ROWS, "note": "backend: SDPBackend.FLASH_ATTENTION (no dropout on CPU)"},
+    traits={"causal": "bottom_right", **SDPA_ROWS, "note": "backend: SDPBackend.FLASH_ATTENTION (no dropout on CPU)",
+            "data_dependent": SDPA_ASKS},
+    devices=DeviceSet(("cpu",), "on CUDA tensors SDPBackend.FLASH_ATTENTION is another kernel "
+                                "(half precision only, no arbitrary mask): sdpa_flash"),
 )
 register_kernel(
     id="sdpa_flash", source=SOURCE, summary="SDPA, FLASH_ATTENTION (CUDA, half precision), is_causal",
     fn=lambda q, k, v, causal=False, dropout_p=0.0: sdpa_cuda(q, k, v, None, causal, dropout_p,
                                                               backend=SDPBackend.FLASH_ATTENTION),
-    mask="is_causal", device="cuda", dtypes=("float16", "bfloat16"),
+    mask="is_causal", devices=DeviceSet(("cuda",), "SDPBackend.FLASH_ATTENTION is a CUDA kernel"),
+    dtypes=("float16", "bfloat16"),
     traits={"causal": "top_left", **SDPA_ROWS, "dropout_sites": ("attention probabilities",),
             "note": "backend: SDPBackend.FLASH_ATTENTION (no mask argument; enable_gqa)"},
 )
@@ -263,7 +269,8 @@ register_kernel(
     id="sdpa_efficient", source=SOURCE, summary="SDPA, EFFICIENT_ATTENTION (CUDA), bool mask",
     fn=lambda q, k, v, mask, causal=False, dropout_p=0.0: sdpa_cuda(
         q, k, v, mask, causal, dropout_p, backend=SDPBackend.EFFICIENT_ATTENTION, gqa="repeat"),
-    device="cuda", dtypes=("float32", "float16", "bfloat16"),
+    devices=DeviceSet(("cuda",), "SDPBackend.EFFICIENT_ATTENTION is a CUDA kernel"),
+    dtypes=("float32", "float16", "bfloat16"),
     traits={"causal": "top_left", **SDPA_ROWS, "dropout_sites": ("attention probabilities",),
             "note": "backend: SDPBackend.EFFICIENT_ATTENTION (K/V heads repeated: no enable_gqa)"},
 )
@@ -271,7 +278,8 @@ register_kernel(
     id="sdpa_cudnn", source=SOURCE, summary="SDPA, CUDNN_ATTENTION (CUDA, half precision), is_causal",
     fn=lambda q, k, v, causal=False, dropout_p=0.0: sdpa_cuda(
         q, k, v, None, causal, dropout_p, backend=SDPBackend.CUDNN_ATTENTION, gqa="repeat"),
-    mask="is_causal", device="cuda", dtypes=("float16", "bfloat16"),
+    mask="is_causal", devices=DeviceSet(("cuda",), "SDPBackend.CUDNN_ATTENTION is a CUDA kernel"),
+    dtypes=("float16", "bfloat16"),
     traits={"causal": "top_left", **SDPA_ROWS, "dropout_sites": ("attention probabilities",),
             "note": "backend: SDPBackend.CUDNN_ATTENTION (no mask argument; K/V heads repeated)"},
 )
@@ -284,7 +292,8 @@ register_kernel(
 )
 register_kernel(
     id="flex_compiled", source=SOURCE, summary="flex_attention under torch.compile (CUDA)",
-    fn=functools.partial(flex, compiled=True), device="cuda", dtypes=("float32", "float16", "bfloat16"),
+    fn=functools.partial(flex, compiled=True), dtypes=("float32", "float16", "bfloat16"),
+    devices=DeviceSet(("cuda",), "flex_attention compiles to Triton kernels for a GPU"),
     traits={"causal": "top_left", **SDPA_ROWS, "compiled": True,
             "note": "flex_attention compiled (Triton kernels generated by inductor)"},
 )

@@ -29,7 +29,7 @@ import os
 
 import torch
 
-from harness import register_kernel
+from harness import DeviceSet, register_kernel
 from variants.half_kernels import HALF_DTYPES, refuse_wide
 
 try:
@@ -240,6 +240,7 @@ register_kernel(
     id="triton_flash", source="attention-harness",
     summary="flash attention in Triton (float16/bfloat16 only): forward and backward",
     fn=triton_flash, dtypes=HALF_DTYPES, supports=_why_not,
+    devices=DeviceSet(("cuda", "cpu"), "Triton compiles for a GPU, or runs under its interpreter on the CPU"),
     traits={"causal": "top_left", "fully_masked_row": "zeros", "fully_masked_grad": "none",
             "note": "Triton; on the CPU under TRITON_INTERPRET=1 (dots widened to float32 there)"},
 )

@@ -12,7 +12,6 @@ DTYPES = {
 }
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 HALF_DTYPES = ("float16", "bfloat16")
-DEVICES = ("cpu", "cuda")
 
 
 # The lower dtypes a device checks for precision by default (float64, for semantics, always

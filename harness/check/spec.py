@@ -249,19 +249,19 @@ class SpecChecker:
 
     def _zero(self, variant: Variant, case: str, checker: RunCache):
         ref = reference_of(variant.family)
-        if ref is not None and (ref.supports(checker.cfg) or not applicable(ref, case)):
+        if ref is not None and (ref.refuses(checker.cfg, checker.device) or not applicable(ref, case)):
             ref = None
         return checker.fills(variant) | (checker.fills(ref) if ref else {})
 
     def _judge(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
         checker = self.checkers[config]
         family = variant.family_spec
-        if (not applicable(variant, case) or variant.supports(checker.cfg) or variant.device_reason(self.device)
+        if (not applicable(variant, case) or variant.refuses(checker.cfg, checker.device)
                 or variant.dtype_reason(dtype_name)):
             return None
         dtype = dtype_of(dtype_name)
         ref = reference_of(family.name)
-        if ref is not None and (ref.supports(checker.cfg) or not applicable(ref, case)):
+        if ref is not None and (ref.refuses(checker.cfg, checker.device) or not applicable(ref, case)):
             ref = None
         zero = checker.fills(variant) | (checker.fills(ref) if ref else {})
         run = checker.run(variant, case, zero, dtype)
@@ -282,10 +282,12 @@ class SpecChecker:
             run.error = (f"output shape {tuple(out.shape)} where the oracle's is {tuple(want.shape)} "
                          "(the variant's forward or call adapter returns another shape)")
         if run.error:
-            finding = declared_path_finding(variant.traits, case, config)
-            return SpecResult(**base, verdict=Verdict.ERROR, ok=expected == Verdict.ERROR or bool(finding),
+            finding = declared_path_finding(variant.traits, case, config, self.device, dtype_name)
+            declared = overflow if expected == Verdict.ERROR else finding
+            return SpecResult(**base, verdict=Verdict.ERROR, ok=bool(declared),
                               err=math.nan, ref_err=math.nan, ratio=math.nan, worst="",
-                              note=(f"{PATH_FINDING}: {finding}; " if finding else "") + run.error)
+                              note=(f"{PATH_FINDING}: {finding}; " if finding else "") + run.error,
+                              declared=declared or "")
         if variant.own_dtype_semantics:
             return self._own_dtype(variant, config, case, dtype, zero, run, base)
         if not family.differentiable or not run.tensors["output"].is_floating_point():
@@ -352,13 +354,14 @@ class SpecChecker:
         ok = (verdict == expected or (expected == Verdict.LESS_PRECISE and verdict == Verdict.EQUIVALENT)
               or (verdict == Verdict.LESS_PRECISE and expected == Verdict.EQUIVALENT
                   and (dtype_name in self.lenient or loose)))
-        finding = declared_path_finding(variant.traits, case, config)
+        finding = declared_path_finding(variant.traits, case, config, self.device, dtype_name)
+        declared = ""
         if finding and not ok:  # a declared per-case path finding: reported, not a contradiction
-            ok = True
+            ok, declared = True, finding
             notes.insert(0, f"{PATH_FINDING}: {finding}")
         return SpecResult(**base, verdict=verdict, ok=ok, err=bad.err,
                           ref_err=math.nan if bad.ref_err is None else bad.ref_err, ratio=bad.ratio,
-                          worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks)
+                          worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks, declared=declared)
 
     def _own_dtype(self, variant: Variant, config: str, case: str, dtype: torch.dtype, zero, run: Run,
                    base: dict) -> SpecResult:
@@ -385,13 +388,14 @@ class SpecChecker:
         if run.note:
             notes.insert(0, run.note)
         ok = verdict == Verdict.EQUIVALENT
-        finding = declared_path_finding(variant.traits, case, config)
+        finding = declared_path_finding(variant.traits, case, config, self.device, base["dtype"])
+        declared = ""
         if finding and not ok:
-            ok = True
+            ok, declared = True, finding
             notes.insert(0, f"{PATH_FINDING}: {finding}")
         return SpecResult(**base, verdict=verdict, ok=ok, err=bad.err,
                           ref_err=math.nan if bad.ref_err is None else bad.ref_err, ratio=bad.ratio,
-                          worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks)
+                          worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks, declared=declared)
 
     def _inference_check(self, variant, config, case, dtype, zero, oracle, internal,
                          baselines, loose=False) -> TensorCheck:

@@ -24,7 +24,8 @@ from typing import Any, Callable, Mapping
 import torch
 
 from harness.base.config import Config
-from harness.base.dtypes import DEVICES, FLOAT_DTYPES
+from harness.base.devices import DeviceSet
+from harness.base.dtypes import FLOAT_DTYPES
 from harness.base.errors import ConfigError, RegistryError, UnknownName, VariantFileError
 from harness.base.seeding import seed_everything
 from harness.families.base import Family
@@ -51,7 +52,7 @@ class Variant:
     dtypes    the dtypes it runs in (names: ``("float16", "bfloat16")``); empty: any. One
               that leaves out float64 has its semantics decided in each of its own dtypes
               (``harness.check.own_dtype``) instead of float64
-    devices   the devices it runs on (``("cuda",)``); empty: any
+    devices   the device types it runs on and why only there (``DeviceSet``); None: any
     """
 
     id: str
@@ -66,7 +67,7 @@ class Variant:
     reference: bool = False
     supports: Callable[[Config], str | None] = lambda cfg: None
     dtypes: tuple[str, ...] = ()
-    devices: tuple[str, ...] = ()
+    devices: DeviceSet | None = None
     origin: str = ""  # module or file that registered it
 
     @property
@@ -78,6 +79,11 @@ class Variant:
         """The family this variant belongs to, resolved once (``get_family(self.family)``
         still works; registration has already checked the name)."""
         return get_family(self.family)
+
+    def refuses(self, cfg: Config, device: str | torch.device = "cpu") -> str | None:
+        """Why the variant is not run for ``cfg`` on ``device`` (None: it is): its declared
+        device set first, then ``supports``."""
+        return (self.devices.refuses(device) if self.devices is not None else None) or self.supports(cfg)
 
     def map_for(self, cfg: Config) -> ParamMap:
         return self.param_map(cfg) if callable(self.param_map) else self.param_map
@@ -98,13 +104,6 @@ class Variant:
             return f"runs in {', '.join(self.dtypes)} only (declared dtypes)"
         return None
 
-    def device_reason(self, device: str) -> str | None:
-        """Why it does not run on ``device`` (None when it does)."""
-        kind = str(device).split(":")[0]
-        if self.devices and kind not in self.devices:
-            return f"runs on {', '.join(self.devices)} only (declared devices); the check runs on {kind}"
-        return None
-
 
 REGISTRY: dict[str, Variant] = {}
 _loading_origin: list[str] = []
@@ -116,6 +115,9 @@ def register(**fields: Any) -> Variant:
         variant = Variant(**fields, origin=_loading_origin[-1] if _loading_origin else "")
     except TypeError as exc:
         raise RegistryError(f"bad register(...) call: {exc}") from None
+    if variant.devices is not None and not isinstance(variant.devices, DeviceSet):
+        raise RegistryError(f"variant '{variant.key}': devices={variant.devices!r} must be a "
+                            "harness.DeviceSet(types, why)")
     if variant.family not in FAMILIES:
         raise RegistryError(
             f"variant '{variant.id}' names unknown family '{variant.family}'; "
@@ -133,10 +135,7 @@ def register(**fields: Any) -> Variant:
     if bad or isinstance(variant.dtypes, str):
         raise RegistryError(f"variant '{variant.key}': dtypes {variant.dtypes!r} must be a tuple of "
                             f"{list(FLOAT_DTYPES)}")
-    bad = [d for d in variant.devices if d not in DEVICES]
-    if bad or isinstance(variant.devices, str):
-        raise RegistryError(f"variant '{variant.key}': devices {variant.devices!r} must be a tuple of {list(DEVICES)}")
-    variant = dataclasses.replace(variant, dtypes=tuple(variant.dtypes), devices=tuple(variant.devices))
+    variant = dataclasses.replace(variant, dtypes=tuple(variant.dtypes))
     if not variant.id or not variant.id.replace("_", "").replace("-", "").isalnum():
         raise RegistryError(f"variant id {variant.id!r} must be letters, digits, '_' or '-'")
     requires = FAMILIES[variant.family].requires
@@ -369,7 +368,7 @@ def build(
 ) -> tuple[Any, PortMap | None]:
     """Seed, build ``variant`` for ``cfg`` in eval mode on ``device``/``dtype`` and, when
     ``weights`` (canonical) are given, port them in. Returns (module, port map)."""
-    reason = variant.supports(cfg)
+    reason = variant.refuses(cfg, device)
     if reason:
         raise ConfigError(f"{variant.key} cannot be built for this config: {reason}")
     seed_everything(cfg.seed)
@@ -407,6 +406,13 @@ class Target:
     metric: str = "saved_bytes"
     minimum: float | None = None  # growth: also at least this exponent
     text: str = ""
+
+    @property
+    def device(self) -> str | None:
+        """The device kind the target is about ('cpu', 'cuda'): ``where``'s device; None
+        for a target that names none (decided on any device's rows)."""
+        device = self.where.get("device")
+        return None if device is None else str(device).split(":")[0]
 
 
 TARGETS: list[Target] = []

@@ -181,7 +181,7 @@ def own_failing_cases(variant: Variant, cfg: Config) -> list[tuple[Config, str]]
     """The cases of ``cfg`` where ``variant``'s own float64 run misses the oracle of the
     traits it declares (what ``check`` calls different in float64), without a report."""
     family = variant.family_spec
-    if variant.supports(cfg) or variant.device_reason("cpu"):
+    if variant.refuses(cfg, "cpu"):
         return []
     checker, declared = RunCache(cfg, record=False), family.semantic_traits(variant.traits)
     judged = judged_dtype(variant)
