@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from harness import DeviceSet, register_kernel
-from harness.base.config import CONFIG_MATRIX
+from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.errors import RegistryError
 from harness.check import own_dtype
 from harness.check.api import check_all
@@ -114,7 +114,13 @@ def wrong():
     return report, named, module.WRONG
 
 
-@pytest.mark.parametrize("vid", sorted(MISTAKES))
+CONVENTIONS = sorted(v for v in MISTAKES if v != "half_sum_in_half")
+# A config the calibration drew (benchmarks/own_dtype_calibration.py, seed 0, draw 31) where the
+# denominator summed in half shows: a rounding bug shows on some shapes only (docs/half-precision-kernels.md).
+ROUNDING_CONFIG = {"draw31": Config(d_model=12, heads=3, d_ff=48, batch=1, tgt_len=4, src_len=8, seed=1512797275)}
+
+
+@pytest.mark.parametrize("vid", CONVENTIONS)
 def test_every_wrong_half_kernel_is_caught_on_the_case_that_shows_it(wrong, vid):
     report, _, cases = wrong
     case, mistake = cases[vid]
@@ -124,10 +130,23 @@ def test_every_wrong_half_kernel_is_caught_on_the_case_that_shows_it(wrong, vid)
     assert all(s.verdict == "different" for s in report.specs if s.variant == vid and not s.ok)
 
 
-@pytest.mark.parametrize("vid", sorted(MISTAKES))
+@pytest.mark.parametrize("vid", CONVENTIONS)
 def test_check_names_each_wrong_half_kernels_mistake(wrong, vid):
     _, named, _ = wrong
     assert named[vid].startswith(MISTAKES[vid]), named[vid]
+
+
+def test_the_denominator_summed_in_half_is_caught_and_named_a_computation_mistake():
+    load_packs()
+    with scratch():
+        load_file(WRONG_FILE)
+        report = check_all(["attention_kernel"], ROUNDING_CONFIG, "cpu", ["float32"], extras=False,
+                           variants=["attention_kernel/half_sum_in_half", "attention_kernel/half_tiled"])
+        named = explain_mistake("attention_kernel", "half_sum_in_half", report, ROUNDING_CONFIG)
+    bad = [s for s in report.specs if s.variant == "half_sum_in_half" and not s.ok]
+    assert bad and all(s.verdict == "different" and "x the" in s.note for s in bad)
+    assert named.startswith(MISTAKES["half_sum_in_half"]), named
+    assert all(s.ok for s in report.specs if s.variant == "half_tiled")     # the careful kernel, same shapes
 
 
 def test_diff_names_the_mistakes_from_the_kernels_own_dtype_runs():
