@@ -90,9 +90,10 @@ def _stats(a: torch.Tensor, truth: torch.Tensor) -> tuple[float, float]:
     return (float(d.max()), float(d.mean()), float(d.pow(2).mean().sqrt())) if d.numel() else (0.0, 0.0, 0.0)
 
 
-def measure(variants, cfg: Config, cases: tuple[str, ...] | None = None) -> dict[str, list[tuple[str, str, str, tuple]]]:
+def measure(variants, cfg: Config, cases: tuple[str, ...] | None = None) -> dict[str, list[tuple]]:
     """Per variant: (case, dtype, tensor, figures) for every tensor of every case it takes,
-    figures = (max err, max ref err, mean err, mean ref err, atol), the spec's own runs
+    figures = (max err, max ref err, mean err, mean ref err, atol at scale 1, rms err, rms ref
+    err), the spec's own runs
     (``SpecChecker``'s cache: the variant in the dtype, the float64 oracle on the rounded
     inputs, the oracle computed in the dtype)."""
     engine = SpecChecker({"draw": cfg})
