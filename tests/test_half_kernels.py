@@ -238,3 +238,14 @@ def test_the_triton_kernel_meets_its_spec_under_the_interpreter():
     out = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[:2] == ["8", "8"], out.stdout
+
+
+def test_bench_records_a_half_only_kernel_in_float32_as_unsupported_with_the_reason():
+    from harness.bench import sweep
+    from harness.bench.cases import BenchCase
+
+    load_packs()
+    case = BenchCase("attention_kernel", "half_tiled", 1, 8, 32, 2, 128, "float32", "cpu", "fwd")
+    rows, _ = sweep.measure_group([case], min_time=0.002, rounds=3, threads=1)
+    m = rows[0].measurement
+    assert m.status == "unsupported" and "runs in float16, bfloat16 only" in m.error
