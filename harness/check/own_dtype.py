@@ -100,3 +100,20 @@ def own_dtype_check(name: str, a: torch.Tensor | None, truth: torch.Tensor, refe
     return TensorCheck(name, Verdict.DIFFERENT, err, ref_err, allowed, ratio,
                        f"{name}: {what} error {err:.3g} is {ratio:.3g}x the {dt} reference's {ref_err:.3g} "
                        f"(allowed {factor:g}x + {atol:.2g})", n=g.n)
+
+
+def own_dtype_checks(run, truth, reference, names, dtype: torch.dtype, inference=None) -> list[TensorCheck]:
+    """Every tensor of a run in its own ``dtype`` (``names``: the output and the gradients)
+    against ``truth`` (the float64 oracle on the rounded inputs) by the rule, the allowance
+    from ``reference`` (the oracle computed in ``dtype``); ``inference``: the no-grad eval
+    run, its output held to the same rule."""
+    scale = gradient_scale(truth.tensors)
+    checks = [own_dtype_check(n, run.tensors.get(n), truth.tensors[n], reference.tensors.get(n), dtype,
+                              scale=0.0 if n == "output" else scale) for n in names]
+    if inference is not None:
+        name = "output (no-grad eval)"
+        checks.append(TensorCheck(name, Verdict.ERROR, math.nan, None, 0.0, math.inf,
+                                  f"no-grad eval: {inference.error}") if inference.error else
+                      own_dtype_check(name, inference.tensors.get("output"), truth.tensors["output"],
+                                      reference.tensors.get("output"), dtype))
+    return checks

@@ -37,7 +37,7 @@ from harness.base.errors import ConfigError, HarnessError
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.left_out import left_out_note, undeclared_absent
-from harness.check.own_dtype import gradient_scale, own_dtype_check
+from harness.check.own_dtype import own_dtype_checks
 from harness.check.results import SpecResult, TensorCheck
 from harness.check.runs import (
     Run,
@@ -288,8 +288,6 @@ class SpecChecker:
                               err=math.nan, ref_err=math.nan, ratio=math.nan, worst="",
                               note=(f"{PATH_FINDING}: {finding}; " if finding else "") + run.error,
                               declared=declared or "")
-        if variant.own_dtype_semantics:
-            return self._own_dtype(variant, config, case, dtype, zero, run, base)
         if not family.differentiable or not run.tensors["output"].is_floating_point():
             a, o = run.tensors["output"].cpu(), oracle.tensors["output"]
             if a.is_floating_point() and o.is_floating_point():
@@ -315,7 +313,14 @@ class SpecChecker:
         # implementation, at the size of the terms that cancelled.
         grad_scale = max((float(t.abs().max()) for n, t in oracle.tensors.items()
                           if n != "output" and t.numel() and torch.isfinite(t).all()), default=0.0)
-        if dtype == torch.float64:
+        inferred = family.differentiable and family.base_case(case) not in NO_KEY_CASES  # the same spec
+        if variant.own_dtype_semantics:  # a kernel that runs only in its own dtypes: decided there
+            truth = checker.oracle(family, variant.traits, case, zero, dtype, rounded=dtype)
+            checks = own_dtype_checks(run, truth, checker.oracle(family, variant.traits, case, zero, dtype,
+                                                                 compute=dtype), names, dtype,
+                                      checker.run(variant, case, zero, dtype, mode="inference") if inferred else None)
+            inferred = False
+        elif dtype == torch.float64:
             for name in names:
                 checks.append(_float64_check(name, run.tensors.get(name), oracle.tensors[name], internal,
                                              scale=0.0 if name == "output" else grad_scale))
@@ -338,7 +343,7 @@ class SpecChecker:
                                       or sem64.verdict == Verdict.DIFFERENT else c.verdict,
                                       c.err, c.ref_err, c.allowed, c.ratio,
                                       "semantics already differ in float64") for c in checks]
-        if family.differentiable and family.base_case(case) not in NO_KEY_CASES:  # inference path: the same spec
+        if inferred:  # the no-grad eval path: the same spec
             checks.append(self._inference_check(variant, config, case, dtype, zero, oracle, internal, baselines,
                                                 loose))
         verdict = worst_spec(c.verdict for c in checks)
@@ -357,40 +362,6 @@ class SpecChecker:
         finding = declared_path_finding(variant.traits, case, config, self.device, dtype_name)
         declared = ""
         if finding and not ok:  # a declared per-case path finding: reported, not a contradiction
-            ok, declared = True, finding
-            notes.insert(0, f"{PATH_FINDING}: {finding}")
-        return SpecResult(**base, verdict=verdict, ok=ok, err=bad.err,
-                          ref_err=math.nan if bad.ref_err is None else bad.ref_err, ratio=bad.ratio,
-                          worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks, declared=declared)
-
-    def _own_dtype(self, variant: Variant, config: str, case: str, dtype: torch.dtype, zero, run: Run,
-                   base: dict) -> SpecResult:
-        """A variant that runs only in its own dtypes: semantics decided in ``dtype`` by
-        ``harness.check.own_dtype``'s rule, output and every gradient, the no-grad eval run's
-        output too."""
-        checker, family = self.checkers[config], variant.family_spec
-        truth = checker.oracle(family, variant.traits, case, zero, dtype, rounded=dtype)
-        ref = checker.oracle(family, variant.traits, case, zero, dtype, compute=dtype)
-        scale = gradient_scale(truth.tensors)
-        checks = [own_dtype_check(n, run.tensors.get(n), truth.tensors[n], ref.tensors.get(n), dtype,
-                                  scale=0.0 if n == "output" else scale)
-                  for n in expected_names(family, truth, checker, variant)]
-        if family.differentiable and family.base_case(case) not in NO_KEY_CASES:
-            inf = checker.run(variant, case, zero, dtype, mode="inference")
-            name = "output (no-grad eval)"
-            checks.append(TensorCheck(name, Verdict.ERROR, math.nan, None, 0.0, math.inf, f"no-grad eval: {inf.error}")
-                          if inf.error else
-                          own_dtype_check(name, inf.tensors.get("output"), truth.tensors["output"],
-                                          ref.tensors.get("output"), dtype))
-        verdict = worst_spec(c.verdict for c in checks)
-        bad = max(checks, key=lambda c: (c.verdict.rank, c.ratio))
-        notes = [c.note for c in checks if c.verdict != Verdict.EQUIVALENT and c.note]
-        if run.note:
-            notes.insert(0, run.note)
-        ok = verdict == Verdict.EQUIVALENT
-        finding = declared_path_finding(variant.traits, case, config, self.device, base["dtype"])
-        declared = ""
-        if finding and not ok:
             ok, declared = True, finding
             notes.insert(0, f"{PATH_FINDING}: {finding}")
         return SpecResult(**base, verdict=verdict, ok=ok, err=bad.err,

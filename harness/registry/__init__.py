@@ -49,9 +49,8 @@ class Variant:
     fixed     module parameters outside the family, with the reason they are held
     reference True for the family's baseline (speed ratios, error against it)
     supports  Config -> None, or a reason the variant cannot be built for it
-    dtypes    the dtypes it runs in (names: ``("float16", "bfloat16")``); empty: any. One
-              that leaves out float64 has its semantics decided in each of its own dtypes
-              (``harness.check.own_dtype``) instead of float64
+    dtypes    the dtypes it runs in (``("float16", "bfloat16")``); empty: any. Without float64:
+              semantics decided in each of them (``harness.check.own_dtype``)
     devices   the device types it runs on and why only there (``DeviceSet``); None: any
     """
 
@@ -90,8 +89,7 @@ class Variant:
 
     @property
     def own_dtype_semantics(self) -> bool:
-        """Whether its semantics are decided in its own dtypes: it declares dtypes, float64 not
-        among them (a kernel that exists only in half precision)."""
+        """Whether it declares dtypes without float64 (its semantics decided in each of them)."""
         return bool(self.dtypes) and "float64" not in self.dtypes
 
     def semantic_dtypes(self) -> tuple[str, ...]:
@@ -100,9 +98,7 @@ class Variant:
 
     def dtype_reason(self, dtype: str) -> str | None:
         """Why it does not run in ``dtype`` (None when it does)."""
-        if self.dtypes and dtype not in self.dtypes:
-            return f"runs in {', '.join(self.dtypes)} only (declared dtypes)"
-        return None
+        return None if dtype in (self.dtypes or (dtype,)) else f"runs in {', '.join(self.dtypes)} only"
 
 
 REGISTRY: dict[str, Variant] = {}
@@ -131,8 +127,7 @@ def register(**fields: Any) -> Variant:
     problems = FAMILIES[variant.family].validate_traits(variant.id, variant.traits)
     if problems:
         raise RegistryError(f"variant '{variant.key}': " + "; ".join(problems))
-    bad = [d for d in variant.dtypes if d not in FLOAT_DTYPES]
-    if bad or isinstance(variant.dtypes, str):
+    if isinstance(variant.dtypes, str) or any(d not in FLOAT_DTYPES for d in variant.dtypes):
         raise RegistryError(f"variant '{variant.key}': dtypes {variant.dtypes!r} must be a tuple of "
                             f"{list(FLOAT_DTYPES)}")
     variant = dataclasses.replace(variant, dtypes=tuple(variant.dtypes))
