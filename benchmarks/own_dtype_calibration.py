@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     correct: dict[str, list] = defaultdict(list)     # variant -> (draw, (err, ref, atol)) of every tensor
     wrong: dict[str, list] = defaultdict(list)
-    shows: dict[str, int] = defaultdict(int)         # wrong kernel -> draws whose shapes can show its mistake
+    shows: dict[str, set] = defaultdict(set)         # wrong kernel -> the draws whose shapes can show its mistake
     with scratch():
         wrongs = load_file(WRONG_FILE) + [half_only(get_variant("attention_kernel", n)) for n in CARELESS]
         good = [half_only(get_variant("attention_kernel", n)) for n in names]
@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                 correct[vid] += [(draw, x[3]) for x in rows]
             for vid, rows in measure(wrongs, cfg, cases).items():
                 wrong[vid] += [(draw, x[3]) for x in rows]
-                shows[vid] += can_show(vid, cfg, cases)
+                if can_show(vid, cfg, cases):
+                    shows[vid].add(draw)
     took = time.perf_counter() - start
     if args.save:
         with open(args.save, "w") as f:
@@ -215,12 +216,15 @@ def main(argv: list[str] | None = None) -> int:
                   "whose shapes can show the mistake):")
             for vid in sorted(wrong):
                 print(f"    {vid:24s} " + ", ".join(
-                    f"{f:g}x {_draws_over({vid: wrong[vid]}, f, scale, statistic)}/{shows[vid]}" for f in FACTORS))
+                    f"{f:g}x {_draws_over({vid: wrong[vid]}, f, scale, statistic, shows[vid])}/{len(shows[vid])}"
+                    for f in FACTORS))
     return 0
 
 
-def _draws_over(rows: dict[str, list], factor: float, scale: float, statistic: str) -> int:
-    return len({draw for xs in rows.values() for draw, f in xs if needed(f, scale, statistic) > factor})
+def _draws_over(rows: dict[str, list], factor: float, scale: float, statistic: str, among=None) -> int:
+    """Draws where some tensor needs more than ``factor`` (of the draws ``among``, when given)."""
+    return len({draw for xs in rows.values() for draw, f in xs
+                if needed(f, scale, statistic) > factor and (among is None or draw in among)})
 
 
 if __name__ == "__main__":
