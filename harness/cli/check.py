@@ -18,7 +18,7 @@ from harness.report.tables import (
     variants_table,
 )
 from harness.systems.decoding import check_cache
-from harness.trace.explain import explain_differences, explain_failures, path_findings
+from harness.trace.explain import Mistakes, explain_differences, explain_failures, path_findings
 
 
 def cmd_list(args) -> int:
@@ -98,11 +98,12 @@ def cmd_check(args) -> int:
                        strict=args.strict_precision, pairs=args.pairs,
                        compile_backend=args.compile_backend if args.compiled else None)
     report.caches += cached_sessions(families, configs, wanted)
+    mistakes = Mistakes(report, configs)
     print(check_text(report, configs, families=families, device=device, factor=args.precision_factor, pairs=args.pairs,
                      matrix_note=not args.set, compile_backend=args.compile_backend if args.compiled else None,
                      explained_differences=explain_differences(report, configs) if args.explain else None,
-                     explained_failures=explain_failures(report, configs)))
-    found = path_findings(report, configs)
+                     explained_failures=explain_failures(report, configs, mistakes=mistakes)))
+    found = path_findings(report, configs, mistakes)
     if found:
         print("\n== Path findings (per case: behaviour that depends on the path taken)\n" + found)
     if args.json:

@@ -200,6 +200,14 @@ def first_divergence(family: str, a, b, case: str, cfg: Config | None = None, dt
     return Divergence(summary_text(d), d)
 
 
+def diff_command(family: str, a: str, b: str, case: str, cfg: Config | None, dtype: str) -> str:
+    """The ``diff`` command that traces ``a`` against ``b`` on ``case`` in ``dtype`` on
+    ``cfg`` (a config of the matrix, a family's own such as ``gqa``, or a ``--set`` one):
+    its ``--set`` items rebuild that config, so following it shows what ``check`` found."""
+    sets = "".join(f" --set {item}" for item in (cfg or Config()).set_items())
+    return f"python -m harness diff {family} {a} {b} --case {case} --dtype {dtype}{sets}"
+
+
 def explain_variant(family: str, variant, case: str, cfg: Config | None = None, dtype: str = "float32",
                     device: str = "cpu", *, hints: bool = True) -> Divergence | None:
     """For a variant that fails its spec: ``first_divergence`` against a registered peer
