@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import textwrap
+
 from harness import registry
 from harness.base.config import config_matrix
 from harness.base.dtypes import default_dtypes, dtype_of, resolve_device
@@ -26,12 +29,13 @@ def cmd_list(args) -> int:
     families = _families(args)
     ensure_writable(args.json)
     variants = [v for v in REGISTRY.values() if v.family in set(families)]
-    if len(families) == 1:  # one family: its traits side by side, a column per trait
-        print(traits_table(families[0]))
+    width = shutil.get_terminal_size((80, 24)).columns  # the terminal's, or 80 when piped
+    if len(families) == 1:  # one family: each variant's traits
+        print(traits_table(families[0], width))
     else:
-        print(variants_table(variants))
+        print(variants_table(variants, width))
     for pack, note in sorted(registry.PACK_NOTES.items()):  # read now: loading packs adds notes
-        print(f"\nsource ({pack}): {note}")
+        print("\n" + textwrap.fill(f"source ({pack}): {note}", width))
     if args.json:
         write_json(args.json, [
             {"id": v.id, "family": v.family, "source": v.source, "reference": v.reference,
