@@ -83,7 +83,8 @@ def test_time_plots_read_in_plain_numbers_with_the_legend_in_line_order(figures,
     rows = [{"family": "attention", "batch": 2, "d_model": 64, "dtype": "float32", "mode": "fwd", "compiled": False,
              "status": "ok", "variant": variant, "seq": t, "median_s": factor * t / 1e4, "iqr_s": 1e-6,
              "saved_bytes": float("nan")}
-            for variant, factor in (("annotated", 1.0), ("torch_mha", 3.0), ("torch_sdpa", 2.0)) for t in (64, 128, 256)]
+            for variant, factor in (("annotated", 1.0), ("torch_mha", 3.0), ("torch_sdpa", 2.0))
+            for t in (64, 128, 256)]
     plots.plot_sweeps(pd.DataFrame(rows), tmp_path)
     ax = figures[-1].axes[0]
     figures[-1].canvas.draw()
