@@ -7,6 +7,7 @@ from harness.base.verdicts import Verdict
 from harness.check.results import PairResult
 from harness.check.spec import PATH_FINDING
 from harness.families.catalog import get_family
+from harness.registry import reference_of
 from harness.trace.kernel_explain import mistake_fits, mistake_line
 from harness.trace.pairs import diff_command, explain_variant, first_divergence
 
@@ -65,13 +66,18 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mist
             lines.append(head + f" ({s.verdict}, {s.ratio:.3g}x the baseline's error)")
             continue
         cfg = configs.get(s.config) or get_family(s.family).configs_of(configs).get(s.config)
+        failing = {f.variant for f in report.specs if f.family == s.family and f.case == s.case
+                   and f.config == s.config and not f.ok}  # no peer to trace against
         try:
-            d = explain_variant(s.family, s.variant, s.case, cfg, s.dtype if s.dtype != "bool" else "float32")
+            d = explain_variant(s.family, s.variant, s.case, cfg, s.dtype if s.dtype != "bool" else "float32",
+                                avoid=failing)
         except HarnessError as exc:  # a trace this variant cannot take: one line, the check goes on
             lines.append(head + f"\n    (not traced: {exc})")
             continue
         if d is None:
-            lines.append(head)
+            ref = reference_of(s.family)
+            lines.append(head + ("" if ref is None else "\n    against the reference: " + diff_command(
+                s.family, ref.id, s.variant, s.case, cfg, s.dtype if s.dtype != "bool" else "float32")))
             continue
         lines.append(head + "\n" + "\n".join("    " + x for x in d.text.splitlines()))
         lines.append("    reproduce: " + diff_command(s.family, d.data["a"], d.data["b"], s.case, cfg, d.data["dtype"]))
