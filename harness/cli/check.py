@@ -16,10 +16,7 @@ from harness.families.models import DECODINGS
 from harness.registry import REGISTRY, variants_of
 from harness.report.check_text import check_text, summary_line
 from harness.report.io import ensure_writable, write_json
-from harness.report.tables import (
-    traits_table,
-    variants_table,
-)
+from harness.report.tables import traits_listing, variants_listing
 from harness.systems.decoding import check_cache
 from harness.trace.explain import Mistakes, explain_differences, explain_failures, path_findings
 
@@ -31,9 +28,9 @@ def cmd_list(args) -> int:
     variants = [v for v in REGISTRY.values() if v.family in set(families)]
     width = shutil.get_terminal_size((80, 24)).columns  # the terminal's, or 80 when piped
     if len(families) == 1:  # one family: each variant's traits
-        print(traits_table(families[0], width))
+        print(traits_listing(families[0], width))
     else:
-        print(variants_table(variants, width))
+        print(variants_listing(variants, width))
     for pack, note in sorted(registry.PACK_NOTES.items()):  # read now: loading packs adds notes
         print("\n" + textwrap.fill(f"source ({pack}): {note}", width))
     if args.json:

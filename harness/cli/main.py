@@ -1,4 +1,4 @@
-"""The command line: ``python -m harness COMMAND``; ``--help`` lists every command by the
+"""The command line: ``python -m harness <command>``; ``--help`` lists every command by the
 question it answers (``QUESTIONS``).
 
 User mistakes (unknown names, impossible configs, unreadable files) print one line and
@@ -44,14 +44,14 @@ def _description(sub) -> str:
         lines.append(f"{question}")
         lines += [textwrap.fill(helps[name], 79, initial_indent=f"  {name:12s} ", subsequent_indent=" " * 15)
                   for name in names]
-    lines.append("\nRun python -m harness COMMAND --help for a command's options.")
+    lines.append("\nRun python -m harness <command> --help for a command's options.")
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m harness", usage="python -m harness COMMAND [options]",
+    parser = OneLineParser(prog="python -m harness", usage="python -m harness command [options]",
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND",
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="command",
                                 help=argparse.SUPPRESS)  # listed by question in the description
 
     def common(p, families=True):

@@ -25,10 +25,10 @@ def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
 
 
-def variants_table(variants: Iterable[Variant], width: int = 80) -> str:
+def variants_listing(variants: Iterable[Variant], width: int = 80) -> str:
     """Every variant in one line of at most ``width`` characters, grouped by family: its
     id, its source, what it is (its summary, cut to fit); the family's reference marked
-    '*'. Traits: ``list --family F``, or ``--json``."""
+    '*' (``list``). Traits: ``list --family F``, or ``--json``."""
     by_family: dict[str, list[Variant]] = {}
     for v in variants:
         by_family.setdefault(v.family, []).append(v)
@@ -43,7 +43,7 @@ def variants_table(variants: Iterable[Variant], width: int = 80) -> str:
     return "\n".join(lines)
 
 
-def traits_table(family: str, width: int = 80) -> str:
+def traits_listing(family: str, width: int = 80) -> str:
     """One family's variants, each with its traits in lines of at most ``width`` characters:
     the semantic ones (what it computes, checked against the oracle) first, then how it
     computes them; the reference marked '*'."""
@@ -59,6 +59,17 @@ def traits_table(family: str, width: int = 80) -> str:
                 lines += textwrap.wrap(text, width, initial_indent="    ", subsequent_indent="      ",
                                        break_on_hyphens=False)
     return "\n".join(lines)
+
+
+def traits_table(family: str, tablefmt: str = "simple") -> str:
+    """One family's traits side by side for REPORT.md: a row per variant, a column per trait
+    (``list`` prints ``traits_listing``, which fits a terminal)."""
+    members = variants_of(family)
+    df = pd.DataFrame(
+        [{"id": v.id, "source": v.source, **{k: val for k, val in v.traits.items() if k != "cases"}}
+         for v in members]
+    ).astype(object).fillna("")  # a trait some variants leave out: blank, whatever its dtype
+    return tabulate(df, headers="keys", tablefmt=tablefmt, showindex=False)
 
 
 def _pair_cell(rows: list[PairResult]) -> str:
