@@ -16,6 +16,7 @@ from harness._interrupt import started
 from harness.base.errors import HarnessError
 from harness.check.precision import PRECISION_FACTOR
 from harness.cli import bench as bench_commands
+from harness.cli import gpurun
 from harness.cli import models as models_commands
 from harness.cli.check import cmd_check, cmd_list
 from harness.cli.common import VARIANTS_ENV, OneLineParser
@@ -27,7 +28,7 @@ ABOUT = "Compare, verify and benchmark hand-written Transformer components (PyTo
 QUESTIONS = {
     "same function?": ("check", "list"),
     "where and why different?": ("diff", "map", "differences"),
-    "faster?": ("bench", "report", "cache-bench"),
+    "faster?": ("bench", "report", "cache-bench", "gpu-run"),
     "whole models": ("decode", "train-step", "copy-task"),
 }
 
@@ -99,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench_commands.add_commands(sub, common)  # bench, report
     models_commands.add_commands(sub, common)  # decode, train-step, copy-task, cache-bench
+    gpurun.add_command(sub)  # gpu-run: a whole GPU run in one command
     parser.description = _description(sub)
     return parser
 
