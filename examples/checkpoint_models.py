@@ -42,15 +42,28 @@ class Gemma2Block(nn.Module):
         return x + self.post_ffn_norm(self.mlp(self.ffn_norm(x)))
 
 
+class ScaledEmbedding(nn.Embedding):
+    """Gemma's embedding: the lookup times ``scale`` (sqrt(D)), the factor rounded to the
+    table's dtype first, as HF's Gemma2TextScaledWordEmbedding does."""
+
+    def __init__(self, vocab: int, d: int, scale: float):
+        super().__init__(vocab, d)
+        self.scale = scale
+
+    def forward(self, tokens):
+        return super().forward(tokens) * torch.tensor(self.scale, dtype=self.weight.dtype)
+
+
 class Gemma2Model(LlamaModel):
-    """Embedding times sqrt(D), Gemma 2 blocks, Gemma's final RMSNorm, the head (tied),
+    """Embedding times sqrt(D) (``embed_scale``), Gemma 2 blocks, Gemma's final RMSNorm, the head (tied),
     logits soft-capped at ``final_softcap``."""
 
     def __init__(self, cfg, *, tied: bool = True, embed_scale: bool = True, gemma_gain: bool = True,
                  final_softcap: float = 30.0):
         super().__init__(cfg, block=lambda c: Gemma2Block(c, gemma_gain), tied=tied)
+        self.embed = ScaledEmbedding(cfg.vocab, cfg.d_model, math.sqrt(cfg.d_model) if embed_scale else 1.0)
         self.norm = RMSNorm(cfg.d_model, gemma=gemma_gain)
-        self.embed_scale, self.final_softcap = embed_scale, final_softcap
+        self.final_softcap = final_softcap
 
     def forward(self, tokens, pad, positions, cache: KVCache | None = None):
         n = tokens.shape[1]
@@ -60,8 +73,6 @@ class Gemma2Model(LlamaModel):
             cache.pad = keys
         mask = self.dense_mask(keys, n, past)
         x = self.embed(tokens)
-        if self.embed_scale:  # Gemma's normalizer: sqrt(D) in the activations' dtype
-            x = x * torch.tensor(math.sqrt(x.shape[-1]), dtype=x.dtype)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, positions, None if cache is None else cache.layers[i])
         x = self.norm(x)

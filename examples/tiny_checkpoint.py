@@ -40,7 +40,7 @@ def config(kind: str):
         return transformers.Qwen3Config(**common, tie_word_embeddings=False)
     if kind == "gpt2":  # exact GELU, as nanoGPT's MLP
         return transformers.GPT2Config(vocab_size=VOCAB, n_positions=POSITIONS, n_embd=WIDTH, n_layer=LAYERS,
-                                       n_head=HEADS, activation_function="gelu")
+                                       n_head=HEADS, activation_function="gelu", bos_token_id=1, eos_token_id=1)
     raise SystemExit(f"error: unknown class '{kind}'; one of {', '.join(CLASSES)}")
 
 
