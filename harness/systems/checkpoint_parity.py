@@ -35,235 +35,35 @@ checkpoint by name leaves it, and said.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import torch
 
-from harness.base.config import Config, ModelConfig
-from harness.base.dtypes import dtype_of
-from harness.base.errors import ConfigError, InputError
+from harness.base.errors import InputError
 from harness.base.verdicts import Verdict
 from harness.check.spec import one_thread
 from harness.check.tensors import NOISE_MULTIPLE, compare_tensors
-from harness.families.catalog import get_family
-from harness.families.models import DECODINGS, Decoding
-from harness.porting.checkpoint import Checkpoint, CheckpointReader, check_memory, open_checkpoint
-from harness.porting.entries import Absent, Param, RopePermuted, Tied
-from harness.registry import Variant, build, get_variant
-from harness.registry.checkpoints import HF_DECODING, family_of, hf_variant, load_hf_config, model_config
 from harness.systems.cache_parity import schedules
+from harness.systems.checkpoint_mistakes import name_mistakes
+from harness.systems.checkpoint_sides import (
+    DTYPES,
+    FAMILIES,
+    Comparison,
+    Side,
+    inputs_of,
+    load,
+    logprobs,
+    prepare,
+    read_token_file,
+    sample_tokens,
+    tokenize,
+)
 from harness.systems.parity import KL_BOUND, TOP_K, token_kl, topk_overlap
 
-FAMILIES = ("llama_model", "decoder_only_model")
+__all__ = ["DTYPES", "FAMILIES", "KL_BOUND", "ParityReport", "compare", "prepare", "read_token_file",
+           "sample_tokens", "tokenize"]
 TIE = 2.0  # a top-1/top-2 gap within TIE x the reference's rounding is a tie
-DTYPES = ("float32", "bfloat16", "float16")
-
-
-@dataclass
-class Side:
-    role: str                      # "reference" or "port"
-    variant: Variant
-    decoding: Decoding | None
-
-    @property
-    def name(self) -> str:
-        return self.variant.id
-
-
-@dataclass
-class Comparison:
-    checkpoint: Checkpoint
-    family: str
-    cfg: ModelConfig
-    reference: Side
-    port: Side
-    reader: CheckpointReader
-    dtype: torch.dtype
-    left_at_init: list[str] = field(default_factory=list)  # canonical names the port keeps at its init
-
-    @property
-    def base(self) -> torch.dtype:
-        """The wider dtype whose runs give the rounding: float64 for float32, else float32."""
-        return torch.float64 if self.dtype == torch.float32 else torch.float32
-
-
-def _side_variant(family: str, given: Variant | str) -> Variant:
-    if isinstance(given, Variant):
-        if given.family != family:
-            raise ConfigError(f"'{given.id}' is a {given.family} model; the checkpoint's class is a {family}")
-        return given
-    return get_variant(family, given)
-
-
-def _decoding(variant: Variant, decoding: Decoding | None) -> Decoding | None:
-    return decoding or DECODINGS.get(variant.key)
-
-
-def prepare(path: str | Path, port: Variant | str, *, reference: Variant | str | None = None,
-            family: str | None = None, dtype: str | torch.dtype = "float32", changes: Mapping[str, Any] | None = None,
-            port_decoding: Decoding | None = None, reference_decoding: Decoding | None = None,
-            tokens: tuple[int, int] = (4, 16)) -> Comparison:
-    """Open the checkpoint, size the model, refuse what will not fit, hold the checkpoint to
-    its class's map; builds nothing yet. ``reference`` None: the class ``config.json``
-    names (transformers); else a registered variant id (or ``Variant``) of ``family``.
-    ``changes``: model config fields (``layers``, ``d_model``, ...) for a checkpoint
-    without ``config.json``. ``tokens``: (batch, length) the comparison will run on."""
-    dt = dtype_of(dtype) if isinstance(dtype, str) else dtype
-    if dt not in (torch.float32, torch.bfloat16, torch.float16):
-        raise ConfigError(f"--dtype {dtype}: the comparison runs in one of {list(DTYPES)}")
-    ckpt = open_checkpoint(path)
-    changes = dict(changes or {})
-    if reference is None:
-        if ckpt.config is None:
-            raise InputError(f"checkpoint '{path}' has no config.json to build its class from: name the class "
-                             "with --reference (a registered variant whose state_dict it is)")
-        family_of(ckpt.config.get("model_type", ""))  # a model type with no map: one line, before transformers
-        hf = load_hf_config(ckpt.path)
-        fam, cfg = model_config(hf, **changes)
-        ref = hf_variant(hf, cfg)
-        ref_decoding = reference_decoding or HF_DECODING
-    else:
-        if ckpt.config is not None and "model_type" in ckpt.config and not changes:
-            fam, cfg = model_config(ckpt.config)
-        else:
-            fam = family or (reference.family if isinstance(reference, Variant) else None)
-            if fam is None:
-                raise InputError("a checkpoint without config.json needs its family (--family) and its sizes "
-                                 "(--set layers=N d_model=D heads=H ...)")
-            try:
-                cfg = ModelConfig(**changes)
-            except (TypeError, ConfigError) as exc:
-                raise ConfigError(f"model config {changes}: {exc}") from None
-        if family is not None and family != fam:
-            raise ConfigError(f"--family {family}: the checkpoint's config.json says a {fam}")
-        ref = _side_variant(fam, reference)
-        ref_decoding = _decoding(ref, reference_decoding)
-    if fam not in FAMILIES:
-        raise ConfigError(f"family '{fam}': checkpoints are compared in {list(FAMILIES)}")
-    port_variant = _side_variant(fam, port)
-    for v in (ref, port_variant):
-        reason = v.supports(cfg)
-        if reason:
-            raise ConfigError(f"{v.key} cannot be built for this checkpoint's config: {reason}")
-    base = torch.float64 if dt == torch.float32 else torch.float32
-    batch, length = tokens
-    activations = 16 * batch * length * (cfg.vocab + 4 * cfg.d_model + 2 * cfg.d_ff) * 8
-    need = ckpt.numel() * 2 * (dt.itemsize + base.itemsize) + activations
-    check_memory(f"checkpoint {ckpt.path} ({ckpt.numel():,} numbers)", need,
-                 f"the reference and the port in {str(dt).removeprefix('torch.')} and in "
-                 f"{str(base).removeprefix('torch.')} for the rounding, and their activations on "
-                 f"{batch} x {length} tokens")
-    reader = CheckpointReader(ckpt, ref.map_for(cfg), get_family(fam).canonical_shapes(cfg), ref.id)
-    return Comparison(ckpt, fam, cfg, Side("reference", ref, ref_decoding),
-                      Side("port", port_variant, _decoding(port_variant, port_decoding)), reader, dt)
-
-
-# -- loading ------------------------------------------------------------------------------------
-
-def not_held(comparison: Comparison, port_map: Mapping[str, Any]) -> list[str]:
-    """Canonical names the checkpoint holds no tensor for (saved once for a tied pair) that
-    the port keeps as parameters of its own."""
-    return [n for n, e in comparison.reader.entries.items()
-            if isinstance(e, Tied) and not isinstance(port_map.get(n), (Tied, Absent))]
-
-
-def load(comparison: Comparison, side: Side, dtype: torch.dtype, *,
-         transform: Callable[[dict], dict] | None = None):
-    """(module, port map) of ``side`` in ``dtype`` with the checkpoint's weights, ported one
-    layer at a time (``transform``: all at once, changed first)."""
-    cfg = comparison.cfg
-    module, portmap = build(side.variant, cfg, dtype=dtype)
-    skip = set(not_held(comparison, portmap.entries)) if side.role == "port" else set()
-    if side.role == "port":
-        comparison.left_at_init = sorted(skip)
-    groups = [comparison.reader.read_all(dtype)] if transform else comparison.reader.read_groups(dtype)
-    for group in groups:
-        if transform:
-            group = transform(group)
-        portmap.load({n: t for n, t in group.items() if n not in skip}, partial=True)
-    return module, portmap
-
-
-def canonical_weights(comparison: Comparison, side: Side, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """The canonical weights ``side`` runs on: the checkpoint's, and for the port, the
-    tensors it keeps at its init (see ``not_held``) as it was built."""
-    weights = comparison.reader.read_all(dtype)
-    if side.role == "port":
-        module, portmap = build(side.variant, comparison.cfg, dtype=dtype)
-        for name in not_held(comparison, portmap.entries):
-            weights[name] = portmap.read(name).detach().clone()
-    return weights
-
-
-# -- token sequences ----------------------------------------------------------------------------
-
-def sample_tokens(cfg: Config, batch: int, length: int, seed: int) -> torch.Tensor:
-    """(batch, length) ids drawn uniformly from the vocabulary with ``seed``."""
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randint(0, cfg.vocab, (batch, length), generator=gen)
-
-
-def read_token_file(path: str | Path, cfg: Config, length: int | None = None) -> torch.Tensor:
-    """One sequence per line, ids separated by spaces or commas; rows cut to the shortest
-    (or ``length``). An id outside the vocabulary is one line naming it."""
-    path = Path(path)
-    try:
-        lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
-    except OSError as exc:
-        raise InputError(f"token file '{path}': {exc.strerror or exc}") from None
-    rows = []
-    for i, line in enumerate(lines, 1):
-        try:
-            rows.append([int(x) for x in line.replace(",", " ").split()])
-        except ValueError:
-            raise InputError(f"token file '{path}' line {i}: not integer ids: {line.strip()[:40]!r}") from None
-    return _rows(rows, cfg, length, f"token file '{path}'")
-
-
-def _rows(rows: list[list[int]], cfg: Config, length: int | None, what: str) -> torch.Tensor:
-    if not rows or not all(rows):
-        raise InputError(f"{what} holds no tokens")
-    n = min(len(r) for r in rows)
-    if length is not None:
-        if length > n:
-            raise InputError(f"{what}: its shortest sequence has {n} tokens, --length asks {length}")
-        n = length
-    if n < 2:
-        raise InputError(f"{what}: sequences of at least 2 tokens are needed, the shortest has {n}")
-    out = torch.tensor([r[:n] for r in rows], dtype=torch.long)
-    bad = (out < 0) | (out >= cfg.vocab)
-    if bad.any():
-        r, t = (int(x) for x in bad.nonzero()[0])
-        raise InputError(f"{what}: id {int(out[r, t])} (sequence {r}, position {t}) is outside the vocabulary "
-                         f"0..{cfg.vocab - 1}")
-    return out
-
-
-def tokenize(folder: Path, texts: list[str], cfg: Config, length: int | None = None) -> torch.Tensor:
-    """``texts`` through the checkpoint's own tokenizer (transformers' ``AutoTokenizer``)."""
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        raise InputError("--text needs transformers (pip install -e '.[hf]'); give --tokens FILE instead") \
-            from None
-    try:
-        tok = AutoTokenizer.from_pretrained(str(folder))
-    except Exception as exc:
-        raise InputError(f"{folder}: no tokenizer transformers can load ({type(exc).__name__}); give --tokens "
-                         "FILE instead") from None
-    return _rows([tok(t)["input_ids"] for t in texts], cfg, length, "--text")
-
-
-def inputs_of(family: str, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The family's call on unpadded sequences: every token real, positions 0..T-1."""
-    pad = torch.ones_like(tokens, dtype=torch.bool)
-    out = {"tokens": tokens, "pad": pad}
-    if family == "llama_model":
-        out["positions"] = torch.arange(tokens.shape[1]).expand_as(tokens).contiguous()
-    return out
 
 
 # -- results ------------------------------------------------------------------------------------
@@ -326,11 +126,6 @@ class ParityReport:
 
 
 # -- the comparison -----------------------------------------------------------------------------
-
-def _logprobs(side: Side, module, family: str, tokens: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return side.variant.call(module, inputs_of(family, tokens)).double()
-
 
 def _gap(logp: torch.Tensor, k: int) -> torch.Tensor:
     """(B, T) the k-th largest minus the (k+1)-th largest log-probability."""
@@ -398,7 +193,7 @@ def _compare(c: Comparison, tokens: torch.Tensor, prompt: int, steps: int | None
         runs[side.role] = {}
         for d in (dt, base):
             module, _ = load(c, side, d)
-            runs[side.role][d] = (module, _logprobs(side, module, fam, tokens))
+            runs[side.role][d] = (module, logprobs(side, module, fam, tokens))
         modules[side.role] = runs[side.role][dt][0]
     la, lb = runs["reference"][dt][1], runs["port"][dt][1]
     la0 = runs["reference"][base][1]
@@ -480,139 +275,3 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-# -- naming the mistake -------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Fix:
-    """A classic porting mistake, and how to undo it on the port's side: ``weights``
-    changes the canonical weights the port is loaded with, ``hook`` patches its module
-    (returns the hook handles, or None where the port has no place for it)."""
-
-    name: str
-    explanation: str
-    weights: Callable[[dict, ModelConfig], dict | None] | None = None
-    hook: Callable[[Any, Any, ModelConfig], list | None] | None = None
-
-
-def _per_layer(w: dict, suffix: str) -> list[str]:
-    return [n for n in w if n.endswith(suffix) and n.startswith(("layers.", "blocks."))]
-
-
-def _rope_rows(w: dict, cfg: ModelConfig, undo: bool) -> dict | None:
-    if "llama" not in _kind(w):
-        return None
-    out = dict(w)
-    for name in _per_layer(w, "self_attn.q.weight") + _per_layer(w, "self_attn.k.weight"):
-        heads = cfg.heads if name.endswith("q.weight") else cfg.n_kv_heads
-        index = RopePermuted(Param(name), heads).index(w[name].shape[0])
-        if undo:
-            out[name] = w[name][index]
-        else:
-            back = torch.empty_like(w[name])
-            back[index] = w[name]
-            out[name] = back
-    return out
-
-
-def _kind(w: dict) -> str:
-    return "llama" if any(n.startswith("layers.") for n in w) else "gpt"
-
-
-def _heads_regrouped(w: dict, cfg: ModelConfig) -> dict | None:
-    """Query heads reordered so that a port giving query head p the K/V head p mod H_kv
-    (tiled) computes what the class's consecutive grouping (p // (H / H_kv)) does."""
-    h, kv = cfg.heads, cfg.n_kv_heads
-    if kv in (h, 1) or "llama" not in _kind(w):
-        return None
-    group, d = h // kv, cfg.d_k
-    sigma = torch.tensor([(p % kv) * group + p // kv for p in range(h)])
-    out = dict(w)
-    for name in _per_layer(w, "self_attn.q.weight"):
-        prefix = name.removesuffix("q.weight")
-        out[name] = w[name].view(h, d, -1)[sigma].reshape(h * d, -1)
-        out[prefix + "q.bias"] = w[prefix + "q.bias"].view(h, d)[sigma].reshape(-1)
-        o = w[prefix + "o.weight"]
-        out[prefix + "o.weight"] = o.view(o.shape[0], h, d)[:, sigma].reshape(o.shape[0], h * d)
-    return out
-
-
-def _gains(w: dict, cfg: ModelConfig, delta: float) -> dict | None:
-    names = [n for n in w if n.endswith("norm.weight")]
-    return {**w, **{n: w[n] + delta for n in names}} if names else None
-
-
-def _head_from_embedding(w: dict, cfg: ModelConfig) -> dict | None:
-    return {**w, "head.weight": w["embed.weight"].clone()} if "head.weight" in w else None
-
-
-def _embedding_module(module, portmap):
-    entry = portmap.entries.get("embed.weight")
-    if not isinstance(entry, Param) or not entry.path.endswith(".weight"):
-        return None
-    owner = entry.path.removesuffix(".weight")
-    try:
-        found = module.get_submodule(owner)
-    except AttributeError:
-        return None
-    return found if isinstance(found, torch.nn.Embedding) else None
-
-
-def _embedding_scaled(power: float):
-    def hook(module, portmap, cfg):
-        embedding = _embedding_module(module, portmap)
-        if embedding is None:
-            return None
-        factor = math.sqrt(cfg.d_model) ** power
-        return [embedding.register_forward_hook(lambda m, args, out: out * factor)]
-    return hook
-
-
-FIXES = (
-    Fix("RoPE rows not permuted", "the port rotates pairs (2i, 2i+1) (Meta's interleaved RoPE) on q/k rows "
-        "laid out for half-split RoPE (rotate_half): its map needs RopePermuted on q and k (HF's converter's "
-        "permute)", weights=lambda w, cfg: _rope_rows(w, cfg, undo=False)),
-    Fix("RoPE rows permuted where they are not", "the port's map permutes q/k rows (RopePermuted) for a "
-        "module that rotates half-split", weights=lambda w, cfg: _rope_rows(w, cfg, undo=True)),
-    Fix("K/V heads tiled", "query head h reads K/V head h mod H_kv (repeat/tile) where the class groups "
-        "consecutive query heads on one K/V head (h // (H / H_kv): repeat_interleave, HF's repeat_kv)",
-        weights=_heads_regrouped),
-    Fix("norm gain 1 + w read as w", "the class's RMSNorm multiplies by 1 + w (Gemma stores the gain "
-        "minus one); the port multiplies by w", weights=lambda w, cfg: _gains(w, cfg, 1.0)),
-    Fix("norm gain w read as 1 + w", "the class's norm multiplies by w; the port by 1 + w (Gemma's form)",
-        weights=lambda w, cfg: _gains(w, cfg, -1.0)),
-    Fix("embedding scale missing", "the class multiplies token embeddings by sqrt(D) (Gemma's normalizer); "
-        "the port does not", hook=_embedding_scaled(1.0)),
-    Fix("embedding scale added", "the port multiplies token embeddings by sqrt(D); the class does not",
-        hook=_embedding_scaled(-1.0)),
-    Fix("untied head left at its init", "the checkpoint saves the head tied to the embedding, once "
-        "(deduplicated); the port's own head matrix is not in it and keeps its initial values: tie it "
-        "(Tied(\"embed.weight\") in its map)", weights=_head_from_embedding),
-)
-
-
-def name_mistakes(c: Comparison, tokens: torch.Tensor, reference: torch.Tensor, bound: float) -> list[dict]:
-    """Each fix after which the port agrees with the reference (worst KL within the bound),
-    with that KL; the untied-head fix only where the port kept a head at its init."""
-    found = []
-    for fix in FIXES:
-        if fix.name.startswith("untied head") and "head.weight" not in c.left_at_init:
-            continue
-        weights = canonical_weights(c, c.port, c.dtype)
-        if fix.weights is not None:
-            weights = fix.weights(weights, c.cfg)
-            if weights is None:
-                continue
-        module, portmap = build(c.port.variant, c.cfg, dtype=c.dtype, weights=weights)
-        handles = []
-        if fix.hook is not None:
-            handles = fix.hook(module, portmap, c.cfg)
-            if handles is None:
-                continue
-        try:
-            kl = float(token_kl(reference, _logprobs(c.port, module, c.family, tokens)).max())
-        finally:
-            for h in handles:
-                h.remove()
-        if kl <= bound:
-            found.append({"name": fix.name, "explanation": fix.explanation, "kl_undone": kl})
-    return found

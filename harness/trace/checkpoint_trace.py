@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from harness.check.tensors import compare_tensors
-from harness.systems.checkpoint_parity import Comparison, canonical_weights, inputs_of
+from harness.systems.checkpoint_sides import Comparison, canonical_weights, inputs_of
 from harness.trace.divergence import agrees, locate, trace_rows, trace_variant
 
 
