@@ -218,3 +218,24 @@ def test_docs_commands_run(tmp_path):
         done = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=600)
         assert done.returncode == 0, f"{block}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+
+
+def test_sharded_folder_and_text_through_its_tokenizer(checkpoints, ports, capsys, tmp_path):
+    """A folder saved in shards (model.safetensors.index.json) reads as one checkpoint; --text
+    goes through the folder's own tokenizer (a word-level one saved beside the weights)."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from harness.systems.checkpoint_parity import tokenize
+
+    folder = tmp_path / "sharded"
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoints["llama"])
+    model.save_pretrained(folder, max_shard_size="20KB")
+    assert (folder / "model.safetensors.index.json").is_file() and len(list(folder.glob("*.safetensors"))) > 1
+    words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(128)}, unk_token="w0"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0").save_pretrained(folder)
+    text = "w3 w18 w93 w86 w51 w2 w13 w68"
+    assert tokenize(folder, [text], ModelConfig(vocab=128)).tolist() == [[3, 18, 93, 86, 51, 2, 13, 68]]
+    assert main(["parity", str(folder), "--port", "llama_model", "--text", text, "--text", "w7 w38 w65 w70 w95 w94 w89 w64"]) == 0
+    assert "tokens: --text (its tokenizer), 2 sequences x 8" in capsys.readouterr().out

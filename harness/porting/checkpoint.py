@@ -47,14 +47,29 @@ class CheckpointError(InputError):
 class Checkpoint:
     """The tensors of one checkpoint, by name; ``config`` is its ``config.json`` (or None)."""
 
-    def __init__(self, path: Path, config: dict | None, files: Mapping[str, Path]):
+    def __init__(self, path: Path, config: dict | None, files: Mapping[str, Path] | None = None):
+        """``files``: tensor name -> the file holding it (a sharded folder's index); files
+        without an index are added with ``add_file``."""
         self.path = path
         self.config = config
-        self._files = dict(files)                       # tensor name -> the file holding it
+        self._files = dict(files or {})
         self._open: dict[Path, Any] = {}
         self._meta: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
         for file in dict.fromkeys(self._files.values()):
             self._read_header(file)
+
+    def add_file(self, file: Path) -> "Checkpoint":
+        """Every tensor of ``file``; a name already held from another file is refused."""
+        handle = self._handle(file)
+        names = list(handle) if isinstance(handle, Mapping) else list(handle.keys())
+        twice = sorted(set(self._meta) & set(names))
+        if twice:
+            raise CheckpointError(f"{self.path}: tensor '{twice[0]}' is in two files "
+                                  f"({self._files[twice[0]].name} and {file.name})")
+        for name in names:
+            self._files[name] = file
+        self._read_header(file)
+        return self
 
     # -- reading ------------------------------------------------------------------------------
     def _handle(self, file: Path):
@@ -158,7 +173,7 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
         if path.suffix not in (".safetensors", ".pt", ".pth", ".bin"):
             raise CheckpointError(f"checkpoint '{path}' is neither a folder nor a .safetensors, .pt, .pth or "
                                   ".bin file")
-        return Checkpoint(path, None, {})._with_file(path)
+        return Checkpoint(path, None).add_file(path)
     config = None
     if (path / CONFIG).is_file():
         try:
@@ -179,27 +194,11 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
         sorted(p for p in path.iterdir() if p.suffix in (".pt", ".pth"))
     if not found:
         raise CheckpointError(f"checkpoint folder '{path}' holds no .safetensors, pytorch_model.bin or .pt file")
-    ckpt = Checkpoint(path, config, {})
+    ckpt = Checkpoint(path, config)
     for file in found:
-        ckpt._with_file(file)
+        ckpt.add_file(file)
     return ckpt
 
-
-def _add_file(self: Checkpoint, file: Path) -> Checkpoint:
-    before = set(self._meta)
-    handle = self._handle(file)
-    names = list(handle) if isinstance(handle, Mapping) else list(handle.keys())
-    twice = sorted(before & set(names))
-    if twice:
-        raise CheckpointError(f"{self.path}: tensor '{twice[0]}' is in two files ({self._files[twice[0]].name} "
-                              f"and {file.name})")
-    for name in names:
-        self._files[name] = file
-    self._read_header(file)
-    return self
-
-
-Checkpoint._with_file = _add_file  # type: ignore[attr-defined]
 
 
 # -- memory -------------------------------------------------------------------------------------
