@@ -298,7 +298,7 @@ def _check_one(variant, device: str) -> list:
         from harness.base.config import CONFIG_MATRIX
 
         configs = variant.family_spec.configs_of(CONFIG_MATRIX).values()
-        reasons = [variant.supports(cfg) for cfg in configs]
+        reasons = [variant.refuses(cfg, device) for cfg in configs]
         if reasons and all(reasons):  # built for no config here (a CUDA-only kernel on CPU)
             pytest.skip("; ".join(dict.fromkeys(reasons)))
         pytest.fail(f"{variant.key} was checked on no config and case (check traits['cases'] "

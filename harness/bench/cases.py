@@ -95,7 +95,7 @@ class Sweep:
         for family in self.families:
             if wanted_f and family not in wanted_f:
                 continue
-            named = target_variants(family) if self.targets_only else None
+            named = target_variants(family, device) if self.targets_only else None
             for v in variants_of(family):
                 if (wanted_v and v.id not in wanted_v) or (named is not None and v.id not in named):
                     continue
@@ -109,12 +109,20 @@ class Sweep:
         return cases
 
 
-def target_variants(family: str) -> set[str]:
-    """The variants the registered targets name in ``family`` (variant and baseline), and the
-    family's reference."""
-    named = {vid for t in TARGETS if t.family == family for vid in (t.variant, t.baseline) if vid}
+def target_variants(family: str, device: str | None = None) -> set[str]:
+    """The variants the registered targets name in ``family`` (variant and baseline; those
+    about ``device``'s kind when one is given), and the family's reference."""
+    kind = None if device is None else device.split(":")[0]
+    named = {vid for t in TARGETS if t.family == family and (kind is None or t.device in (None, kind))
+             for vid in (t.variant, t.baseline) if vid}
     ref = reference_of(family)
     return named | ({ref.id} if ref is not None else set())
+
+
+def serves_target(case: BenchCase) -> bool:
+    """Whether a registered target reads ``case``: its variant or baseline, at its ``where``."""
+    return any(t.family == case.family and case.variant in (t.variant, t.baseline)
+               and all(getattr(case, k, v) == v for k, v in t.where.items()) for t in TARGETS)
 
 
 LAYERS = ("norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block")

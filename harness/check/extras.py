@@ -60,7 +60,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     family = variant.family_spec
     if not family.differentiable:
         return None
-    cfg = next((c for c in GRADCHECK_CONFIGS if not variant.supports(c)), None)
+    cfg = next((c for c in GRADCHECK_CONFIGS if not variant.refuses(c, "cpu")), None)  # gradcheck runs on CPU
     if cfg is None:
         return None
     cases = [c.name for c in family.cases if applicable(variant, c.name)
@@ -115,7 +115,7 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
     statistics of ``harness.check.dropout_stats`` (kept fraction per site at two rates, the
     mean of train calls or the zeroed residual branches against eval)."""
     family = variant.family_spec
-    if not family.differentiable or variant.supports(cfg):
+    if not family.differentiable or variant.refuses(cfg, "cpu"):  # the dropout checks run on CPU
         return []
     case = next((c.name for c in family.cases if applicable(variant, c.name)), None)
     if case is None:
@@ -186,7 +186,7 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
     from torch._dynamo.utils import counters
 
     family = variant.family_spec
-    if not family.differentiable or variant.supports(checker.cfg):
+    if not family.differentiable or variant.refuses(checker.cfg, checker.device):
         return None
     case = next((c.name for c in family.cases if applicable(variant, c.name)), None)
     if case is None:

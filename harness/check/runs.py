@@ -355,7 +355,7 @@ class RunCache:
         the sequence in words."""
         family = variant.family_spec
         key = (variant.key, case, zero, "sequence")
-        calls = [w for w in self.warmups() if not variant.supports(w)]
+        calls = [w for w in self.warmups() if not variant.refuses(w, self.device)]
         said = ", then ".join(f"B={w.batch} T={w.tgt_len} S={w.src_len} seed {w.seed}" for w in calls)
         if key not in self._runs:
             run = Run()
@@ -378,7 +378,7 @@ class RunCache:
 
     def compare_paths(self, variant: Variant, case: str, dtype_name: str) -> PathResult | None:
         family = variant.family_spec
-        if not family.differentiable or not applicable(variant, case) or variant.supports(self.cfg):
+        if not family.differentiable or not applicable(variant, case) or variant.refuses(self.cfg, self.device):
             return None
         dtype = dtype_of(dtype_name)
         zero = self.fills(variant)

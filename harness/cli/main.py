@@ -14,6 +14,7 @@ from harness._interrupt import started
 from harness.base.errors import HarnessError
 from harness.check.precision import PRECISION_FACTOR
 from harness.cli import bench as bench_commands
+from harness.cli import gpurun
 from harness.cli import models as models_commands
 from harness.cli import parity as parity_commands
 from harness.cli.check import cmd_check, cmd_list
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench_commands.add_commands(sub, common)  # bench, report
     models_commands.add_commands(sub, common)  # decode, train-step, copy-task, cache-bench
+    gpurun.add_command(sub)  # gpu-run: a whole GPU run in one command
     parity_commands.add_commands(sub, common)  # parity (a port on its checkpoint's weights)
     return parser
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.base.devices import device_type
 from harness.base.errors import HarnessError
 from harness.base.verdicts import Verdict
 from harness.check.spec import PATH_FINDING
@@ -78,5 +79,19 @@ def path_findings(report, configs) -> str:
             key = case if len(bad) > 1 else f"{case}@{bad[0]}"
             lines.append(f"  {family}/{variant} on {case}: fails on config {', '.join(bad)} only ({shapes}), "
                          f"holds on {', '.join(good)}: behaviour that depends on the path taken; if it is "
-                         f"meant, declare it: traits={{'path_findings': {{'{key}': 'why'}}}}")
+                         f"meant, declare it: traits={{'path_findings': {{'{key}': {_declaration(specs)}}}}}")
     return "\n".join(lines)
+
+
+def _declaration(specs) -> str:
+    """What to declare for the failing specs of one (variant, case): a reason, or a
+    ``PathFinding`` bound to the device and dtypes where they fail, when they hold elsewhere
+    (off the CPU: the CPU has not seen it; in some dtypes only)."""
+    failing = [s for s in specs if not s.ok]
+    dtypes = sorted({s.dtype for s in failing})
+    devices = sorted({device_type(s.device) for s in failing} - {"cpu"})
+    some = set(dtypes) < {s.dtype for s in specs}
+    if not devices and not some:
+        return "'why'"
+    return ("PathFinding('why'" + (f", devices={tuple(devices)!r}" if devices else "")
+            + (f", dtypes={tuple(dtypes)!r}" if some else "") + ")")

@@ -90,7 +90,7 @@ def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32",
     va, vb = _variant(family, a), _variant(family, b)
     fam.case(case)
     for v in (va, vb):
-        reason = v.supports(cfg)
+        reason = v.refuses(cfg, device)
         if reason:
             raise ConfigError(f"{v.key} cannot be built for this config: {reason}")
     dt = dtype_of(dtype)
@@ -210,7 +210,7 @@ def explain_variant(family: str, variant, case: str, cfg: Config | None = None, 
     fam = get_family(family)
     v = _variant(family, variant)
     mine = fam.semantic_traits(v.traits)
-    peers = [p for p in variants_of(family) if p.key != v.key and not p.supports(cfg)
+    peers = [p for p in variants_of(family) if p.key != v.key and not p.refuses(cfg, device)
              and applicable(p, case) and fam.semantic_traits(p.traits) == mine]
     if not peers:
         return None
