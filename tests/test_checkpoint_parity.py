@@ -237,5 +237,6 @@ def test_sharded_folder_and_text_through_its_tokenizer(checkpoints, ports, capsy
     transformers.PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0").save_pretrained(folder)
     text = "w3 w18 w93 w86 w51 w2 w13 w68"
     assert tokenize(folder, [text], ModelConfig(vocab=128)).tolist() == [[3, 18, 93, 86, 51, 2, 13, 68]]
-    assert main(["parity", str(folder), "--port", "llama_model", "--text", text, "--text", "w7 w38 w65 w70 w95 w94 w89 w64"]) == 0
+    other = "w7 w38 w65 w70 w95 w94 w89 w64"
+    assert main(["parity", str(folder), "--port", "llama_model", "--text", text, "--text", other]) == 0
     assert "tokens: --text (its tokenizer), 2 sequences x 8" in capsys.readouterr().out
