@@ -113,7 +113,7 @@ class ParityReport:
     cache: list[CacheCheck] = field(default_factory=list)
     kl_per_position: list = field(default_factory=list)
     left_at_init: list = field(default_factory=list)
-    mistakes: list = field(default_factory=list)      # [(name, explanation, worst KL with it undone)]
+    mistakes: list = field(default_factory=list)      # [{name, explanation, kl_undone}]: see name_mistakes
     divergence: str = ""
     notes: list = field(default_factory=list)
 
@@ -128,8 +128,11 @@ class ParityReport:
 # -- the comparison -----------------------------------------------------------------------------
 
 def _gap(logp: torch.Tensor, k: int) -> torch.Tensor:
-    """(B, T) the k-th largest minus the (k+1)-th largest log-probability."""
-    top = logp.topk(min(k + 1, logp.shape[-1]), -1).values
+    """(B, T) the k-th largest minus the (k+1)-th largest log-probability (inf when the
+    vocabulary has no (k+1)-th: no tie is possible there)."""
+    if k >= logp.shape[-1]:
+        return torch.full(logp.shape[:-1], float("inf"), dtype=logp.dtype)
+    top = logp.topk(k + 1, -1).values
     return top[..., k - 1] - top[..., k]
 
 
