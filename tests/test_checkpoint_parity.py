@@ -240,3 +240,27 @@ def test_sharded_folder_and_text_through_its_tokenizer(checkpoints, ports, capsy
     other = "w7 w38 w65 w70 w95 w94 w89 w64"
     assert main(["parity", str(folder), "--port", "llama_model", "--text", text, "--text", other]) == 0
     assert "tokens: --text (its tokenizer), 2 sequences x 8" in capsys.readouterr().out
+
+
+def _wrong_module():
+    return next(m for m in sys.modules.values() if getattr(m, "__file__", None) == str(WRONG_FILE))
+
+
+def test_a_module_with_a_map_and_its_cache(checkpoints, ports):
+    """The port as a Variant built by hand (not registered) with its own decoding: its
+    forward agrees, its cache (new tokens turned at 0..n-1 after a prefill) is caught from
+    the first call after the prefill, and the verdict is 'differs' on the cache alone."""
+    from harness.families.models import Decoding
+    from harness.registry import Variant
+    from variants.llama import LlamaModel, call_model, llama_prepare, model_map
+
+    port = Variant(id="my_llama", family="llama_model", source="test", build=LlamaModel, call=call_model,
+                   param_map=model_map())
+    decoding = Decoding(prepare=llama_prepare, step=_wrong_module().step_without_offset, cache="mine")
+    folder = checkpoints["llama"]
+    comparison = prepare(folder, port, port_decoding=decoding)
+    report = compare(comparison, read_token_file(folder / "tokens.txt", comparison.cfg))
+    assert all(m.ok for m in report.metrics) and not report.agrees
+    bad = {(c.side, c.schedule): c for c in report.cache if not c.ok}
+    assert set(bad) == {("port", "prefill + steps"), ("port", "chunked prefill")}
+    assert bad["port", "prefill + steps"].first_bad.startswith("call 2 (9 tokens fed")

@@ -1,7 +1,8 @@
 """Ports with the classic porting mistakes, each declaring the traits of the correct port
 it imitates; loaded inside ``harness.registry.scratch()`` (with examples/checkpoint_ports.py)
 by tests/test_checkpoint_parity.py. ``WRONG`` maps each id to the checkpoint class it is a
-port of, and the mistake ``parity`` must name."""
+port of, and the mistake ``parity`` must name; ``step_without_offset`` is a decoding
+mistake (a port whose full forward is right)."""
 
 from checkpoint_models import GEMMA2, Gemma2Model, gemma2_map, needs
 
@@ -12,10 +13,12 @@ from variants.llama import (
     LlamaAttention,
     LlamaBlock,
     LlamaModel,
+    _pad_upto,
     call_model,
     llama_prepare,
     llama_step,
     model_map,
+    positions_of,
 )
 
 WRONG = {
@@ -47,3 +50,14 @@ register(id="gemma2_untied", family="llama_model", source="test",
          traits=GEMMA2, supports=needs("sandwich_norms", "Gemma 2"))
 for vid in WRONG:
     register_decoding("llama_model", vid, prepare=llama_prepare, step=llama_step, cache=CACHE)
+
+
+def step_without_offset(model, state, ys):
+    """A cached step whose new tokens turn at 0..n-1 of the call, not after what the cache
+    holds (a port's decoding mistake: its full forward is right)."""
+    k = ys.shape[1]
+    pad = _pad_upto(state["pad"], k)
+    if state["cache"] is None:
+        return model(ys, pad, positions_of(pad))[:, -1]
+    fed, state["fed"] = state["fed"], k
+    return model(ys[:, fed:], pad[:, fed:], positions_of(pad[:, fed:]), cache=state["cache"])[:, -1]
