@@ -10,7 +10,10 @@ built from their configs, trained a few steps and their norm gains moved off the
   it, makes the port agree) and is located by the first-divergence trace;
 - a checkpoint that would not fit is refused in one line before a tensor is read; a
   missing, extra or misshaped tensor is one line naming it; a state_dict file with a
-  registered variant as its class works without config.json.
+  registered variant as its class works without config.json; a sharded folder reads as
+  one checkpoint; --text goes through the folder's tokenizer;
+- a port given as a hand-built Variant (a module with a map) with a cache that turns new
+  tokens at the wrong positions: every forward metric agrees, the cache rows do not.
 """
 
 from __future__ import annotations
@@ -264,3 +267,20 @@ def test_a_module_with_a_map_and_its_cache(checkpoints, ports):
     bad = {(c.side, c.schedule): c for c in report.cache if not c.ok}
     assert set(bad) == {("port", "prefill + steps"), ("port", "chunked prefill")}
     assert bad["port", "prefill + steps"].first_bad.startswith("call 2 (9 tokens fed")
+
+
+@pytest.mark.parametrize("kind", ["Qwen2", "Gemma"])
+def test_other_classes_are_read_strictly(kind, tmp_path):
+    """Qwen 2 (q/k/v biases) and Gemma (tied head, no lm_head tensor): their class maps
+    account for every tensor save_pretrained writes."""
+    import transformers
+
+    cfg = getattr(transformers, f"{kind}Config")(vocab_size=128, hidden_size=32, intermediate_size=64,
+                                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                                  head_dim=8)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path)
+    comparison = prepare(tmp_path, "llama_model")
+    held = {p for e in comparison.reader.entries.values() for p, _, _ in e.regions()}
+    assert held == set(comparison.checkpoint.names)
+    assert ("lm_head.weight" in held) == (kind == "Qwen2")
+    assert ("model.layers.1.self_attn.q_proj.bias" in held) == (kind == "Qwen2")
