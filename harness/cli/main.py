@@ -18,6 +18,7 @@ from harness.check.precision import PRECISION_FACTOR
 from harness.cli import bench as bench_commands
 from harness.cli import gpurun
 from harness.cli import models as models_commands
+from harness.cli import parity as parity_commands
 from harness.cli.check import cmd_check, cmd_list
 from harness.cli.common import VARIANTS_ENV, OneLineParser
 from harness.cli.review import add_review_commands
@@ -26,7 +27,7 @@ from harness.cli.validate import validate_args
 ABOUT = "Compare, verify and benchmark hand-written Transformer components (PyTorch)."
 # The question each command answers, in the order --help lists them; every command is in one.
 QUESTIONS = {
-    "same function?": ("check", "list"),
+    "same function?": ("check", "list", "parity"),
     "where and why different?": ("diff", "map", "differences"),
     "faster?": ("bench", "report", "cache-bench", "gpu-run"),
     "whole models": ("decode", "train-step", "copy-task"),
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_commands.add_commands(sub, common)  # bench, report
     models_commands.add_commands(sub, common)  # decode, train-step, copy-task, cache-bench
     gpurun.add_command(sub)  # gpu-run: a whole GPU run in one command
+    parity_commands.add_commands(sub, common)  # parity (a port on its checkpoint's weights)
     parser.description = _description(sub)
     return parser
 
