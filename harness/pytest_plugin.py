@@ -240,8 +240,11 @@ class VariantItem(pytest.Item):
         if wrong:
             by_kind = SimpleNamespace(specs=[], gradchecks=[], dropouts=[])
             getattr(by_kind, {"gradcheck": "gradchecks", "dropout": "dropouts"}.get(self.aspect, "specs")).extend(wrong)
+            cause = _first_cause(wrong)
+            if self.aspect == "semantics" and not any(getattr(r, "verdict", "") == "error" for r in wrong):
+                cause = _mistake(REGISTRY[self.key], self.device) or cause
             raise VariantMismatch(f"{self.key} contradicts its declaration ({self.aspect}: {len(wrong)} of "
-                                  f"{len(results)} checks): {_first_cause(wrong)}\n" + failures_table(by_kind))
+                                  f"{len(results)} checks): {cause}\n" + failures_table(by_kind))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, VariantMismatch):
@@ -284,6 +287,19 @@ def _first_cause(wrong: list) -> str:
     verdict = str(getattr(first, "verdict", "") or "failed")
     text = str(getattr(first, "note", "") or (verdict + (f" in {worst}" if worst else "")))
     return text.split("; ")[0][:200]
+
+
+def _mistake(variant, device: str) -> str:
+    """The one line ``check`` prints naming the variant's mistake (the convention or trait
+    value that makes its own float64 run fit: ``harness.trace.explain.Mistakes``), or ''."""
+    from types import SimpleNamespace
+
+    from harness.base.config import CONFIG_MATRIX
+    from harness.check.results import SpecResult
+    from harness.trace.explain import Mistakes
+
+    specs = [r for r in _check_one(variant, device) if isinstance(r, SpecResult)]
+    return Mistakes(SimpleNamespace(specs=specs), CONFIG_MATRIX).line(variant.family, variant.id)
 
 
 def _check_one(variant, device: str) -> list:

@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, ResultsFileError
+from harness.base.errors import HarnessError, ResultsFileError, exception_line
 from harness.base.files import make_public, output_lock
 from harness.bench import counters, timing
 from harness.bench.cases import BenchCase, Prepared, case_bytes, prepare, serves_target
@@ -100,13 +100,13 @@ def _failed(m: Measurement, case: BenchCase, exc: Exception) -> None:
         torch.cuda.empty_cache()
         m.status, m.error = "oom", str(exc).splitlines()[0]
         return
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     m.status = "unsupported" if case.compiled else "error"  # e.g. torch.compile unsupported here
-    m.error = f"{type(exc).__name__}: {first}"[:300]
+    m.error = exception_line(exc)
 
 
 def _spec(case: BenchCase, threads: int, baseline: str | None) -> RowSpec:
-    return RowSpec(key=case.key, **dataclasses.asdict(case), case=case.case, threads=threads, baseline=baseline)
+    fields = {**dataclasses.asdict(case), "sets": list(case.sets) or None}
+    return RowSpec(key=case.key, **fields, case=case.case, threads=threads, baseline=baseline)
 
 
 def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threads: int,

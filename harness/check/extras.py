@@ -8,7 +8,7 @@ import torch
 
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, PortingError
+from harness.base.errors import HarnessError, PortingError, exception_line
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.dropout_stats import DRAW_OPS, statistical_checks
@@ -98,7 +98,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     except HarnessError:
         raise
     except Exception as exc:
-        ok, note = False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        ok, note = False, exception_line(exc)
     return GradcheckResult(family.name, variant.id, name, case, bool(ok), note)
 
 
@@ -143,7 +143,7 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
         except HarnessError:
             raise
         except Exception as exc:
-            return None, [], f"{type(exc).__name__}: {exc}"[:200]
+            return None, [], exception_line(exc)
 
     base, _, err0 = forward(cfg, False)
     evald, eval_ops, err1 = forward(dropped, False)

@@ -49,9 +49,10 @@ STATISTIC_NAMES = {"max": "largest", "mean": "mean", "rms": "RMS"}
 def rounding_atol(truth: torch.Tensor, dtype: torch.dtype, scale: float = 0.0) -> float:
     """The absolute term, ``ATOL_SCALE * eps * (max|o| + 0.3)``: ``eps * (max|o| + 0.3)``
     bounds flash-attention's ``2 * max|(o + 0.3) - 0.3 - o|`` (evaluated in the dtype, that one
-    is zero for a tensor whose few values happen to round exactly). ``scale``: taken with the oracle's magnitude (for a gradient, the largest of all
-    the gradients': one that is analytically zero, dQ and dK where each query has one key, is
-    rounding noise at the size of the terms that cancelled)."""
+    is zero for a tensor whose few values happen to round exactly). ``scale``: taken with the
+    oracle's magnitude (for a gradient, the largest of all the gradients': one that is
+    analytically zero, dQ and dK where each query has one key, is rounding noise at the size of
+    the terms that cancelled)."""
     finite = truth[torch.isfinite(truth)]
     top = max(float(finite.abs().max()) if finite.numel() else 0.0, scale)
     return ATOL_SCALE * torch.finfo(dtype).eps * (top + 0.3)
