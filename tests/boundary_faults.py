@@ -56,7 +56,7 @@ def expected(stage: str, fault: str) -> tuple[str, ...] | None:
         return None
     words = (MESSAGE[fault],)
     if fault in CONTROL and fault not in ("hang",):
-        words += ("(at gen_",) if fault not in ("exit",) else ()
+        words += ("gen_faults.py:",) if fault not in ("exit",) else ()
     return words
 
 

@@ -23,13 +23,12 @@ import io
 import os
 import signal
 import threading
-import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 
-from harness.base.errors import HarnessError
+from harness.base.errors import HarnessError, exception_line, user_frame, where_raised
 
 TIMEOUT_ENV = "HARNESS_CALL_TIMEOUT"
 DEFAULT_TIMEOUT = 600.0
@@ -116,36 +115,20 @@ def _is_library(filename: str) -> bool:
     return _HARNESS_DIR in path.parents or any(m in filename for m in _LIBRARY_MARKERS)
 
 
-def user_frame(exc: BaseException, files: Iterable[str] = ()) -> traceback.FrameSummary | None:
-    """The deepest frame of ``exc``'s traceback in one of ``files`` (a user's file), else the
-    deepest outside the harness, the standard library and installed packages."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    wanted = {str(Path(f).resolve()) for f in files if f}
-    if wanted:
-        mine = [f for f in frames if f.filename and str(Path(f.filename).resolve()) in wanted]
-        if mine:
-            return mine[-1]
-    outside = [f for f in frames if not _is_library(f.filename)]
-    return outside[-1] if outside else None
-
-
 def where(exc: BaseException, files: Iterable[str] = ()) -> str:
-    """' (at FILE:LINE)' of the user's frame that raised ``exc``, or ''."""
-    frame = user_frame(exc, files)
-    return f" (at {Path(frame.filename).name}:{frame.lineno})" if frame is not None else ""
+    """' (at FILE:LINE, in FUNCTION)' of the user's line that raised ``exc``, or ''
+    (``harness.base.errors.where_raised``: one way of naming it everywhere)."""
+    return where_raised(exc)
 
 
 def describe(exc: BaseException, files: Iterable[str] = (), limit: int = 300) -> str:
-    """One line for an exception: its type, its message's first line and, when it came from
-    a user's code, the file and line (the harness's own errors and ``UserCodeError`` speak
-    for themselves)."""
-    if isinstance(exc, UserCodeError):
-        return str(exc)[:limit]
-    first = _first_line(str(exc), limit)
-    if isinstance(exc, HarnessError) and not user_frame(exc, files):
-        text = first
+    """One line for an exception in a row or a message: ``UserCodeError`` and the harness's own
+    errors speak for themselves; anything else is ``exception_line`` (its type, its message's
+    first line, the user's file and line)."""
+    if isinstance(exc, UserCodeError) or (isinstance(exc, HarnessError) and user_frame(exc) is None):
+        text = _first_line(str(exc), limit)
     else:
-        text = f"{type(exc).__name__}{': ' + first if first else ''}{where(exc, files)}"
+        text = exception_line(exc, limit)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
@@ -260,7 +243,7 @@ class user_code:  # noqa: N801  (used as a function: ``with user_code("call"): .
         if isinstance(exc, SystemExit):
             self._raise(f"called sys.exit({exc.code!r}){where(exc, self.files)}: a variant must not exit the "
                         "process", exc)
-        if isinstance(exc, HarnessError) and user_frame(exc, self.files) is None:
+        if isinstance(exc, HarnessError) and user_frame(exc) is None:
             return False  # the harness's own refusal (a weight that cannot be ported) passes as it is
         self._raise(describe(exc, self.files), exc)  # the user's code: pytest.skip, any exception
         return False

@@ -18,65 +18,19 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.base.boundary import check_output, describe, user_code, variant_failure
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, InputError, PortingError
-from harness.base.kernels import PATH_MARKERS
 from harness.base.verdicts import Verdict
 from harness.check.left_out import undeclared_absent
+from harness.check.recorder import OpRecorder
 from harness.check.results import PathResult
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
 from harness.registry import Variant, build, variant_files
-
-
-class OpRecorder(TorchDispatchMode):
-    """Records the aten operators that run (to name the kernel path taken)."""
-
-    # higher-order operators (flex_attention, cond, ...) come here too, with this mode popped:
-    # recorded by name and run as they are (without it torch refuses them under any mode)
-    supports_higher_order_operators = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __enter__(self):
-        # flex_attention wraps its op in torch.compile(fullgraph=True), which refuses to run
-        # under a Python dispatch mode (and the failed compile poisons later calls): while
-        # recording, flex runs its op eagerly (its own debug switch), restored on exit
-        import torch.nn.attention.flex_attention as flex
-
-        self._flex_debug = flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
-        flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        import torch.nn.attention.flex_attention as flex
-
-        try:
-            return super().__exit__(*exc)
-        finally:
-            flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = self._flex_debug
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        packet = getattr(func, "overloadpacket", None)
-        self.ops.append(packet.__name__ if packet is not None else str(getattr(func, "_name", func)))
-        return func(*args, **(kwargs or {}))
-
-    def path(self) -> str:
-        seen = []
-        for op in self.ops:
-            for marker in PATH_MARKERS:
-                if op == marker.lstrip("_") or op == marker or op.endswith(marker):
-                    if op not in seen:
-                        seen.append(op)
-        return "+".join(seen) if seen else "explicit ops"
-
 
 # -- running one variant -------------------------------------------------------------------
 
@@ -234,18 +188,22 @@ def run_variant(
 
 def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64: Mapping[str, Any],
                weights64: Mapping[str, torch.Tensor], *, dtype: torch.dtype,
-               compute: torch.dtype = torch.float64) -> Run:
+               compute: torch.dtype = torch.float64, rounded: torch.dtype | None = None) -> Run:
     """The oracle's forward and backward on CPU in ``compute`` (float64 for the spec); every
-    tensor returned in float64, named like a variant's run."""
+    tensor returned in float64, named like a variant's run. ``rounded``: the inputs, weights
+    and the backward's cotangent rounded to that dtype first (what a kernel running only in
+    that dtype receives), then computed in ``compute``."""
     run = Run(path="oracle")
-    weights = {n: t.detach().to(compute).clone().requires_grad_(family.differentiable)
+    first = rounded or compute
+    weights = {n: t.detach().to(first).to(compute).clone().requires_grad_(family.differentiable)
                for n, t in weights64.items()}
-    inputs = cast_inputs(inputs64, compute, "cpu", family.grad_inputs)
+    inputs = cast_inputs(cast_inputs(inputs64, first, "cpu") if rounded else inputs64, compute, "cpu",
+                         family.grad_inputs)
     out = family.oracle(traits, cfg, weights, inputs, dtype)
     as64 = lambda t: t.detach().to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
     run.tensors["output"] = as64(out)
     if family.differentiable and out.requires_grad:
-        (out * cotangent(out.shape, cfg.seed).to(out.dtype)).sum().backward()
+        (out * cotangent(out.shape, cfg.seed).to(first).to(out.dtype)).sum().backward()
         for name, t in unique_grad_inputs(family, inputs).items():
             if t.grad is not None:
                 run.tensors[f"grad:{name}"] = as64(t.grad)
@@ -330,17 +288,19 @@ class RunCache:
         return Fills({n: v for n, v in fills.items() if n not in undeclared}) if undeclared else fills
 
     def oracle(self, family: Family, traits: Mapping[str, Any], case: str, zero: Fills,
-               dtype: torch.dtype, compute: torch.dtype = torch.float64) -> Run:
+               dtype: torch.dtype, compute: torch.dtype = torch.float64, rounded: torch.dtype | None = None) -> Run:
         """The family's oracle built from ``traits``, on the same weights and inputs as the
         variants' runs; ``dtype`` is the dtype of the run it is compared with, ``compute``
         the dtype it computes in (float64: the spec; ``dtype``: the definition's own
-        rounding in that dtype, the precision baseline)."""
+        rounding in that dtype, the precision baseline); ``rounded``: inputs rounded to that
+        dtype first (the truth a kernel running only in that dtype is held to)."""
         semantic = family.semantic_traits(traits)
         key = ("oracle", family.name, tuple(sorted(semantic.items(), key=lambda kv: kv[0])), case, zero,
-               dtype, compute)
+               dtype, compute, rounded)
         if key not in self._runs:
             self._runs[key] = oracle_run(family, semantic, self.cfg, self.inputs(family, case),
-                                         self.weights(family, zero), dtype=dtype, compute=compute)
+                                         self.weights(family, zero), dtype=dtype, compute=compute,
+                                         rounded=rounded)
         return self._runs[key]
 
     def run(self, variant: Variant, case: str, zero: Fills, dtype: torch.dtype,
@@ -350,8 +310,10 @@ class RunCache:
         if key not in self._runs:
             family = variant.family_spec
             args = (variant, self.cfg, self.inputs(family, case), self.variant_weights(variant, zero), dtype, device)
-            self._runs[key] = (inference_run(*args, record=self.record) if mode == "inference"
-                               else run_variant(*args, record=self.record))
+            # a kernel under torch.compile is not recorded: a dispatch mode makes Dynamo run it eager
+            record = self.record and not variant.traits.get("compiled")
+            self._runs[key] = (inference_run(*args, record=record) if mode == "inference"
+                               else run_variant(*args, record=record))
         return self._runs[key]
 
     def warmups(self) -> list[Config]:
@@ -369,7 +331,7 @@ class RunCache:
         the sequence in words."""
         family = variant.family_spec
         key = (variant.key, case, zero, "sequence")
-        calls = [w for w in self.warmups() if not variant.supports(w)]
+        calls = [w for w in self.warmups() if not variant.refuses(w, self.device)]
         said = ", then ".join(f"B={w.batch} T={w.tgt_len} S={w.src_len} seed {w.seed}" for w in calls)
         if key not in self._runs:
             run = Run()
@@ -392,7 +354,8 @@ class RunCache:
 
     def compare_paths(self, variant: Variant, case: str, dtype_name: str) -> PathResult | None:
         family = variant.family_spec
-        if not family.differentiable or not applicable(variant, case) or variant.supports(self.cfg):
+        if (not family.differentiable or not applicable(variant, case) or variant.refuses(self.cfg, self.device)
+                or variant.dtype_reason(dtype_name)):
             return None
         dtype = dtype_of(dtype_name)
         zero = self.fills(variant)
@@ -400,8 +363,9 @@ class RunCache:
         inf_run = self.run(variant, case, zero, dtype, mode="inference")
         if grad_run.error or inf_run.error:
             verdict, max_abs = Verdict.ERROR, math.nan
-        else:
-            f64 = self.run(variant, case, zero, torch.float64, "cpu")
+        else:  # the rounding noise measured against its float64 run (the oracle's, for a half-only kernel)
+            f64 = (self.oracle(family, variant.traits, case, zero, dtype, rounded=dtype)
+                   if variant.dtype_reason("float64") else self.run(variant, case, zero, torch.float64, "cpu"))
             tv = compare_tensors(grad_run.tensors["output"], inf_run.tensors["output"],
                                  f64.tensors.get("output"), f64.tensors.get("output"), dtype)
             verdict, max_abs = tv.verdict, tv.max_abs

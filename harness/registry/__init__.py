@@ -15,7 +15,6 @@ import dataclasses
 import importlib.metadata
 import importlib.util
 import sys
-import traceback
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -23,14 +22,17 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from harness.base.boundary import FailedReason, UserCodeError, guarded, tensor_result, user_code
+from harness.base.boundary import UserCodeError, user_code
 from harness.base.config import Config
+from harness.base.devices import DeviceSet
+from harness.base.dtypes import FLOAT_DTYPES
 from harness.base.errors import ConfigError, RegistryError, UnknownName, VariantFileError
 from harness.base.seeding import seed_everything
 from harness.families.base import Family
 from harness.families.catalog import FAMILIES, get_family
 from harness.porting.entries import ParamMap
 from harness.porting.portmap import MapSpec, PortMap
+from harness.registry.guard import guard, import_failure, variant_files, where_in
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,9 @@ class Variant:
     fixed     module parameters outside the family, with the reason they are held
     reference True for the family's baseline (speed ratios, error against it)
     supports  Config -> None, or a reason the variant cannot be built for it
+    dtypes    the dtypes it runs in (``("float16", "bfloat16")``); empty: any. Without float64:
+              semantics decided in each of them (``harness.check.own_dtype``)
+    devices   the device types it runs on and why only there (``DeviceSet``); None: any
     """
 
     id: str
@@ -61,6 +66,8 @@ class Variant:
     summary: str = ""
     reference: bool = False
     supports: Callable[[Config], str | None] = lambda cfg: None
+    dtypes: tuple[str, ...] = ()
+    devices: DeviceSet | None = None
     origin: str = ""  # module or file that registered it
 
     @property
@@ -73,8 +80,26 @@ class Variant:
         still works; registration has already checked the name)."""
         return get_family(self.family)
 
+    def refuses(self, cfg: Config, device: str | torch.device = "cpu") -> str | None:
+        """Why the variant is not run for ``cfg`` on ``device`` (None: it is): its declared
+        device set first, then ``supports``."""
+        return (self.devices.refuses(device) if self.devices is not None else None) or self.supports(cfg)
+
     def map_for(self, cfg: Config) -> ParamMap:
         return self.param_map(cfg) if callable(self.param_map) else self.param_map
+
+    @property
+    def own_dtype_semantics(self) -> bool:
+        """Whether it declares dtypes without float64 (its semantics decided in each of them)."""
+        return bool(self.dtypes) and "float64" not in self.dtypes
+
+    def semantic_dtypes(self) -> tuple[str, ...]:
+        """The dtypes its semantics are decided in: float64, or its own (``own_dtype_semantics``)."""
+        return self.dtypes if self.own_dtype_semantics else ("float64",)
+
+    def dtype_reason(self, dtype: str) -> str | None:
+        """Why it does not run in ``dtype`` (None when it does)."""
+        return None if dtype in (self.dtypes or (dtype,)) else f"runs in {', '.join(self.dtypes)} only"
 
 
 REGISTRY: dict[str, Variant] = {}
@@ -87,6 +112,9 @@ def register(**fields: Any) -> Variant:
         variant = Variant(**fields, origin=_loading_origin[-1] if _loading_origin else "")
     except TypeError as exc:
         raise RegistryError(f"bad register(...) call: {exc}") from None
+    if variant.devices is not None and not isinstance(variant.devices, DeviceSet):
+        raise RegistryError(f"variant '{variant.key}': devices={variant.devices!r} must be a "
+                            "harness.DeviceSet(types, why)")
     if variant.family not in FAMILIES:
         raise RegistryError(
             f"variant '{variant.id}' names unknown family '{variant.family}'; "
@@ -100,13 +128,17 @@ def register(**fields: Any) -> Variant:
     problems = FAMILIES[variant.family].validate_traits(variant.id, variant.traits)
     if problems:
         raise RegistryError(f"variant '{variant.key}': " + "; ".join(problems))
+    if isinstance(variant.dtypes, str) or any(d not in FLOAT_DTYPES for d in variant.dtypes):
+        raise RegistryError(f"variant '{variant.key}': dtypes {variant.dtypes!r} must be a tuple of "
+                            f"{list(FLOAT_DTYPES)}")
+    variant = dataclasses.replace(variant, dtypes=tuple(variant.dtypes))
     if not variant.id or not variant.id.replace("_", "").replace("-", "").isalnum():
         raise RegistryError(f"variant id {variant.id!r} must be letters, digits, '_' or '-'")
     requires = FAMILIES[variant.family].requires
     if requires is not None:
         own = variant.supports
         variant = dataclasses.replace(variant, supports=lambda cfg: requires(variant.traits, cfg) or own(cfg))
-    variant = _guard(variant)
+    variant = guard(variant)
     if variant.key in REGISTRY:
         raise RegistryError(
             f"variant '{variant.key}' is registered twice "
@@ -114,48 +146,6 @@ def register(**fields: Any) -> Variant:
         )
     REGISTRY[variant.key] = variant
     return variant
-
-
-def variant_files(variant: Variant) -> tuple[str, ...]:
-    """The user's file a variant came from (its errors name lines in it), if any."""
-    return (variant.origin,) if variant.origin.endswith(".py") else ()
-
-
-def _guard(variant: Variant) -> Variant:
-    """Every function of ``variant`` a user wrote, behind the one boundary
-    (``harness.base.boundary``): build, call (its answer checked), a parameter map that is a
-    function, and ``supports``. Wherever the harness calls them (check, diff, bench, map,
-    decode, the pytest plugin), a failure is one line naming the stage, file and line."""
-    files = variant_files(variant)
-
-    def wrap(stage, fn, check=None):
-        return guarded(stage, fn, files=files, who=variant.key, check=check)
-    checked_supports = wrap("supports", variant.supports, _reason)
-
-    def supports(cfg: Config) -> str | None:  # a failing supports skips the variant, said as its error
-        try:
-            return checked_supports(cfg)
-        except UserCodeError as exc:
-            return FailedReason(exc)
-
-    supports.harness_guarded = "supports"  # type: ignore[attr-defined]
-    changes = {"build": wrap("build", variant.build), "call": wrap("call", variant.call, tensor_result),
-               "supports": supports}
-    if callable(variant.param_map):
-        changes["param_map"] = wrap("param map", variant.param_map, _param_map)
-    return dataclasses.replace(variant, **changes)
-
-
-def _reason(result: Any, args: tuple, kwargs: dict) -> str | None:
-    if result is not None and not isinstance(result, str):
-        return f"supports returned {type(result).__name__}; it returns None (supported) or a reason (a str)"
-    return None
-
-
-def _param_map(result: Any, args: tuple, kwargs: dict) -> str | None:
-    if not isinstance(result, Mapping):
-        return f"the param map returned {type(result).__name__}, not a dict of canonical name -> entry"
-    return None
 
 
 PACK_GROUP = "attention_harness.variants"
@@ -193,7 +183,7 @@ def load_packs() -> list[str]:
                 raise VariantFileError(f"variant pack '{ep.name}' ({ep.value}): {exc}") from None
             raise VariantFileError(
                 f"variant pack '{ep.name}' ({ep.value}) failed to import: "
-                + (f"{type(exc).__name__}: {exc}{_where(exc, None)}" if exc is not None else failed.problem)
+                + (f"{type(exc).__name__}: {exc}{where_in(exc, None)}" if exc is not None else failed.problem)
             ) from None
         finally:
             _loading_origin.pop()
@@ -202,18 +192,6 @@ def load_packs() -> list[str]:
         if isinstance(note, str) and note:
             PACK_NOTES[ep.name] = note
     return list(_loaded_packs)
-
-
-def _where(exc: BaseException, path: Path | None) -> str:
-    """' (line N)' in the user's file when the error came from there; else the last frame."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    if path is not None:
-        mine = [f for f in frames if f.filename and Path(f.filename).resolve() == path]
-        if mine:
-            return f" (line {mine[-1].lineno})"
-    if frames:
-        return f" ({Path(frames[-1].filename).name}, line {frames[-1].lineno})"
-    return ""
 
 
 def load_file(path: str | Path) -> list[Variant]:
@@ -249,7 +227,7 @@ def load_file(path: str | Path) -> list[Variant]:
             spec.loader.exec_module(module)
     except UserCodeError as failed:
         _undo(name, before)
-        raise VariantFileError(_import_failure(given, resolved, failed)) from None
+        raise VariantFileError(import_failure(given, resolved, failed)) from None
     finally:
         _loading_origin.pop()
     if printed.text.strip():  # what it printed at import goes to stderr: stdout is the harness's
@@ -258,24 +236,6 @@ def load_file(path: str | Path) -> list[Variant]:
     if not added:
         raise VariantFileError(f"variant file '{given}' registered no variant (call harness.register)")
     return added
-
-
-def _import_failure(given: str, resolved: Path, failed: UserCodeError) -> str:
-    """One line for a variants file that failed to import."""
-    exc = failed.original
-    if isinstance(exc, RegistryError):
-        return f"variant file '{given}': {exc}"
-    if isinstance(exc, SyntaxError):  # its own lineno is the user's line; the traceback's is ours
-        where = exc.filename if exc.filename and Path(exc.filename).resolve() != resolved else None
-        return (f"variant file '{given}' has a syntax error at line {exc.lineno}"
-                f"{f' of {where}' if where else ''}: {exc.msg}")
-    if isinstance(exc, SystemExit):
-        return (f"variant file '{given}' exited at import with SystemExit({exc.code!r}){_where(exc, resolved)}: "
-                "a variants file must not call sys.exit; guard script code with if __name__ == '__main__':")
-    shown = f" [it printed: {failed.output.strip().splitlines()[-1][:160]}]" if failed.output.strip() else ""
-    if exc is None or isinstance(exc, KeyboardInterrupt):
-        return f"variant file '{given}' failed to import: {failed.problem}{shown}"
-    return f"variant file '{given}' failed to import: {type(exc).__name__}: {exc}{_where(exc, resolved)}{shown}"
 
 
 def _undo(module_name: str, before: set[str]) -> None:
@@ -357,7 +317,7 @@ def build(
 ) -> tuple[Any, PortMap | None]:
     """Seed, build ``variant`` for ``cfg`` in eval mode on ``device``/``dtype`` and, when
     ``weights`` (canonical) are given, port them in. Returns (module, port map)."""
-    reason = variant.supports(cfg)
+    reason = variant.refuses(cfg, device)
     if reason:
         raise ConfigError(f"{variant.key} cannot be built for this config: {reason}")
     seed_everything(cfg.seed)
@@ -400,6 +360,13 @@ class Target:
     metric: str = "saved_bytes"
     minimum: float | None = None  # growth: also at least this exponent
     text: str = ""
+
+    @property
+    def device(self) -> str | None:
+        """The device kind the target is about ('cpu', 'cuda'): ``where``'s device; None
+        for a target that names none (decided on any device's rows)."""
+        device = self.where.get("device")
+        return None if device is None else str(device).split(":")[0]
 
 
 TARGETS: list[Target] = []
