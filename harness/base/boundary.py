@@ -311,14 +311,19 @@ def check_output(out: Any, *, inputs: Any = (), device: str | torch.device | Non
     if not isinstance(out, torch.Tensor):
         extra = " (return the output tensor, e.g. m(...)[0])" if isinstance(out, (tuple, list)) else ""
         return f"{what} returned {type(out).__name__}, not a tensor{extra}"
-    if out.device.type == "meta":
-        return f"{what} returned a tensor on the meta device (shapes only, no values): compute it on the inputs' device"
-    if device is not None and out.device.type != torch.device(device).type:
-        return f"{what} returned a tensor on {out.device}, not on the call's device {torch.device(device).type}"
+    # the call's device: given, or any of its inputs' (an index tensor may stay on the CPU)
+    devices = {torch.device(device).type} if device is not None else {t.device.type for _, t in _tensors(inputs)}
+    if devices and out.device.type not in devices:
+        if out.device.type == "meta":
+            return (f"{what} returned a tensor on the meta device (shapes only, no values): compute it on the "
+                    "inputs' device")
+        return f"{what} returned a tensor on {out.device}, not on the call's device ({', '.join(sorted(devices))})"
     if dtype is not None and out.is_floating_point() and out.dtype != dtype:
         return f"{what} returned {_dtype(out.dtype)}, not the call's {_dtype(dtype)} (a cast dropped or added)"
     if shape is not None and tuple(out.shape) != tuple(shape):
         return f"{what} returned shape {tuple(out.shape)}, not {tuple(shape)}"
+    if out.device.type == "meta":
+        return None  # no storage to share
     try:
         storage = out.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):
