@@ -80,7 +80,8 @@ def test_every_generated_fault_is_its_variants_error_row_and_the_others_hold(tmp
                 wrong.append(f"{stage}/{fault}: a variant that only prints is not judged correct: {mine[0]['note']}")
         elif any(s["ok"] for s in mine) or not all(all(w in s["note"] for w in words) for s in mine):
             wrong.append(f"{stage}/{fault}: {[s['note'][:200] for s in mine]} lacks {words}")
-        elif fault not in faults.ANSWERS[stage] and not any(faults.STAGE_NAME[stage] in s["note"] for s in mine):
+        elif fault not in faults.ANSWERS[stage] and stage != "call" \
+                and not any(faults.STAGE_NAME[stage] in s["note"] for s in mine):
             wrong.append(f"{stage}/{fault}: the stage is not named: {mine[0]['note'][:200]}")
     controls = [s for s in specs if s["variant"] in CONTROLS]
     assert controls and all(s["ok"] for s in controls), [s["note"] for s in controls if not s["ok"]]

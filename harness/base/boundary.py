@@ -45,8 +45,9 @@ class UserCodeError(Exception):
                  original: BaseException | None = None):
         self.stage, self.problem, self.output, self.who = stage, problem, output, who
         self.original = original  # what the code raised (None: a wrong answer)
-        shown = _first_line(output)
-        super().__init__(f"{stage}: {problem}" + (f" [it printed: {shown}]" if shown else ""))
+        shown = _first_line(output)  # the stage is said, except for the call itself (the usual one)
+        super().__init__(("" if stage == "call" else f"{stage}: ") + problem
+                         + (f" [it printed: {shown}]" if shown else ""))
 
 
 class FailedReason(str):

@@ -165,7 +165,7 @@ def run_variant(
         run.error = describe(exc)
         return run
     if problem := check_output(out, device=device):  # its answer: a tensor on the call's device
-        run.error = f"call: {problem}"
+        run.error = problem
         return run
     run.changed = changed_inputs(snap)
     if out.is_floating_point() and out.dtype != dtype:  # a bfloat16 call answered in float32 (a cast dropped)
