@@ -8,9 +8,8 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from harness.registry import TARGETS
 from harness.report.bench_frame import frame
-from harness.report.targets import MET_TEXT, evaluate
+from harness.report.targets import MET_TEXT, asked_targets, evaluate
 
 
 def _ms(x) -> str:
@@ -194,6 +193,6 @@ def print_targets(rows: list[dict]) -> None:
     cases, _ = frame(rows)
     if cases.empty:
         return
-    for t in TARGETS:
+    for t in asked_targets(cases):
         e = evaluate(t, cases)
         print(f"target: {e['target']}: {MET_TEXT[e['met']]} ({e['measured']}; threshold {e['threshold']})")

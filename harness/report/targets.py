@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from harness.bench.timing import INTERVAL_LEVEL
-from harness.registry import Target
+from harness.registry import TARGETS, Target
 
 
 def _select(df: pd.DataFrame, family: str, variant: str, where: Mapping[str, object]) -> pd.DataFrame:
@@ -111,6 +111,13 @@ def evaluate(target: Target, df: pd.DataFrame) -> dict:
     else:
         raise ValueError(f"unknown target kind {target.kind!r}")
     return out
+
+
+def asked_targets(cases: pd.DataFrame) -> list[Target]:
+    """The registered targets whose variant was measured in ``cases`` (a report of a user's
+    variants, or of one family, leaves the others unsaid)."""
+    measured = set(cases["variant"]) if "variant" in cases else set()
+    return [t for t in TARGETS if t.variant in measured]
 
 
 MET_TEXT = {True: "yes", False: "NO", None: "not measured", "not claimed": "not claimed (disturbed)",
