@@ -239,8 +239,11 @@ class VariantItem(pytest.Item):
         if wrong:
             by_kind = SimpleNamespace(specs=[], gradchecks=[], dropouts=[])
             getattr(by_kind, {"gradcheck": "gradchecks", "dropout": "dropouts"}.get(self.aspect, "specs")).extend(wrong)
+            cause = _first_cause(wrong)
+            if self.aspect == "semantics" and not any(getattr(r, "verdict", "") == "error" for r in wrong):
+                cause = _mistake(REGISTRY[self.key], self.device) or cause
             raise VariantMismatch(f"{self.key} contradicts its declaration ({self.aspect}: {len(wrong)} of "
-                                  f"{len(results)} checks): {_first_cause(wrong)}\n" + failures_table(by_kind))
+                                  f"{len(results)} checks): {cause}\n" + failures_table(by_kind))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, VariantMismatch):
@@ -284,6 +287,19 @@ def _first_cause(wrong: list) -> str:
     return text.split("; ")[0][:200]
 
 
+def _mistake(variant, device: str) -> str:
+    """The one line ``check`` prints naming the variant's mistake (the convention or trait
+    value that makes its own float64 run fit: ``harness.trace.explain.Mistakes``), or ''."""
+    from types import SimpleNamespace
+
+    from harness.base.config import CONFIG_MATRIX
+    from harness.check.results import SpecResult
+    from harness.trace.explain import Mistakes
+
+    specs = [r for r in _check_one(variant, device) if isinstance(r, SpecResult)]
+    return Mistakes(SimpleNamespace(specs=specs), CONFIG_MATRIX).line(variant.family, variant.id)
+
+
 def _check_one(variant, device: str) -> list:
     """The one place that decides a user's variant: its spec over the config matrix (the
     lead's ``check_one_variant``), run once per (variant, device) in a session and shared
@@ -298,7 +314,7 @@ def _check_one(variant, device: str) -> list:
         from harness.base.config import CONFIG_MATRIX
 
         configs = variant.family_spec.configs_of(CONFIG_MATRIX).values()
-        reasons = [variant.supports(cfg) for cfg in configs]
+        reasons = [variant.refuses(cfg, device) for cfg in configs]
         if reasons and all(reasons):  # built for no config here (a CUDA-only kernel on CPU)
             pytest.skip("; ".join(dict.fromkeys(reasons)))
         pytest.fail(f"{variant.key} was checked on no config and case (check traits['cases'] "

@@ -153,8 +153,9 @@ def test_a_declaration_no_oracle_can_build_is_refused(traits, message):
 
 def test_the_kernel_fields_leave_every_other_config_as_it_was():
     cfg = Config()
-    assert (cfg.kv_heads, cfg.n_kv_heads, cfg.window, cfg.softcap, cfg.block) == (None, 4, None, 0.0, 64)
-    assert Config.parse(["heads=8"]).n_kv_heads == 8   # kv_heads follows heads unless set
+    assert (cfg.kv_heads, cfg.n_kv_heads, cfg.window, cfg.softcap, cfg.block) == (4, 4, None, 0.0, 64)
+    assert Config.parse(["heads=8"]).kv_heads == 8   # kv_heads follows heads unless set
+    assert Config(kv_heads=2).replace(heads=8).kv_heads == 2
 
 
 @pytest.mark.parametrize("item,value", [

@@ -4,11 +4,11 @@ with ``$ ``), so the documentation and the tool cannot drift apart.
 
 - Each runs in a copy of the repository (nothing here is written to), with this Python
   environment first on PATH, and must exit 0, or the status its trailing comment names
-  (``# exit 1``). Commands of one block run in order in one copy; the blocks that measure a
-  ``harness report`` of the project's variants share one copy, README first, then the
-  manual's pages by name, so a later ``report`` finds the log an earlier one measured, as a
-  user's second run would (a report of a user's ``--variants`` file measures in a copy of
-  its own). Each copy's commands are one test class (``TestCopy_<copy>``), so
+  (``# exit 1``). Commands of one README block, or of one page of the manual, run in order
+  in one copy; the blocks that measure a ``harness report`` of the project's variants share
+  one copy, README first, then the manual's pages by name, so a later ``report`` finds the
+  log an earlier one measured, as a user's second run would (a report of a user's
+  ``--variants`` file measures in a copy of its own). Each copy's commands are one test class (``TestCopy_<copy>``), so
   pytest-xdist's ``--dist loadscope`` keeps a copy on one worker and runs independent
   copies side by side. (Not ``--dist loadgroup``: with pytest 9.2 its ``xdist_group`` marks
   are silently ignored, pytest-xdist issue 1386.)
@@ -243,8 +243,9 @@ def _copy_repository(copy: Path) -> None:
 
 
 def copy_group(command: Command) -> str:
-    """The copy a command runs in: one per block, but every block that measures a report of
-    the project's variants (``harness report`` without ``--from`` or ``--variants``) shares
+    """The copy a command runs in: one per README block, one per page of the manual (a page's
+    later commands read what its earlier ones wrote), but every block that measures a report
+    of the project's variants (``harness report`` without ``--from`` or ``--variants``) shares
     one (a user's second ``report`` finds the first one's log). A report of a user's file
     measures other code (its log would not be the project's): a copy of its own."""
     block = [c for c in RUNNABLE if (c.source, c.block) == (command.source, command.block)]
@@ -252,8 +253,9 @@ def copy_group(command: Command) -> str:
                                                rest := split_setup(c.text)[1])]
     if reports and not any("--variants" in r for r in reports):
         return "report"
-    where = "" if command.source == "README.md" else Path(command.source).stem + "-"
-    return f"{where}block{command.block}"
+    if command.source == "README.md" or reports:
+        return ("" if command.source == "README.md" else Path(command.source).stem + "-") + f"block{command.block}"
+    return Path(command.source).stem  # a page of the manual: its commands in order, in one copy
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from harness.check.results import PairResult
 from harness.cli.main import main
 from harness.registry import load_all, reference_of, variants_of
 from harness.report.markdown import write_report
-from harness.report.summary import NOT_CLAIMED, short_verdict, verdict_against_reference
+from harness.report.summary import NOT_CLAIMED, reference_verdict, short_verdict, verdict_against_reference
 from harness.report.tables import WIDTH
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -55,10 +55,11 @@ def test_verdict_is_the_worst_against_the_reference():
     worse = agree + [_pair(ref, other, "different", ok=False, reason="eps: 1e-6 vs 1e-5")]
     text = verdict_against_reference("norm", other, worse)
     assert text.startswith("different (eps: 1e-6 vs 1e-5)") and "contradicts" in text
-    assert short_verdict(text) == "! different: eps"
-    assert short_verdict("different (norm_formula: rms vs layernorm; eps: 1e-06 vs 1e-05)") == \
-        "different: norm_formula, eps"
-    assert short_verdict("equivalent") == "equivalent"
+    assert short_verdict(reference_verdict("norm", other, worse)) == "! different: eps"
+    two = [_pair(ref, other, "different", reason="norm_formula: rms vs layernorm; eps: 1e-06 vs 1e-05")]
+    assert short_verdict(reference_verdict("norm", other, two)) == "different: norm_formula, eps"
+    assert short_verdict(reference_verdict("norm", other, agree)) == "equivalent"
+    assert short_verdict(reference_verdict("norm", ref, agree)) == "reference"
 
 
 def test_the_first_screen_of_the_quick_report(tmp_path):
@@ -145,3 +146,33 @@ def test_the_committed_reference_is_compared_only_like_with_like(tmp_path, capsy
 def test_fixtures_are_logs_the_harness_wrote(fixture):
     rows = read_log(fixture)
     assert _cases(rows) and all(c["status"] == "ok" for c in _cases(rows))
+
+
+def test_a_declared_error_is_named_as_such_not_as_the_verdict():
+    """The write-ups' -1e9 mask fills cannot be held in float16 (masked_fill raises): the
+    check expects that error, and the summary says so beside the verdict where both ran."""
+    from harness.base.config import CONFIG_MATRIX
+    from harness.check.pairs import derive_pairs
+    from harness.check.spec import SpecChecker
+    from harness.registry import get_variant
+    from harness.report.summary import ReferenceVerdict, reference_verdict
+
+    ref = reference_of("attention").id
+    engine = SpecChecker({"default": CONFIG_MATRIX["default"]}, "cpu")
+    specs = {(v, "default", "self", dtype): engine.check(get_variant("attention", v), "default", "self", dtype)
+             for v in ("annotated", ref) for dtype in ("float32", "float16")}
+    pairs = [p for dtype in ("float32", "float16")
+             for p in derive_pairs(engine.checkers, "attention", "default", "self", dtype, specs=specs, device="cpu")]
+    error = [p for p in pairs if p.verdict == "error"]
+    overflow = "annotated: fill -1e+09 overflows float16"
+    assert [(p.dtype, p.ok, p.declared) for p in error] == [("float16", True, overflow)]
+    outcome = reference_verdict("attention", "annotated", pairs)
+    assert isinstance(outcome, ReferenceVerdict) and outcome.verdict == "equivalent" and not outcome.contradicts
+    assert str(outcome) == f"equivalent; float16: declared error ({overflow})"
+
+
+def test_an_undeclared_error_stays_the_verdict():
+    ref = reference_of("norm").id
+    other = next(v.id for v in variants_of("norm") if v.id != ref)
+    crashed = [_pair(ref, other, "equivalent"), _pair(ref, other, "error", ok=False)]
+    assert verdict_against_reference("norm", other, crashed).startswith("error")

@@ -16,7 +16,8 @@ is this file's, as it would be a user's. Designs:
 - ``sdpa_flash_cpu``: the same under ``SDPBackend.FLASH_ATTENTION``: on CPU
   ``_scaled_dot_product_flash_attention_for_cpu`` (the kernel path column shows it); the
   causal diagonal bottom-right through the mask; no dropout (the fused CPU kernels refuse
-  it).
+  it). Declared CPU-only (``devices``): on CUDA tensors the flash backend is another kernel
+  and refuses a mask ("No available kernel"); every command skips it there with that reason.
 - ``sdpa_flash``, ``sdpa_efficient``, ``sdpa_cudnn``: the CUDA-only backends, registered
   and skipped with the reason: without a GPU, none runs; with one, they take half precision
   (float32 for the efficient one) on CUDA tensors, while the check runs kernels in float64 on
@@ -41,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from harness import register_kernel
+from harness import DeviceSet, register_kernel
 
 SOURCE = "torch"
 
@@ -201,6 +202,7 @@ def _cuda_only(name: str):
 
 
 SDPA_ROWS = {"fully_masked_row": "zeros", "fully_masked_grad": "none"}  # SDPA's safe softmax
+SDPA_ASKS = "sdpa() calls is_causal=True without a mask when no key is masked (mask.all())"
 
 register_kernel(
     id="eager", source=SOURCE, reference=True, summary="explicit softmax, -inf fill, top-left",
@@ -218,13 +220,16 @@ register_kernel(
     id="sdpa_math", source=SOURCE, summary="SDPA, math backend, enable_gqa",
     fn=functools.partial(sdpa, backend=SDPBackend.MATH),
     traits={"causal": "top_left", **SDPA_ROWS, "dropout_sites": ("attention probabilities",),
-            "note": "backend: SDPBackend.MATH"},
+            "note": "backend: SDPBackend.MATH", "data_dependent": SDPA_ASKS},
 )
 register_kernel(
     id="sdpa_flash_cpu", source=SOURCE, summary="SDPA, flash backend (CPU kernel), bottom-right",
     fn=lambda q, k, v, mask, causal=False, window=None: sdpa(
         q, k, v, mask, causal, window, backend=SDPBackend.FLASH_ATTENTION, align="bottom_right"),
-    traits={"causal": "bottom_right", **SDPA_ROWS, "note": "backend: SDPBackend.FLASH_ATTENTION (no dropout on CPU)"},
+    traits={"causal": "bottom_right", **SDPA_ROWS, "note": "backend: SDPBackend.FLASH_ATTENTION (no dropout on CPU)",
+            "data_dependent": SDPA_ASKS},
+    devices=DeviceSet(("cpu",), "on CUDA tensors SDPBackend.FLASH_ATTENTION is another kernel "
+                                "(half precision only, no arbitrary mask): sdpa_flash"),
 )
 for _backend, _name in ((SDPBackend.FLASH_ATTENTION, "sdpa_flash"), (SDPBackend.EFFICIENT_ATTENTION, "sdpa_efficient"),
                         (SDPBackend.CUDNN_ATTENTION, "sdpa_cudnn")):
@@ -234,6 +239,7 @@ for _backend, _name in ((SDPBackend.FLASH_ATTENTION, "sdpa_flash"), (SDPBackend.
         traits={"causal": "top_left", **SDPA_ROWS, "dropout_sites": ("attention probabilities",),
                 "note": f"backend: SDPBackend.{_backend.name}"},
         supports=_cuda_only(f"SDPBackend.{_backend.name}"),
+        devices=DeviceSet(("cuda",), f"SDPBackend.{_backend.name} is a CUDA kernel"),
     )
 register_kernel(
     id="flex", source=SOURCE, summary="flex_attention: block mask, softcap as score_mod",

@@ -58,7 +58,7 @@ def _check_family(report: CheckReport, engine: SpecChecker, family_name: str, co
         if progress:
             progress(v.key)
         for config, cfg in configs.items():
-            why = v.supports(cfg)
+            why = v.refuses(cfg, engine.device)
             if why:
                 report.skipped.append((family_name, v.id, config, why))
         report.specs += engine.check_specs(v, dtypes)

@@ -8,7 +8,7 @@ import torch
 
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, PortingError
+from harness.base.errors import HarnessError, PortingError, exception_line
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.dropout_stats import DRAW_OPS, statistical_checks
@@ -60,7 +60,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     family = variant.family_spec
     if not family.differentiable:
         return None
-    cfg = next((c for c in GRADCHECK_CONFIGS if not variant.supports(c)), None)
+    cfg = next((c for c in GRADCHECK_CONFIGS if not variant.refuses(c, "cpu")), None)  # gradcheck runs on CPU
     if cfg is None:
         return None
     cases = [c.name for c in family.cases if applicable(variant, c.name)
@@ -98,7 +98,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     except HarnessError:
         raise
     except Exception as exc:
-        ok, note = False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        ok, note = False, exception_line(exc)
     return GradcheckResult(family.name, variant.id, name, case, bool(ok), note)
 
 
@@ -115,7 +115,7 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
     statistics of ``harness.check.dropout_stats`` (kept fraction per site at two rates, the
     mean of train calls or the zeroed residual branches against eval)."""
     family = variant.family_spec
-    if not family.differentiable or variant.supports(cfg):
+    if not family.differentiable or variant.refuses(cfg, "cpu"):  # the dropout checks run on CPU
         return []
     case = next((c.name for c in family.cases if applicable(variant, c.name)), None)
     if case is None:
@@ -143,7 +143,7 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
         except HarnessError:
             raise
         except Exception as exc:
-            return None, [], f"{type(exc).__name__}: {exc}"[:200]
+            return None, [], exception_line(exc)
 
     base, _, err0 = forward(cfg, False)
     evald, eval_ops, err1 = forward(dropped, False)
@@ -186,7 +186,7 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
     from torch._dynamo.utils import counters
 
     family = variant.family_spec
-    if not family.differentiable or variant.supports(checker.cfg):
+    if not family.differentiable or variant.refuses(checker.cfg, checker.device):
         return None
     case = next((c.name for c in family.cases if applicable(variant, c.name)), None)
     if case is None:

@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, InputError, PortingError
+from harness.base.errors import HarnessError, InputError, PortingError, exception_line
 from harness.base.kernels import PATH_MARKERS
 from harness.base.verdicts import Verdict
 from harness.check.left_out import undeclared_absent
@@ -207,7 +207,7 @@ def run_variant(
     except HarnessError:
         raise
     except Exception as exc:  # a variant that fails on this case/dtype is a finding
-        run.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        run.error = exception_line(exc)
         return run
     if not isinstance(out, torch.Tensor):  # the user's call adapter or forward: its error row
         run.error = (f"the call returned {type(out).__name__}, not a tensor (the variant's call adapter "
@@ -355,7 +355,7 @@ class RunCache:
         the sequence in words."""
         family = variant.family_spec
         key = (variant.key, case, zero, "sequence")
-        calls = [w for w in self.warmups() if not variant.supports(w)]
+        calls = [w for w in self.warmups() if not variant.refuses(w, self.device)]
         said = ", then ".join(f"B={w.batch} T={w.tgt_len} S={w.src_len} seed {w.seed}" for w in calls)
         if key not in self._runs:
             run = Run()
@@ -372,13 +372,13 @@ class RunCache:
             except HarnessError:
                 raise
             except Exception as exc:  # a module that cannot be called twice is a finding
-                run.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                run.error = exception_line(exc)
             self._runs[key] = run
         return self._runs[key], said
 
     def compare_paths(self, variant: Variant, case: str, dtype_name: str) -> PathResult | None:
         family = variant.family_spec
-        if not family.differentiable or not applicable(variant, case) or variant.supports(self.cfg):
+        if not family.differentiable or not applicable(variant, case) or variant.refuses(self.cfg, self.device):
             return None
         dtype = dtype_of(dtype_name)
         zero = self.fills(variant)

@@ -248,18 +248,18 @@ class SpecChecker:
 
     def _zero(self, variant: Variant, case: str, checker: RunCache):
         ref = reference_of(variant.family)
-        if ref is not None and (ref.supports(checker.cfg) or not applicable(ref, case)):
+        if ref is not None and (ref.refuses(checker.cfg, checker.device) or not applicable(ref, case)):
             ref = None
         return checker.fills(variant) | (checker.fills(ref) if ref else {})
 
     def _judge(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
         checker = self.checkers[config]
         family = variant.family_spec
-        if not applicable(variant, case) or variant.supports(checker.cfg):
+        if not applicable(variant, case) or variant.refuses(checker.cfg, checker.device):
             return None
         dtype = dtype_of(dtype_name)
         ref = reference_of(family.name)
-        if ref is not None and (ref.supports(checker.cfg) or not applicable(ref, case)):
+        if ref is not None and (ref.refuses(checker.cfg, checker.device) or not applicable(ref, case)):
             ref = None
         zero = checker.fills(variant) | (checker.fills(ref) if ref else {})
         run = checker.run(variant, case, zero, dtype)
@@ -280,10 +280,12 @@ class SpecChecker:
             run.error = (f"output shape {tuple(out.shape)} where the oracle's is {tuple(want.shape)} "
                          "(the variant's forward or call adapter returns another shape)")
         if run.error:
-            finding = declared_path_finding(variant.traits, case, config)
-            return SpecResult(**base, verdict=Verdict.ERROR, ok=expected == Verdict.ERROR or bool(finding),
+            finding = declared_path_finding(variant.traits, case, config, self.device, dtype_name)
+            declared = overflow if expected == Verdict.ERROR else finding
+            return SpecResult(**base, verdict=Verdict.ERROR, ok=bool(declared),
                               err=math.nan, ref_err=math.nan, ratio=math.nan, worst="",
-                              note=(f"{PATH_FINDING}: {finding}; " if finding else "") + run.error)
+                              note=(f"{PATH_FINDING}: {finding}; " if finding else "") + run.error,
+                              declared=declared or "")
         if not family.differentiable or not run.tensors["output"].is_floating_point():
             a, o = run.tensors["output"].cpu(), oracle.tensors["output"]
             if a.is_floating_point() and o.is_floating_point():
@@ -348,13 +350,14 @@ class SpecChecker:
         ok = (verdict == expected or (expected == Verdict.LESS_PRECISE and verdict == Verdict.EQUIVALENT)
               or (verdict == Verdict.LESS_PRECISE and expected == Verdict.EQUIVALENT
                   and (dtype_name in self.lenient or loose)))
-        finding = declared_path_finding(variant.traits, case, config)
+        finding = declared_path_finding(variant.traits, case, config, self.device, dtype_name)
+        declared = ""
         if finding and not ok:  # a declared per-case path finding: reported, not a contradiction
-            ok = True
+            ok, declared = True, finding
             notes.insert(0, f"{PATH_FINDING}: {finding}")
         return SpecResult(**base, verdict=verdict, ok=ok, err=bad.err,
                           ref_err=math.nan if bad.ref_err is None else bad.ref_err, ratio=bad.ratio,
-                          worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks)
+                          worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks, declared=declared)
 
     def _inference_check(self, variant, config, case, dtype, zero, oracle, internal,
                          baselines, loose=False) -> TensorCheck:

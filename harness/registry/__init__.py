@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from harness.base.config import Config
+from harness.base.devices import DeviceSet
 from harness.base.errors import ConfigError, RegistryError, UnknownName, VariantFileError
 from harness.base.seeding import seed_everything
 from harness.families.base import Family
@@ -47,6 +48,7 @@ class Variant:
     fixed     module parameters outside the family, with the reason they are held
     reference True for the family's baseline (speed ratios, error against it)
     supports  Config -> None, or a reason the variant cannot be built for it
+    devices   the device types it runs on and why only there (``DeviceSet``); None: any
     """
 
     id: str
@@ -60,6 +62,7 @@ class Variant:
     summary: str = ""
     reference: bool = False
     supports: Callable[[Config], str | None] = lambda cfg: None
+    devices: DeviceSet | None = None
     origin: str = ""  # module or file that registered it
 
     @property
@@ -71,6 +74,11 @@ class Variant:
         """The family this variant belongs to, resolved once (``get_family(self.family)``
         still works; registration has already checked the name)."""
         return get_family(self.family)
+
+    def refuses(self, cfg: Config, device: str | torch.device = "cpu") -> str | None:
+        """Why the variant is not run for ``cfg`` on ``device`` (None: it is): its declared
+        device set first, then ``supports``."""
+        return (self.devices.refuses(device) if self.devices is not None else None) or self.supports(cfg)
 
     def map_for(self, cfg: Config) -> ParamMap:
         return self.param_map(cfg) if callable(self.param_map) else self.param_map
@@ -86,6 +94,9 @@ def register(**fields: Any) -> Variant:
         variant = Variant(**fields, origin=_loading_origin[-1] if _loading_origin else "")
     except TypeError as exc:
         raise RegistryError(f"bad register(...) call: {exc}") from None
+    if variant.devices is not None and not isinstance(variant.devices, DeviceSet):
+        raise RegistryError(f"variant '{variant.key}': devices={variant.devices!r} must be a "
+                            "harness.DeviceSet(types, why)")
     if variant.family not in FAMILIES:
         raise RegistryError(
             f"variant '{variant.id}' names unknown family '{variant.family}'; "
@@ -331,7 +342,7 @@ def build(
 ) -> tuple[Any, PortMap | None]:
     """Seed, build ``variant`` for ``cfg`` in eval mode on ``device``/``dtype`` and, when
     ``weights`` (canonical) are given, port them in. Returns (module, port map)."""
-    reason = variant.supports(cfg)
+    reason = variant.refuses(cfg, device)
     if reason:
         raise ConfigError(f"{variant.key} cannot be built for this config: {reason}")
     seed_everything(cfg.seed)
@@ -369,6 +380,13 @@ class Target:
     metric: str = "saved_bytes"
     minimum: float | None = None  # growth: also at least this exponent
     text: str = ""
+
+    @property
+    def device(self) -> str | None:
+        """The device kind the target is about ('cpu', 'cuda'): ``where``'s device; None
+        for a target that names none (decided on any device's rows)."""
+        device = self.where.get("device")
+        return None if device is None else str(device).split(":")[0]
 
 
 TARGETS: list[Target] = []

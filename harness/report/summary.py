@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 import pandas as pd
 from tabulate import tabulate
@@ -27,9 +28,40 @@ def _verdict(value) -> Verdict:
         return Verdict.ERROR
 
 
-def verdict_against_reference(family: str, variant: str, results: list[PairResult] | None) -> str:
-    """'reference', 'equivalent', 'different (declared: ...)', ... over every case, dtype and
-    config the check ran; '-' when the check did not run (--skip-check) or has no such pair."""
+@dataclass(frozen=True)
+class ReferenceVerdict:
+    """A variant against its family's reference over every case, dtype and config the check
+    ran: the worst verdict where both ran (with the declared difference that explains it), and
+    apart from it the errors a declaration expects (a mask fill a dtype cannot hold: an
+    outcome of the variant's own code, not a failure to compare), per dtype."""
+
+    verdict: Verdict | None                          # None: no pair ran (every one a declared error)
+    why: str = ""
+    declared_errors: tuple[tuple[str, str], ...] = ()  # (dtype, the declaration), each once
+    contradicts: bool = False
+
+    def __str__(self) -> str:
+        if self.verdict is None:
+            text = "-"
+        elif self.verdict.agrees:
+            text = "equivalent"
+        else:
+            text = str(self.verdict)
+            if self.why:
+                text += f" ({self.why[:REASON_WIDTH]}{'...' if len(self.why) > REASON_WIDTH else ''})"
+        by_dtype: dict[str, list[str]] = {}
+        for dtype, why in self.declared_errors:
+            by_dtype.setdefault(dtype, []).append(why)
+        for dtype, whys in by_dtype.items():
+            text += f"; {dtype}: declared error ({'; '.join(whys)})"
+        if self.contradicts:
+            text += " !contradicts its declaration"
+        return text
+
+
+def reference_verdict(family: str, variant: str, results: list[PairResult] | None) -> ReferenceVerdict | str:
+    """The variant's ``ReferenceVerdict``; 'reference' for the reference itself, '-' when the
+    check did not run (--skip-check) or has no such pair."""
     ref = reference_of(family)
     if ref is not None and ref.id == variant:
         return "reference"
@@ -38,30 +70,41 @@ def verdict_against_reference(family: str, variant: str, results: list[PairResul
     mine = [r for r in results if r.family == family and {r.a, r.b} == {ref.id, variant}]
     if not mine:
         return "-"
-    worst = max(mine, key=lambda r: _verdict(r.verdict).rank)
-    agrees = _verdict(worst.verdict).agrees
-    text = "equivalent" if agrees else str(worst.verdict)
-    if not agrees:
-        why = (worst.reason or worst.expected or "").replace("\n", " ").replace("|", "/")
-        if why:
-            text += f" ({why[:REASON_WIDTH]}{'...' if len(why) > REASON_WIDTH else ''})"
-    if not all(r.ok for r in mine):
-        text += " !contradicts its declaration"
-    return text
+    declared = [r for r in mine if _verdict(r.verdict) == Verdict.ERROR and r.expected == Verdict.ERROR
+                and r.ok and r.declared]
+    ran = [r for r in mine if r not in declared]
+    worst = max(ran, key=lambda r: _verdict(r.verdict).rank) if ran else None
+    why = "" if worst is None else (worst.reason or worst.expected or "").replace("\n", " ").replace("|", "/")
+    return ReferenceVerdict(
+        verdict=None if worst is None else _verdict(worst.verdict), why=why,
+        declared_errors=tuple(dict.fromkeys((r.dtype, r.declared) for r in declared)),
+        contradicts=not all(r.ok for r in mine))
 
 
-def short_verdict(text: str) -> str:
+def verdict_against_reference(family: str, variant: str, results: list[PairResult] | None) -> str:
+    """'reference', 'equivalent', 'different (declared: ...)', '...; float16: declared error
+    (...)' over every case, dtype and config the check ran; '-' when it did not run."""
+    return str(reference_verdict(family, variant, results))
+
+
+def short_verdict(outcome: ReferenceVerdict | str) -> str:
     """The summary's cell: the verdict and the names of the traits that explain it
-    ('different: eps, norm_formula'); '!' first where it contradicts the declaration."""
-    bad = text.endswith("!contradicts its declaration")
-    text = text.removesuffix(" !contradicts its declaration")
-    head, _, why = text.partition(" (")
-    traits = re.findall(r"(?:^|; )(\w+): ", why)
-    if traits:
-        head += ": " + ", ".join(dict.fromkeys(traits))
-    elif why.rstrip(")") and why.rstrip(")") != head:
-        head += ": " + why.rstrip(")")[:30]
-    return ("! " if bad else "") + head
+    ('different: eps, norm_formula'), the dtypes where a declared error took the place of a
+    comparison; '!' first where it contradicts the declaration."""
+    if isinstance(outcome, str):  # 'reference', or '-' where no pair ran
+        return outcome
+    v = outcome.verdict
+    text = "-" if v is None else "equivalent" if v.agrees else str(v)
+    if v is not None and not v.agrees:
+        traits = re.findall(r"(?:^|; )(\w+): ", outcome.why)
+        if traits:
+            text += ": " + ", ".join(dict.fromkeys(traits))
+        elif outcome.why and outcome.why != str(v):
+            text += ": " + outcome.why[:30]
+    dtypes = list(dict.fromkeys(dtype for dtype, _ in outcome.declared_errors))
+    if dtypes:
+        text += f"; {', '.join(dtypes)}: declared error"
+    return ("! " if outcome.contradicts else "") + text
 
 
 def _disturbed(row: pd.Series) -> bool:
@@ -153,7 +196,7 @@ def summary_table(cases: pd.DataFrame, results: list[PairResult] | None,
                 pick[mode] = mine.iloc[0] if len(mine) else None
             memory = pick.get("fwd+bwd") if pick.get("fwd+bwd") is not None else pick.get("fwd")
             table.append({"variant": f"{family}/{variant}",
-                          "verdict vs reference": short_verdict(verdict_against_reference(family, variant, results)),
+                          "verdict vs reference": short_verdict(reference_verdict(family, variant, results)),
                           "fwd vs baseline [90%]": _ratio(pick.get("fwd")),
                           "fwd+bwd vs baseline [90%]": _ratio(pick.get("fwd+bwd")),
                           "peak MiB": _mib(memory)})

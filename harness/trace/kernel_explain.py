@@ -16,10 +16,12 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 
 from harness.base.config import Config
+from harness.base.errors import SpecError, UnknownName
 from harness.base.verdicts import Verdict
 from harness.check.runs import RunCache, applicable
 from harness.check.spec import _float64_check, expected_names
 from harness.families import kernel_oracle as K
+from harness.families.base import REQUIRED
 from harness.families.catalog import get_family
 from harness.registry import Variant, get_variant
 
@@ -100,37 +102,75 @@ def _meets(run, oracle, names: Iterable[str]) -> bool:
                for n in names)
 
 
-def explain_kernel(variant: Variant, failing: Iterable[tuple[Config, str]]) -> str:
-    """One line naming the mistake of ``variant`` over its failing (config, case) pairs
-    (float64): the single convention change that fits them all, or that none does."""
+def _left_out(family, variant: Variant) -> list[tuple[str, str, Callable]]:
+    """Each other value of every trait the family gives a default and a vocabulary (``rope``,
+    ``gqa_grouping``, ``gain`` ...): a correct module whose registration left the trait out,
+    or declared another value, fits the oracle of the value it computes."""
+    out = []
+    for name, spec in family.traits.items():
+        if spec.default is REQUIRED or not spec.values:
+            continue
+        for value in spec.values:
+            out.append((f"{name}={value!r}", name, _set(name, value)))
+    return out
+
+
+def convention_fits(variant: Variant, failing: list[tuple[Config, str]]) -> list[str]:
+    """The single conventions, read another way, that make ``variant``'s own float64 run meet
+    the oracle on every (config, case) of ``failing``: the family's named mistakes, then each
+    other value of a trait with a default (a trait left out), each as '<label> (declared ...)'."""
     family = variant.family_spec
     declared = family.semantic_traits(variant.traits)
-    failing = list(failing)
-    if not failing:
-        return ""
     checkers = {id(cfg): RunCache(cfg, record=False) for cfg, _ in failing}
-    fits = []
-    for label, trait, make in MODULE_CANDIDATES.get(family.name) or candidates():
+    named = MODULE_CANDIDATES.get(family.name) or candidates()
+    left_out = _left_out(family, variant) if family.name in MODULE_CANDIDATES else []
+    fits, tried = [], set()
+    for label, trait, make in named + left_out:
+        generic = (label, trait, make) in left_out
         ok = True
-        for cfg, case in failing:
+        for index, (cfg, case) in enumerate(failing):
             checker = checkers[id(cfg)]
             zero = checker.fills(variant)
             traits = make(declared, checker.inputs(family, case))
+            if index == 0 and traits is not None:  # a left-out value a named mistake already tried
+                seen = repr(sorted(traits.items(), key=lambda kv: kv[0]))
+                traits = None if seen in tried else traits
+                tried.add(seen)
             run = checker.run(variant, case, zero, torch.float64) if traits is not None else None
             if traits is None or run.error:
                 ok = False
                 break
-            oracle = checker.oracle(family, traits, case, zero, torch.float64)
+            try:
+                oracle = checker.oracle(family, traits, case, zero, torch.float64)
+            except SpecError:  # a combination no oracle builds (an additive mask's row of zeros)
+                ok = False
+                break
             if not _meets(run, oracle, expected_names(family, oracle, checker, variant)):
                 ok = False
                 break
         if ok:
-            fits.append(f"{label} (declared {trait}={declared[trait]!r})")
+            said = (f"{trait} left out of the traits, read as {declared.get(trait)!r}"
+                    if generic and trait not in variant.traits else f"declared {trait}={declared[trait]!r}")
+            fits.append(f"{label} ({said})")
+    return fits
+
+
+def mistake_line(fits: list[str], failing: list[tuple[Config, str]]) -> str:
+    """The one line naming a mistake from ``convention_fits``' answer."""
     cases = ", ".join(dict.fromkeys(case for _, case in failing))
     if fits:
         return f"reads as {' or '.join(fits)} on every failing case ({cases})"
     return (f"no single convention read another way explains it on {cases}: a computation "
             f"mistake, not a convention")
+
+
+def explain_kernel(variant: Variant, failing: Iterable[tuple[Config, str]]) -> str:
+    """One line naming the mistake of ``variant`` over its failing (config, case) pairs
+    (float64): the single convention change that fits them all, or that none does."""
+    failing = list(failing)
+    if not failing:
+        return ""
+    return mistake_line(convention_fits(variant, failing), failing)
 
 
 def failing_cases(report, variant_id: str, configs: Mapping[str, Config],
@@ -183,13 +223,28 @@ def name_mistakes(family: str, variants: Iterable[Variant], cfg: Config) -> dict
 def explain_mistake(family: str, variant_id: str, report, configs: Mapping[str, Config]) -> str:
     """One line naming a failing variant's mistake, for the families whose conventions are
     enumerable traits: attention kernels, and the attention and norm families' LLaMA-era
-    conventions (empty for others, or when no float64 case fails)."""
+    conventions and left-out traits (empty for others, when no float64 case fails, or for a
+    module's computation bug: the first divergence says where)."""
+    fits = mistake_fits(family, variant_id, report, configs)
+    if fits is None:
+        return ""
+    failing, found = fits
+    if family != "attention_kernel" and not found:
+        return ""
+    return mistake_line(found, failing)
+
+
+def mistake_fits(family: str, variant_id: str, report, configs: Mapping[str, Config]
+                 ) -> tuple[list[tuple[Config, str]], list[str]] | None:
+    """(the failing float64 (config, case) pairs, the conventions that fit them all) of a
+    variant of a family with named mistakes; None where nothing is probed."""
     if family != "attention_kernel" and family not in MODULE_CANDIDATES:
-        return ""
+        return None
     failing = failing_cases(report, variant_id, configs, family)
-    if family != "attention_kernel" and not failing:
-        return ""
-    explained = explain_kernel(get_variant(family, variant_id), failing)
-    if family != "attention_kernel" and explained.startswith("no single"):
-        return ""  # a module's computation bug: the first divergence below says where
-    return explained
+    if not failing:
+        return None
+    try:
+        variant = get_variant(family, variant_id)
+    except UnknownName:  # a report read after its variant left the registry: nothing to probe
+        return None
+    return failing, convention_fits(variant, failing)
