@@ -232,7 +232,8 @@ class VariantItem(pytest.Item):
         from harness.registry import REGISTRY
         from harness.report.tables import failures_table
 
-        results = _aspect(_check_one(REGISTRY[self.key], self.device), self.aspect)
+        variant = REGISTRY[self.key]
+        results = _aspect(_check_one(variant, self.device), self.aspect, variant.semantic_dtypes())
         if not results:  # e.g. no dropout site declared, or no gradcheck for this family
             pytest.skip(f"no {self.aspect} check applies to {self.key} on {self.device}")
         wrong = [r for r in results if not r.ok]
@@ -258,9 +259,10 @@ class VariantItem(pytest.Item):
         return self.path, 0, f"{self.key} [{self.device}-{self.aspect}]"
 
 
-def _aspect(results: list, aspect: str) -> list:
-    """The results of one aspect: semantics (the float64 and exact spec checks), precision
-    (the spec checks in the device's lower dtypes), gradcheck, dropout."""
+def _aspect(results: list, aspect: str, semantic: tuple[str, ...] = ("float64",)) -> list:
+    """The results of one aspect: semantics (the spec checks in ``semantic``, the dtypes the
+    variant's semantics are decided in, and the exact ones), precision (the spec checks in the
+    device's lower dtypes), gradcheck, dropout."""
     from harness.check.results import DropoutResult, GradcheckResult, SpecResult
 
     if aspect == "gradcheck":
@@ -268,7 +270,7 @@ def _aspect(results: list, aspect: str) -> list:
     if aspect == "dropout":
         return [r for r in results if isinstance(r, DropoutResult)]
     specs = [r for r in results if isinstance(r, SpecResult)]
-    exact = [r for r in specs if r.dtype in ("float64", "bool")]
+    exact = [r for r in specs if r.dtype in (*semantic, "bool")]
     return exact if aspect == "semantics" else [r for r in specs if r not in exact]
 
 

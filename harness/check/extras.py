@@ -58,8 +58,8 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     inputs and every parameter together, on the first tiny config it supports and its
     family's first applicable case whose rows all see a key."""
     family = variant.family_spec
-    if not family.differentiable:
-        return None
+    if not family.differentiable or variant.dtype_reason("float64"):
+        return None  # gradcheck needs float64: a half-only kernel's gradients are judged in its dtype
     cfg = next((c for c in GRADCHECK_CONFIGS if not variant.refuses(c, "cpu")), None)  # gradcheck runs on CPU
     if cfg is None:
         return None
@@ -115,8 +115,8 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
     statistics of ``harness.check.dropout_stats`` (kept fraction per site at two rates, the
     mean of train calls or the zeroed residual branches against eval)."""
     family = variant.family_spec
-    if not family.differentiable or variant.refuses(cfg, "cpu"):  # the dropout checks run on CPU
-        return []
+    if not family.differentiable or variant.refuses(cfg, "cpu") or variant.dtype_reason("float64"):
+        return []  # the dropout checks run on CPU in float64 (a kernel without float64: judged in its dtype)
     case = next((c.name for c in family.cases if applicable(variant, c.name)), None)
     if case is None:
         return []
@@ -186,7 +186,8 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
     from torch._dynamo.utils import counters
 
     family = variant.family_spec
-    if not family.differentiable or variant.refuses(checker.cfg, checker.device):
+    if (not family.differentiable or variant.refuses(checker.cfg, checker.device)
+            or variant.dtype_reason(dtype_name)):
         return None
     case = next((c.name for c in family.cases if applicable(variant, c.name)), None)
     if case is None:
