@@ -22,6 +22,13 @@ def targets_for(cases: pd.DataFrame) -> list[Target]:
     return [t for t in TARGETS if t.device is None or t.device in kinds]
 
 
+def asked_targets(cases: pd.DataFrame) -> list[Target]:
+    """The targets of ``targets_for`` whose variant was measured in ``cases``: a report of a
+    user's variants, or of one family, says nothing about targets nobody asked for."""
+    measured = set(cases["variant"]) if "variant" in cases else set()
+    return [t for t in targets_for(cases) if t.variant in measured]
+
+
 def _select(df: pd.DataFrame, family: str, variant: str, where: Mapping[str, object]) -> pd.DataFrame:
     if df.empty:
         return df
