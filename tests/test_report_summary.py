@@ -71,12 +71,19 @@ def test_the_first_screen_of_the_quick_report(tmp_path):
     text = report.read_text()
     head, table = _summary(text)
     assert head[4].startswith("Machine: ") and "threads" in head[4]  # the machine's state on the first lines
-    assert len(head) <= 60 and len([x for x in head if x.startswith("|")]) <= 45
+    assert len(head) <= 64 and len([x for x in head if x.startswith("|")]) <= 52  # one screen, baselines in it
     assert max(map(len, head)) <= WIDTH
-    timed = {f"{c['family']}/{c['variant']}" for c in cases if c["variant"] != reference_of(c["family"]).id}
-    assert {r["variant"] for r in table} == timed  # every variant timed, once; references are the 1.00x
-    assert all(r["verdict vs reference"] == "equivalent" for r in table)
-    for r in table:
+    timed = {f"{c['family']}/{c['variant']}" + (" (baseline)" if c["variant"] == reference_of(c["family"]).id else "")
+             for c in cases}
+    assert [r["variant"] for r in table] == list(dict.fromkeys(r["variant"] for r in table))  # each once
+    assert {r["variant"] for r in table} == timed  # every variant timed; each family's reference marked
+    baselines = [r for r in table if r["variant"].endswith(" (baseline)")]
+    assert baselines and all(r["verdict vs reference"] == "reference" and r["peak MiB"] != "-"
+                             and {r["fwd vs baseline [90%]"], r["fwd+bwd vs baseline [90%]"]} <= {"1.00x", "-"}
+                             and "1.00x" in (r["fwd vs baseline [90%]"], r["fwd+bwd vs baseline [90%]"])
+                             for r in baselines)
+    assert all(r["verdict vs reference"] == "equivalent" for r in table if r not in baselines)
+    for r in (r for r in table if r not in baselines):
         for column in ("fwd vs baseline [90%]", "fwd+bwd vs baseline [90%]"):
             cell = r[column]
             m = re.fullmatch(r"([\d.]+)x \[([\d.]+)-([\d.]+)\]", cell)
@@ -101,7 +108,7 @@ def test_disturbed_rows_are_marked_and_not_claimed(tmp_path):
     head, table = _summary(text)
     machine = head[4]
     assert re.search(r"\*\*\d+ of \d+ groups were timed while the machine was disturbed\*\*", machine), machine
-    norm = [r for r in table if r["variant"].startswith("norm/")]
+    norm = [r for r in table if r["variant"].startswith("norm/") and not r["variant"].endswith(" (baseline)")]
     assert norm and all(NOT_CLAIMED in (r["fwd vs baseline [90%]"], r["fwd+bwd vs baseline [90%]"]) for r in norm)
     figure = re.compile(r"[\d.]+x \[[\d.]+-[\d.]+\]")
     assert any(figure.fullmatch(r["fwd vs baseline [90%]"]) for r in table if not r["variant"].startswith("norm/"))
@@ -115,9 +122,12 @@ def test_a_report_of_my_variant_puts_it_in_the_summary_and_no_one_elses_target(t
     assert {v for v, *_ in asked} == {"my_einsum", reference_of("attention").id}
     text = write_report(read_log(MINE), tmp_path / "mine", profile="quick").read_text()
     _, table = _summary(text)
-    [row] = table
+    baseline, row = table  # its baseline's row beside it: "lighter?" read from the first screen
+    assert baseline["variant"] == f"attention/{reference_of('attention').id} (baseline)"
+    assert baseline["fwd vs baseline [90%]"] == "1.00x" and baseline["verdict vs reference"] == "reference"
     assert row["variant"] == "attention/my_einsum"
     assert row["fwd vs baseline [90%]"] != "-" and row["fwd+bwd vs baseline [90%]"] != "-"
+    assert float(baseline["peak MiB"]) > 0 and float(row["peak MiB"]) > 0
     assert "## Targets" not in text and "fused_sdpa" not in text.split("\n---\n", 1)[0]
 
 

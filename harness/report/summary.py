@@ -126,6 +126,14 @@ def _ratio(row: pd.Series | None) -> str:
     return f"{r:.2f}x [{min(lo, r):.2f}-{max(hi, r):.2f}]"
 
 
+def _baseline_ratio(row: pd.Series | None) -> str:
+    """The baseline's own cell: 1.00x by definition where it was timed (its status otherwise;
+    a disturbed window marks the other rows' ratios, which are the claims)."""
+    if row is None:
+        return "-"
+    return "1.00x" if row.get("status") == "ok" else str(row.get("status"))
+
+
 def _mib(row: pd.Series | None) -> str:
     value = None if row is None else row.get("peak_bytes")
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -172,44 +180,45 @@ def machine_lines(cases: pd.DataFrame, peaks: pd.DataFrame) -> list[str]:
 
 def summary_table(cases: pd.DataFrame, results: list[PairResult] | None,
                   peaks: pd.DataFrame | None = None) -> list[str]:
-    """The first screen: the machine's state, then per variant (references apart: they are
-    the 1.00x every ratio is taken against) its verdict against the family's reference, its
+    """The first screen: the machine's state, then per variant (each family's reference first,
+    marked as the baseline: the 1.00x every ratio is taken against) its verdict against the family's reference, its
     speed against the baseline forward and forward + backward at the headline shape of each
     mode, with the 90% interval, and its peak memory."""
     peaks = pd.DataFrame() if peaks is None else peaks
     eager = cases[~cases.get("compiled", pd.Series(False, index=cases.index)).fillna(False).astype(bool)]
-    table, baselines, shapes = [], [], {}
+    table, shapes = [], {}
     for family, rows in eager.groupby("family", sort=False):
         rows = rows[rows["dtype"] == rows["dtype"].iloc[0]]
         heads = headline_shapes(rows)
         shape_text = ", ".join(f"{mode} {_shape(h)}" for mode, h in heads.items())
         shapes.setdefault(f"{shape_text} {rows['dtype'].iloc[0]}", []).append(family)
         ref = reference_of(family)
-        if ref is not None:
-            baselines.append(f"{family} `{ref.id}`")
-        for variant in dict.fromkeys(rows["variant"]):
-            if ref is not None and variant == ref.id:
-                continue
+        timed = list(dict.fromkeys(rows["variant"]))
+        if ref is not None and ref.id in timed:  # the baseline's own row first: its time and memory beside
+            timed = [ref.id] + [v for v in timed if v != ref.id]
+        for variant in timed:
+            baseline = ref is not None and variant == ref.id
             pick = {}
             for mode, h in heads.items():
                 mine = h[h["variant"] == variant]
                 pick[mode] = mine.iloc[0] if len(mine) else None
             memory = pick.get("fwd+bwd") if pick.get("fwd+bwd") is not None else pick.get("fwd")
-            table.append({"variant": f"{family}/{variant}",
+            table.append({"variant": f"{family}/{variant}" + (" (baseline)" if baseline else ""),
                           "verdict vs reference": short_verdict(reference_verdict(family, variant, results)),
-                          "fwd vs baseline [90%]": _ratio(pick.get("fwd")),
-                          "fwd+bwd vs baseline [90%]": _ratio(pick.get("fwd+bwd")),
+                          "fwd vs baseline [90%]": _baseline_ratio(pick.get("fwd")) if baseline
+                          else _ratio(pick.get("fwd")),
+                          "fwd+bwd vs baseline [90%]": _baseline_ratio(pick.get("fwd+bwd")) if baseline
+                          else _ratio(pick.get("fwd+bwd")),
                           "peak MiB": _mib(memory)})
     lines = machine_lines(cases, peaks) if not cases.empty else []
     lines += ["## Summary: the same as the reference? faster? lighter?", ""]
     if table:
         lines += [tabulate(pd.DataFrame(table), headers="keys", tablefmt="github", showindex=False), ""]
-    else:
+    if not any(not t["variant"].endswith(" (baseline)") for t in table):
         lines += ["Only the families' references were timed: no variant to compare with them.", ""]
     lines += [
         "Speed: baseline time / variant time (> 1 is faster) with its 90% bootstrap interval; `-`: not timed at "
         "that shape. Peak MiB: tensor memory, forward + backward where timed. `!`: the verdict contradicts what "
-        "the variant declares.",
-        "Baselines (1.00x): " + "; ".join(baselines) + ".",
+        "the variant declares; `(baseline)`: the family's reference, the 1.00x its ratios are taken against.",
         "Shapes: " + "; ".join(f"{', '.join(fams)}: {text}" for text, fams in shapes.items()) + ".", ""]
     return lines
