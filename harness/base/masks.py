@@ -37,3 +37,10 @@ def additive_mask(mask: torch.Tensor, dtype: torch.dtype, model_dtype: torch.dty
     if model_dtype is not None:
         fill = max(fill, torch.finfo(model_dtype).min)
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, fill)[:, None]
+
+
+def one_key_at_most(mask: torch.Tensor) -> bool:
+    """Whether every query row of a canonical mask (bool, True = may attend; keys on the
+    last axis) keeps one key at most: its softmax weight is 1 (or the row has none) whatever
+    the scores, so nothing done to the scores (a scale, a softcap) can show there."""
+    return mask.dtype == torch.bool and bool((mask.sum(-1) <= 1).all())

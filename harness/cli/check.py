@@ -109,5 +109,5 @@ def cmd_check(args) -> int:
         print("\n== Path findings (per case: behaviour that depends on the path taken)\n" + found)
     if args.json:
         write_json(args.json, report.as_dict())
-    print(summary_line(report, configs))
+    print(summary_line(report, configs, families))
     return 1 if report.failures else 0

@@ -150,7 +150,7 @@ def register(**fields: Any) -> Variant:
 
 PACK_GROUP = "attention_harness.variants"
 _loaded_packs: dict[str, str] = {}   # entry-point name -> what it loaded (module)
-_user_files: set[str] = set()         # origins of the user files loaded (resolved paths)
+_user_files: dict[str, str] = {}      # origins of the user files loaded (resolved) -> the path as given
 PACK_NOTES: dict[str, str] = {}      # pack name -> where its ``source`` files come from
 
 
@@ -220,7 +220,7 @@ def load_file(path: str | Path) -> list[Variant]:
     if str(resolved.parent) not in sys.path:  # its own folder importable, as for `python file.py`
         sys.path.append(str(resolved.parent))
     _loading_origin.append(origin)
-    _user_files.add(origin)
+    _user_files[origin] = given
     try:
         sys.modules[name] = module
         with user_code("import", files=(origin,), timeout=0) as printed:
@@ -248,6 +248,13 @@ def _undo(module_name: str, before: set[str]) -> None:
 def from_user_file(variant: Variant) -> bool:
     """Registered by a user's file (``--variants``), not by an installed pack."""
     return variant.origin in _user_files
+
+
+def variants_file(variant: Variant) -> str | None:
+    """The user's file that registered ``variant``, as its path was given (``--variants``,
+    the environment or ``load_file``), so a printed command loads it again; None for a
+    variant of the project or of a pack."""
+    return _user_files.get(variant.origin)
 
 
 @contextlib.contextmanager

@@ -26,13 +26,17 @@ OWN_DTYPE = ("semantics of kernels that run only in their own dtypes: error agai
 
 
 def family_text(report: CheckReport, family: str, configs: Mapping[str, Config], *, device: str,
-                factor: float, pairs: str, matrix_note: bool) -> list[str]:
+                factor: float, pairs: str, matrix_note: bool, shown: list[str] | None = None) -> list[str]:
     """One family: its call, cases, what was skipped, the spec matrices per dtype, the
-    equivalence classes and the pair matrices."""
+    equivalence classes and the pair matrices. Its configs are named when its cells hold
+    another list than the legend's (``shown``)."""
     fam = get_family(family)
     lines = [f"\n== {family}: {fam.call}"]
+    own = list(fam.configs_of(configs))
     if fam.matrix is not None and matrix_note:
-        lines.append(f"   configs: {', '.join(fam.configs_of(configs))} ({fam.matrix_note})")
+        lines.append(f"   configs: {', '.join(own)} ({fam.matrix_note})")
+    elif shown is not None and own != shown:
+        lines.append(f"   configs: {', '.join(own)} (one symbol each, in this order)")
     lines += [f"   case {case.name}: {case.note}" for case in fam.cases]
     lines += [f"   {vid} skips config {config}: {why}" for fam_name, vid, config, why in report.skipped
               if fam_name == family]
@@ -67,11 +71,12 @@ def check_text(report: CheckReport, configs: Mapping[str, Config], *, families: 
                factor: float, pairs: str, matrix_note: bool, compile_backend: str | None,
                explained_differences: str | None, explained_failures: str) -> str:
     """Everything ``check`` prints before its summary line."""
+    shown = shown_configs(configs, families)
     lines = [LEGEND, "\nconfigs (one symbol per config in each spec cell, in this order):"]
-    lines += [f"  {name:9s} {cfg.describe()}" for name, cfg in configs.items()]
+    lines += [f"  {name:9s} {cfg.describe()}" for name, cfg in shown.items()]
     for family in families:
         lines += family_text(report, family, configs, device=device, factor=factor, pairs=pairs,
-                             matrix_note=matrix_note)
+                             matrix_note=matrix_note, shown=list(shown))
     lines += ["\n== Differences (declared, with their effect)", differences_table(report.pairs),
               "\n== Kernel paths: autograd vs torch.no_grad() (eval mode)", paths_table(report.paths)]
     if compile_backend:
@@ -86,7 +91,18 @@ def check_text(report: CheckReport, configs: Mapping[str, Config], *, families: 
     return "\n".join(lines)
 
 
-def summary_line(report: CheckReport, configs: Mapping[str, Config]) -> str:
+def shown_configs(configs: Mapping[str, Config], families: list[str]) -> dict[str, Config]:
+    """Every config a spec cell of these families has a symbol for, in the cells' order: the
+    configs asked for, narrowed and extended by each family (the attention family's ``gqa``)."""
+    out: dict[str, Config] = {}
+    for family in families:
+        out.update(get_family(family).configs_of(configs))
+    return out
+
+
+def summary_line(report: CheckReport, configs: Mapping[str, Config], families: list[str] | None = None) -> str:
+    """The last line; ``families`` (those checked) count each family's own configs too."""
+    configs = shown_configs(configs, families) if families else configs
     n_var = len({(s.family, s.variant) for s in report.specs})
     grads = sum(g.ok for g in report.gradchecks)
     drops = sum(d.ok for d in report.dropouts)

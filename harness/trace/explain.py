@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import torch
+
 from harness.base.devices import device_type
-from harness.base.errors import HarnessError
+from harness.base.errors import HarnessError, UnknownName
+from harness.base.masks import one_key_at_most
 from harness.base.verdicts import Verdict
 from harness.check.results import PairResult
+from harness.check.runs import RunCache
 from harness.check.spec import PATH_FINDING
 from harness.families.catalog import get_family
-from harness.registry import reference_of
-from harness.trace.kernel_explain import mistake_fits, mistake_line
+from harness.registry import get_variant, reference_of
+from harness.trace.kernel_explain import hidden_by_one_key, mistake_fits, mistake_line
 from harness.trace.pairs import diff_command, explain_variant, first_divergence
 
 MAX_EXPLAINED = 8  # a trace costs seconds: the first contradictions only
@@ -34,12 +38,10 @@ class Mistakes:
         return bool(fits and fits[1])
 
     def line(self, family: str, variant: str) -> str:
-        """The one line naming the mistake ('' where nothing is probed; for a module family,
-        also where nothing fits: the first divergence says where)."""
+        """The one line naming the mistake, or saying that no single reading fits ('' where
+        nothing is probed)."""
         fits = self._probe(family, variant)
-        if fits is None or (family != "attention_kernel" and not fits[1]):
-            return ""
-        return mistake_line(fits[1], fits[0])
+        return "" if fits is None else mistake_line(fits[1], fits[0])
 
 
 def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mistakes | None = None) -> str:
@@ -59,8 +61,9 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mist
             continue
         seen.add(key)
         if len(seen) > limit:
-            lines.append(f"  ... and more: python -m harness diff {s.family} A B --case C --dtype D --set KEY=VALUE "
-                         "traces any pair on any config")
+            loads = diff_command(s.family, s.variant, s.variant, "C", None, "D").partition(" --dtype D")[2]
+            lines.append(f"  ... and more: python -m harness diff {s.family} A B --case C --dtype D --set KEY=VALUE"
+                         f"{loads} traces any pair on any config")
             break
         head = f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): worst tensor {s.worst}"
         if s.verdict != Verdict.DIFFERENT:  # less precise: same function, more rounding; nothing to trace
@@ -129,12 +132,32 @@ def path_findings(report, configs, mistakes: Mistakes | None = None) -> str:
         if mistakes.explains(family, variant):
             continue
         every = get_family(family).configs_of(configs) | dict(configs)
+        if _hidden_where_it_holds(family, variant, case, [every.get(c) for c in good], every.get(bad[0])):
+            continue  # it holds only where the case cannot show it: the same mistake, not another path
         shapes = "; ".join(f"{c}: {every[c].describe()}" for c in bad if c in every)
         key = case if len(bad) > 1 else f"{case}@{bad[0]}"
         lines.append(f"  {family}/{variant} on {case}: fails on config {', '.join(bad)} only ({shapes}), "
                      f"holds on {', '.join(good)}: behaviour that depends on the path taken; if it is "
                      f"meant, declare it: traits={{'path_findings': {{'{key}': {_declaration(specs)}}}}}")
     return "\n".join(lines)
+
+
+def _hidden_where_it_holds(family: str, variant: str, case: str, good: list, bad) -> bool:
+    """Whether the configs where ``case`` holds leave every query one key at most (the edge
+    config's T = 1 self-attention) and the variant, given one key per query on a config
+    where it fails, holds there too: its scores are wrong on every path, and only that
+    shape hides it (no path finding). A variant that still fails there takes another path."""
+    if bad is None or not good or any(cfg is None for cfg in good):
+        return False
+    fam = get_family(family)
+    for cfg in good:
+        mask = RunCache(cfg, record=False).inputs(fam, case).get("mask")
+        if not (isinstance(mask, torch.Tensor) and one_key_at_most(mask)):
+            return False
+    try:
+        return hidden_by_one_key(get_variant(family, variant), bad, case)
+    except UnknownName:  # a report read after its variant left the registry
+        return False
 
 
 def _declaration(specs) -> str:

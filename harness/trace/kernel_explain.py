@@ -18,6 +18,7 @@ import torch
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import SpecError, UnknownName
+from harness.base.masks import one_key_at_most
 from harness.base.verdicts import Verdict
 from harness.check.own_dtype import gradient_scale, own_dtype_check
 from harness.check.runs import RunCache, applicable
@@ -132,16 +133,44 @@ def meets_spec(variant: Variant, checker: RunCache, case: str, traits: Mapping[s
                == Verdict.EQUIVALENT for n in expected_names(family, truth, checker, variant))
 
 
+# The values probed for a numeric trait (no vocabulary to enumerate): the ones a module
+# computes when it leaves the step out (no 1/sqrt(d) on the scores, no softcap, every dim rotated).
+NUMERIC_PROBES: dict[str, tuple[float, ...]] = {"score_scale": (1.0,), "softcap": (0.0,), "rope_fraction": (1.0,)}
+
+
+def hidden_by_one_key(variant: Variant, cfg: Config, case: str) -> bool:
+    """Whether ``variant`` meets its declared oracle on ``case`` of ``cfg`` once each query
+    keeps one key only (the first it may attend; the case's mask otherwise as it is): a
+    mistake there is in the scores or their softmax (a scale, a temperature), which a shape
+    with one key per query (T = 1 self-attention) cannot show, so its holding there is no
+    other path. False where the case has no mask, or the variant does not run."""
+    family = variant.family_spec
+    checker = RunCache(cfg, record=False)
+    inputs = dict(checker.inputs(family, case))
+    mask = inputs.get("mask")
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or one_key_at_most(mask):
+        return False
+    inputs["mask"] = mask & (mask.cumsum(-1) == 1)
+    checker._inputs[family.name, case] = inputs
+    try:
+        return bool(meets_spec(variant, checker, case, family.semantic_traits(variant.traits), judged_dtype(variant)))
+    except SpecError:
+        return False
+
+
 def _left_out(family, variant: Variant) -> list[tuple[str, str, Callable]]:
     """Each other value of every trait the family gives a default and a vocabulary (``rope``,
-    ``gqa_grouping``, ``gain`` ...): a correct module whose registration left the trait out,
-    or declared another value, fits the oracle of the value it computes."""
+    ``gqa_grouping``, ``gain`` ...), and the ``NUMERIC_PROBES`` of its numeric traits: a
+    correct module whose registration left the trait out, or declared another value, fits
+    the oracle of the value it computes."""
     out = []
     for name, spec in family.traits.items():
-        if spec.default is REQUIRED or not spec.values:
+        values = spec.values or NUMERIC_PROBES.get(name, ())
+        if spec.default is REQUIRED or not values:
             continue
-        for value in spec.values:
-            out.append((f"{name}={value!r}", name, _set(name, value)))
+        for value in values:
+            label = f"{name}={value:g}" if isinstance(value, float) else f"{name}={value!r}"
+            out.append((label, name, _set(name, value)))
     return out
 
 

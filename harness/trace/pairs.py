@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shlex
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -53,7 +54,7 @@ from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.families.catalog import get_family
 from harness.porting.portmap import absent_fills, zero_unrepresented
-from harness.registry import Variant, build, from_user_file, get_variant, variants_of
+from harness.registry import REGISTRY, Variant, build, from_user_file, get_variant, variants_file, variants_of
 from harness.trace.attribution import attribute
 from harness.trace.backward import backward_divergence
 from harness.trace.divergence import locate, trace_rows, trace_variant, where_differs
@@ -205,7 +206,16 @@ def diff_command(family: str, a: str, b: str, case: str, cfg: Config | None, dty
     ``cfg`` (a config of the matrix, a family's own such as ``gqa``, or a ``--set`` one):
     its ``--set`` items rebuild that config, so following it shows what ``check`` found."""
     sets = "".join(f" --set {item}" for item in (cfg or Config()).set_items())
-    return f"python -m harness diff {family} {a} {b} --case {case} --dtype {dtype}{sets}"
+    a, b = (v.id if isinstance(v, Variant) else v for v in (a, b))
+    files = dict.fromkeys(f for f in (_file_of(family, a), _file_of(family, b)) if f)
+    loads = "".join(f" --variants {shlex.quote(f)}" for f in files)
+    return f"python -m harness diff {family} {a} {b} --case {case} --dtype {dtype}{sets}{loads}"
+
+
+def _file_of(family: str, variant_id: str) -> str | None:
+    """The user's file (as given) that a printed command must load for ``variant_id``."""
+    variant = REGISTRY.get(f"{family}/{variant_id}")
+    return None if variant is None else variants_file(variant)
 
 
 def explain_variant(family: str, variant, case: str, cfg: Config | None = None, dtype: str = "float32",
