@@ -3,6 +3,7 @@ carrying its environment, appended to the JSONL log."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -21,6 +22,7 @@ from harness.base.boundary import describe
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, ResultsFileError
 from harness.base.files import SCHEMA_VERSION, make_public, output_lock
+from harness.base.output import write_failed
 from harness.bench import counters, timing
 from harness.bench.cases import BenchCase, Prepared, case_bytes, prepare, serves_target
 from harness.bench.log import (
@@ -351,6 +353,20 @@ def _measured_before(cases: list[BenchCase], log: Path, stamp: dict, *, fresh: b
     return old, done, replace
 
 
+@contextlib.contextmanager
+def _appending(target: Path, log: Path) -> Iterator:
+    """``target`` open for appending; a failure to open it is one line naming ``log``."""
+    try:
+        out = target.open("a")
+    except OSError as exc:
+        raise write_failed(log, exc) from None
+    try:
+        yield out
+    finally:
+        with contextlib.suppress(OSError):  # every row was flushed when written; a failed one said so
+            out.close()
+
+
 def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, threads, progress, memory,
                   variant_files, profile, deadline=None) -> Iterator[BenchRow]:
     old, done, replace = _measured_before(cases, log, stamp, fresh=fresh)
@@ -368,10 +384,13 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
     target = log.parent / f".{log.name}.new-{os.getpid()}" if replace else log
     placed = not replace
     try:
-        with target.open("a") as out:
+        with _appending(target, log) as out:
             def emit(row):
-                out.write(json.dumps(row, default=str) + "\n")
-                out.flush()
+                try:
+                    out.write(json.dumps(row, default=str) + "\n")
+                    out.flush()
+                except OSError as exc:  # a full disk: one line naming the log (the rows before it are whole)
+                    raise write_failed(log, exc) from None
 
             def place():
                 nonlocal placed
