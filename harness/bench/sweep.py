@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import math
 import os
@@ -410,7 +411,11 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
                     break
                 started = time.monotonic()
                 bar.set_postfix_str(f"{c.family} B={c.batch} T={c.seq} {c.mode}", refresh=False)
-                rows, peak = measure_group(group, min_time=min_time, rounds=rounds, threads=threads, probe=probe)
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    # what a variant prints while it is timed is no part of the output (its first,
+                    # guarded call already showed anything that went wrong)
+                    rows, peak = measure_group(group, min_time=min_time, rounds=rounds, threads=threads,
+                                               probe=probe)
                 if peak.disturbed:
                     tqdm.write(f"disturbed: {c.family} B={c.batch} T={c.seq} {c.mode}: {peak.disturbed}",
                                file=sys.stderr)
