@@ -9,8 +9,6 @@ import io
 import json
 import math
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,6 +33,7 @@ from harness.bench.log import (
     refuse_foreign_log,
     stamp_difference,
 )
+from harness.bench.machine import cpu_model, environment, git_commit  # noqa: F401  (environment: re-exported)
 from harness.bench.memprobe import MemProbe
 from harness.bench.row import BenchRow, Environment, Measurement, PeakRow, RowSpec
 from harness.check.runs import fill_overflow
@@ -204,40 +203,6 @@ def _timed(m: Measurement, timed: timing.Interleaved, vid: str, peak_rounds: lis
     m.peak_fraction, m.peak_fraction_q1, m.peak_fraction_q3 = f, f1, f3
     m.peak_fraction_lo, m.peak_fraction_hi = f_lo, f_hi
     m.peak_fraction_dense = f * dense / flops if flops and dense else math.nan
-
-
-# -- environment -----------------------------------------------------------------------------------
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def git_commit() -> str:
-    root = Path(__file__).resolve().parents[2]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return (sha + ("-dirty" if dirty else "")) if sha else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def environment(device: str) -> dict[str, Any]:
-    env = {
-        "torch": torch.__version__, "python": platform.python_version(), "cpu": cpu_model(),
-        "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "commit": git_commit(),
-        "device": device,
-        "device_name": torch.cuda.get_device_name(0) if device.startswith("cuda") else cpu_model(),
-    }
-    return env
 
 
 def log_stamp(*, device: str, profile: str, min_time: float, rounds: int, threads: int, memory: bool,
