@@ -160,13 +160,15 @@ def kernel_attention(traits: Mapping[str, Any], inputs: Mapping[str, Any]) -> Te
     dead = ~allowed.any(-1, keepdim=True)                               # (B, 1, T, 1)
     p = torch.softmax(s.masked_fill(~allowed, float("-inf")).masked_fill(dead, 0.0), dim=-1)
     if bool(dead.any()):
-        p = torch.where(dead, _dead_rows(s, *dead_row_traits(traits)), p)
+        p = torch.where(dead, _dead_rows(s, dead, *dead_row_traits(traits)), p)
     return p @ v                                                        # (B, H, T, d)
 
 
-def _dead_rows(s: Tensor, row: str, grad: str) -> Tensor:
-    """The probabilities of a row without keys: its value by ``row``, its gradient to the
-    scores by ``grad``."""
+def _dead_rows(s: Tensor, dead: Tensor, row: str, grad: str) -> Tensor:
+    """The probabilities of a row without keys (``dead``, broadcast over ``s``): its value by
+    ``row``, its gradient to the scores by ``grad``. Only the dead rows' scores receive the
+    gradient of this branch (``torch.where`` sends the other rows a gradient of 0, and 0 times
+    a NaN factor would be NaN)."""
     S = s.shape[-1]
     if row == "NaN":
         value = torch.full_like(s, math.nan)
@@ -178,8 +180,8 @@ def _dead_rows(s: Tensor, row: str, grad: str) -> Tensor:
         raise _unknown("fully_masked_row", row, DEAD_ROWS)
     if grad == "none":
         return value
-    if grad == "NaN":        # the NaN softmax's backward: NaN into every score of the row
-        return value + s * math.nan
+    if grad == "NaN":        # the NaN softmax's backward: NaN into every score of a dead row
+        return value + s * torch.where(dead, math.nan, 0.0).to(s.dtype)
     if grad == "softmax":    # softmax(s + c), c a huge constant: uniform, with softmax's own gradient
         return value + torch.softmax(s - s.detach(), dim=-1) - 1.0 / S
     raise _unknown("fully_masked_grad", grad, DEAD_GRADS)
