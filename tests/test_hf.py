@@ -129,3 +129,31 @@ def test_hf_llama_equivalent_to_ours_and_sdpa_gqa(pack_report, other):
     assert all(p.verdict.agrees or p.verdict == "less precise" for p in pairs), \
         [(p.config, p.case, p.dtype, p.verdict) for p in pairs]
     assert all(p.ok for p in pairs)
+
+
+def test_float32_rotary_tables_are_less_precise_on_large_logits_and_a_coarser_table_is_caught():
+    """HF Llama (float32 rotary tables, ``internal_dtype: float32``) on ``self@large`` in
+    float64: beyond float32's elementwise bound, within the rounding of the definition
+    computed in float32, so "less precise" as declared; the same module with its tables
+    rounded to bfloat16 (declaring float32 all the same) is "different" there."""
+    from harness import additive_mask, rotary_tables
+
+    def coarse_call(m, i):
+        cos, sin = rotary_tables(m, i["query"], i["positions"])
+        tables = (cos.bfloat16().to(cos.dtype), sin.bfloat16().to(sin.dtype))
+        return m(i["query"], position_embeddings=tables, attention_mask=additive_mask(i["mask"], i["query"].dtype))[0]
+
+    with scratch():
+        load_file(PACK)
+        llama = get_variant("attention", "hf_llama")
+        assert "self" in llama.traits["cases"]
+        register(id="hf_llama_bf16_tables", family="attention", source="test", build=llama.build,
+                 call=coarse_call, param_map=llama.param_map, traits={**llama.traits, "cases": ("self",)})
+        report = check_all(["attention"], {"default": DEFAULT}, "cpu", ["float32"], extras=False,
+                           variants=["attention/hf_llama", "attention/hf_llama_bf16_tables"])
+    spec = {(s.variant, s.case, s.dtype): s for s in report.specs}
+    honest = spec[("hf_llama", "self@large", "float64")]
+    assert honest.ok and honest.verdict == "less precise", honest.note
+    assert "computed in float32" in honest.note
+    coarse = spec[("hf_llama_bf16_tables", "self@large", "float64")]
+    assert not coarse.ok and coarse.verdict == "different", coarse.note

@@ -160,10 +160,19 @@ def _attn_window(cfg: Config, gen: torch.Generator) -> dict:
 
 
 def _attention_requires(traits, cfg: Config) -> str | None:
-    """A variant that declares no ``gqa_grouping`` is multi-head only."""
+    """A variant that declares no ``gqa_grouping`` is multi-head only; a partial rotary
+    (``rope_fraction``) needs an even number of rotated dims: int(d_k * fraction) odd (1 at
+    d_k = 2 and a fraction of 0.5) has no declared convention (HF GPT-NeoX then rotates one
+    dim more at another frequency; a hand-written port rotates half a pair)."""
     if cfg.n_kv_heads < cfg.heads and "gqa_grouping" not in traits:
         return (f"kv_heads={cfg.n_kv_heads} < heads={cfg.heads}: the variant declares no gqa_grouping "
                 f"(one K/V head per query head)")
+    fraction = traits.get("rope_fraction", 1.0)
+    if traits.get("rope", "none") != "none" and isinstance(fraction, (int, float)):
+        dims = int(cfg.d_k * fraction)
+        if dims % 2:
+            return (f"rope_fraction {fraction:g} of d_k={cfg.d_k} rotates {dims} dim(s): an odd count has "
+                    f"no declared rotary convention (choose d_model so that d_k * {fraction:g} is even)")
     return None
 
 

@@ -18,7 +18,7 @@ import torch
 from harness.base.config import Config
 from harness.base.verdicts import Verdict
 from harness.check.runs import RunCache, applicable
-from harness.check.spec import _float64_check, expected_names
+from harness.check.spec import expected_names, float64_check
 from harness.families import kernel_oracle as K
 from harness.families.catalog import get_family
 from harness.registry import Variant, get_variant
@@ -96,7 +96,7 @@ MODULE_CANDIDATES: dict[str, list[tuple[str, str, Callable]]] = {
 
 def _meets(run, oracle, names: Iterable[str]) -> bool:
 
-    return all(_float64_check(n, run.tensors.get(n), oracle.tensors[n], None).verdict == Verdict.EQUIVALENT
+    return all(float64_check(n, run.tensors.get(n), oracle.tensors[n], None).verdict == Verdict.EQUIVALENT
                for n in names)
 
 

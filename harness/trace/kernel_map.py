@@ -24,7 +24,7 @@ import torch
 from harness.base.config import Config
 from harness.base.errors import HarnessError, UnknownName
 from harness.check.runs import RunCache, applicable
-from harness.check.spec import _float64_check, expected_names
+from harness.check.spec import expected_names, float64_check
 from harness.families import kernel_oracle as K
 from harness.families.catalog import get_family
 from harness.registry import REGISTRY, Variant, scratch
@@ -60,7 +60,7 @@ def _gap(run, oracle, names) -> float | None:
     """The worst float64 gap when the run misses the oracle, None when it meets it."""
     worst = None
     for n in names:
-        c = _float64_check(n, run.tensors.get(n), oracle.tensors[n], None)
+        c = float64_check(n, run.tensors.get(n), oracle.tensors[n], None)
         if c.verdict != "equivalent":
             worst = max(worst or 0.0, c.err if c.err == c.err else float("inf"))
     return worst
