@@ -2,14 +2,17 @@
 check over the registry, the distribution of each variant's error ratio to its baseline,
 and how many draws raise a false alarm.
 
-    nice -n 5 python benchmarks/precision_calibration.py              # 200 draws (a few minutes)
+    nice -n 5 python benchmarks/precision_calibration.py --dump calib.json   # 1,000 draws (an hour or more)
     python benchmarks/precision_calibration.py --draws 20 --seed 3
 
 Every registered variant is declared correct, so in float32 a "less precise" verdict on a
-variant whose float64 semantics hold is a false alarm. Each draw is one config (seed, D =
-H x d_k, H, B, T, S, F; sizes small so the whole run takes minutes) and one family, taken
-in turn so every family gets its share of draws; the family's variants are checked against
-their spec in float64 and float32 on every case, as ``check`` does.
+variant whose float64 semantics hold is a false alarm, and so is a float64 contradiction
+(a shape the variant cannot honour and does not refuse with ``supports``). Each draw is one
+config (``draw_config``: the shapes users give, B 1..5, T and S 1..12 or 130..160, H 1..8,
+D from 4) and one family, taken in turn so every family gets its share of draws; the
+family's variants are checked against their spec in float64 and float32 on every case, as
+``check`` does. ``--dump`` keeps every judged tensor's ratio and size, so the rule's
+figures can be re-read without a rerun (docs/verdict-calibration.md gives them).
 
 Two statistics are compared, each as a ratio to the baseline's (the oracle evaluated in
 float32, and the family reference where it shares the variant's traits):
@@ -29,6 +32,7 @@ and the variants behind them.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import sys
@@ -45,17 +49,29 @@ from harness.families.catalog import FAMILIES
 from harness.registry import load_all, variants_of
 
 OLD_FACTOR = 2.0
-DRAWS = 200
+DRAWS = 1000
+
+
+LONG = (130, 160)     # T and S of a long draw: over two 64-wide key blocks, one 128-wide
+LONG_SHARE = 0.05     # the share of draws at those lengths (each costs as much as dozens of short ones)
 
 
 def draw_config(rng: random.Random) -> Config:
-    """A small random config: every size drawn on its own (sizes may coincide, or be 1)."""
-    heads = rng.choice((1, 2, 3, 4, 6, 8))
+    """A random config over the shapes users give: B 1..5, T and S 1..12 each (or, one draw
+    in twenty, both 130..160), H 1..8, d_k even 2..16 (D = H d_k, at least 4), F 2 or 4 D.
+    Every size is drawn on its own, so the families' edge shapes come up: B = 1, T = 1,
+    S = 1, one head, d_k = 2, T > S and S > T."""
+    heads = rng.randint(1, 8)
     d_k = rng.choice((2, 4, 6, 8, 12, 16))
-    d_model = max(heads * d_k, 4)  # D >= 4: a LayerNorm over 2 features is +-1 whatever its input
-    d_k = d_model // heads
-    return Config(d_model=d_model, heads=heads, d_ff=d_model * rng.choice((2, 4)), batch=rng.randint(1, 4),
-                  tgt_len=rng.randint(1, 9), src_len=rng.randint(1, 9), seed=rng.randrange(2 ** 31))
+    if heads * d_k < 4:  # D >= 4: a LayerNorm over 2 features is +-1 whatever its input
+        d_k = 4 // heads
+    d_model = heads * d_k
+    if rng.random() < LONG_SHARE:
+        tgt, src, batch = rng.randint(*LONG), rng.randint(*LONG), rng.randint(1, 2)
+    else:
+        tgt, src, batch = rng.randint(1, 12), rng.randint(1, 12), rng.randint(1, 5)
+    return Config(d_model=d_model, heads=heads, d_ff=d_model * rng.choice((2, 4)), batch=batch,
+                  tgt_len=tgt, src_len=src, seed=rng.randrange(2 ** 31))
 
 
 def families() -> list[str]:
@@ -78,6 +94,7 @@ def run(draws: int, seed: int, only: list[str] | None, factor: float) -> dict:
     by_size: dict[str, list[float]] = defaultdict(list)  # rms ratios by the tensor's element count
     alarms_new: dict[int, list[str]] = defaultdict(list)
     alarms_old: dict[int, list[str]] = defaultdict(list)
+    raw: list[dict] = []  # every tensor judged: the rule can be re-read from these without a rerun
     checked = 0
     for i in range(draws):
         family = fams[i % len(fams)]
@@ -92,12 +109,18 @@ def run(draws: int, seed: int, only: list[str] | None, factor: float) -> dict:
                 if r.dtype != "float32":
                     continue
                 sem = checker.check(v, "draw", r.case, "float64")
-                if sem is None or not sem.ok:  # semantics first: a float64 contradiction is no false alarm
+                if sem is None:
+                    continue
+                if not sem.ok:  # a registered variant is declared correct: a float64 contradiction is one too
+                    alarms_new[i].append(f"{family}/{v.id} {r.case}: float64 {sem.verdict} {sem.note[:80]} ({shape})")
+                    alarms_old[i].append(alarms_new[i][-1])
                     continue
                 checked += 1
                 for t in r.tensors:
                     if t.verdict not in (Verdict.EQUIVALENT, Verdict.LESS_PRECISE) or t.note.startswith("semantics"):
                         continue
+                    raw.append({"draw": i, "family": family, "variant": v.id, "case": r.case, "tensor": t.name,
+                                "n": t.n, "ratio": t.ratio, "max_ratio": t.max_ratio, "shape": shape})
                     if math.isfinite(t.ratio):
                         ratios[family]["rms"].append(t.ratio)
                         by_size[size_bin(t.n)].append(t.ratio)
@@ -110,7 +133,8 @@ def run(draws: int, seed: int, only: list[str] | None, factor: float) -> dict:
                         alarms_old[i].append(f"{where}: max ratio {t.max_ratio:.3g}")
                 if r.verdict == Verdict.ERROR and r.ok is False:
                     alarms_new[i].append(f"{family}/{v.id} {r.case}: error {r.note[:80]} ({shape})")
-    return {"ratios": ratios, "new": alarms_new, "old": alarms_old, "checked": checked, "by_size": by_size}
+    return {"ratios": ratios, "new": alarms_new, "old": alarms_old, "checked": checked, "by_size": by_size,
+            "raw": raw}
 
 
 SIZES = ((1, 15), (16, 63), (64, 255), (256, 10 ** 12))
@@ -135,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--family", action="append", help="only these families (repeatable)")
     parser.add_argument("--factor", type=float, default=P.PRECISION_FACTOR,
                         help=f"the rms rule's factor (default: the harness's, {P.PRECISION_FACTOR:g})")
+    parser.add_argument("--dump", metavar="PATH", help="also write every judged tensor's ratio and size (JSON)")
     args = parser.parse_args(argv)
     if args.draws < 1:
         parser.error("--draws must be at least 1")
@@ -150,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         torch.set_num_threads(threads)
     seconds = time.perf_counter() - start
+    if args.dump:
+        with open(args.dump, "w") as f:
+            json.dump({"draws": args.draws, "seed": args.seed, "seconds": seconds, "tensors": out["raw"]}, f)
     print(f"{args.draws} draws (seed {args.seed}), {out['checked']} float32 spec checks, {seconds:.0f} s")
     print(f"{'family':<22} {'tensors':>7}  {'rms: median':>11} {'p99':>6} {'max':>6}  "
           f"{'max: median':>11} {'p99':>6} {'max':>6}")

@@ -4,6 +4,9 @@ correct control equivalent)."""
 
 from __future__ import annotations
 
+import pytest
+import torch
+
 from harness.base.config import Config
 from harness.check.api import check_all
 from harness.registry import get_variant, load_packs
@@ -25,3 +28,57 @@ def test_a_partial_rotary_with_an_odd_count_of_dims_is_skipped_with_the_reason()
     ok = check_all(["attention"], {"tiny": Config(d_model=8, heads=2, batch=2, tgt_len=3, src_len=4, d_ff=8)},
                    "cpu", ["float32"], variants=["attention/gpt_neox"], extras=False)
     assert [s for s in ok.specs if s.variant == "gpt_neox"] and not ok.failures
+
+
+# -- the kernels' conventions ------------------------------------------------------------------------
+
+def _sdpa_lower_right(q, k, v, mask, causal=False):
+    """SDPA with ``causal_lower_right`` combined with the padding mask: the diagonal is
+    aligned to the padded key length S, whatever the padding."""
+    from variants.kernels import repeat_kv
+
+    k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
+    keep = mask
+    if causal:  # torch.nn.attention.bias.causal_lower_right(T, S), materialised
+        T, S = q.shape[2], k.shape[2]
+        keep = keep & torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
+def _zeroed_after_nan(q, k, v, mask):
+    """A softmax over an additive -inf bias (NaN rows), then the rows without keys zeroed on
+    the output (a query padding mask applied after): zeros forward, NaN into dQ and dK."""
+    from variants.kernels import repeat_kv
+
+    k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
+    bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
+    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 + bias
+    return (s.softmax(-1) @ v).masked_fill(~mask.any(-1, keepdim=True), 0.0)
+
+
+@pytest.mark.parametrize("fn,right,wrong,case", [
+    (_sdpa_lower_right, {"causal": "bottom_right_padded", "fully_masked_row": "zeros", "fully_masked_grad": "none"},
+     {"causal": "bottom_right", "fully_masked_row": "zeros", "fully_masked_grad": "none"}, "causal_pad"),
+    (_zeroed_after_nan, {"causal": "none", "mask_method": "additive_bias", "fully_masked_row": "zeros",
+                         "fully_masked_grad": "NaN"},
+     {"causal": "none", "mask_method": "additive_bias", "fully_masked_row": "zeros", "fully_masked_grad": "none"},
+     "fully_masked"),
+])
+def test_a_kernel_convention_is_declarable(fn, right, wrong, case):
+    """Declared as it is, the kernel is equivalent (on its case and two others); declared as its
+    neighbour convention, it is caught on the case that tells the two apart."""
+    from harness import register_kernel
+    from harness.base.config import CONFIG_MATRIX
+    from harness.registry import scratch
+
+    load_packs()
+    with scratch():
+        register_kernel(id="k_right", fn=fn, source="test", traits={**right, "cases": (case, "self", "causal_cross")})
+        register_kernel(id="k_wrong", fn=fn, source="test", traits={**wrong, "cases": (case,)})
+        report = check_all(["attention_kernel"], {"default": CONFIG_MATRIX["default"]}, "cpu", ["float32"],
+                           extras=False, variants=["attention_kernel/k_right", "attention_kernel/k_wrong"])
+    mine = [s for s in report.specs if s.variant == "k_right"]
+    assert case in {s.case for s in mine}
+    assert all(s.ok for s in mine), [(s.case, s.dtype, s.note) for s in mine if not s.ok]
+    caught = [s for s in report.specs if s.variant == "k_wrong" and s.dtype == "float64"]
+    assert caught and all(not s.ok and s.verdict == "different" for s in caught)
