@@ -87,7 +87,13 @@ def old_ok(t, factor: float) -> bool:
     return t.err <= OLD_FACTOR * ref + floor
 
 
-def run(draws: int, seed: int, only: list[str] | None, factor: float) -> dict:
+def _write(path: str | None, raw: list[dict], done: int, seed: int, seconds: float) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump({"draws": done, "seed": seed, "seconds": seconds, "tensors": raw}, f)
+
+
+def run(draws: int, seed: int, only: list[str] | None, factor: float, dump: str | None = None) -> dict:
     rng = random.Random(seed)
     fams = only or families()
     ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"rms": [], "max": []})
@@ -96,7 +102,10 @@ def run(draws: int, seed: int, only: list[str] | None, factor: float) -> dict:
     alarms_old: dict[int, list[str]] = defaultdict(list)
     raw: list[dict] = []  # every tensor judged: the rule can be re-read from these without a rerun
     checked = 0
+    start = time.perf_counter()
     for i in range(draws):
+        if i and i % 20 == 0:  # a long run keeps what it has measured
+            _write(dump, raw, i, seed, time.perf_counter() - start)
         family = fams[i % len(fams)]
         cfg = draw_config(rng)
         checker = SpecChecker({"draw": cfg}, factor=factor)
@@ -113,6 +122,8 @@ def run(draws: int, seed: int, only: list[str] | None, factor: float) -> dict:
                     continue
                 if not sem.ok:  # a registered variant is declared correct: a float64 contradiction is one too
                     alarms_new[i].append(f"{family}/{v.id} {r.case}: float64 {sem.verdict} {sem.note[:80]} ({shape})")
+                    raw.append({"draw": i, "family": family, "variant": v.id, "case": r.case, "tensor": "float64",
+                                "verdict": str(sem.verdict), "note": sem.note[:200], "shape": shape})
                     alarms_old[i].append(alarms_new[i][-1])
                     continue
                 checked += 1
@@ -171,13 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: one intra-op thread (the check's own setting)
     try:
-        out = run(args.draws, args.seed, args.family, args.factor)
+        out = run(args.draws, args.seed, args.family, args.factor, args.dump)
     finally:
         torch.set_num_threads(threads)
     seconds = time.perf_counter() - start
-    if args.dump:
-        with open(args.dump, "w") as f:
-            json.dump({"draws": args.draws, "seed": args.seed, "seconds": seconds, "tensors": out["raw"]}, f)
+    _write(args.dump, out["raw"], args.draws, args.seed, seconds)
     print(f"{args.draws} draws (seed {args.seed}), {out['checked']} float32 spec checks, {seconds:.0f} s")
     print(f"{'family':<22} {'tensors':>7}  {'rms: median':>11} {'p99':>6} {'max':>6}  "
           f"{'max: median':>11} {'p99':>6} {'max':>6}")

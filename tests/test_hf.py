@@ -157,3 +157,35 @@ def test_float32_rotary_tables_are_less_precise_on_large_logits_and_a_coarser_ta
     assert "computed in float32" in honest.note
     coarse = spec[("hf_llama_bf16_tables", "self@large", "float64")]
     assert not coarse.ok and coarse.verdict == "different", coarse.note
+
+
+def test_gemma2_attention_with_its_own_head_width_and_score_scale():
+    """HF Gemma2Attention with head_dim = 16 at D = 48, H = 4 (not D / H) and
+    query_pre_attn_scalar = 24 (scores times 24 ** -0.5, not 1 / sqrt(16)), logit softcap 50:
+    declared, it agrees with the attention oracle; declared with the default scale, caught."""
+    from transformers.models.gemma2.configuration_gemma2 import Gemma2Config
+    from transformers.models.gemma2.modeling_gemma2 import Gemma2Attention
+
+    from harness import Param, Zero, additive_mask, library_config, rotary_tables
+    from harness.check.spec import SpecChecker
+
+    def call(m, i):
+        return m(i["query"], position_embeddings=rotary_tables(m, i["query"], i["positions"]),
+                 attention_mask=additive_mask(i["mask"], i["query"].dtype))[0]
+
+    pmap = {f"{c}.{k}": Param(f"{c}_proj.{k}") if k == "weight" else Zero() for c in "qkvo" for k in ("weight", "bias")}
+    cfg = Config(head_dim=16)
+    assert cfg.d_k == 16 != cfg.d_model // cfg.heads
+    with scratch():
+        made = {scale: register(
+            id=f"gemma2_{i}", family="attention", source="transformers", call=call, param_map=pmap,
+            build=lambda c: Gemma2Attention(config=library_config(Gemma2Config, c, query_pre_attn_scalar=24,
+                                                                   layer_types=["full_attention"]), layer_idx=0),
+            traits={"sublayer": "attention", "rope": "half-split", "gqa_grouping": "consecutive",
+                    "fully_masked_row": "NaN", "internal_dtype": "float32", "softcap": 50.0, "score_scale": scale,
+                    "cases": ("random_mask",)}) for i, scale in enumerate((24 ** -0.5, "1/sqrt(d)"))}
+        checker = SpecChecker({"hd16": cfg})
+        right = checker.check(made[24 ** -0.5], "hd16", "random_mask", "float64")
+        wrong = checker.check(made["1/sqrt(d)"], "hd16", "random_mask", "float64")
+    assert right.ok, right.note
+    assert not wrong.ok and wrong.verdict == "different"

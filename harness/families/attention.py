@@ -13,6 +13,7 @@ from harness.families.base import (
     EPS,
     Case,
     Family,
+    ScaleSpec,
     TraitSpec,
     _attn_params,
     activations,
@@ -222,7 +223,7 @@ ATTENTION = Family(
     name="attention",
     call="(query (B,T,D), key (B,S,D), value (B,S,D), mask (B,T,S) bool True=may attend) -> (B,T,D)",
     doc="Multi-head attention with its Q, K, V and output projections.",
-    params=lambda cfg: _attn_params("", cfg.d_model, cfg.n_kv_heads * cfg.d_k),
+    params=lambda cfg: _attn_params("", cfg.d_model, cfg.n_kv_heads * cfg.d_k, cfg.heads * cfg.d_k),
     cases=CASES + REGIME_CASES,
     traits={
         "sublayer": TraitSpec("what the module returns", oracles.ATTENTION_SUBLAYERS),
@@ -244,6 +245,8 @@ ATTENTION = Family(
                              "(OLMo2); eps the 'eps' trait, gains held at init", oracles.QK_NORMS, default="none"),
         "softcap": TraitSpec("scores s -> c tanh(s / c) before masking (Gemma 2's attn_logit_softcapping; "
                              "0: none)", number=True, default=0.0),
+        "score_scale": ScaleSpec("the factor on q k^T: '1/sqrt(d)' (d the head width) or a number (Gemma 2: "
+                                 "query_pre_attn_scalar ** -0.5)", default=kernel_oracle.DEFAULT_SCALE),
     },
     oracle=oracles.attention,
     case_semantic={"fully_masked": ("fully_masked_row", "mask_style")},

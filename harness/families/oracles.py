@@ -163,7 +163,7 @@ def multi_head_attention(
     kv_heads: int | None = None, gqa_grouping: str = "consecutive", positions: Tensor | None = None,
     key_positions: Tensor | None = None, rope_layout: str = "none", rope_fraction: float = 1.0,
     rope_base: float = 10000.0, window: tuple[int, int] | None = None, softcap: float = 0.0,
-    qk_norm: str = "none", qk_eps: float = 1e-6,
+    qk_norm: str = "none", qk_eps: float = 1e-6, scale: float | None = None,
 ) -> Tensor:
     """The Q, K, V projections (K and V to ``kv_heads`` heads, default ``heads``), RoPE on q
     and k at their positions (default 0..L-1), the kernel oracle's attention over the heads
@@ -180,7 +180,9 @@ def multi_head_attention(
     "rms over all heads": over the whole projection before the head split (OLMo2); eps
     ``qk_eps``, unit gain (the module's gains are held at their init, outside the family),
     before RoPE; ``softcap`` c > 0: scores become
-    c tanh(s / c) before masking (Gemma 2's attention logit soft-capping)."""
+    c tanh(s / c) before masking (Gemma 2's attention logit soft-capping). The head width d_k
+    is the Q projection's width over ``heads`` (D / H unless the config sets ``head_dim``);
+    ``scale`` multiplies q k^T (default 1 / sqrt(d_k); Gemma 2: query_pre_attn_scalar ** -0.5)."""
     if mask_style == "additive" and fully_masked_row != "mean of V":
         raise SpecError(f"an additive mask gives the mean of V on a fully masked row, "
                         f"not {fully_masked_row!r}")
@@ -191,7 +193,7 @@ def multi_head_attention(
     method, row, grad = _KERNEL_DEAD_ROWS[(mask_style, fully_masked_row)]
     B, T, D = query.shape
     S = key.shape[1]
-    d_k = D // heads
+    d_k = w[prefix + "q.weight"].shape[0] // heads
     n_kv = heads if kv_heads is None else kv_heads
     split = lambda x, n, h: x.view(B, n, h, d_k).transpose(1, 2)  # noqa: E731  (B, h, L, d_k)
     here = lambda n: torch.arange(n).expand(B, n)  # noqa: E731
@@ -205,13 +207,24 @@ def multi_head_attention(
     k = rope(per_head(split(whole(linear(key, w, prefix + "k")), S, n_kv)),
              here(S) if key_positions is None else key_positions, rope_layout, rope_fraction, rope_base)
     v = split(linear(value, w, prefix + "v"), S, n_kv)
-    traits = {"gqa_grouping": gqa_grouping, "scale": 1.0 / math.sqrt(d_k), "softcap": float(softcap),
+    traits = {"gqa_grouping": gqa_grouping, "scale": 1.0 / math.sqrt(d_k) if scale is None else float(scale),
+              "softcap": float(softcap),
               "window": kernel_oracle.AS_CALLED, "causal": "none", "mask_method": method,
               "fully_masked_row": row, "fully_masked_grad": grad}
     y = kernel_oracle.kernel_attention(traits, {
         "q": q, "k": k, "v": v, "mask": mask, "key_pad": torch.ones(B, S, dtype=torch.bool),
         "causal": False, "window": window, "softcap": 0.0})                      # (B, H, T, d_k)
-    return linear(y.transpose(1, 2).reshape(B, T, D), w, prefix + "o")
+    return linear(y.transpose(1, 2).reshape(B, T, heads * d_k), w, prefix + "o")
+
+
+def score_scale(value: Any) -> float | None:
+    """The ``score_scale`` trait as the factor on q k^T: None for 1/sqrt(d_k) (the head width
+    decides it), else the number."""
+    if value == kernel_oracle.DEFAULT_SCALE:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
+        return float(value)
+    raise _unknown("score_scale", value, [kernel_oracle.DEFAULT_SCALE, "a number > 0"])
 
 
 ATTENTION_SUBLAYERS = ("attention", "attention + residual + post-LayerNorm",
@@ -242,7 +255,8 @@ def attention(traits, cfg, w, inputs, dtype) -> Tensor:
         positions=inputs.get("positions"), key_positions=inputs.get("key_positions"),
         rope_layout=traits.get("rope", "none"), rope_fraction=traits.get("rope_fraction", 1.0),
         rope_base=cfg.rope_base, window=None if window is None else tuple(window),
-        softcap=traits.get("softcap", 0.0), qk_norm=traits.get("qk_norm", "none"), qk_eps=eps)
+        softcap=traits.get("softcap", 0.0), qk_norm=traits.get("qk_norm", "none"), qk_eps=eps,
+        scale=score_scale(traits.get("score_scale", kernel_oracle.DEFAULT_SCALE)))
     if sublayer == "attention":
         return out
     if sublayer == "attention + residual + post-LayerNorm":
