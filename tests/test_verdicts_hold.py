@@ -82,3 +82,25 @@ def test_a_kernel_convention_is_declarable(fn, right, wrong, case):
     assert all(s.ok for s in mine), [(s.case, s.dtype, s.note) for s in mine if not s.ok]
     caught = [s for s in report.specs if s.variant == "k_wrong" and s.dtype == "float64"]
     assert caught and all(not s.ok and s.verdict == "different" for s in caught)
+
+
+def test_a_final_logit_softcap_is_declarable_in_llama_model():
+    """Gemma 2's final logit soft-capping (30) on the project's LLaMA model: declared, it is
+    equivalent on every case; undeclared, caught."""
+    from harness import register
+    from harness.base.config import CONFIG_MATRIX
+    from harness.check.spec import SpecChecker
+    from harness.registry import scratch
+    from variants.llama import LlamaModel
+
+    load_packs()
+    base = get_variant("llama_model", "llama_model")
+    with scratch():
+        made = {cap: register(id=f"capped_{int(cap)}", family="llama_model", source="test", call=base.call,
+                              build=lambda cfg: LlamaModel(cfg, final_softcap=30.0), param_map=base.param_map,
+                              traits={**base.traits, "final_softcap": cap}) for cap in (30.0, 0.0)}
+        checker = SpecChecker({"default": CONFIG_MATRIX["default"]})
+        right = [checker.check(made[30.0], "default", c, "float64") for c in ("full", "right_pad")]
+        wrong = checker.check(made[0.0], "default", "full", "float64")
+    assert all(r.ok and r.verdict == "equivalent" for r in right), [r.note for r in right]
+    assert not wrong.ok and wrong.verdict == "different"

@@ -436,9 +436,9 @@ class LlamaModel(nn.Module):
     padding, the window) and every block runs flex_attention."""
 
     def __init__(self, cfg, block=LlamaBlock, tied: bool = False, window: tuple[int, int] | None = None,
-                 flex: bool = False):
+                 flex: bool = False, final_softcap: float = 0.0):
         super().__init__()
-        self.window, self.flex = window, flex
+        self.window, self.flex, self.final_softcap = window, flex, final_softcap
         self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
         self.layers = nn.ModuleList([block(cfg) for _ in range(layers(cfg))])
         self.norm = RMSNorm(cfg.d_model)
@@ -458,6 +458,8 @@ class LlamaModel(nn.Module):
             x = layer(x, mask, positions, None if cache is None else cache.layers[i])
         x = self.norm(x)
         logits = x @ self.embed.weight.T if self.head is None else self.head(x)
+        if self.final_softcap:  # Gemma 2's final_logit_softcapping
+            logits = self.final_softcap * torch.tanh(logits / self.final_softcap)
         return logits.log_softmax(-1)
 
     def dense_mask(self, keys: torch.Tensor, n: int, past: int) -> torch.Tensor:
