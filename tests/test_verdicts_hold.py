@@ -104,3 +104,30 @@ def test_a_final_logit_softcap_is_declarable_in_llama_model():
         wrong = checker.check(made[0.0], "default", "full", "float64")
     assert all(r.ok and r.verdict == "equivalent" for r in right), [r.note for r in right]
     assert not wrong.ok and wrong.verdict == "different"
+
+
+def test_a_kernel_without_a_backward_on_the_device_is_checked_forward_only():
+    """flex_attention has no backward on the CPU: its output is held to the oracle, the row
+    says it is forward only (no error row); a flex kernel with the wrong scale is caught."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from harness import register_kernel
+    from harness.base.config import CONFIG_MATRIX
+    from harness.check.spec import SpecChecker
+    from harness.registry import scratch
+    from variants.kernels import flex
+
+    def flex_unscaled(q, k, v, mask):
+        out = flex_attention(q, k, v, scale=1.0, block_mask=None, enable_gqa=True)
+        return out.masked_fill(~mask.any(-1)[..., None], 0)
+
+    rows = {"causal": "top_left", "fully_masked_row": "zeros", "fully_masked_grad": "none", "cases": ("self",)}
+    with scratch():
+        right = register_kernel(id="flex_user", fn=flex, source="test", traits=rows)
+        wrong = register_kernel(id="flex_unscaled", fn=flex_unscaled, source="test", traits=rows)
+        checker = SpecChecker({"default": CONFIG_MATRIX["default"]})
+        ok = checker.check(right, "default", "self", "float64")
+        bad = checker.check(wrong, "default", "self", "float64")
+    assert ok.ok and ok.verdict == "equivalent" and ok.note.startswith("forward only: no backward on cpu"), ok.note
+    assert [t.name for t in ok.tensors if not t.name.startswith("output")] == []
+    assert not bad.ok and bad.verdict == "different"

@@ -87,6 +87,7 @@ class Run:
     note: str = ""  # e.g. an output that does not require grad (detached)
     changed: list[str] = field(default_factory=list)  # inputs the call changed in place, each named (or
     # the output's dtype, when it is not the call's): contradictions of any declaration
+    forward_only: str = ""  # why no gradient was taken: the backward is not implemented on this device
 
 
 def snapshot(inputs: Mapping[str, Any]) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -173,6 +174,21 @@ def backward_grads(family: Family, cfg: Config, out: torch.Tensor, inputs: Mappi
     return grads
 
 
+def _no_backward(device: str, exc: BaseException) -> str:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"forward only: no backward on {device} (NotImplementedError: {first})"[:300]
+
+
+def _forward_only(variant, cfg, inputs64, weights64, dtype, device, exc, **kw) -> Run:
+    """A variant whose code has no backward on this device (flex_attention refuses inputs that
+    require grad on the CPU): its forward under no_grad, judged alone, the reason kept."""
+    with torch.no_grad():
+        run = run_variant(variant, cfg, inputs64, weights64, dtype, device, backward=False, **kw)
+    if not run.error:
+        run.forward_only = _no_backward(device, exc)
+    return run
+
+
 def run_variant(
     variant: Variant,
     cfg: Config,
@@ -206,6 +222,12 @@ def run_variant(
         return run
     except HarnessError:
         raise
+    except NotImplementedError as exc:
+        if not (backward and family.differentiable):
+            run.error = f"NotImplementedError: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return run
+        return _forward_only(variant, cfg, inputs64, weights64, dtype, device, exc, record=record,
+                             compile_backend=compile_backend)
     except Exception as exc:  # a variant that fails on this case/dtype is a finding
         run.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return run
@@ -225,7 +247,9 @@ def run_variant(
             run.tensors.update(backward_grads(family, cfg, out, inputs, portmap))
         except HarnessError:
             raise
-        except Exception as exc:  # a backward that fails (not implemented on this device) is a finding
+        except NotImplementedError as exc:  # no backward on this device: the forward is still judged
+            run.forward_only = _no_backward(device, exc)
+        except Exception as exc:  # a backward that fails otherwise is a finding
             run.error = f"backward: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             return run
     return run

@@ -333,6 +333,8 @@ class SpecChecker:
                               err=float(bad), ref_err=math.nan, ratio=math.nan, worst="output",
                               note="" if same else f"{bad} element(s) differ from the oracle")
         names = expected_names(family, oracle, checker, variant)
+        if run.forward_only:  # no backward on this device: the output alone is judged, said
+            names = [n for n in names if n == "output"]
         checks: list[TensorCheck] = []
         baselines: list[Run] = []
         # The floor of a gradient is taken at the scale of all the gradients: one that is
@@ -379,6 +381,8 @@ class SpecChecker:
         notes = [c.note for c in checks if c.verdict != Verdict.EQUIVALENT and c.note]
         if run.note:
             notes.insert(0, run.note)
+        if run.forward_only:
+            notes.insert(0, run.forward_only)
         left_out = undeclared_absent(family, variant.traits, variant.map_for(checker.cfg), checker.cfg)
         if left_out:
             notes.insert(0, left_out_note(left_out))
