@@ -131,3 +131,94 @@ def test_a_kernel_without_a_backward_on_the_device_is_checked_forward_only():
     assert ok.ok and ok.verdict == "equivalent" and ok.note.startswith("forward only: no backward on cpu"), ok.note
     assert [t.name for t in ok.tensors if not t.name.startswith("output")] == []
     assert not bad.ok and bad.verdict == "different"
+
+
+# -- half precision: what a careful implementation computes -----------------------------------------
+
+class RopeAttention(torch.nn.Module):
+    """LLaMA attention, RoPE half-split. ``cast_buffer``: the inverse frequencies are a
+    buffer, which ``model.to(torch.bfloat16)`` rounds (the bug); else they and the angles are
+    computed in float32 at least, in the forward (as HF's rotary embedding computes them)."""
+
+    def __init__(self, cfg, cast_buffer: bool):
+        super().__init__()
+        self.h, self.d, self.base, self.cast = cfg.heads, cfg.d_k, cfg.rope_base, cast_buffer
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(4))
+        self.register_buffer("inv_freq", 1.0 / self.base ** (torch.arange(0, self.d, 2) / self.d), persistent=False)
+
+    def rotate(self, x, positions):
+        work = torch.promote_types(x.dtype, torch.float32)
+        inv = (self.inv_freq.to(work) if self.cast
+               else 1.0 / self.base ** (torch.arange(0, self.d, 2, dtype=work) / self.d))
+        angle = positions.to(work)[:, None, :, None] * inv
+        cos, sin = torch.cat([angle.cos()] * 2, -1).to(x.dtype), torch.cat([angle.sin()] * 2, -1).to(x.dtype)
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+    def forward(self, query, key, value, mask, positions, key_positions):
+        B, T, D = query.shape
+        split = lambda t: t.view(B, -1, self.h, self.d).transpose(1, 2)  # noqa: E731
+        q, k = self.rotate(split(self.q(query)), positions), self.rotate(split(self.k(key)), key_positions)
+        s = (q @ k.transpose(-2, -1) / self.d ** 0.5).masked_fill(~mask[:, None], float("-inf"))
+        return self.o((s.softmax(-1) @ split(self.v(value))).transpose(1, 2).reshape(B, T, D))
+
+
+def test_rope_inverse_frequencies_rounded_to_bfloat16_are_caught_thousands_of_positions_back():
+    """On the attention family's ``far`` case (keys thousands of positions back) in bfloat16:
+    the buffer rounded with the model is "different" (the baseline's angles are float32's, as a
+    careful implementation's); the float32 buffer is equivalent."""
+    from harness import linear_entries, register
+    from harness.base.config import CONFIG_MATRIX
+    from harness.check.spec import SpecChecker
+    from harness.registry import scratch
+    from variants.llama import call
+
+    traits = {"sublayer": "attention", "rope": "half-split", "fully_masked_row": "NaN", "cases": ("far",)}
+    qkvo = linear_entries({"q": "q", "k": "k", "v": "v", "o": "o"}, bias=False)
+    with scratch():
+        made = {cast: register(id=f"rope_cast_{cast}", family="attention", source="test", call=call, param_map=qkvo,
+                               build=lambda cfg, c=cast: RopeAttention(cfg, c), traits=traits)
+                for cast in (False, True)}
+        checker = SpecChecker({"default": CONFIG_MATRIX["default"]})
+        careful = checker.check(made[False], "default", "far", "bfloat16")
+        rounded = checker.check(made[True], "default", "far", "bfloat16")
+    assert careful.ok and careful.verdict == "equivalent", careful.note
+    assert not rounded.ok and rounded.verdict == "different", rounded.note
+
+
+class HalfStatsNorm(torch.nn.Module):
+    """LayerNorm written out; ``upcast``: its statistics in float32 (and so declared), else in
+    the input's dtype: float16 squares overflow beyond |x| = 256 and the output is zeros."""
+
+    def __init__(self, d, upcast: bool):
+        super().__init__()
+        self.weight, self.bias = torch.nn.Parameter(torch.ones(d)), torch.nn.Parameter(torch.zeros(d))
+        self.upcast = upcast
+
+    def forward(self, x):
+        h = x.float() if self.upcast else x
+        mean = h.mean(-1, keepdim=True)
+        var = ((h - mean) ** 2).mean(-1, keepdim=True)
+        return ((h - mean) / torch.sqrt(var + 1e-5)).to(x.dtype) * self.weight + self.bias
+
+
+def test_a_float16_statistics_norm_declaring_an_upcast_is_caught_on_large_activations():
+    """The norm family's ``large`` case (outliers |x| 300..1000) in float16: statistics in
+    float16 overflow to zeros; declared ``internal_dtype: float32`` the baseline upcasts, so
+    it is "different"; the upcasting norm with the same declaration is equivalent."""
+    from harness import Param, register
+    from harness.base.config import CONFIG_MATRIX
+    from harness.check.spec import SpecChecker
+    from harness.registry import scratch
+
+    traits = {"norm_formula": "layernorm", "eps": 1e-5, "internal_dtype": "float32", "cases": ("large",)}
+    with scratch():
+        made = {up: register(id=f"norm_up_{up}", family="norm", source="test", traits=traits,
+                             param_map={"weight": Param("weight"), "bias": Param("bias")},
+                             build=lambda cfg, u=up: HalfStatsNorm(cfg.d_model, u), call=lambda m, i: m(i["x"]))
+                for up in (True, False)}
+        checker = SpecChecker({"default": CONFIG_MATRIX["default"]})
+        careful = checker.check(made[True], "default", "large", "float16")
+        overflow = checker.check(made[False], "default", "large", "float16")
+    assert careful.ok and careful.verdict == "equivalent", careful.note
+    assert not overflow.ok and overflow.verdict == "different", overflow.note

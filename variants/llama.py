@@ -71,8 +71,10 @@ def rope_tables(positions: torch.Tensor, dim: int, base: float, dtype: torch.dty
 
 
 def rotate_half(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
-    """HF's apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, (B, h, L, d)."""
-    cos, sin = rope_tables(positions, x.shape[-1], base, x.dtype)
+    """HF's apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, (B, h, L, d); the tables
+    computed in float32 at least (HF's rotary embedding: float32 angles, cast to x's dtype)."""
+    cos, sin = rope_tables(positions, x.shape[-1], base, torch.promote_types(x.dtype, torch.float32))
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)

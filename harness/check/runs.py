@@ -257,15 +257,21 @@ def run_variant(
 
 def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64: Mapping[str, Any],
                weights64: Mapping[str, torch.Tensor], *, dtype: torch.dtype,
-               compute: torch.dtype = torch.float64) -> Run:
+               compute: torch.dtype = torch.float64, through: torch.dtype | None = None) -> Run:
     """The oracle's forward and backward on CPU in ``compute`` (float64 for the spec); every
-    tensor returned in float64, named like a variant's run."""
+    tensor returned in float64, named like a variant's run. ``through``: the dtype the
+    weights, inputs and results are rounded to on the way (a variant that computes in
+    float32 inside a bfloat16 call: its inputs and results are bfloat16's)."""
     run = Run(path="oracle")
-    weights = {n: t.detach().to(compute).clone().requires_grad_(family.differentiable)
+    via = (lambda t: t.to(through)) if through is not None else (lambda t: t)  # noqa: E731
+    weights = {n: via(t.detach()).to(compute).clone().requires_grad_(family.differentiable)
                for n, t in weights64.items()}
+    if through is not None:
+        inputs64 = {k: v.to(through) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                    for k, v in inputs64.items()}
     inputs = cast_inputs(inputs64, compute, "cpu", family.grad_inputs)
     out = family.oracle(traits, cfg, weights, inputs, dtype)
-    as64 = lambda t: t.detach().to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
+    as64 = lambda t: via(t.detach()).to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
     run.tensors["output"] = as64(out)
     if family.differentiable and out.requires_grad:
         (out * cotangent(out.shape, cfg.seed).to(out.dtype)).sum().backward()
@@ -340,17 +346,17 @@ class RunCache:
         return Fills({n: v for n, v in fills.items() if n not in undeclared}) if undeclared else fills
 
     def oracle(self, family: Family, traits: Mapping[str, Any], case: str, zero: Fills,
-               dtype: torch.dtype, compute: torch.dtype = torch.float64) -> Run:
+               dtype: torch.dtype, compute: torch.dtype = torch.float64, through: torch.dtype | None = None) -> Run:
         """The family's oracle built from ``traits``, on the same weights and inputs as the
         variants' runs; ``dtype`` is the dtype of the run it is compared with, ``compute``
         the dtype it computes in (float64: the spec; ``dtype``: the definition's own
         rounding in that dtype, the precision baseline)."""
         semantic = family.semantic_traits(traits)
         key = ("oracle", family.name, tuple(sorted(semantic.items(), key=lambda kv: kv[0])), case, zero,
-               dtype, compute)
+               dtype, compute, through)
         if key not in self._runs:
             self._runs[key] = oracle_run(family, semantic, self.cfg, self.inputs(family, case),
-                                         self.weights(family, zero), dtype=dtype, compute=compute)
+                                         self.weights(family, zero), dtype=dtype, compute=compute, through=through)
         return self._runs[key]
 
     def run(self, variant: Variant, case: str, zero: Fills, dtype: torch.dtype,

@@ -147,6 +147,27 @@ def _attn_decode_left_pad(cfg: Config, gen: torch.Generator) -> dict:
     return _decode(cfg, gen, left_padded=True)
 
 
+FAR = 4096  # the far case's queries sit thousands of positions after their first keys
+
+
+def _attn_far(cfg: Config, gen: torch.Generator) -> dict:
+    """T queries at positions FAR .. FAR+T-1 over S keys spread from position 0 to the
+    queries' own, causal by position: relative distances in the thousands, where RoPE's
+    inverse frequencies must be exact (rounded to bfloat16 they turn a key thousands back by
+    radians too many)."""
+    T, S = cfg.tgt_len, cfg.src_len + cfg.tgt_len
+    q = activations(gen, cfg.batch, T, cfg.d_model)
+    k = activations(gen, cfg.batch, S, cfg.d_model)
+    v = activations(gen, cfg.batch, S, cfg.d_model)
+    early = torch.sort(torch.randperm(FAR, generator=gen)[:S - T]).values           # S - T keys before FAR
+    key_positions = torch.cat([early, FAR + torch.arange(T)])                     # the last T: the queries'
+    positions = FAR + torch.arange(T)
+    mask = key_positions[None, :] <= positions[:, None]                           # (T, S) causal by position
+    return {"query": q, "key": k, "value": v, "mask": mask.expand(cfg.batch, T, S).clone(), "causal": False,
+            "positions": positions.expand(cfg.batch, T).clone(),
+            "key_positions": key_positions.expand(cfg.batch, S).clone()}
+
+
 WINDOW = (3, 0)  # HF's sliding_window=4: keys i-3 .. i
 
 
@@ -203,6 +224,8 @@ CASES = tuple(Case(c.name, c.note, _positions(c.make)) for c in (
     Case("decode_left_pad", "decode over left-padded rows, positions from the first real token",
          _attn_decode_left_pad),
     Case("window", "causal, T + S tokens, a sliding window (3, 0) asked for (or the config's)", _attn_window),
+    Case("far", f"T queries at positions {FAR}.. over keys from position 0: RoPE over thousands of positions",
+         _attn_far),
     Case("query_is_key", "query and key one tensor, value another", _attn_query_is_key),
 ))
 
@@ -252,7 +275,8 @@ ATTENTION = Family(
     case_semantic={"fully_masked": ("fully_masked_row", "mask_style")},
     grad_inputs=("query", "key", "value"),
     extra_configs={"gqa": Config(kv_heads=2, batch=2)},
-    case_declarers=dict.fromkeys(("decode", "decode_left_pad", "window"), ("rope", "window", "gqa_grouping")),
+    case_declarers={**dict.fromkeys(("decode", "decode_left_pad", "window"), ("rope", "window", "gqa_grouping")),
+                    "far": ("rope",)},
     requires=_attention_requires,
     dropout_stats=lambda t: "mean" if t.get("sublayer") == "attention" else ("o.weight", "o.bias"),
 )

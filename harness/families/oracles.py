@@ -58,7 +58,12 @@ NORM_FORMULAS = ("layernorm", "unbiased std, eps added to std", "rms")
 
 
 def normalize(x: Tensor, weight: Tensor, bias: Tensor, formula: str, eps: float) -> Tensor:
-    """Over the last dimension, then gain and bias."""
+    """Over the last dimension, then gain and bias. A half-precision ``x`` (the definition
+    evaluated in bfloat16 or float16: the precision baseline) is normalised as a careful
+    implementation does it, in float32, and rounded once to its dtype: its squares overflow
+    float16 beyond |x| = 256, where a baseline computed in float16 would be all zeros too."""
+    if x.dtype in (torch.float16, torch.bfloat16):
+        return normalize(x.float(), weight.float(), bias.float(), formula, eps).to(x.dtype)
     if formula == "layernorm":  # biased variance, eps inside the square root
         mean = x.mean(-1, keepdim=True)
         var = ((x - mean) ** 2).mean(-1, keepdim=True)
@@ -102,8 +107,9 @@ def norm(traits, cfg, w, inputs, dtype) -> Tensor:
     if upcast not in NORM_UPCASTS:
         raise _unknown("upcast", upcast, NORM_UPCASTS)
     one = torch.ones((), dtype=torch.float64)
-    y = normalize(inputs["x"], one, torch.zeros((), dtype=torch.float64), traits["norm_formula"],
-                  _eps(traits["eps"], dtype))
+    x = inputs["x"]
+    y = normalize(x.float() if x.dtype in (torch.float16, torch.bfloat16) else x, one,  # the declared upcast
+                  torch.zeros((), dtype=torch.float64), traits["norm_formula"], _eps(traits["eps"], dtype))
     if upcast == "float32, cast back before the gain" and dtype.itemsize < 4:
         y = y.to(dtype).to(torch.float64)
     # in the input's dtype: the definition computed in a lower dtype (the precision baseline)
@@ -127,7 +133,8 @@ def rope(x: Tensor, positions: Tensor, layout: str, fraction: float = 1.0, base:
     The first r = 2 * floor(d * fraction / 2) dims of each head rotate (GPT-NeoX's partial
     rotary: the rest pass through); pair i turns by position * base^(-2i / r). ``half-split``
     pairs dim i with dim i + r/2 (HF's ``rotate_half``); ``interleaved`` pairs dims 2i and
-    2i + 1 (Meta's reference code, complex multiplication). ``none``: x unchanged."""
+    2i + 1 (Meta's reference code, complex multiplication). ``none``: x unchanged. Below
+    float64 the angles are float32's (a careful implementation's tables, not the dtype's)."""
     if layout == "none":
         return x
     if layout not in ROPE_LAYOUTS:
@@ -135,8 +142,11 @@ def rope(x: Tensor, positions: Tensor, layout: str, fraction: float = 1.0, base:
     r = int(x.shape[-1] * fraction) // 2 * 2
     if r == 0:
         return x
-    inv = base ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)            # (r/2,)
-    angle = positions.to(torch.float64)[:, None, :, None] * inv                  # (B, 1, L, r/2)
+    # the angles in float64 for the spec; below it in float32 whatever the dtype, as a careful
+    # implementation (HF's rotary embedding) computes its tables: the precision baseline
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    inv = base ** (-torch.arange(0, r, 2, dtype=work) / r)                       # (r/2,)
+    angle = positions.to(work)[:, None, :, None] * inv                           # (B, 1, L, r/2)
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
     turn, rest = x[..., :r], x[..., r:]
     if layout == "half-split":
