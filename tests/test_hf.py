@@ -189,3 +189,18 @@ def test_gemma2_attention_with_its_own_head_width_and_score_scale():
         wrong = checker.check(made["1/sqrt(d)"], "hd16", "random_mask", "float64")
     assert right.ok, right.note
     assert not wrong.ok and wrong.verdict == "different"
+
+
+@pytest.mark.slow
+def test_map_shows_why_no_call_form_ran_and_finds_gemma2s_scale():
+    """Qwen3's q/k norm gains have no canonical counterpart: map shows that porting error per
+    call form (it said only "no call form ran"); Gemma 2's scale (query_pre_attn_scalar) and
+    logit soft-cap are read from the module, and the registration it prints checks clean."""
+    qwen = propose_map("transformers.models.qwen3.modeling_qwen3:Qwen3Attention", "attention", cfg=DEFAULT)
+    assert not qwen.found
+    assert "no candidate map ported: PortingError" in qwen.text and "'q_norm.weight'" in qwen.text, qwen.text
+    cfg = Config(head_dim=16)
+    gemma = propose_map("transformers.models.gemma2.modeling_gemma2:Gemma2Attention", "attention", cfg=cfg)
+    assert gemma.found, gemma.text
+    assert gemma.traits["score_scale"] == 256 ** -0.5 and gemma.traits["softcap"] == 50.0
+    assert "0 contradict" in gemma.text

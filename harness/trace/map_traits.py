@@ -41,6 +41,28 @@ def module_eps(module: torch.nn.Module) -> float | None:
     return None
 
 
+SOFTCAP_ATTRS = ("attn_logit_softcapping", "logit_softcapping", "softcap")
+
+
+def module_numbers(module: torch.nn.Module) -> dict[str, float]:
+    """Numbers an attention module keeps that the family declares as traits: its score scale
+    when it is not 1/sqrt(head_dim) (HF's ``scaling``: Gemma 2's query_pre_attn_scalar ** -0.5)
+    and its logit soft-cap (Gemma 2's ``attn_logit_softcapping``), read from the module or its
+    config: the search starts from them instead of the reference's."""
+    out: dict[str, float] = {}
+    config = getattr(module, "config", None)
+    scaling, head_dim = getattr(module, "scaling", None), getattr(module, "head_dim", None)
+    if isinstance(scaling, float) and isinstance(head_dim, int) and head_dim > 0 \
+            and abs(scaling - head_dim ** -0.5) > 1e-12 * scaling:
+        out["score_scale"] = scaling
+    for name in SOFTCAP_ATTRS:
+        cap = getattr(module, name, getattr(config, name, None))
+        if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
+            out["softcap"] = float(cap)
+            break
+    return out
+
+
 def _values(family: Family, name: str, base: Any, eps: float | None) -> list[Any]:
     spec = family.traits[name]
     values = list(spec.values)
@@ -62,6 +84,7 @@ def trait_sets(family: Family, ref_traits: dict, module: torch.nn.Module, search
             if t not in case_traits and (t in ref_traits or spec.default is not REQUIRED)}
     if eps is not None and "eps" in base:
         base["eps"] = eps
+    base.update({t: v for t, v in module_numbers(module).items() if t in family.traits})
     names = [t for t in base if searched is None or t in searched]
     choices = {t: _values(family, t, base[t], eps)[1:] for t in names}
     yielded = 0

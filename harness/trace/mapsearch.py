@@ -82,6 +82,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     tried = 0
     scored: list[tuple] = []   # (first-case gap, order, call form, adapter, map, cases, module): those that ran
     ran_forms, failed = [], {}
+    unported: dict[str, str] = {}  # call form -> why its candidate maps did not port (the first reason)
     for form in forms:
         made = make_call(form, probe, cfg)
         if made is None:
@@ -105,7 +106,8 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
                               param_map=pmap, traits=dict(ref.traits))
             try:
                 got = _forward(checker, variant, first_case, module)
-            except (PortingError, InputError):
+            except (PortingError, InputError) as exc:
+                unported.setdefault(form, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
                 continue
             except _CallFailed as exc:
                 failed[form] = str(exc)
@@ -153,7 +155,18 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
                 f"fails on {fails}" + (f" ({closest['note']})" if closest.get("note") else "")
                 + f"; agrees on {', '.join(closest['agrees']) or 'no case'}; map {closest['map']}")
     else:
-        why += "\nno call form ran the module on the family's inputs: pass --call and --init"
+        why += "\nno call form ran the module on the family's inputs; why, per call form:"
+        reasons: dict[str, list[str]] = {}
+        for form in forms:
+            if form in unported:
+                reasons.setdefault(f"no candidate map ported: {unported[form]}", []).append(form)
+            elif form in failed:
+                said = failed[form]
+                reasons.setdefault(f"not tried: {said.removeprefix('nothing: ')}" if said.startswith("nothing")
+                                   else f"the call raised {said}", []).append(form)
+        for reason, named in reasons.items():
+            why += f"\n  {', '.join(named)}: {reason}"
+        why += "\npass --call (and --init) for a call form of your own"
     if call and call in failed:
         why += f"\n--call {call!r} " + ("ran " if failed[call].startswith("nothing") else "raised ") + failed[call]
     return Proposal(False, why, tried=tried, closest=closest)
