@@ -23,7 +23,7 @@ from harness.base.errors import (
     VariantFileError,
 )
 from harness.base.library import library_config, rotary_tables
-from harness.base.masks import additive_mask, causal_and_pad, masked, per_head
+from harness.base.masks import additive_mask, causal_and_pad, key_pad_to_attn, masked, per_head
 from harness.families.models import PAD, START, dropout_sites, incremental, layers, register_decoding
 from harness.families.training import SPREADS, STEP_COUNTS, noam, optimizer_rates, smoothed_target
 from harness.porting.entries import (
@@ -56,7 +56,7 @@ __all__ = [
     "nest", "linear_entries", "norm_entries", "fused_entries", "absent_norm",
     "Identity",  # a square weight the variant leaves out, read as the identity
     # masks: converting the canonical bool mask (True = may attend) at the variant's edge
-    "masked", "per_head", "causal_and_pad", "additive_mask",
+    "masked", "per_head", "causal_and_pad", "key_pad_to_attn", "additive_mask",
     # library modules (transformers): their config object from the harness config, their rotary tables
     "library_config", "rotary_tables",
     # whole models: how a model decodes, its layers and dropout sites
