@@ -222,3 +222,48 @@ def test_a_float16_statistics_norm_declaring_an_upcast_is_caught_on_large_activa
         overflow = checker.check(made[False], "default", "large", "float16")
     assert careful.ok and careful.verdict == "equivalent", careful.note
     assert not overflow.ok and overflow.verdict == "different", overflow.note
+
+
+class PositionWindowAttention(torch.nn.Module):
+    """Attention whose sliding window compares positions (query position - key position in
+    0 .. left), as HF's and Mistral's masks do: after a cache, on the bottom-right diagonal."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.h, self.d = cfg.heads, cfg.d_k
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(cfg.d_model, cfg.d_model) for _ in range(4))
+
+    def forward(self, query, key, value, mask, positions, key_positions, window):
+        B, T, D = query.shape
+        split = lambda t: t.view(B, -1, self.h, self.d).transpose(1, 2)  # noqa: E731
+        keep = mask
+        if window is not None:
+            rel = key_positions[:, None, :] - positions[:, :, None]                  # (B, T, S)
+            keep = keep & (rel >= -window[0]) & (rel <= window[1])
+        s = (split(self.q(query)) @ split(self.k(key)).transpose(-2, -1) / self.d ** 0.5)
+        p = s.masked_fill(~keep[:, None], float("-inf")).softmax(-1)
+        return self.o((p @ split(self.v(value))).transpose(1, 2).reshape(B, T, D))
+
+
+def test_a_window_on_the_bottom_right_diagonal_after_a_cache_is_declarable():
+    """Decoding after a cache with a sliding window: a position-based window declared
+    ``window_diagonal: bottom_right`` is equivalent on ``decode_window`` (and ``window``);
+    declared top-left (the default), caught there."""
+    from harness import linear_entries, register
+    from harness.base.config import CONFIG_MATRIX
+    from harness.check.spec import SpecChecker
+    from harness.registry import scratch
+
+    base = {"sublayer": "attention", "fully_masked_row": "NaN", "window": "as called",
+            "cases": ("decode_window", "window")}
+    with scratch():
+        made = {diag: register(id=f"pos_window_{diag}", family="attention", source="test",
+                               build=PositionWindowAttention, param_map=linear_entries({c: c for c in "qkvo"}),
+                               call=lambda m, i: m(i["query"], i["key"], i["value"], i["mask"], i["positions"],
+                                                   i["key_positions"], i["window"]),
+                               traits={**base, "window_diagonal": diag}) for diag in ("bottom_right", "top_left")}
+        checker = SpecChecker({"default": CONFIG_MATRIX["default"]})
+        right = [checker.check(made["bottom_right"], "default", c, "float64") for c in ("decode_window", "window")]
+        wrong = checker.check(made["top_left"], "default", "decode_window", "float64")
+    assert all(r.ok and r.verdict == "equivalent" for r in right), [r.note for r in right]
+    assert not wrong.ok and wrong.verdict == "different"

@@ -171,6 +171,15 @@ def _attn_far(cfg: Config, gen: torch.Generator) -> dict:
 WINDOW = (3, 0)  # HF's sliding_window=4: keys i-3 .. i
 
 
+def _attn_decode_window(cfg: Config, gen: torch.Generator) -> dict:
+    """Decode after a cache of P = S tokens with a sliding window (3, 0) (or the config's)
+    asked for: the window sits on query i's own position P + i (the bottom-right diagonal),
+    where one counted from the first new query keeps the wrong keys."""
+    inputs = _decode(cfg, gen, left_padded=False)
+    inputs["window"] = cfg.window if cfg.window is not None else WINDOW
+    return inputs
+
+
 def _attn_window(cfg: Config, gen: torch.Generator) -> dict:
     """Causal self-attention over T + S tokens (longer than the window), the window the
     config sets or (3, 0), asked for in the call (a module whose window is its own reads it)."""
@@ -224,6 +233,8 @@ CASES = tuple(Case(c.name, c.note, _positions(c.make)) for c in (
     Case("decode_left_pad", "decode over left-padded rows, positions from the first real token",
          _attn_decode_left_pad),
     Case("window", "causal, T + S tokens, a sliding window (3, 0) asked for (or the config's)", _attn_window),
+    Case("decode_window", "decode after a cache of P = S tokens with a sliding window (3, 0) asked for: "
+         "top-left and bottom-right diagonals differ", _attn_decode_window),
     Case("far", f"T queries at positions {FAR}.. over keys from position 0: RoPE over thousands of positions",
          _attn_far),
     Case("query_is_key", "query and key one tensor, value another", _attn_query_is_key),
@@ -264,6 +275,9 @@ ATTENTION = Family(
                                   kernel_oracle.GQA_GROUPINGS, default="consecutive"),
         "window": _WindowSpec("the keys diag-left .. diag+right a query keeps, its own or the call's "
                               "(HF sliding_window=w: (w-1, 0))", default="none"),
+        "window_diagonal": TraitSpec("the diagonal a window sits on when T < S (decoding after a cache): "
+                                     "top_left (query i faces key i) or bottom_right (query i faces key S - T + i, "
+                                     "its own position: HF, Mistral)", kernel_oracle.CAUSAL[:2], default="top_left"),
         "qk_norm": TraitSpec("q and k RMS-normalised before RoPE, per head over d_k (Qwen3) or over all heads "
                              "(OLMo2); eps the 'eps' trait, gains held at init", oracles.QK_NORMS, default="none"),
         "softcap": TraitSpec("scores s -> c tanh(s / c) before masking (Gemma 2's attn_logit_softcapping; "
@@ -276,7 +290,7 @@ ATTENTION = Family(
     grad_inputs=("query", "key", "value"),
     extra_configs={"gqa": Config(kv_heads=2, batch=2)},
     case_declarers={**dict.fromkeys(("decode", "decode_left_pad", "window"), ("rope", "window", "gqa_grouping")),
-                    "far": ("rope",)},
+                    "far": ("rope",), "decode_window": ("window",)},
     requires=_attention_requires,
     dropout_stats=lambda t: "mean" if t.get("sublayer") == "attention" else ("o.weight", "o.bias"),
 )

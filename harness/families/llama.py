@@ -28,8 +28,8 @@ from harness.families.models import BOOL, ModelFamily, content_tokens, layers
 
 # The GQA config both families run besides the default one (two K/V heads for four query heads).
 GQA_CONFIG = Config(kv_heads=2, batch=2)
-_ATTN_TRAITS = ("rope", "rope_fraction", "gqa_grouping", "window", "qk_norm", "softcap", "score_scale",
-                "fully_masked_row", "mask_style")
+_ATTN_TRAITS = ("rope", "rope_fraction", "gqa_grouping", "window", "window_diagonal", "qk_norm", "softcap",
+                "score_scale", "fully_masked_row", "mask_style")
 BLOCK_TRAITS = {
     "norm_placement": TraitSpec("norm before the sublayer (pre, LLaMA) or after the residual add (post)",
                                 ("pre", "post")),

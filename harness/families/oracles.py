@@ -173,7 +173,7 @@ def multi_head_attention(
     kv_heads: int | None = None, gqa_grouping: str = "consecutive", positions: Tensor | None = None,
     key_positions: Tensor | None = None, rope_layout: str = "none", rope_fraction: float = 1.0,
     rope_base: float = 10000.0, window: tuple[int, int] | None = None, softcap: float = 0.0,
-    qk_norm: str = "none", qk_eps: float = 1e-6, scale: float | None = None,
+    qk_norm: str = "none", qk_eps: float = 1e-6, scale: float | None = None, window_diagonal: str = "top_left",
 ) -> Tensor:
     """The Q, K, V projections (K and V to ``kv_heads`` heads, default ``heads``), RoPE on q
     and k at their positions (default 0..L-1), the kernel oracle's attention over the heads
@@ -192,7 +192,9 @@ def multi_head_attention(
     before RoPE; ``softcap`` c > 0: scores become
     c tanh(s / c) before masking (Gemma 2's attention logit soft-capping). The head width d_k
     is the Q projection's width over ``heads`` (D / H unless the config sets ``head_dim``);
-    ``scale`` multiplies q k^T (default 1 / sqrt(d_k); Gemma 2: query_pre_attn_scalar ** -0.5)."""
+    ``scale`` multiplies q k^T (default 1 / sqrt(d_k); Gemma 2: query_pre_attn_scalar ** -0.5);
+    ``window_diagonal`` "bottom_right": the window sits on query i's key S - T + i (decoding
+    after a cache: the query's own position)."""
     if mask_style == "additive" and fully_masked_row != "mean of V":
         raise SpecError(f"an additive mask gives the mean of V on a fully masked row, "
                         f"not {fully_masked_row!r}")
@@ -219,7 +221,9 @@ def multi_head_attention(
     v = split(linear(value, w, prefix + "v"), S, n_kv)
     traits = {"gqa_grouping": gqa_grouping, "scale": 1.0 / math.sqrt(d_k) if scale is None else float(scale),
               "softcap": float(softcap),
-              "window": kernel_oracle.AS_CALLED, "causal": "none", "mask_method": method,
+              "window": kernel_oracle.AS_CALLED, "mask_method": method,
+              # the window's diagonal: top-left, or bottom-right (no key padding here: both kinds agree)
+              "causal": "none" if window_diagonal == "top_left" else "bottom_right_padded",
               "fully_masked_row": row, "fully_masked_grad": grad}
     y = kernel_oracle.kernel_attention(traits, {
         "q": q, "k": k, "v": v, "mask": mask, "key_pad": torch.ones(B, S, dtype=torch.bool),
@@ -266,7 +270,8 @@ def attention(traits, cfg, w, inputs, dtype) -> Tensor:
         rope_layout=traits.get("rope", "none"), rope_fraction=traits.get("rope_fraction", 1.0),
         rope_base=cfg.rope_base, window=None if window is None else tuple(window),
         softcap=traits.get("softcap", 0.0), qk_norm=traits.get("qk_norm", "none"), qk_eps=eps,
-        scale=score_scale(traits.get("score_scale", kernel_oracle.DEFAULT_SCALE)))
+        scale=score_scale(traits.get("score_scale", kernel_oracle.DEFAULT_SCALE)),
+        window_diagonal=traits.get("window_diagonal", "top_left"))
     if sublayer == "attention":
         return out
     if sublayer == "attention + residual + post-LayerNorm":
