@@ -267,3 +267,35 @@ def test_a_window_on_the_bottom_right_diagonal_after_a_cache_is_declarable():
         wrong = checker.check(made["top_left"], "default", "decode_window", "float64")
     assert all(r.ok and r.verdict == "equivalent" for r in right), [r.note for r in right]
     assert not wrong.ok and wrong.verdict == "different"
+
+
+def test_packed_rows_catch_positions_counted_along_the_row():
+    """The ``packed`` case (positions restarting inside a row, a block-diagonal causal mask):
+    the LLaMA attention and block that take the call's positions are equivalent; the same
+    modules counting positions along the row are caught there (the attention agrees where the
+    positions are 0 .. T-1)."""
+    from harness import register
+    from harness.base.config import CONFIG_MATRIX
+    from harness.check.spec import SpecChecker
+    from harness.registry import scratch
+
+    load_packs()
+    attn, block = get_variant("attention", "llama"), get_variant("llama_block", "llama_block")
+
+    def along_row(i):
+        B, T = i["positions"].shape
+        return torch.arange(T).expand(B, T)
+
+    with scratch():
+        wrong_attn = register(id="llama_row_positions", family="attention", source="test", build=attn.build,
+                              param_map=attn.param_map, traits={**attn.traits, "cases": ("packed", "causal")},
+                              call=lambda m, i: m(i["query"], i["key"], i["value"], i["mask"], along_row(i),
+                                                  along_row(i)))
+        wrong_block = register(id="block_row_positions", family="llama_block", source="test", build=block.build,
+                               param_map=block.param_map, traits=block.traits,
+                               call=lambda m, i: m(i["x"], i["mask"], along_row(i)))
+        checker = SpecChecker({"default": CONFIG_MATRIX["default"]})
+        assert all(checker.check(v, "default", "packed", "float64").ok for v in (attn, block))
+        assert checker.check(wrong_attn, "default", "causal", "float64").ok   # positions 0.. there
+        caught = [checker.check(v, "default", "packed", "float64") for v in (wrong_attn, wrong_block)]
+    assert all(not c.ok and c.verdict == "different" for c in caught)

@@ -171,6 +171,42 @@ def _attn_far(cfg: Config, gen: torch.Generator) -> dict:
 WINDOW = (3, 0)  # HF's sliding_window=4: keys i-3 .. i
 
 
+def packed_segments(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
+    """(B, L) segment ids of rows that pack several sequences: each row cut at 1 .. 3 random
+    places (row 0 always at L // 2 when L > 1), segments numbered 0, 1, ... along the row."""
+    seg = torch.zeros(batch, length, dtype=torch.long)
+    for b in range(batch):
+        cuts = torch.randperm(max(length - 1, 1), generator=gen)[:int(torch.randint(1, 4, (1,), generator=gen))] + 1
+        if b == 0 and length > 1:
+            cuts = torch.cat([cuts, torch.tensor([length // 2])])
+        for c in cuts.tolist():
+            if c < length:
+                seg[b, c:] += 1
+    return seg
+
+
+def packed_positions(seg: torch.Tensor) -> torch.Tensor:
+    """(B, L) positions restarting at 0 where each segment starts."""
+    idx = torch.arange(seg.shape[1]).expand_as(seg)
+    new = torch.ones_like(seg, dtype=torch.bool)
+    new[:, 1:] = seg[:, 1:] != seg[:, :-1]
+    start = torch.where(new, idx, torch.zeros_like(idx)).cummax(-1).values
+    return idx - start
+
+
+def _attn_packed(cfg: Config, gen: torch.Generator) -> dict:
+    """Packed rows: several sequences in one row, positions restarting at each, causal within a
+    sequence only (a block-diagonal causal mask): positions taken from the call, not counted
+    along the row, is what a packed batch needs."""
+    inputs = _attn_causal_only(cfg, gen)
+    seg = packed_segments(gen, cfg.batch, cfg.tgt_len)
+    inputs["mask"] = inputs["mask"] & (seg[:, :, None] == seg[:, None, :])
+    inputs["causal"] = False
+    inputs["positions"] = packed_positions(seg)
+    inputs["key_positions"] = inputs["positions"].clone()
+    return inputs
+
+
 def _attn_decode_window(cfg: Config, gen: torch.Generator) -> dict:
     """Decode after a cache of P = S tokens with a sliding window (3, 0) (or the config's)
     asked for: the window sits on query i's own position P + i (the bottom-right diagonal),
@@ -237,6 +273,8 @@ CASES = tuple(Case(c.name, c.note, _positions(c.make)) for c in (
          "top-left and bottom-right diagonals differ", _attn_decode_window),
     Case("far", f"T queries at positions {FAR}.. over keys from position 0: RoPE over thousands of positions",
          _attn_far),
+    Case("packed", "packed rows: sequences back to back, positions restarting at each, block-diagonal causal mask",
+         _attn_packed),
     Case("query_is_key", "query and key one tensor, value another", _attn_query_is_key),
 ))
 
@@ -290,7 +328,7 @@ ATTENTION = Family(
     grad_inputs=("query", "key", "value"),
     extra_configs={"gqa": Config(kv_heads=2, batch=2)},
     case_declarers={**dict.fromkeys(("decode", "decode_left_pad", "window"), ("rope", "window", "gqa_grouping")),
-                    "far": ("rope",), "decode_window": ("window",)},
+                    "far": ("rope",), "packed": ("rope",), "decode_window": ("window",)},
     requires=_attention_requires,
     dropout_stats=lambda t: "mean" if t.get("sublayer") == "attention" else ("o.weight", "o.bias"),
 )

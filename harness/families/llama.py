@@ -21,7 +21,7 @@ import torch
 
 from harness.base.config import Config
 from harness.families import oracles
-from harness.families.attention import ATTENTION
+from harness.families.attention import ATTENTION, packed_positions, packed_segments
 from harness.families.base import Case, Family, ParamSpec, TraitSpec, activations, causal, left_pad, right_pad
 from harness.families.layers import GATED_FFN, LAYER_STD, NORM
 from harness.families.models import BOOL, ModelFamily, content_tokens, layers
@@ -93,6 +93,16 @@ def _block_inputs(cfg: Config, gen: torch.Generator, pad: torch.Tensor) -> dict:
     return {"x": x, "mask": mask, "positions": positions_of(pad), "pad": pad}
 
 
+def _block_packed(cfg: Config, gen: torch.Generator) -> dict:
+    """Several sequences per row (no padding): the mask causal within each, the positions
+    restarting at each (``harness.families.attention.packed_segments``)."""
+    inputs = _block_inputs(cfg, gen, torch.ones(cfg.batch, cfg.tgt_len, dtype=torch.bool))
+    seg = packed_segments(gen, cfg.batch, cfg.tgt_len)
+    inputs["mask"] = inputs["mask"] & (seg[:, :, None] == seg[:, None, :])
+    inputs["positions"] = packed_positions(seg)
+    return inputs
+
+
 LLAMA_BLOCK = Family(
     name="llama_block",
     call="(x (B,T,D), mask (B,T,T) bool True=may attend, positions (B,T)) -> (B,T,D)",
@@ -103,6 +113,8 @@ LLAMA_BLOCK = Family(
             c, g, right_pad(g, c.batch, c.tgt_len))),
         Case("left_pad", "causal with left padding: early rows see no key; positions from the first real token",
              lambda c, g: _block_inputs(c, g, left_pad(g, c.batch, c.tgt_len))),
+        Case("packed", "packed rows: sequences back to back, positions restarting at each, block-diagonal causal",
+             _block_packed),
     ),
     traits=BLOCK_TRAITS,
     oracle=llama_block_oracle,
