@@ -269,11 +269,11 @@ def test_a_window_on_the_bottom_right_diagonal_after_a_cache_is_declarable():
     assert not wrong.ok and wrong.verdict == "different"
 
 
-def test_packed_rows_catch_positions_counted_along_the_row():
+def test_packed_rows_catch_a_causal_mask_rebuilt_from_positions():
     """The ``packed`` case (positions restarting inside a row, a block-diagonal causal mask):
-    the LLaMA attention and block that take the call's positions are equivalent; the same
-    modules counting positions along the row are caught there (the attention agrees where the
-    positions are 0 .. T-1)."""
+    the LLaMA attention and block are equivalent; the same modules with their causal mask
+    rebuilt from the positions (right where positions count along the row: the attention
+    agrees on ``causal_only``) attend across sequences there and are caught."""
     from harness import register
     from harness.base.config import CONFIG_MATRIX
     from harness.check.spec import SpecChecker
@@ -282,20 +282,22 @@ def test_packed_rows_catch_positions_counted_along_the_row():
     load_packs()
     attn, block = get_variant("attention", "llama"), get_variant("llama_block", "llama_block")
 
-    def along_row(i):
-        B, T = i["positions"].shape
-        return torch.arange(T).expand(B, T)
+    def by_position(i, mask):
+        """The causal mask rebuilt from positions (key position <= query position) over the
+        keys the call's mask keeps for some query: right where positions count along the row."""
+        keys = i.get("key_positions", i["positions"])
+        return (keys[:, None, :] <= i["positions"][:, :, None]) & mask.any(-2, keepdim=True)
 
     with scratch():
-        wrong_attn = register(id="llama_row_positions", family="attention", source="test", build=attn.build,
-                              param_map=attn.param_map, traits={**attn.traits, "cases": ("packed", "causal")},
-                              call=lambda m, i: m(i["query"], i["key"], i["value"], i["mask"], along_row(i),
-                                                  along_row(i)))
-        wrong_block = register(id="block_row_positions", family="llama_block", source="test", build=block.build,
+        wrong_attn = register(id="llama_position_causal", family="attention", source="test", build=attn.build,
+                              param_map=attn.param_map, traits={**attn.traits, "cases": ("packed", "causal_only")},
+                              call=lambda m, i: m(i["query"], i["key"], i["value"], by_position(i, i["mask"]),
+                                                  i["positions"], i["key_positions"]))
+        wrong_block = register(id="block_position_causal", family="llama_block", source="test", build=block.build,
                                param_map=block.param_map, traits=block.traits,
-                               call=lambda m, i: m(i["x"], i["mask"], along_row(i)))
+                               call=lambda m, i: m(i["x"], by_position(i, i["mask"]), i["positions"]))
         checker = SpecChecker({"default": CONFIG_MATRIX["default"]})
         assert all(checker.check(v, "default", "packed", "float64").ok for v in (attn, block))
-        assert checker.check(wrong_attn, "default", "causal", "float64").ok   # positions 0.. there
+        assert checker.check(wrong_attn, "default", "causal_only", "float64").ok   # positions 0.. there
         caught = [checker.check(v, "default", "packed", "float64") for v in (wrong_attn, wrong_block)]
-    assert all(not c.ok and c.verdict == "different" for c in caught)
+    assert all(not c.ok and c.verdict == "different" for c in caught), [(c.variant, c.verdict) for c in caught]
