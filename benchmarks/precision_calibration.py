@@ -44,7 +44,7 @@ import torch
 from harness.base.config import Config
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
-from harness.check.spec import SpecChecker
+from harness.check.spec import CALIBRATED_LENGTH, SpecChecker, outside_calibration
 from harness.families.catalog import FAMILIES
 from harness.registry import load_all, variants_of
 
@@ -165,6 +165,57 @@ def quantile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
 
 
+def summarise(paths: list[str], factor: float) -> int:
+    """The figures of one or more dumps under the rule as it is now: draws, float32 spec
+    tensors, the RMS ratio's median, 99th percentile and maximum overall and by tensor size,
+    and the draws with a false alarm (a tensor over ``max(factor, exp(SIZE_Z / sqrt(n)))``, or
+    a float64 contradiction)."""
+    draws, seconds, tensors = 0, 0.0, []
+    for i, path in enumerate(paths):
+        with open(path) as f:
+            dump = json.load(f)
+        draws += dump["draws"]
+        seconds += dump["seconds"]
+        tensors += [{**t, "draw": (i, t["draw"])} for t in dump["tensors"] if t["draw"] < dump["draws"]]
+    judged = [t for t in tensors if t["tensor"] != "float64" and math.isfinite(t["ratio"])]
+    ratios = [t["ratio"] for t in judged]
+    alarms: dict[tuple, list[str]] = defaultdict(list)
+    reported: dict[tuple, list[str]] = defaultdict(list)  # over the allowance where "less precise" is no contradiction
+    for t in tensors:
+        if t["tensor"] == "float64":
+            alarms[t["draw"]].append(f"{t['family']}/{t['variant']} {t['case']}: float64 {t['verdict']} ({t['shape']})")
+        elif math.isfinite(t["ratio"]) and t["ratio"] > P.size_factor(factor, t["n"]):
+            line = (f"{t['family']}/{t['variant']} {t['case']} {t['tensor']} ({t['shape']}): "
+                    f"rms ratio {t['ratio']:.3g} on {t['n']} elements")
+            (reported if _outside(t) else alarms)[t["draw"]].append(line)
+    print(f"{draws} draws ({len(paths)} dump(s), {seconds:.0f} s of drawing), {len(judged)} float32 tensors judged")
+    print(f"rms ratio: median {quantile(ratios, 0.5):.3g}, p99 {quantile(ratios, 0.99):.3g}, "
+          f"max {max(ratios, default=math.nan):.3g}")
+    for lo, hi in SIZES:
+        xs = [t["ratio"] for t in judged if lo <= t["n"] <= hi]
+        name = f"{lo}-{hi}" if hi < 10 ** 12 else f">={lo}"
+        print(f"  n {name:<10} {len(xs):>6} tensors  p99 {quantile(xs, 0.99):.3g}  max {max(xs, default=math.nan):.3g}"
+              f"  allowed {P.size_factor(factor, lo):.3g}x at n={lo}")
+    print(f"false alarms (rms error <= max({factor:g}, exp({P.SIZE_Z:g}/sqrt(n)))x; float64 contradictions): "
+          f"{len(alarms)} of {draws} draws")
+    for key in sorted(alarms)[:10]:
+        print(f"  {alarms[key][0]}" + (f" (+{len(alarms[key]) - 1} more)" if len(alarms[key]) > 1 else ""))
+    print(f"over the allowance outside the calibrated regime (logits scaled, T or S > {CALIBRATED_LENGTH}: "
+          f"'less precise' reported, no contradiction): {len(reported)} of {draws} draws")
+    for key in sorted(reported)[:5]:
+        print(f"  {reported[key][0]}" + (f" (+{len(reported[key]) - 1} more)" if len(reported[key]) > 1 else ""))
+    return 1 if alarms else 0
+
+
+def _outside(t: dict) -> bool:
+    """Whether a dumped tensor's case lies outside the calibrated regime (its config read back
+    from the draw's shape)."""
+    f = dict(kv.split("=") for kv in t["shape"].split()[2:])
+    cfg = Config(d_model=int(f["D"]), heads=int(f["H"]), batch=int(f["B"]), tgt_len=int(f["T"]),
+                 src_len=int(f["S"]), d_ff=int(f["F"]), seed=int(t["shape"].split()[1]))
+    return outside_calibration(FAMILIES[t["family"]].case_config(t["case"], cfg))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--draws", type=int, default=DRAWS, help=f"(seed, shape) draws (default {DRAWS})")
@@ -173,7 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--factor", type=float, default=P.PRECISION_FACTOR,
                         help=f"the rms rule's factor (default: the harness's, {P.PRECISION_FACTOR:g})")
     parser.add_argument("--dump", metavar="PATH", help="also write every judged tensor's ratio and size (JSON)")
+    parser.add_argument("--read", metavar="PATH", nargs="+",
+                        help="summarise dumps (--dump) instead of drawing: the rule re-read over every tensor")
     args = parser.parse_args(argv)
+    if args.read:
+        return summarise(args.read, args.factor)
     if args.draws < 1:
         parser.error("--draws must be at least 1")
     load_all()
