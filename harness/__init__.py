@@ -31,6 +31,7 @@ from harness.porting.entries import (
     Chunk,
     Concat,
     Identity,
+    Offset,
     Param,
     PerHeadChunk,
     RopePermuted,
@@ -52,7 +53,7 @@ __all__ = [
     # a plain attention function over projected heads, its layout given as data
     "register_kernel",
     # its parameter map
-    "Param", "Chunk", "PerHeadChunk", "Concat", "Transposed", "RopePermuted", "Zero", "Absent", "Tied",
+    "Param", "Chunk", "PerHeadChunk", "Concat", "Transposed", "RopePermuted", "Offset", "Zero", "Absent", "Tied",
     "nest", "linear_entries", "norm_entries", "fused_entries", "absent_norm",
     "Identity",  # a square weight the variant leaves out, read as the identity
     # masks: converting the canonical bool mask (True = may attend) at the variant's edge

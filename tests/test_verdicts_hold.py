@@ -301,3 +301,83 @@ def test_packed_rows_catch_a_causal_mask_rebuilt_from_positions():
         assert checker.check(wrong_attn, "default", "causal_only", "float64").ok   # positions 0.. there
         caught = [checker.check(v, "default", "packed", "float64") for v in (wrong_attn, wrong_block)]
     assert all(not c.ok and c.verdict == "different" for c in caught), [(c.variant, c.verdict) for c in caught]
+
+
+# -- map entries -------------------------------------------------------------------------------------
+
+class FoldedGainRMSNorm(torch.nn.Module):
+    """Gemma's RMSNorm after a checkpoint converter folded its 1 + w into the weight: the
+    forward is a plain x / rms(x) * weight."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class PartialInterleavedRope(torch.nn.Module):
+    """Attention rotating interleaved pairs (Meta's layout) on the first half of each head's
+    dims only (a partial rotary, GPT-NeoX's rotary_pct = 0.5, stored for interleaved RoPE)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.h, self.d, self.base = cfg.heads, cfg.d_k, cfg.rope_base
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(4))
+
+    def rotate(self, x, positions):
+        r = self.d // 2
+        inv = self.base ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)
+        angle = positions.to(torch.float64)[:, None, :, None] * inv
+        cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+        a, b = x[..., :r:2], x[..., 1:r:2]
+        turned = torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
+        return torch.cat([turned, x[..., r:]], -1)
+
+    def forward(self, query, key, value, mask, positions, key_positions):
+        B, T, D = query.shape
+        split = lambda t: t.view(B, -1, self.h, self.d).transpose(1, 2)  # noqa: E731
+        q, k = self.rotate(split(self.q(query)), positions), self.rotate(split(self.k(key)), key_positions)
+        s = (q @ k.transpose(-2, -1) / self.d ** 0.5).masked_fill(~mask[:, None], float("-inf"))
+        return self.o((s.softmax(-1) @ split(self.v(value))).transpose(1, 2).reshape(B, T, D))
+
+
+def test_map_entries_for_a_folded_gain_and_a_partial_rotary_stored_interleaved():
+    """``Offset(Param("weight"), 1.0)``: a weight converted at load (Gemma's 1 + w folded in)
+    checks equivalent against ``gain: "1+w"``, where the plain ``Param`` is caught;
+    ``RopePermuted(..., fraction=0.5)``: interleaved RoPE on half of each head matches the
+    half-split canonical weights with ``rope_fraction: 0.5``, where permuting every row is caught."""
+    from harness import Offset, Param, RopePermuted, Zero, register
+    from harness.base.config import CONFIG_MATRIX
+    from harness.check.spec import SpecChecker
+    from harness.registry import scratch
+    from variants.llama import call
+
+    def rope_map(fraction):
+        return lambda cfg: {"q.weight": RopePermuted(Param("q.weight"), heads=cfg.heads, fraction=fraction),
+                            "k.weight": RopePermuted(Param("k.weight"), heads=cfg.heads, fraction=fraction),
+                            "v.weight": Param("v.weight"), "o.weight": Param("o.weight"),
+                            **{f"{c}.bias": Zero() for c in "qkvo"}}
+
+    norm = {"norm_formula": "rms", "eps": 1e-6, "gain": "1+w"}
+    rope = {"sublayer": "attention", "rope": "half-split", "rope_fraction": 0.5, "fully_masked_row": "NaN",
+            "cases": ("self_kv",)}
+    with scratch():
+        made = {
+            "folded": register(id="folded", family="norm", source="test", build=lambda c: FoldedGainRMSNorm(c.d_model),
+                               call=lambda m, i: m(i["x"]), traits=norm,
+                               param_map={"weight": Offset(Param("weight"), 1.0), "bias": Zero()}),
+            "folded_plain": register(id="folded_plain", family="norm", source="test", call=lambda m, i: m(i["x"]),
+                                     build=lambda c: FoldedGainRMSNorm(c.d_model), traits=norm,
+                                     param_map={"weight": Param("weight"), "bias": Zero()}),
+            "partial": register(id="partial", family="attention", source="test", build=PartialInterleavedRope,
+                                call=call, param_map=rope_map(0.5), traits=rope),
+            "partial_whole": register(id="partial_whole", family="attention", source="test",
+                                      build=PartialInterleavedRope, call=call, param_map=rope_map(1.0), traits=rope),
+        }
+        checker = SpecChecker({"default": CONFIG_MATRIX["default"]})
+        verdicts = {k: checker.check(v, "default", "rows" if v.family == "norm" else "self_kv", "float64")
+                    for k, v in made.items()}
+    assert verdicts["folded"].ok and verdicts["partial"].ok, (verdicts["folded"].note, verdicts["partial"].note)
+    assert not verdicts["folded_plain"].ok and not verdicts["partial_whole"].ok

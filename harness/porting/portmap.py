@@ -44,6 +44,7 @@ from harness.porting.entries import (
     Chunk,
     Concat,
     MapEntry,
+    Offset,
     Param,
     ParamMap,
     PerHeadChunk,
@@ -120,7 +121,7 @@ class PortMap:
                                      f"{self._orientation_hint(entry, want)}") from None
             tied_to = self.entries.get(entry.to) if isinstance(entry, Tied) else None
             if isinstance(entry, Tied) and not isinstance(tied_to, (Param, Chunk, PerHeadChunk, Concat, Transposed,
-                                                                    RopePermuted)):
+                                                                    RopePermuted, Offset)):
                 raise self._fail(f"canonical '{canonical}' is tied to '{entry.to}', which is not held by a parameter")
             if not isinstance(entry, Absent):
                 shape = tuple(self.read(canonical).shape)
@@ -202,6 +203,9 @@ class PortMap:
         if isinstance(entry, RopePermuted):
             inner = self._read_plain(entry.inner, grad)
             return None if inner is None else inner[entry.index(inner.shape[0]).to(inner.device)]
+        if isinstance(entry, Offset):  # the module holds canonical + offset; a gradient is the same
+            inner = self._read_plain(entry.inner, grad)
+            return inner if inner is None or grad else inner - entry.offset
         pieces = []
         for path, region, dim in entry.regions():
             tensor = self.params[path].grad if grad else self.params[path]
@@ -251,6 +255,10 @@ class PortMap:
                         )
                     continue
                 if isinstance(entry, Transposed):  # stored (in, out): write the transpose
+                    entry, value = entry.inner, value.t()
+                if isinstance(entry, Offset):  # converted at load: the module holds canonical + offset
+                    entry, value = entry.inner, value + entry.offset
+                if isinstance(entry, Transposed):
                     entry, value = entry.inner, value.t()
                 if isinstance(entry, RopePermuted):  # stored for interleaved RoPE: undo the row permutation
                     back = torch.empty_like(value)
