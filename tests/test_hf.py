@@ -159,6 +159,7 @@ def test_float32_rotary_tables_are_less_precise_on_large_logits_and_a_coarser_ta
     assert not coarse.ok and coarse.verdict == "different", coarse.note
 
 
+@pytest.mark.slow
 def test_gemma2_attention_with_its_own_head_width_and_score_scale():
     """HF Gemma2Attention with head_dim = 16 at D = 48, H = 4 (not D / H) and
     query_pre_attn_scalar = 24 (scores times 24 ** -0.5, not 1 / sqrt(16)), logit softcap 50:
