@@ -60,7 +60,8 @@ def test_case(benchmark, case):
     benchmark.group = f"{case.family} {case.shape} {case.dtype} {case.mode}"
     benchmark.extra_info.update(
         dataclasses.asdict(case), key=case.key, case=case.case, kind="case", profile="quick",
-        flops=st.flops, flops_dense=st.flops_dense, saved_bytes=st.saved_bytes, peak_bytes=st.peak_bytes,
+        flops=st.flops, flops_dense=st.flops_dense, flops_basis=st.flops_basis.value,
+        saved_bytes=st.saved_bytes, peak_bytes=st.peak_bytes,
         path=counters.path_name(st.ops), path_ops=st.ops, **{**environment(case.device), "threads": THREADS},
     )
     benchmark(call)

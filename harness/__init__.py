@@ -12,6 +12,7 @@ Where the rest lives: README's "Layout" section, one line per sub-package.
 
 import harness._interrupt  # noqa: F401  (first: Ctrl-C during start-up is one line, exit 130)
 from harness.base.config import Config
+from harness.base.devices import DeviceSet
 from harness.base.errors import (
     ConfigError,
     HarnessError,
@@ -24,6 +25,7 @@ from harness.base.errors import (
 )
 from harness.base.library import library_config, rotary_tables
 from harness.base.masks import additive_mask, causal_and_pad, key_pad_to_attn, masked, per_head
+from harness.families.base import PathFinding
 from harness.families.models import PAD, START, dropout_sites, incremental, layers, register_decoding
 from harness.families.training import SPREADS, STEP_COUNTS, noam, optimizer_rates, smoothed_target
 from harness.porting.entries import (
@@ -50,6 +52,10 @@ from harness.registry.kernels import register_kernel
 __all__ = [
     # registering a variant, and reading one back
     "register", "REGISTRY", "Variant", "get_variant", "Config",
+    # the device types a variant runs on, where it is bound to some
+    "DeviceSet",
+    # a path finding declared for some devices or dtypes only (traits['path_findings'])
+    "PathFinding",
     # a plain attention function over projected heads, its layout given as data
     "register_kernel",
     # its parameter map

@@ -46,3 +46,33 @@ def test_report_opens_with_the_summary(tmp_path):
         for ratio, lo, hi in re.findall(r"([\d.]+)x \[([\d.]+)-([\d.]+)\]", row):
             assert float(lo) <= float(ratio) <= float(hi), row
     assert max(len(x) for x in summary.splitlines()) <= 200
+
+
+def test_a_declared_error_is_named_as_such_not_as_the_verdict():
+    """The write-ups' -1e9 mask fills cannot be held in float16 (masked_fill raises): the
+    check expects that error, and the summary says so beside the verdict where both ran."""
+    from harness.base.config import CONFIG_MATRIX
+    from harness.check.pairs import derive_pairs
+    from harness.check.spec import SpecChecker
+    from harness.registry import get_variant
+    from harness.report.summary import ReferenceVerdict, reference_verdict
+
+    ref = reference_of("attention").id
+    engine = SpecChecker({"default": CONFIG_MATRIX["default"]}, "cpu")
+    specs = {(v, "default", "self", dtype): engine.check(get_variant("attention", v), "default", "self", dtype)
+             for v in ("annotated", ref) for dtype in ("float32", "float16")}
+    pairs = [p for dtype in ("float32", "float16")
+             for p in derive_pairs(engine.checkers, "attention", "default", "self", dtype, specs=specs, device="cpu")]
+    error = [p for p in pairs if p.verdict == "error"]
+    overflow = "annotated: fill -1e+09 overflows float16"
+    assert [(p.dtype, p.ok, p.declared) for p in error] == [("float16", True, overflow)]
+    outcome = reference_verdict("attention", "annotated", pairs)
+    assert isinstance(outcome, ReferenceVerdict) and outcome.verdict == "equivalent" and not outcome.contradicts
+    assert str(outcome) == f"equivalent; float16: declared error ({overflow})"
+
+
+def test_an_undeclared_error_stays_the_verdict():
+    ref = reference_of("norm").id
+    other = next(v.id for v in variants_of("norm") if v.id != ref)
+    crashed = [_pair(ref, other, "equivalent"), _pair(ref, other, "error", ok=False)]
+    assert verdict_against_reference("norm", other, crashed).startswith("error")

@@ -129,7 +129,7 @@ register(
 register(
     id="annotated", family="masks", source=SEED, summary="numpy triu, 1 = keep",
     build=lambda cfg: None,
-    call=lambda m, i: subsequent_mask(i["tokens"].shape[1])[0].bool(),
+    call=lambda m, i: subsequent_mask(i["tokens"].shape[1])[0].bool().to(i["tokens"].device),  # numpy: CPU
     traits={"cases": ("causal",), "mask_convention": "1 = keep (uint8)", "causal_mask": "tril",
             "note": "the notebook builds only subsequent_mask"},
 )

@@ -266,7 +266,7 @@ register(
     id="annotated_preln", family="masks", source=SEED, summary="subsequent_mask, make_std_mask",
     build=lambda cfg: None,
     call=lambda m, i: {
-        "causal": lambda: subsequent_mask(i["tokens"].shape[1])[0],
+        "causal": lambda: subsequent_mask(i["tokens"].shape[1])[0].to(i["tokens"].device),  # as type_as moves it
         "pad": lambda: i["tokens"] != i["pad_idx"],  # Batch.src_mask, squeezed
         "target": lambda: make_std_mask(i["tokens"], i["pad_idx"]),
     }[i["case"]](),
@@ -529,7 +529,8 @@ def _label_smoothing_loss(inputs):
 register(
     id="annotated_preln", family="loss", source=SEED, summary="LabelSmoothing: KL to a smoothed target, / ntokens",
     build=lambda cfg: None, call=lambda m, i: _label_smoothing_loss(i),
-    traits={"smoothing_spread": SPREADS[0], "loss_form": "KL divergence", "note": "KLDivLoss(sum) / ntokens"},
+    traits={"smoothing_spread": SPREADS[0], "loss_form": "KL divergence", "note": "KLDivLoss(sum) / ntokens",
+            "data_dependent": "the write-up's LabelSmoothing finds the pad rows with torch.nonzero"},
 )
 register(
     id="annotated_preln", family="lr_schedule", source=SEED, summary="learning_rate through LambdaLR",

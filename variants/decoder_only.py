@@ -192,7 +192,7 @@ register(
 register(
     id="decoder_only", family="masks", source=SEED, summary="tril of ones",
     build=lambda cfg: None,
-    call=lambda m, i: torch.ones(i["tokens"].shape[1], i["tokens"].shape[1]).tril() != 0,
+    call=lambda m, i: torch.ones(i["tokens"].shape[1], i["tokens"].shape[1], device=i["tokens"].device).tril() != 0,
     traits={"cases": ("causal",), "mask_convention": "1 = keep", "causal_mask": "tril",
             "note": "the write-up builds only the causal mask"},
 )

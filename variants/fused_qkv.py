@@ -40,6 +40,7 @@ from harness import (
     register,
     register_decoding,
 )
+from variants.pytorch_behaviour import SDPA_HALF_FULLY_MASKED
 
 SOURCE = "nanoGPT (GPT-2 fused QKV layout)"
 
@@ -153,7 +154,8 @@ register(
     build=lambda cfg: FusedAttention(cfg.d_model, cfg.heads, cfg.dropout, use_sdpa=True),
     call=_attend, param_map=ATTN_MAP,
     traits={**ATTN_TRAITS, "scale": "inside SDPA", "mask_convention": "True = may attend",
-            "fill": "sdpa", "fully_masked_row": "zeros"},
+            "fill": "sdpa", "fully_masked_row": "zeros",
+            "path_findings": {"fully_masked": SDPA_HALF_FULLY_MASKED}},
 )
 register(
     id="nanogpt_block", family="decoder_only_block", source=SOURCE,
@@ -169,7 +171,9 @@ register(
     traits={"norm_placement": "pre", "norm_formula": "layernorm", "eps": 1e-5,
             "activation": "gelu", "qkv_layout": "fused Linear(D, 3D)", "bias": True,
             "mask_convention": "True = may attend", "fill": "sdpa", "fully_masked_row": "zeros",
-            "dropout_sites": ("attention weights", "attention output", "MLP output")},
+            "dropout_sites": ("attention weights", "attention output", "MLP output"),
+            "path_findings": {"left_pad": SDPA_HALF_FULLY_MASKED},
+            "data_dependent": "the adapter calls is_causal=True without a mask when no key is padded (pad.all())"},
     supports=lambda cfg: None if cfg.d_ff == 4 * cfg.d_model else (
         f"the MLP is fixed at 4*d_model={4 * cfg.d_model}, config has d_ff={cfg.d_ff}"),
 )
@@ -270,7 +274,8 @@ register(
             "qkv_layout": "fused Linear(D, 3D)", "bias": True, "fill": "sdpa",
             "dropout_sites": dropout_sites(("embedding",), blocks=get_variant(
                 "decoder_only_block", "nanogpt_block").traits["dropout_sites"]),
-            "note": "lm_head tied to wte (logits; log_softmax by the adapter); cache: decode_step"},
+            "note": "lm_head tied to wte (logits; log_softmax by the adapter); cache: decode_step",
+            "data_dependent": "GPT.forward calls is_causal=True without a mask when no token is padded (pad.all())"},
     supports=lambda cfg: None if cfg.d_ff == 4 * cfg.d_model else (
         f"the MLP is fixed at 4*d_model={4 * cfg.d_model}, config has d_ff={cfg.d_ff}"),
 )

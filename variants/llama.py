@@ -59,6 +59,7 @@ from torch import nn
 from torch.nn.attention.flex_attention import BlockMask, and_masks, create_block_mask, flex_attention
 
 from harness import Chunk, Param, RopePermuted, Tied, Zero, layers, nest, norm_entries, register, register_decoding
+from variants.pytorch_behaviour import SDPA_HALF_FULLY_MASKED
 
 SOURCE = "torch"
 
@@ -243,7 +244,8 @@ register(
     build=lambda cfg: LlamaAttention(cfg, rope="none", bias=True, gqa="sdpa"), call=call,
     param_map=attention_map(bias=True),
     traits={**LLAMA, "rope": "none", "bias": True, "scale": "inside SDPA", "fill": "sdpa",
-            "cases": ("self_kv", "cross", "causal", "random_mask", "fully_masked", "decode")},
+            "cases": ("self_kv", "cross", "causal", "random_mask", "fully_masked", "decode"),
+            "path_findings": {"fully_masked": SDPA_HALF_FULLY_MASKED}},
 )
 
 

@@ -8,6 +8,9 @@ CPU flash kernel's causal block skipping skips nothing: its key blocks are 512 w
 
 from harness import register_target
 
+# Each target names its device in ``where``: a report decides the targets of the device its
+# rows were measured on (a CPU report the CPU ones, a CUDA report the CUDA ones).
+
 CPU_TARGET = {"batch": 8, "seq": 512, "d_model": 512, "heads": 8, "dtype": "float32",
               "device": "cpu", "mode": "fwd", "compiled": False}
 
@@ -32,3 +35,29 @@ for vid, low, limit, note in (("fused_sdpa", None, 1.1, "linear"),
         where={"batch": 2, "d_model": 256, "mode": "fwd+bwd", "compiled": False, "device": "cpu"},
         text=f"{vid}: bytes saved for backward against T, fitted exponent ({note})",
     )
+
+# CUDA: the fused block against the same projections around one bare SDPA call, in
+# bfloat16, at the quick profile's largest attention shape. Both call the same SDPA kernel,
+# so the fused block may not be slower beyond the timing's noise: at least 0.95x, forward
+# and forward + backward.
+CUDA_TARGET = {"batch": 8, "seq": 2048, "d_model": 512, "heads": 8, "dtype": "bfloat16", "device": "cuda",
+               "compiled": False}
+for mode, words in (("fwd", "forward"), ("fwd+bwd", "forward + backward")):
+    register_target(
+        name=f"fused_sdpa_vs_torch_sdpa_cuda_{mode}", kind="speedup", family="attention", variant="fused_sdpa",
+        baseline="torch_sdpa", threshold=0.95, where={**CUDA_TARGET, "mode": mode},
+        text=f"fused QKV + SDPA {words} vs torch_sdpa (the same projections around one bare SDPA call), "
+             "CUDA, B=8 T=2048 D=512 H=8, causal, bfloat16",
+    )
+# Its executed FLOP/s (the causal kernel's skipped tiles not counted) over the bf16 matmul
+# peak timed beside it: at least half. A third of the block's executed FLOPs are its four
+# projections (cuBLAS matmuls, near the peak); the causal SDPA kernel runs its tiles with
+# the softmax between two matmuls and the masked diagonal tiles: the FlashAttention-2 paper
+# reports 50-73% of the A100's peak for its kernels, the FlashAttention-3 paper 35% of the
+# H100's for FlashAttention-2, which uses none of Hopper's own instructions.
+register_target(
+    name="fused_sdpa_peak_cuda", kind="peak_fraction", family="attention", variant="fused_sdpa",
+    threshold=0.5, where={**CUDA_TARGET, "mode": "fwd"},
+    text="fused QKV + SDPA forward, CUDA bfloat16, executed FLOP/s as a fraction of the bf16 matmul peak "
+         "timed beside it",
+)

@@ -312,10 +312,10 @@ def canonical_masks(case: str, tokens, pad_idx):
     """This write-up's builders, converted to the canonical convention (True = may attend)."""
     batch, length = tokens.shape
     if case == "causal":
-        return ~create_trg_self_mask(length)[0]
+        return ~create_trg_self_mask(length, tokens.device)[0]
     if case == "pad":
         return ~create_pad_mask(tokens, pad_idx)[:, 0, :]
-    return (~create_trg_self_mask(length)).expand(batch, length, length)  # the decoder's self mask
+    return (~create_trg_self_mask(length, tokens.device)).expand(batch, length, length)  # the decoder's self mask
 
 
 register(

@@ -45,6 +45,7 @@ from harness import (
     register_decoding,
     smoothed_target,
 )
+from variants.pytorch_behaviour import GELU_FAST_PATH, SDPA_HALF_FULLY_MASKED
 
 SOURCE = "torch"
 
@@ -104,7 +105,8 @@ register(
     param_map=linear_entries({"q": "q", "k": "k", "v": "v", "o": "o"}),
     traits={"sublayer": "attention", "qkv_layout": "4 Linear", "bias": True, "scale": "inside SDPA",
             "mask_convention": "bool True = may attend", "fill": "sdpa", "fully_masked_row": "zeros",
-            "dropout_sites": ("attention weights",)},
+            "dropout_sites": ("attention weights",),
+            "path_findings": {"fully_masked": SDPA_HALF_FULLY_MASKED}},
 )
 register(
     id="torch_layernorm", family="norm", source=SOURCE, reference=True, summary="nn.LayerNorm (eps 1e-5)",
@@ -204,7 +206,8 @@ for vid, norm_first, activation, ref in BLOCKS:
         build=lambda cfg, nf=norm_first, a=activation: _encoder(cfg, nf, activation=a),
         call=_causal_block, param_map=ENCODER_MAP,
         traits={**LAYER_TRAITS, "norm_placement": "pre" if norm_first else "post", "eps": 1e-5,
-                "activation": activation, "fully_masked_row": "zeros", "dropout_sites": ENCODER_DROPOUT},
+                "activation": activation, "fully_masked_row": "zeros", "dropout_sites": ENCODER_DROPOUT,
+                **({"path_findings": {"right_pad": GELU_FAST_PATH}} if activation == "gelu" else {})},
     )
 
 register(
@@ -217,7 +220,7 @@ register(
 
 def _torch_masks(case, tokens, pad_idx):
     t = tokens.shape[1]
-    causal = nn.Transformer.generate_square_subsequent_mask(t) == 0  # float -inf above diagonal
+    causal = nn.Transformer.generate_square_subsequent_mask(t, device=tokens.device) == 0  # float -inf above diagonal
     if case == "causal":
         return causal
     if case == "pad":
@@ -336,6 +339,7 @@ for vid, norm_first, eps, final_norm, scale, ref in SEQ2SEQ:
                 "final_norm": final_norm, "embedding_scale": "sqrt(D)" if scale else "1", "pad_rows": "kept",
                 "shared_embeddings": False, "tied_output": False, "pe_layout": "interleaved sin/cos",
                 "pe_frequencies": "10000^(-2i/D)", "target_shift": "by the caller",
+                "data_dependent": "nn.TransformerDecoder compares tgt_mask with a causal mask (_detect_is_causal_mask)",
                 "internal_dtype": "float32",  # the position table is built in float32
                 "dropout_sites": dropout_sites(("source embedding", "target embedding"),
                                                encoder=ENCODER_DROPOUT, decoder=DECODER_DROPOUT),
@@ -398,7 +402,10 @@ for vid, norm_first, activation, final_norm, learned_pos, tied, ref in LMS:
                 "activation": activation, "final_norm": final_norm, "embedding_scale": "1",
                 "tied_output": tied, "positional_encoding": "learned" if learned_pos else "none",
                 "dropout_sites": dropout_sites((), blocks=ENCODER_DROPOUT),
-                "note": "head = Linear + log_softmax; no cache"},
+                "note": "head = Linear + log_softmax; no cache",
+                "data_dependent": "TorchLM passes no key padding mask when no token is padded (pad.all())",
+                **({"path_findings": {"full": GELU_FAST_PATH, "right_pad": GELU_FAST_PATH}}
+                   if activation == "gelu" else {})},
     )
     register_decoding("decoder_only_model", vid, prepare=lambda m, i, c: None,
                       step=lambda m, s, ys: m(ys)[:, -1])

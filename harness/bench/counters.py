@@ -4,6 +4,7 @@ and dense, the tensor peak and the bytes saved for backward."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import warnings
@@ -15,7 +16,9 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
 from harness.base.kernels import PATH_OPS
-from harness.bench.timing import FlopCount, LiveStorages, _storage_key, tensor_peak
+from harness.bench.flops import FlopCount
+from harness.bench.row import FlopBasis
+from harness.bench.timing import LiveStorages, _storage_key, tensor_peak
 
 
 @contextlib.contextmanager
@@ -38,6 +41,22 @@ def kernel_path(fn: Callable[[], object]) -> list[dict]:
     return instrumented(fn, "cpu").ops
 
 
+@functools.cache
+def _causal_and_mask_index(name: str) -> tuple[int, int | None] | None:
+    """Where a fused attention forward takes ``is_causal`` and its mask (``attn_mask`` /
+    ``attn_bias``), from the operator's schema; None for other operators."""
+    if "attention" not in name or "backward" in name:
+        return None
+    op = getattr(torch.ops.aten, name.removeprefix("aten::"), None)
+    if op is None:
+        return None
+    names = [a.name for a in op.default._schema.arguments]
+    if "is_causal" not in names:
+        return None
+    mask = next((i for i, n in enumerate(names) if n in ("attn_mask", "attn_bias")), None)
+    return names.index("is_causal"), mask
+
+
 def _path_ops(events) -> list[dict]:
     seen: dict[tuple, dict] = {}
     for ev in events:
@@ -47,9 +66,13 @@ def _path_ops(events) -> list[dict]:
         concrete = list(getattr(ev, "concrete_inputs", None) or [])
         entry = {"op": ev.name.removeprefix("aten::"), "shapes": shapes[:2],
                  "parent": ev.cpu_parent.name.removeprefix("aten::") if ev.cpu_parent else ""}
-        if "flash" in ev.name and len(concrete) > 4 and "backward" not in ev.name:
-            entry["is_causal"] = bool(concrete[4]) if concrete[4] not in ("", None) else None
-            entry["mask"] = len(ev.input_shapes or []) > 5 and bool(ev.input_shapes[5])
+        where = _causal_and_mask_index(ev.name)
+        if where is not None:
+            causal_at, mask_at = where
+            value = concrete[causal_at] if len(concrete) > causal_at else None
+            entry["is_causal"] = bool(value) if value not in ("", None) else None
+            shapes_in = ev.input_shapes or []
+            entry["mask"] = mask_at is not None and len(shapes_in) > mask_at and bool(shapes_in[mask_at])
         key = (entry["op"], str(entry["shapes"]), entry.get("is_causal"))
         seen.setdefault(key, {**entry, "count": 0})["count"] += 1
     return list(seen.values())
@@ -62,6 +85,7 @@ class Static:
     ops: list[dict]
     flops: int
     flops_dense: int
+    flops_basis: FlopBasis
     peak_bytes: int
     largest: tuple[int, tuple, str]
     saved_bytes: int | None
@@ -95,7 +119,8 @@ def instrumented(fn: Callable[[], object], device: str, resident: Iterable[torch
                         fn()
                     peak, largest = tracker.peak, tracker.largest
     executed = int(counter.get_total_flops())
-    return Static(_path_ops(prof.events()), executed, executed + fc.dense_extra, peak, largest,
+    basis = FlopBasis.DENSE_EQUIVALENT if fc.dense_only else FlopBasis.EXECUTED
+    return Static(_path_ops(prof.events()), executed, executed + fc.dense_extra, basis, peak, largest,
                   sum(saved.values()) if resident is not None else None)
 
 

@@ -24,9 +24,26 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Iterable, Mapping
 
 from harness.base.errors import ResultsFileError
+
+
+class FlopBasis(str, Enum):
+    """What a row's ``flops`` count. ``executed``: the work the kernels ran (a fused causal
+    kernel's skipped tiles not counted); ``dense-equivalent``: every score of QK^T and PV,
+    masked or skipped or not (an attention kernel ran whose skipping is not modelled): its
+    rate is not the machine's work, and no executed fraction of the peak is read from it."""
+
+    EXECUTED = "executed"
+    DENSE_EQUIVALENT = "dense-equivalent"
+
+
+# The fused attention kernels of SDPA's CUDA backends: before the executed counting of
+# ``harness.bench.flops.FUSED_TILES``, torch's dense formulas counted them.
+CUDA_FUSED_OPS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                  "_scaled_dot_product_cudnn_attention")
 
 
 @dataclass(frozen=True)
@@ -46,6 +63,7 @@ class RowSpec:
     device: str | None = None
     mode: str | None = None
     compiled: bool | None = None
+    sets: list[str] | None = None  # --set items beyond the shape (kv_heads=2, ...)
     case: str | None = None
     threads: int | None = None
     baseline: str | None = None
@@ -80,6 +98,7 @@ class Measurement:
     path_ops: list | None = None
     flops: int | None = None
     flops_dense: int | None = None
+    flops_basis: FlopBasis | None = None
     peak_bytes: int | None = None
     largest_tensor: str | None = None
     peak_method: str | None = None
@@ -120,9 +139,9 @@ class Measurement:
 # The order the sweep has always written a case row's keys in (BenchCase's fields, the
 # static figures, the status, the timings, memory, then the environment).
 KEY_ORDER = (
-    "family", "variant", "batch", "seq", "d_model", "heads", "d_ff", "dtype", "device", "mode", "compiled",
+    "family", "variant", "batch", "seq", "d_model", "heads", "d_ff", "dtype", "device", "mode", "compiled", "sets",
     "case", "key", "threads", "baseline", "compile_s", "compile_graphs", "path", "path_ops", "flops",
-    "flops_dense", "peak_bytes", "largest_tensor", "peak_method", "saved_bytes", "status", "error",
+    "flops_dense", "flops_basis", "peak_bytes", "largest_tensor", "peak_method", "saved_bytes", "status", "error",
     "median_s", "q1_s", "q3_s", "iqr_s", "round_s", "rounds", "reps", "gflops", "gflops_dense", "peak_flops",
     "peak_fraction", "peak_fraction_q1", "peak_fraction_q3", "peak_fraction_lo", "peak_fraction_hi",
     "peak_fraction_dense", "load", "disturbed", "group", "interleaved", "vs_baseline", "vs_baseline_q1",
@@ -139,7 +158,7 @@ def _fields(cls) -> dict[str, Any]:
 def _base_type(hint) -> type:
     """``int | None`` -> int, ``list | None`` -> list."""
     args = [a for a in typing.get_args(hint) if a is not type(None)] if isinstance(hint, types.UnionType) else [hint]
-    return args[0]
+    return typing.get_origin(args[0]) or args[0]  # list[str] -> list
 
 
 def _typed(name: str, value: Any, hint, key: Any) -> Any:
@@ -148,6 +167,12 @@ def _typed(name: str, value: Any, hint, key: Any) -> Any:
     if value is None:
         return None
     want = _base_type(hint)
+    if isinstance(want, type) and issubclass(want, Enum):
+        try:
+            return want(value)
+        except ValueError:
+            raise ResultsFileError(f"benchmark row {key!r}: {name} is {value!r}, not one of "
+                                   f"{[m.value for m in want]}: not a row of this harness, or damaged") from None
     if want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if want is int and isinstance(value, float) and value.is_integer():
@@ -176,6 +201,7 @@ def _flat(values: dict[str, Any], order: tuple[str, ...], extra: Mapping[str, An
     """The row as one JSON object: known keys in ``order`` (None left out but where a null is
     written), then ``extra``. A row that was read writes the keys it was read with, in their
     order, nulls included, then any it gained."""
+    values = {k: v.value if isinstance(v, Enum) else v for k, v in values.items()}
     out: dict[str, Any] = {k: values[k] if k in values else extra.get(k) for k in read_order}
     for k in order:
         if k not in values or k in out:
@@ -230,6 +256,29 @@ class BenchRow:
     @property
     def ok(self) -> bool:
         return self.measurement.ok
+
+    @property
+    def flop_basis(self) -> FlopBasis | None:
+        """What ``flops`` counts: as recorded; for a row logged before the field, what the
+        counting of that version made it (CUDA's fused attention kernels were counted dense;
+        every other operator as executed). None where the row counts no FLOPs."""
+        m = self.measurement
+        if m.flops_basis is not None or not m.flops:
+            return m.flops_basis
+        ops = {o.get("op") for o in m.path_ops or [] if isinstance(o, Mapping)}
+        cuda = (self.spec.device or "").startswith("cuda")
+        return FlopBasis.DENSE_EQUIVALENT if cuda and ops & set(CUDA_FUSED_OPS) else FlopBasis.EXECUTED
+
+    def counting_error(self) -> str:
+        """"" or, when the row's executed FLOP/s exceed the matmul peak timed beside it (no
+        kernel executes faster than the machine's matmul), the line naming the row: its
+        FLOPs count work that was not executed."""
+        f = self.measurement.peak_fraction
+        if self.flop_basis is not FlopBasis.EXECUTED or f is None or not f > 1:
+            return ""
+        return (f"counting error: {self.key}: executed FLOP/s {f:.0%} of the matmul peak timed beside it, "
+                f"more than the machine does: its FLOPs ({self.measurement.flops:.4g}) count work its "
+                "kernels did not execute")
 
     def value(self, name: str) -> Any:
         """The field called ``name`` in whichever part holds it (an unknown key: ``extra``)."""

@@ -18,10 +18,10 @@ import torch
 from tqdm import tqdm
 
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, ResultsFileError
+from harness.base.errors import HarnessError, ResultsFileError, exception_line
 from harness.base.files import make_public, output_lock
 from harness.bench import counters, timing
-from harness.bench.cases import BenchCase, Prepared, case_bytes, prepare
+from harness.bench.cases import BenchCase, Prepared, case_bytes, prepare, serves_target
 from harness.bench.log import (
     LOG_MAGIC,
     _rewrite_without_cut_line,
@@ -33,6 +33,7 @@ from harness.bench.log import (
 )
 from harness.bench.memprobe import MemProbe
 from harness.bench.row import BenchRow, Environment, Measurement, PeakRow, RowSpec
+from harness.check.runs import fill_overflow
 from harness.registry import get_variant, reference_of
 
 PEAK = "__matmul_peak__"
@@ -86,6 +87,7 @@ def _static(case: BenchCase, prepared: Prepared, m: Measurement) -> None:
     st = counters.instrumented(prepared.eager_step, case.device, prepared.resident if train else None)
     m.path = ("compiled: " if case.compiled else "") + counters.path_name(st.ops)
     m.path_ops, m.flops, m.flops_dense, m.peak_bytes = st.ops, st.flops, st.flops_dense, st.peak_bytes
+    m.flops_basis = st.flops_basis if st.flops else None
     m.largest_tensor = f"{list(st.largest[1])} ({st.largest[0] / 2**20:.3g} MiB)" if st.largest[0] else None
     m.peak_method = timing.CUDA_PEAK_METHOD if case.device.startswith("cuda") else timing.CPU_PEAK_METHOD
     if train:
@@ -98,13 +100,13 @@ def _failed(m: Measurement, case: BenchCase, exc: Exception) -> None:
         torch.cuda.empty_cache()
         m.status, m.error = "oom", str(exc).splitlines()[0]
         return
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     m.status = "unsupported" if case.compiled else "error"  # e.g. torch.compile unsupported here
-    m.error = f"{type(exc).__name__}: {first}"[:300]
+    m.error = exception_line(exc)
 
 
 def _spec(case: BenchCase, threads: int, baseline: str | None) -> RowSpec:
-    return RowSpec(key=case.key, **dataclasses.asdict(case), case=case.case, threads=threads, baseline=baseline)
+    fields = {**dataclasses.asdict(case), "sets": list(case.sets) or None}
+    return RowSpec(key=case.key, **fields, case=case.case, threads=threads, baseline=baseline)
 
 
 def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threads: int,
@@ -122,9 +124,11 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
         row = BenchRow(_spec(case, threads, ref.id if ref else None))
         rows[case.variant] = row
         m = row.measurement
-        reason = get_variant(case.family, case.variant).supports(case.config())
-        if reason:
-            m.status, m.error = "unsupported", reason
+        variant = get_variant(case.family, case.variant)
+        reason = variant.refuses(case.config(), case.device) or variant.dtype_reason(case.dtype)
+        overflow = fill_overflow(variant, dtype_of(case.dtype))
+        if reason or overflow:  # a declared fill the dtype cannot hold raises by design: not run, said why
+            m.status, m.error = "unsupported", reason or f"declared error: {overflow}"
             continue
         try:
             prepared = prepare(case)
@@ -288,11 +292,17 @@ def run_sweep(
     memory: bool = True,
     variant_files: list[str] | None = None,
     profile: str = "",
+    deadline: float | None = None,
 ) -> Iterator[BenchRow]:
     """Measure each group with a case not yet in ``log``; append its rows (and its matmul
     peak row) as soon as the group finishes; yield the case rows. A group is timed as a
     whole (its ratios need one window), so a resumed group is measured again whole.
-    Ends the log with an ``end`` row when every group is done."""
+    Ends the log with an ``end`` row when every group is done.
+
+    ``deadline`` (a ``time.monotonic()`` instant): a group is started only when it would end
+    before it, taking the longest group measured so far as its length; the groups a
+    registered target reads go first. The groups left are not measured and the log gets no
+    ``end`` row: the same sweep resumes them later."""
 
     threads = threads or torch.get_num_threads()
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -301,7 +311,7 @@ def run_sweep(
     with output_lock(log, "the bench log"):
         yield from _sweep_locked(cases, log, stamp, fresh=fresh, min_time=min_time, rounds=rounds,
                                  threads=threads, progress=progress, memory=memory,
-                                 variant_files=variant_files, profile=profile)
+                                 variant_files=variant_files, profile=profile, deadline=deadline)
 
 
 def _measured_before(cases: list[BenchCase], log: Path, stamp: dict, *, fresh: bool
@@ -341,7 +351,7 @@ def _measured_before(cases: list[BenchCase], log: Path, stamp: dict, *, fresh: b
 
 
 def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, threads, progress, memory,
-                  variant_files, profile) -> Iterator[BenchRow]:
+                  variant_files, profile, deadline=None) -> Iterator[BenchRow]:
     old, done, replace = _measured_before(cases, log, stamp, fresh=fresh)
     env = environment(cases[0].device) if cases else {}
     machine = Environment(**{k: v for k, v in env.items() if k not in ("device", "threads")})
@@ -349,6 +359,9 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
     # seconds, and a sweep stopped early keeps the most groups.
     todo = sorted((g for g in groups(cases) if any(c.key not in done for c in g)),
                   key=lambda g: sum(case_bytes(c) for c in g))
+    if deadline is not None:  # under a time budget, what the targets read first
+        todo.sort(key=lambda g: not any(serves_target(c) for c in g))
+    longest, left = 0.0, 0
     cpu = bool(cases) and not cases[0].device.startswith("cuda")
     probe = MemProbe(list(variant_files or []), threads) if memory and cpu else None
     target = log.parent / f".{log.name}.new-{os.getpid()}" if replace else log
@@ -370,8 +383,12 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
                 emit({"harness_log": LOG_MAGIC, "kind": "log", "stamp": stamp})
 
             bar = tqdm(todo, desc="bench", unit="group", disable=not progress, dynamic_ncols=True)
-            for group in bar:
+            for i, group in enumerate(bar):
                 c = group[0]
+                if deadline is not None and time.monotonic() + longest > deadline:
+                    left = len(todo) - i
+                    break
+                started = time.monotonic()
                 bar.set_postfix_str(f"{c.family} B={c.batch} T={c.seq} {c.mode}", refresh=False)
                 rows, peak = measure_group(group, min_time=min_time, rounds=rounds, threads=threads, probe=probe)
                 if peak.disturbed:
@@ -383,9 +400,16 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
                                             environment=machine) for row in rows]
                 for row in rows:
                     emit(row.to_json())
+                    if row.counting_error():
+                        tqdm.write(row.counting_error(), file=sys.stderr)
                 place()
+                longest = max(longest, time.monotonic() - started)
                 yield from rows
-            if todo or not (old and old[-1].get("kind") == "end"):
+            bar.close()
+            if left:
+                print(f"time budget: {len(todo) - left} of {len(todo)} group(s) measured; {left} left in "
+                      f"{log} for the same command to resume", file=sys.stderr)
+            elif todo or not (old and old[-1].get("kind") == "end"):
                 emit({"kind": "end", "key": "end", "profile": profile})
                 place()
     finally:

@@ -1,4 +1,4 @@
-"""Measurements of callables: time, interleaved ratios, FLOPs, saved bytes, memory, kernel path.
+"""Measurements of callables: time, interleaved ratios, saved bytes, memory, kernel path.
 
 Time: ``torch.utils.benchmark.Timer`` is the one timing engine, on CPU and CUDA (its timer
 synchronizes CUDA; it runs with the garbage collector off and ``num_threads`` set).
@@ -6,12 +6,7 @@ synchronizes CUDA; it runs with the garbage collector off and ``num_threads`` se
 alternating rounds in one window (A B C, C B A, ...), each round a few Timer blocks, so
 that a ratio between two of them comes from one window: the ratio of their medians
 (``ratio_of_medians``, with a bootstrap interval over rounds) and its per-round spread.
-FLOPs: ``torch.utils.flop_counter.FlopCounterMode``, matmul-class operators, counted twice
-in one pass: as executed (the CPU flash kernel computes only the key blocks its causal
-loop visits, from the kernel's block sizes; its backward recomputes QK^T per block, five
-matmuls) and dense-equivalent (every score of QK^T and PV, as torch's own formulas count,
-whose flash backward also counts the recomputation). Explicit attention computes every
-score, masked or not, so for it both counts agree.
+FLOPs: ``harness.bench.flops``.
 Saved bytes: ``torch.autograd.graph.saved_tensors_hooks``, unique storages, without the
 parameters and inputs (they are resident anyway); exact and the same on CPU and CUDA.
 Peak memory: on CUDA the allocator's peak above what was allocated before the call; on
@@ -36,9 +31,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.benchmark import Timer
-from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
-
-aten = torch.ops.aten
 
 # Matmul peak: IQR over median across rounds above this = disturbed. Measured on this 2-core
 # machine at load 0.8-1.9 (no other work running): 1024 matmuls in 0.02 s rounds spread 4-32%
@@ -186,94 +178,6 @@ def matmul_callable(device: str, dtype: torch.dtype, size: int) -> tuple[Callabl
     a = torch.randn(size, size, device=device, dtype=dtype, generator=gen)
     b = torch.randn(size, size, device=device, dtype=dtype, generator=gen)
     return (lambda: a @ b), 2 * size**3
-
-
-# -- FLOPs -----------------------------------------------------------------------------------------
-
-# The CPU flash-attention kernel's block sizes (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp):
-# queries in blocks of 256 (T >= 768), 64 (T >= 192) or 32, keys in blocks of 512. With
-# is_causal, a query block [m, m + q) visits key blocks while their start is below m + q;
-# each visited block is computed whole (the part past the diagonal filled with -inf after
-# the matmul). Forward: QK^T and PV per visited block; backward: QK^T recomputed, then
-# dV, dP, dQ, dK, five matmuls per visited block.
-def _flash_block_pairs(t: int, s: int, causal: bool) -> int:
-    """Query-key score pairs the CPU flash kernel computes for one (batch, head)."""
-    q_split = 256 if t >= 768 else 64 if t >= 192 else 32
-    q_split, kv_split = min(q_split, t), min(512, s)
-    if not causal:
-        return t * s
-    pairs = 0
-    for m in range(0, t, q_split):
-        q_block = min(q_split, t - m)
-        num_keys = min(m + q_block, s)
-        for n in range(0, num_keys, kv_split):
-            pairs += q_block * min(kv_split, s - n)
-    return pairs
-
-
-def _bhtsd(query_shape, key_shape) -> tuple[int, int, int, int]:
-    b, h, t, d = query_shape
-    return b * h, t, key_shape[2], d
-
-
-class FlopCount:
-    """FLOPs of one call, as executed and dense-equivalent, in one FlopCounterMode pass.
-
-    The counter runs with the executed formulas; each formula also adds, to ``dense_extra``,
-    what the dense formula would count beyond it."""
-
-    def __init__(self) -> None:
-        self.dense_extra = 0
-        self.ops: list[str] = []
-
-    def _note(self, op: str, executed: int, dense: int) -> int:
-        self.dense_extra += dense - executed
-        if op not in self.ops:
-            self.ops.append(op)
-        return executed
-
-    def _flash_fwd(self, query_shape, key_shape, value_shape, dropout_p=0.0, is_causal=False, *args,
-                   out_shape=None, **kwargs) -> int:
-        bh, t, s, d = _bhtsd(query_shape, key_shape)
-        dense = sdpa_flop_count(query_shape, key_shape, value_shape)
-        executed = 2 * 2 * bh * _flash_block_pairs(t, s, bool(is_causal)) * d
-        return self._note("flash" + (" causal" if is_causal else ""), executed, dense)
-
-    def _flash_bwd(self, grad_out_shape, query_shape, key_shape, value_shape, out_shape_, lse_shape,
-                   dropout_p=0.0, is_causal=False, *args, out_shape=None, **kwargs) -> int:
-        bh, t, s, d = _bhtsd(query_shape, key_shape)
-        dense = sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
-        executed = 5 * 2 * bh * _flash_block_pairs(t, s, bool(is_causal)) * d  # QK^T recomputed
-        return self._note("flash backward" + (" causal" if is_causal else ""), executed, dense)
-
-    def _native_mha(self, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-        """nn.MultiheadAttention's no-grad fast path: its kernel gets no is_causal (a mask, if
-        any, is applied to every score), so executed = dense."""
-        b, t, d = query_shape
-        flops = _attention_block_flops(b, t, key_shape[1], d)
-        return self._note("native MHA", flops, flops)
-
-    def _encoder_layer_fast(self, src_shape, embed_dim, num_heads, *args, out_shape=None, **kwargs) -> int:
-        """nn.TransformerEncoderLayer's no-grad fast path: attention block plus the FFN."""
-        b, t, d = src_shape
-        ffn_weight_1 = args[11]  # (F, D), after qkv/proj weights, flags and the norms
-        flops = _attention_block_flops(b, t, t, d) + 2 * 2 * b * t * d * ffn_weight_1[0]
-        return self._note("native encoder layer", flops, flops)
-
-    def mapping(self) -> dict:
-        return {
-            aten._scaled_dot_product_flash_attention_for_cpu: self._flash_fwd,
-            aten._scaled_dot_product_flash_attention_for_cpu_backward: self._flash_bwd,
-            aten._native_multi_head_attention: self._native_mha,
-            aten._transformer_encoder_layer_fwd: self._encoder_layer_fast,
-        }
-
-
-def _attention_block_flops(b: int, t: int, s: int, d: int) -> int:
-    """Projections (q from T rows, k and v from S rows, output) and QK^T, PV: dense."""
-    return 2 * b * t * d * d + 2 * 2 * b * s * d * d + 2 * 2 * b * t * s * d + 2 * b * t * d * d
-
-
 
 
 # -- memory --------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ def derive_pairs(checkers: Mapping[str, RunCache], family_name: str, config: str
     checker = checkers[config]
     dtype = dtype_of(dtype_name)
     members = [v for v in variants_of(family_name)
-               if applicable(v, case) and not v.supports(checker.cfg)
+               if applicable(v, case) and not v.refuses(checker.cfg, checker.device)
                and (v.id, config, case, dtype_name) in specs]
     out = []
     digests = {} if measured else {v.id: _digest(checker, v, case, dtype) for v in members}
@@ -53,9 +53,11 @@ def derive_pairs(checkers: Mapping[str, RunCache], family_name: str, config: str
             note = "; ".join(f"{s.variant}: {s.note}" for s in (sa, sb) if s.verdict == Verdict.ERROR)
             both_expected = sa.ok and sb.ok
             expected = Verdict.ERROR if both_expected else Verdict.EQUIVALENT
+            declared = "; ".join(s.declared for s in (sa, sb) if s.verdict == Verdict.ERROR and s.declared)
             out.append(PairResult(**base, verdict=Verdict.ERROR, expected=expected,
                                   reason=reason, ok=both_expected, max_abs=math.nan, max_rel=math.nan,
-                                  grad_verdict=Verdict.ERROR, grad_max_abs=math.nan, worst_grad="", note=note))
+                                  grad_verdict=Verdict.ERROR, grad_max_abs=math.nan, worst_grad="", note=note,
+                                  declared=declared if both_expected else ""))
             continue
         zero = checker.fills(a) | checker.fills(b)
         oa = checker.oracle(family, a.traits, case, zero, dtype)
@@ -176,7 +178,7 @@ def _digest(checker: RunCache, variant: Variant, case: str, dtype: torch.dtype) 
     own spec ran with; None when it did not run."""
     family = variant.family_spec
     ref = reference_of(family.name)
-    zero = checker.fills(variant) | (checker.fills(ref) if ref and not ref.supports(checker.cfg) else {})
+    zero = checker.fills(variant) | (checker.fills(ref) if ref and not ref.refuses(checker.cfg, checker.device) else {})
     run = checker.run(variant, case, zero, dtype)
     if run.error:
         return None

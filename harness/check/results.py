@@ -34,6 +34,7 @@ class PairResult:
     path_b: str
     note: str = ""
     config: str = ""
+    declared: str = ""  # the declarations that expect this verdict (each side's SpecResult.declared), or ""
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
@@ -100,6 +101,9 @@ class SpecResult:
     path: str
     note: str = ""
     tensors: list[TensorCheck] = field(default_factory=list)
+    # the declaration that expects a verdict other than agreement here (a mask fill the dtype
+    # cannot hold: "annotated: fill -1e+09 overflows float16"; a path finding's reason), or ""
+    declared: str = ""
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)

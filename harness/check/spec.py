@@ -37,6 +37,7 @@ from harness.base.errors import ConfigError, HarnessError
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.left_out import left_out_note, undeclared_absent
+from harness.check.own_dtype import own_dtype_checks
 from harness.check.results import SpecResult, TensorCheck
 from harness.check.runs import (
     Run,
@@ -279,18 +280,19 @@ class SpecChecker:
 
     def _zero(self, variant: Variant, case: str, checker: RunCache):
         ref = reference_of(variant.family)
-        if ref is not None and (ref.supports(checker.cfg) or not applicable(ref, case)):
+        if ref is not None and (ref.refuses(checker.cfg, checker.device) or not applicable(ref, case)):
             ref = None
         return checker.fills(variant) | (checker.fills(ref) if ref else {})
 
     def _judge(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
         checker = self.checkers[config]
         family = variant.family_spec
-        if not applicable(variant, case) or variant.supports(checker.cfg):
+        if (not applicable(variant, case) or variant.refuses(checker.cfg, checker.device)
+                or variant.dtype_reason(dtype_name)):
             return None
         dtype = dtype_of(dtype_name)
         ref = reference_of(family.name)
-        if ref is not None and (ref.supports(checker.cfg) or not applicable(ref, case)):
+        if ref is not None and (ref.refuses(checker.cfg, checker.device) or not applicable(ref, case)):
             ref = None
         zero = checker.fills(variant) | (checker.fills(ref) if ref else {})
         run = checker.run(variant, case, zero, dtype)
@@ -311,10 +313,12 @@ class SpecChecker:
             run.error = (f"output shape {tuple(out.shape)} where the oracle's is {tuple(want.shape)} "
                          "(the variant's forward or call adapter returns another shape)")
         if run.error:
-            finding = declared_path_finding(variant.traits, case, config)
-            return SpecResult(**base, verdict=Verdict.ERROR, ok=expected == Verdict.ERROR or bool(finding),
+            finding = declared_path_finding(variant.traits, case, config, self.device, dtype_name)
+            declared = overflow if expected == Verdict.ERROR else finding
+            return SpecResult(**base, verdict=Verdict.ERROR, ok=bool(declared),
                               err=math.nan, ref_err=math.nan, ratio=math.nan, worst="",
-                              note=(f"{PATH_FINDING}: {finding}; " if finding else "") + run.error)
+                              note=(f"{PATH_FINDING}: {finding}; " if finding else "") + run.error,
+                              declared=declared or "")
         if not family.differentiable or not run.tensors["output"].is_floating_point():
             a, o = run.tensors["output"].cpu(), oracle.tensors["output"]
             if a.is_floating_point() and o.is_floating_point():
@@ -342,7 +346,14 @@ class SpecChecker:
         # implementation, at the size of the terms that cancelled.
         grad_scale = max((float(t.abs().max()) for n, t in oracle.tensors.items()
                           if n != "output" and t.numel() and torch.isfinite(t).all()), default=0.0)
-        if dtype == torch.float64:
+        inferred = family.differentiable and family.base_case(case) not in NO_KEY_CASES  # the same spec
+        if variant.own_dtype_semantics:  # a kernel that runs only in its own dtypes: decided there
+            truth = checker.oracle(family, variant.traits, case, zero, dtype, rounded=dtype)
+            checks = own_dtype_checks(run, truth, checker.oracle(family, variant.traits, case, zero, dtype,
+                                                                 compute=dtype), names, dtype,
+                                      checker.run(variant, case, zero, dtype, mode="inference") if inferred else None)
+            inferred = False
+        elif dtype == torch.float64:
             # a declared internal dtype: the definition computed in it, the yardstick of its rounding
             inner = (checker.oracle(family, variant.traits, case, zero, dtype, compute=dtype_of(internal))
                      if internal else None)
@@ -379,7 +390,7 @@ class SpecChecker:
                                       or sem64.verdict == Verdict.DIFFERENT else c.verdict,
                                       c.err, c.ref_err, c.allowed, c.ratio,
                                       "semantics already differ in float64") for c in checks]
-        if family.differentiable and family.base_case(case) not in NO_KEY_CASES:  # inference path: the same spec
+        if inferred:  # the no-grad eval path: the same spec
             checks.append(self._inference_check(variant, config, case, dtype, zero, oracle, internal, baselines,
                                                 loose))
         verdict = worst_spec(c.verdict for c in checks)
@@ -397,13 +408,14 @@ class SpecChecker:
         ok = (verdict == expected or (expected == Verdict.LESS_PRECISE and verdict == Verdict.EQUIVALENT)
               or (verdict == Verdict.LESS_PRECISE and expected == Verdict.EQUIVALENT
                   and (dtype_name in self.lenient or loose)))
-        finding = declared_path_finding(variant.traits, case, config)
+        finding = declared_path_finding(variant.traits, case, config, self.device, dtype_name)
+        declared = ""
         if finding and not ok:  # a declared per-case path finding: reported, not a contradiction
-            ok = True
+            ok, declared = True, finding
             notes.insert(0, f"{PATH_FINDING}: {finding}")
         return SpecResult(**base, verdict=verdict, ok=ok, err=bad.err,
                           ref_err=math.nan if bad.ref_err is None else bad.ref_err, ratio=bad.ratio,
-                          worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks)
+                          worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks, declared=declared)
 
     def _inference_check(self, variant, config, case, dtype, zero, oracle, internal,
                          baselines, loose=False) -> TensorCheck:
@@ -430,7 +442,10 @@ class SpecChecker:
 
     def _check_all(self, variant, family, dtypes, out) -> None:
         configs = family.configs_of(self.configs)
-        for dtype_name in family.dtypes or ["float64", *[d for d in dtypes if d != "float64"]]:
+        wanted = family.dtypes or ["float64", *[d for d in dtypes if d != "float64"]]
+        if variant.own_dtype_semantics:  # semantics in each of its own dtypes, whatever was asked
+            wanted = list(variant.dtypes)
+        for dtype_name in wanted:
             for config in configs:
                 for case in family.cases:
                     result = self.check(variant, config, case.name, dtype_name)

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from tabulate import tabulate
 
-from harness.base.config import CONFIG_MATRIX, Config
+from harness.base.config import CONFIG_MATRIX, Config, config_matrix
 from harness.base.dtypes import default_dtypes, resolve_device
 from harness.base.errors import ConfigError, HarnessError, ResultsFileError
 from harness.bench.cases import PROFILES, TIMING, check_sizes, plan
@@ -60,6 +60,11 @@ def add_commands(sub, common) -> None:
                        help="only this variant (repeatable; the family's reference is timed beside it)")
         p.add_argument("--seq", type=str, help="override the sequence lengths, e.g. 64,128")
         p.add_argument("--batch", type=str, help="override the batch sizes, e.g. 1,8")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="config override on every case, as check's: d_model, heads, d_ff, batch and "
+                            "tgt_len (= seq) set the shape; kv_heads=2, window=3,0 ... the attention's config")
+        p.add_argument("--dtype", action="append", metavar="DTYPE",
+                       help="time in this dtype (repeatable; default: the profile's), e.g. bfloat16")
         p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's default, set explicitly)")
         p.add_argument("--fresh", action="store_true", help="ignore rows already measured in the log")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -67,6 +72,11 @@ def add_commands(sub, common) -> None:
                        help="seconds of timed calls per variant per round (default: quick 0.02, full 0.05)")
         p.add_argument("--rounds", type=int, help="interleaved rounds per group (default 7)")
         p.add_argument("--no-rss", action="store_true", help="skip the CPU resident-set probe process")
+        p.add_argument("--time-budget", type=float, metavar="S",
+                       help="seconds for the whole command: a group is started only if it ends in time (the "
+                            "longest group so far as its length" + (", and a reserve for writing the report)"
+                                                                     if name == "report" else ")")
+                            + "; the groups the targets read go first; the same command resumes the rest")
         if name == "bench":
             p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
             p.add_argument("--log", metavar="PATH",
@@ -112,9 +122,9 @@ def _validate(args) -> None:
         if args.profile:
             raise ConfigError(f"--from {given} reports rows measured before; --{args.profile} "
                               "(a profile to measure) contradicts it")
-        for opt in ("seq", "batch", "variant"):
+        for opt in ("seq", "batch", "variant", "time_budget", "set", "dtype"):
             if getattr(args, opt):
-                raise ConfigError(f"--from {given} measures nothing; --{opt} does not apply")
+                raise ConfigError(f"--from {given} measures nothing; --{opt.replace('_', '-')} does not apply")
     args.profile = args.profile or "quick"
 
 
@@ -125,8 +135,13 @@ def _shard(text: str) -> tuple[int, int]:
     return int(index), int(count)
 
 
-def _setup(args):
+# Seconds a time budget keeps for writing the report after the sweep (tables, plots): 15 s
+# for the quick profile's 200 rows on this project's loaded 2-core machine.
+REPORT_RESERVE_S = 20.0
 
+
+def _setup(args):
+    args.started = time.monotonic()
     _validate(args)
     _load(args)
     args.threads = args.threads or torch.get_num_threads()
@@ -136,7 +151,8 @@ def _setup(args):
 
 def _plan(args, device):
     cases = plan(args.profile, device, args.family, args.variant,
-                 _int_list(args.batch) if args.batch else None, _int_list(args.seq) if args.seq else None)
+                 _int_list(args.batch) if args.batch else None, _int_list(args.seq) if args.seq else None,
+                 sets=args.set, dtypes=args.dtype)
     if getattr(args, "shard", None):
         cases = shard(cases, *args.shard)
     check_sizes(cases)
@@ -158,7 +174,8 @@ def _summary(rows: list[BenchRow]) -> str:
         ratio = m.vs_baseline
         out.append({
             "family": s.family, "variant": s.variant,
-            "shape": f"B={s.batch} T={s.seq} D={s.d_model}", "dtype": s.dtype,
+            "shape": f"B={s.batch} T={s.seq} D={s.d_model}" + "".join(f" {x}" for x in s.sets or ()),
+            "dtype": s.dtype,
             "mode": s.mode + (" compiled" if s.compiled else ""),
             "median ms": f"{m.median_s * 1e3:.3g}" if m.ok else m.status,
             "IQR ms": f"{m.iqr_s * 1e3:.2g}" if m.ok else str(m.error if m.error is not None else "")[:40],
@@ -170,13 +187,14 @@ def _summary(rows: list[BenchRow]) -> str:
     return tabulate(pd.DataFrame(out), headers="keys", tablefmt="simple", showindex=False) if out else "(no rows)"
 
 
-def _measure(args, cases, log: Path, fresh: bool) -> tuple[list[BenchRow], bool]:
+def _measure(args, cases, log: Path, fresh: bool, reserve: float = 0.0) -> tuple[list[BenchRow], bool]:
     """Run the sweep over ``cases``; returns (new rows, interrupted)."""
     rows, interrupted = [], False
+    deadline = None if args.time_budget is None else args.started + args.time_budget - reserve
     try:
         for row in run_sweep(cases, log, fresh=fresh, min_time=args.min_time, rounds=args.rounds,
                              threads=args.threads, progress=not args.no_progress, memory=not args.no_rss,
-                             variant_files=_variant_files(args), profile=args.profile):
+                             variant_files=_variant_files(args), profile=args.profile, deadline=deadline):
             rows.append(row)
     except KeyboardInterrupt:
         interrupted = True
@@ -228,6 +246,14 @@ def _coverage(rows, profile: str, device: str) -> str:
             f"measured** (the sweep was stopped; families with missing cases: {', '.join(families)}).")
 
 
+def _check_configs(args) -> dict[str, Config]:
+    """The configs the report's check runs on: the default one (quick), the whole matrix
+    (full), or with --set the one config it gives (as ``check --set``)."""
+    if args.set:
+        return config_matrix(args.set)
+    return dict(CONFIG_MATRIX) if args.profile == "full" else {"default": Config()}
+
+
 def cmd_report(args) -> int:
     device = _setup(args)
     root = Path(args.out)
@@ -265,17 +291,25 @@ def cmd_report(args) -> int:
         if not args.skip_check:
             # quick: the default config; full: the whole config matrix (as `harness check`)
             print("check: every variant against its spec, every pair ...", file=sys.stderr)
-            check_report = check_all(args.family or list(FAMILIES),
-                                     CONFIG_MATRIX if args.profile == "full" else {"default": Config()},
-                                     device, default_dtypes(device))
+            check_report = check_all(args.family or list(FAMILIES), _check_configs(args), device,
+                                     args.dtype or default_dtypes(device))
             results, paths = check_report.pairs, check_report.paths
 
             torch.set_num_threads(args.threads)  # the check may pin its own; the benchmark's are these
-        _, interrupted = _measure(args, cases, log, fresh)
+        _, interrupted = _measure(args, cases, log, fresh, REPORT_RESERVE_S)
         wanted = {c.key for c in cases}
         logged = typed_rows(read_log(log, quiet=True))
         groups = {r.spec.group for r in logged if isinstance(r, BenchRow) and r.key in wanted}
         rows = [r for r in logged if r.key in wanted or (isinstance(r, PeakRow) and r.group in groups)]
+        measured = sum(isinstance(r, BenchRow) for r in rows)
+        if args.time_budget is not None and not interrupted and measured < len(wanted):
+            note = (f"**Time budget: {measured} of {len(wanted)} cases measured** within --time-budget "
+                    f"{args.time_budget:g} s (the groups the targets read first, then the cheapest); the same "
+                    f"command measures the rest into `{log}`.")
+        if args.time_budget is not None and not measured:
+            print(f"time budget: no group fitted in --time-budget {args.time_budget:g} s; no report written",
+                  file=sys.stderr)
+            return 1
         if interrupted and (out / "results.json").exists():  # never replace a report with a partial one
             print(f"the report in {out} is left as it was (an interrupted run replaces no report); "
                   f"the rows measured so far are in {log}: run the same command to resume", file=sys.stderr)

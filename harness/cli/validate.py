@@ -21,12 +21,14 @@ NUMBERS = {
     "eval": (1, True, 10**5, "positive (an integer, at most 10**5)"),
     "explore": (0, True, 100, "a number of configs from 0 to 100"),
     "seed": (0, True, 2**63 - 1, "an integer from 0 to 2**63-1"),
+    "time_budget": (0.0, False, 1e6, "a positive number of seconds"),
+    "budget": (0.0, False, 1e6, "a positive number of seconds"),
 }
 COPY_BATCH = (1, True, 10**5, "positive (an integer, at most 10**5)")
 PATHS = {"json": "--json", "log": "--log", "out": "--out", "compare": "--compare", "from_file": "--from"}
 
 
-POSITIONALS = {"family": "FAMILY", "a": "variant A", "b": "variant B", "target": "TARGET"}
+POSITIONALS = {"family": "FAMILY", "a": "variant A", "b": "variant B", "target": "TARGET", "checkpoint": "CHECKPOINT"}
 
 
 def _flag(dest: str) -> str:

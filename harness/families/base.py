@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from harness.base.config import CONFIG_MATRIX, Config
+from harness.base.devices import device_type
 from harness.base.errors import UnknownName
 from harness.families import oracles
 from harness.families.kernel_oracle import DEFAULT_SCALE
@@ -88,29 +89,65 @@ DESCRIPTIVE_TRAITS = {
                    " each reads as its map's Absent value; an undeclared norm gain or bias left out is"
                    " a difference",
     "cases": "tuple of the family cases the variant applies to (default: all)",
-    "path_findings": "{'CASE' or 'CASE@CONFIG': why}: behaviour that depends on the path taken there (another "
-                     "kernel for that shape), declared: reported as a finding, not a contradiction",
+    "data_dependent": "where the call reads tensor values back to Python (.item(), nonzero, a branch on a "
+                      "tensor): it cannot run on the meta device, where the tests check device placement "
+                      "(tests/test_meta_device.py holds the declaration to it)",
+    "compiled": "True: the variant runs under torch.compile (its kernel path is not recorded: under a"
+                " dispatch mode Dynamo would run it eager)",
+    "path_findings": "{'CASE' or 'CASE@CONFIG': why or PathFinding(why, devices=..., dtypes=...)}: behaviour "
+                     "that depends on the path taken there (another kernel for that shape, device or dtype), "
+                     "declared: reported as a finding, not a contradiction",
     "note": "free text",
 }
 EPS = TraitSpec("the norm's epsilon", values=oracles.EPS_NAMES, number=True)
 
 
+@dataclass(frozen=True)
+class PathFinding:
+    """A path finding that holds only on some device types or dtypes (a fused CUDA kernel
+    picked for half precision; a no-grad fast path whose CUDA kernel differs from the CPU
+    one); elsewhere the case is held to the spec as usual. Empty ``devices`` or ``dtypes``:
+    every one."""
+
+    why: str
+    devices: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
+
+    def applies(self, device: str, dtype: str) -> bool:
+        return ((not self.devices or device_type(device) in self.devices)
+                and (not self.dtypes or dtype in self.dtypes))
+
+    def __str__(self) -> str:  # how tables and JSON show the declaration
+        return f"{self.why} ({self.scope()})" if self.scope() else self.why
+
+    def scope(self) -> str:
+        """'on cuda in bfloat16, float16' (empty when it holds everywhere)."""
+        return " ".join(x for x in (f"on {', '.join(self.devices)}" if self.devices else "",
+                                    f"in {', '.join(self.dtypes)}" if self.dtypes else "") if x)
+
+
 def path_finding_problems(findings: Any, cases: set[str]) -> list[str]:
     """What is wrong with a ``path_findings`` declaration (a mapping of 'CASE' or
-    'CASE@CONFIG' to the reason)."""
+    'CASE@CONFIG' to the reason, or to a ``PathFinding``)."""
     if findings is None:
         return []
-    if not isinstance(findings, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and v
-                                                    for k, v in findings.items()):
+    if not isinstance(findings, Mapping) or not all(
+            isinstance(k, str) and ((isinstance(v, str) and v) or (isinstance(v, PathFinding) and v.why))
+            for k, v in findings.items()):
         return [f"traits['path_findings'] must map 'CASE' or 'CASE@CONFIG' to a reason, got {findings!r}"]
     unknown = sorted({k.partition("@")[0] for k in findings} - cases)
     return [f"traits['path_findings'] names unknown case(s) {unknown}; cases: {sorted(cases)}"] if unknown else []
 
 
-def declared_path_finding(traits: Mapping[str, Any], case: str, config: str) -> str | None:
-    """The reason declared for (case, config) in ``path_findings``, if any."""
+def declared_path_finding(traits: Mapping[str, Any], case: str, config: str, device: str = "cpu",
+                          dtype: str = "float64") -> str | None:
+    """The reason declared for (case, config) in ``path_findings`` that holds on this device
+    and dtype, if any (with its scope, for a ``PathFinding`` bound to some)."""
     findings = traits.get("path_findings") or {}
-    return findings.get(f"{case}@{config}") or findings.get(case)
+    found = findings.get(f"{case}@{config}") or findings.get(case)
+    if isinstance(found, PathFinding):
+        return str(found) if found.applies(device, dtype) else None
+    return found
 
 
 @dataclass(frozen=True)
@@ -224,6 +261,9 @@ class Family:
                 problems.append(
                     f"unknown trait {key!r}; semantic traits of {self.name}: {list(self.traits)}; "
                     f"descriptive: {list(DESCRIPTIVE_TRAITS)}")
+        if "data_dependent" in traits and not (isinstance(traits["data_dependent"], str) and traits["data_dependent"]):
+            problems.append(f"traits['data_dependent'] must say where the call reads tensor values, "
+                            f"got {traits['data_dependent']!r}")
         cases = traits.get("cases")
         if cases is not None:
             if isinstance(cases, str) or not all(isinstance(c, str) for c in cases):

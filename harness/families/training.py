@@ -37,12 +37,13 @@ LOSS_FORMS = ("KL divergence", "cross-entropy")
 def smoothed_target(target: torch.Tensor, vocab: int, pad_idx: int, smoothing: float, spread: str) -> torch.Tensor:
     """(N, V) float64 target distribution; rows of pad targets all zero."""
     if spread == SPREADS[0]:
-        dist = torch.full((target.size(0), vocab), smoothing / (vocab - 2), dtype=torch.float64)
+        dist = torch.full((target.size(0), vocab), smoothing / (vocab - 2), dtype=torch.float64, device=target.device)
         dist.scatter_(1, target[:, None], 1.0 - smoothing)
         dist[:, pad_idx] = 0
     elif spread == SPREADS[1]:
-        dist = torch.full((target.size(0), vocab), smoothing / vocab, dtype=torch.float64)
-        dist.scatter_add_(1, target[:, None], torch.full((target.size(0), 1), 1.0 - smoothing, dtype=torch.float64))
+        dist = torch.full((target.size(0), vocab), smoothing / vocab, dtype=torch.float64, device=target.device)
+        dist.scatter_add_(1, target[:, None], torch.full((target.size(0), 1), 1.0 - smoothing, dtype=torch.float64,
+                                                          device=target.device))
     else:
         raise SpecError(f"no oracle for smoothing_spread={spread!r}; known: {list(SPREADS)}")
     dist[target == pad_idx] = 0

@@ -24,6 +24,8 @@ from typing import Any, Callable, Mapping
 import torch
 
 from harness.base.config import Config
+from harness.base.devices import DeviceSet
+from harness.base.dtypes import FLOAT_DTYPES
 from harness.base.errors import ConfigError, RegistryError, UnknownName, VariantFileError
 from harness.base.seeding import seed_everything
 from harness.families.base import Family
@@ -47,6 +49,9 @@ class Variant:
     fixed     module parameters outside the family, with the reason they are held
     reference True for the family's baseline (speed ratios, error against it)
     supports  Config -> None, or a reason the variant cannot be built for it
+    dtypes    the dtypes it runs in (``("float16", "bfloat16")``); empty: any. Without float64:
+              semantics decided in each of them (``harness.check.own_dtype``)
+    devices   the device types it runs on and why only there (``DeviceSet``); None: any
     """
 
     id: str
@@ -60,6 +65,8 @@ class Variant:
     summary: str = ""
     reference: bool = False
     supports: Callable[[Config], str | None] = lambda cfg: None
+    dtypes: tuple[str, ...] = ()
+    devices: DeviceSet | None = None
     origin: str = ""  # module or file that registered it
 
     @property
@@ -72,8 +79,26 @@ class Variant:
         still works; registration has already checked the name)."""
         return get_family(self.family)
 
+    def refuses(self, cfg: Config, device: str | torch.device = "cpu") -> str | None:
+        """Why the variant is not run for ``cfg`` on ``device`` (None: it is): its declared
+        device set first, then ``supports``."""
+        return (self.devices.refuses(device) if self.devices is not None else None) or self.supports(cfg)
+
     def map_for(self, cfg: Config) -> ParamMap:
         return self.param_map(cfg) if callable(self.param_map) else self.param_map
+
+    @property
+    def own_dtype_semantics(self) -> bool:
+        """Whether it declares dtypes without float64 (its semantics decided in each of them)."""
+        return bool(self.dtypes) and "float64" not in self.dtypes
+
+    def semantic_dtypes(self) -> tuple[str, ...]:
+        """The dtypes its semantics are decided in: float64, or its own (``own_dtype_semantics``)."""
+        return self.dtypes if self.own_dtype_semantics else ("float64",)
+
+    def dtype_reason(self, dtype: str) -> str | None:
+        """Why it does not run in ``dtype`` (None when it does)."""
+        return None if dtype in (self.dtypes or (dtype,)) else f"runs in {', '.join(self.dtypes)} only"
 
 
 REGISTRY: dict[str, Variant] = {}
@@ -86,6 +111,9 @@ def register(**fields: Any) -> Variant:
         variant = Variant(**fields, origin=_loading_origin[-1] if _loading_origin else "")
     except TypeError as exc:
         raise RegistryError(f"bad register(...) call: {exc}") from None
+    if variant.devices is not None and not isinstance(variant.devices, DeviceSet):
+        raise RegistryError(f"variant '{variant.key}': devices={variant.devices!r} must be a "
+                            "harness.DeviceSet(types, why)")
     if variant.family not in FAMILIES:
         raise RegistryError(
             f"variant '{variant.id}' names unknown family '{variant.family}'; "
@@ -99,6 +127,10 @@ def register(**fields: Any) -> Variant:
     problems = FAMILIES[variant.family].validate_traits(variant.id, variant.traits)
     if problems:
         raise RegistryError(f"variant '{variant.key}': " + "; ".join(problems))
+    if isinstance(variant.dtypes, str) or any(d not in FLOAT_DTYPES for d in variant.dtypes):
+        raise RegistryError(f"variant '{variant.key}': dtypes {variant.dtypes!r} must be a tuple of "
+                            f"{list(FLOAT_DTYPES)}")
+    variant = dataclasses.replace(variant, dtypes=tuple(variant.dtypes))
     if not variant.id or not variant.id.replace("_", "").replace("-", "").isalnum():
         raise RegistryError(f"variant id {variant.id!r} must be letters, digits, '_' or '-'")
     requires = FAMILIES[variant.family].requires
@@ -348,7 +380,7 @@ def build(
 ) -> tuple[Any, PortMap | None]:
     """Seed, build ``variant`` for ``cfg`` in eval mode on ``device``/``dtype`` and, when
     ``weights`` (canonical) are given, port them in. Returns (module, port map)."""
-    reason = variant.supports(cfg)
+    reason = variant.refuses(cfg, device)
     if reason:
         raise ConfigError(f"{variant.key} cannot be built for this config: {reason}")
     seed_everything(cfg.seed)
@@ -386,6 +418,13 @@ class Target:
     metric: str = "saved_bytes"
     minimum: float | None = None  # growth: also at least this exponent
     text: str = ""
+
+    @property
+    def device(self) -> str | None:
+        """The device kind the target is about ('cpu', 'cuda'): ``where``'s device; None
+        for a target that names none (decided on any device's rows)."""
+        device = self.where.get("device")
+        return None if device is None else str(device).split(":")[0]
 
 
 TARGETS: list[Target] = []

@@ -33,7 +33,13 @@ only self-attention can fill (T = S, as many K/V heads as query heads: the cases
 key lengths (right padding only: cases with another mask are not run); ``none`` or
 ``is_causal`` (no mask argument: only the cases where every key may be attended). The result
 is an ordinary ``register(...)`` entry: the module is a small
-``KernelModule`` holding the function, with no parameters.
+``KernelModule`` holding the function, with no parameters. A function bound to some device
+types declares them, ``devices=DeviceSet(("cuda",), why)``: elsewhere it is skipped with
+that reason.
+
+``dtypes``: the dtypes the function runs in (``("float16", "bfloat16")`` for a kernel that
+exists only in half precision: its semantics are then decided in each of them, by
+``harness.check.own_dtype``'s rule, instead of in float64).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
+from harness.base.devices import DeviceSet
 from harness.base.errors import RegistryError
 from harness.families.kernel import ATTENTION_KERNEL, CASE_MASKS, CASE_NEEDS, SELF_CASES
 from harness.registry import Variant, register
@@ -135,7 +142,8 @@ def kernel_cases(mask: str, options: tuple[str, ...]) -> tuple[str, ...]:
 
 def register_kernel(*, id: str, fn: Callable, layout: str = "BHSD", mask: str = "bool",
                     traits: Mapping[str, Any] | None = None, source: str = "", summary: str = "",
-                    reference: bool = False, supports: Callable | None = None) -> Variant:
+                    reference: bool = False, supports: Callable | None = None,
+                    devices: DeviceSet | None = None, dtypes: tuple[str, ...] = ()) -> Variant:
     """Register ``fn`` in the ``attention_kernel`` family (see the module docstring)."""
     if layout not in LAYOUTS:
         raise RegistryError(f"kernel '{id}': layout {layout!r} is not one of {list(LAYOUTS)}")
@@ -171,5 +179,6 @@ def register_kernel(*, id: str, fn: Callable, layout: str = "BHSD", mask: str = 
         summary=summary,
         build=lambda cfg: KernelModule(fn, layout=layout, mask=mask, options=options,
                                        dropout=cfg.dropout, block=cfg.block),
-        call=kernel_call, traits=traits, reference=reference, supports=config_reason,
+        call=kernel_call, traits=traits, reference=reference, supports=config_reason, devices=devices,
+        dtypes=dtypes,
     )

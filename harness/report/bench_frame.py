@@ -20,7 +20,7 @@ NUMERIC = ("median_s", "iqr_s", "gflops", "gflops_dense", "peak_fraction", "peak
            "peak_fraction_q3", "peak_fraction_lo", "peak_fraction_hi", "peak_fraction_dense", "vs_baseline",
            "vs_baseline_q1", "vs_baseline_q3", "vs_baseline_lo", "vs_baseline_hi",
            "saved_bytes", "peak_bytes", "rss_peak_bytes", "flops", "flops_dense", "compile_s")
-TEXT = ("error", "path", "disturbed", "rss_note", "largest_tensor")
+TEXT = ("error", "path", "disturbed", "rss_note", "largest_tensor", "flops_basis", "counting_error")
 
 
 def frame(rows: Iterable[Row | Mapping]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -29,10 +29,15 @@ def frame(rows: Iterable[Row | Mapping]) -> tuple[pd.DataFrame, pd.DataFrame]:
     numeric as it is, None where a row has no figure. Ratios are the sweep's, measured
     interleaved; rows that were not (pytest-benchmark's) carry none."""
     rows = typed_rows(slow_peaks([r.to_json() if isinstance(r, (BenchRow, PeakRow)) else r for r in rows]))
-    cases = pd.DataFrame([r.to_json() for r in rows if isinstance(r, BenchRow)])
+    measured = [r for r in rows if isinstance(r, BenchRow)]
+    cases = pd.DataFrame([r.to_json() for r in measured])
     peaks = pd.DataFrame([r.to_json() for r in rows if isinstance(r, PeakRow)])
     if cases.empty:
         return cases, peaks
+    # what the FLOPs count (recorded, or what the logging version counted), and a fraction of
+    # the peak above 1 named as the counting error it is
+    cases["flops_basis"] = [b.value if (b := r.flop_basis) is not None else None for r in measured]
+    cases["counting_error"] = [r.counting_error() for r in measured]
     for col in NUMERIC:
         if col not in cases:
             cases[col] = np.nan

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from harness.registry import TARGETS
+from harness.bench.flops import FUSED_TILES
+from harness.bench.row import CUDA_FUSED_OPS, FlopBasis
 from harness.report.bench_frame import frame
-from harness.report.targets import MET_TEXT, evaluate
+from harness.report.targets import MET_TEXT, evaluate, targets_for
 
 
 def _ms(x) -> str:
@@ -34,6 +36,35 @@ def _spread_text(r, column: str, fmt) -> str:
     return f"{fmt(r[column])} [{fmt(q1)}-{fmt(q3)}]"
 
 
+def dense_only(r) -> bool:
+    return r.get("flops_basis") == FlopBasis.DENSE_EQUIVALENT.value
+
+
+def peak_cell(r) -> str:
+    """The executed fraction of the peak with its per-round quartiles; 'counting error' where
+    it exceeds the peak (the row is named in the report's counting errors), and none from a
+    dense-equivalent count."""
+    if isinstance(r.get("counting_error"), str) and r["counting_error"]:
+        return "counting error"
+    if dense_only(r):
+        return "- (count dense-eq.)"
+    return _spread_text(r, "peak_fraction", _pct)
+
+
+def dense_cell(r) -> str:
+    """The dense-equivalent fraction: above 1 it is no fraction of anything the machine did."""
+    x = r["peak_fraction_dense"]
+    if x is None or pd.isna(x):
+        return "-"
+    return "> peak (skipped work counted)" if x > 1 else _pct(x)
+
+
+def counting_errors(cases: pd.DataFrame) -> list[str]:
+    if "counting_error" not in cases:
+        return []
+    return [e for e in cases["counting_error"] if isinstance(e, str) and e]
+
+
 def family_table(cases: pd.DataFrame, family: str) -> str:
     g = cases[cases["family"] == family].copy()
     g = g.sort_values(["mode", "compiled", "dtype", "batch", "d_model", "seq", "median_s"])
@@ -46,9 +77,9 @@ def family_table(cases: pd.DataFrame, family: str) -> str:
             "B": r["batch"], "T": r["seq"], "D": r["d_model"], "dtype": r["dtype"],
             "median ms": _ms(r["median_s"]), "IQR ms": _ms(r["iqr_s"]),
             "vs baseline [q1-q3]": _spread_text(r, "vs_baseline", lambda x: f"{x:.2f}x"),
-            "GFLOP/s": "-" if pd.isna(r["gflops"]) else f"{r['gflops']:.1f}",
-            "% peak [q1-q3]": _spread_text(r, "peak_fraction", _pct),
-            "% peak dense-eq.": _pct(r["peak_fraction_dense"]),
+            "GFLOP/s": "-" if pd.isna(r["gflops"]) else f"{r['gflops']:.1f}" + (" dense-eq." if dense_only(r) else ""),
+            "% peak [q1-q3]": peak_cell(r),
+            "% peak dense-eq.": dense_cell(r),
             "saved MiB": _mib(r["saved_bytes"]), "tensor peak MiB": _mib(r["peak_bytes"]),
             "RSS peak MiB": _mib(r["rss_peak_bytes"]) if not pd.isna(r["rss_peak_bytes"]) else (
                 "not measured" if r["status"] == "ok" and r["device"] == "cpu" else "-"),
@@ -127,6 +158,23 @@ def mechanism(r) -> str:
                 parts.append(f"CPU flash kernel on {shape} with an explicit mask: every key block computed")
             else:
                 parts.append(f"CPU flash kernel on {shape}, no mask")
+        elif o["op"] in CUDA_FUSED_OPS:
+            if o.get("parent") == "_native_multi_head_attention":
+                continue
+            backend = o["op"].removeprefix("_scaled_dot_product_").removesuffix("_attention")
+            tiles = FUSED_TILES[backend]
+            frac = r["flops"] / r["flops_dense"] if r.get("flops_dense") else float("nan")
+            if dense_only(r):
+                parts.append(f"SDPA {backend} kernel on {shape}: FLOPs counted dense (every score), "
+                             "dense-equivalent: the row was logged before the kernel's tiles were counted")
+            elif o.get("is_causal"):
+                parts.append(f"SDPA {backend} kernel on {shape}, `is_causal`: it computes the "
+                             f"{tiles.q_tile} x {tiles.k_tile} tiles up to the diagonal and skips the rest; "
+                             f"executed FLOPs {frac:.0%} of dense")
+            elif o.get("mask"):
+                parts.append(f"SDPA {backend} kernel on {shape} with an explicit mask: every tile computed")
+            else:
+                parts.append(f"SDPA {backend} kernel on {shape}, no mask")
         elif o["op"] == "_scaled_dot_product_flash_attention_for_cpu_backward":
             parts.append("flash backward (QK^T recomputed per block, counted as executed)")
         elif o["op"] == "_masked_softmax" and o.get("parent") != "_native_multi_head_attention":
@@ -194,6 +242,8 @@ def print_targets(rows: list[dict]) -> None:
     cases, _ = frame(rows)
     if cases.empty:
         return
-    for t in TARGETS:
+    for line in counting_errors(cases):
+        print(line, file=sys.stderr)
+    for t in targets_for(cases):
         e = evaluate(t, cases)
         print(f"target: {e['target']}: {MET_TEXT[e['met']]} ({e['measured']}; threshold {e['threshold']})")

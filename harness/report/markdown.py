@@ -19,12 +19,19 @@ from tabulate import tabulate
 
 from harness.base.errors import HarnessError, ResultsFileError
 from harness.base.files import atomic_write, make_public, output_lock
+from harness.bench.flops import FUSED_TILES
 from harness.bench.timing import CPU_PEAK_METHOD, CUDA_PEAK_METHOD, PEAK_FRACTION, PEAK_SPREAD_LIMIT
 from harness.check.results import PairResult, PathResult
 from harness.families.catalog import get_family
-from harness.registry import TARGETS, reference_of
+from harness.registry import reference_of
 from harness.report.bench_frame import ENV_KEYS, compare_with, frame
-from harness.report.bench_tables import family_table, machine_state, mechanisms_table, peaks_table
+from harness.report.bench_tables import (
+    counting_errors,
+    family_table,
+    machine_state,
+    mechanisms_table,
+    peaks_table,
+)
 from harness.report.io import write_json
 from harness.report.plots import plot_sweeps, plot_verdicts
 from harness.report.summary import summary_table
@@ -36,7 +43,7 @@ from harness.report.tables import (
     traits_table,
     verdict_matrix,
 )
-from harness.report.targets import MET_TEXT, evaluate
+from harness.report.targets import MET_TEXT, evaluate, targets_for
 
 
 def method_lines(cases: pd.DataFrame, device: str) -> list[str]:
@@ -70,17 +77,23 @@ def method_lines(cases: pd.DataFrame, device: str) -> list[str]:
         "- `fwd` runs under `torch.no_grad()` in eval mode (where torch's fused fast paths run); `fwd+bwd` runs "
         "forward with autograd and `backward` with a seeded gradient, eval mode (dropout off), gradients reset "
         "before each call.",
-        "- FLOPs: `torch.utils.flop_counter.FlopCounterMode`, matmul-class operators. `GFLOP/s` and `% peak` "
-        "count FLOPs as executed: the CPU flash kernel with `is_causal` computes only the key blocks (512 "
-        "wide; query blocks of 32, 64 or 256) that start before the diagonal, and its backward recomputes "
-        "QK^T (5 matmuls per visited block); explicit masked attention computes every score. `% peak dense-eq.` "
-        "counts every score of QK^T and PV (torch's own formulas, whose flash backward also counts the "
-        "recomputation): labelled dense-equivalent. At T=512 the two agree for the flash kernel (one 512-wide "
-        "key block per query block: it skips nothing); from T=1024 the causal kernel skips blocks. "
-        "Formulas added for the "
-        "CPU flash kernel and torch's fused MHA / encoder fast paths, which torch 2.13 does not count.",
+        "- FLOPs: `torch.utils.flop_counter.FlopCounterMode`, matmul-class operators, counted as executed where "
+        "the kernel's work is known (`flops_basis` in `results.csv`: `executed` or `dense-equivalent`). A causal "
+        "fused kernel computes whole tiles up to the diagonal and skips the tiles past it: the CPU flash kernel "
+        "(key blocks 512 wide; query blocks of 32, 64 or 256; its backward recomputes QK^T, 5 matmuls per "
+        "visited block) and SDPA's CUDA kernels, counted at their tiles: "
+        + "; ".join(f"{t.backend} {t.q_tile} x {t.k_tile}" for t in FUSED_TILES.values())
+        + " (forward QK^T and PV per visited tile; backward QK^T again, dV, dP, dQ, dK). At T=2048 that is "
+        "about 53% of the dense scores. Explicit masked attention, a kernel given an explicit mask and SDPA's "
+        "math backend compute every score. An attention kernel whose skipping is not modelled (flex_attention, "
+        "the low-level and varlen flash entry points) is counted as torch counts it, every score: its row is "
+        "`dense-equivalent`, its GFLOP/s says so and it has no executed `% peak`. `% peak dense-eq.` counts "
+        "every score of QK^T and PV (torch's own formulas): labelled dense-equivalent; above the peak it is "
+        "shown as such, never as a fraction. Formulas added for the CPU flash kernel, SDPA's CUDA kernels and "
+        "torch's fused MHA / encoder fast paths, which torch does not count as executed.",
         "- `% peak`: executed FLOP/s over the FLOP/s of the square matmul timed in the same rounds, same dtype "
-        "(per family below, with its spread and the load average).",
+        "(per family below, with its spread and the load average). Above 100% it is a **counting error** "
+        "(FLOPs counted that no kernel executed), named in the list at the top, never a figure.",
         "- A group is **disturbed** when the 1-minute load average at its start or end exceeds the cores + 0.5, "
         f"its matmul peak is below {PEAK_FRACTION:.0%} of the best group peak of the run (same dtype), "
         f"or its matmul peak's IQR across rounds exceeds {PEAK_SPREAD_LIMIT:.0%} of its median; "
@@ -181,15 +194,22 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
               f"`python -m harness report`. {note}".rstrip(), ""]
     lines += summary_table(cases, results)
     lines += machine_state(cases, peaks)
+    errors = counting_errors(cases)
+    if errors:
+        lines += [f"**Counting errors: {len(errors)} row(s) execute more FLOP/s than the matmul peak timed beside "
+                  "them.** No kernel does: their FLOPs count work that was not executed, so their fraction of "
+                  "the peak is no figure (`counting error` in the tables) and decides no target.", "",
+                  *(f"- {e}" for e in errors), ""]
     lines += ["## Environment", "", tabulate(
         [(k, env.get(k, "")) for k in ENV_KEYS] + [("device", device)],
         headers=["", ""], tablefmt="github"), "",
         "The matmul peak is timed beside each group's rows, in the same rounds (per family below).", ""]
 
     lines += ["## Targets", ""]
-    evaluated = [evaluate(t, cases) for t in TARGETS]
+    evaluated = [evaluate(t, cases) for t in targets_for(cases)]
     lines += [tabulate(pd.DataFrame([{**e, "met": MET_TEXT[e["met"]]} for e in evaluated]),
-                       headers="keys", tablefmt="github", showindex=False), ""]
+                       headers="keys", tablefmt="github", showindex=False) if evaluated else
+              f"No target is registered for {device}.", ""]
     lines += method_lines(cases, device)
     if old_rows is not None:
         n_reg = int(cases["regression"].sum())

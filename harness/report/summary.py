@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from dataclasses import dataclass
 
 import pandas as pd
 from tabulate import tabulate
@@ -23,9 +24,40 @@ def _verdict(value) -> Verdict:
         return Verdict.ERROR
 
 
-def verdict_against_reference(family: str, variant: str, results: list[PairResult] | None) -> str:
-    """'reference', 'equivalent', 'different (declared: ...)', ... over every case, dtype and
-    config the check ran; '-' when the check did not run (--skip-check) or has no such pair."""
+@dataclass(frozen=True)
+class ReferenceVerdict:
+    """A variant against its family's reference over every case, dtype and config the check
+    ran: the worst verdict where both ran (with the declared difference that explains it), and
+    apart from it the errors a declaration expects (a mask fill a dtype cannot hold: an
+    outcome of the variant's own code, not a failure to compare), per dtype."""
+
+    verdict: Verdict | None                          # None: no pair ran (every one a declared error)
+    why: str = ""
+    declared_errors: tuple[tuple[str, str], ...] = ()  # (dtype, the declaration), each once
+    contradicts: bool = False
+
+    def __str__(self) -> str:
+        if self.verdict is None:
+            text = "-"
+        elif self.verdict.agrees:
+            text = "equivalent"
+        else:
+            text = str(self.verdict)
+            if self.why:
+                text += f" ({self.why[:REASON_WIDTH]}{'...' if len(self.why) > REASON_WIDTH else ''})"
+        by_dtype: dict[str, list[str]] = {}
+        for dtype, why in self.declared_errors:
+            by_dtype.setdefault(dtype, []).append(why)
+        for dtype, whys in by_dtype.items():
+            text += f"; {dtype}: declared error ({'; '.join(whys)})"
+        if self.contradicts:
+            text += " !contradicts its declaration"
+        return text
+
+
+def reference_verdict(family: str, variant: str, results: list[PairResult] | None) -> ReferenceVerdict | str:
+    """The variant's ``ReferenceVerdict``; 'reference' for the reference itself, '-' when the
+    check did not run (--skip-check) or has no such pair."""
     ref = reference_of(family)
     if ref is not None and ref.id == variant:
         return "reference"
@@ -34,16 +66,21 @@ def verdict_against_reference(family: str, variant: str, results: list[PairResul
     mine = [r for r in results if r.family == family and {r.a, r.b} == {ref.id, variant}]
     if not mine:
         return "-"
-    worst = max(mine, key=lambda r: _verdict(r.verdict).rank)
-    agrees = _verdict(worst.verdict).agrees
-    text = "equivalent" if agrees else str(worst.verdict)
-    if not agrees:
-        why = (worst.reason or worst.expected or "").replace("\n", " ").replace("|", "/")
-        if why:
-            text += f" ({why[:REASON_WIDTH]}{'...' if len(why) > REASON_WIDTH else ''})"
-    if not all(r.ok for r in mine):
-        text += " !contradicts its declaration"
-    return text
+    declared = [r for r in mine if _verdict(r.verdict) == Verdict.ERROR and r.expected == Verdict.ERROR
+                and r.ok and r.declared]
+    ran = [r for r in mine if r not in declared]
+    worst = max(ran, key=lambda r: _verdict(r.verdict).rank) if ran else None
+    why = "" if worst is None else (worst.reason or worst.expected or "").replace("\n", " ").replace("|", "/")
+    return ReferenceVerdict(
+        verdict=None if worst is None else _verdict(worst.verdict), why=why,
+        declared_errors=tuple(dict.fromkeys((r.dtype, r.declared) for r in declared)),
+        contradicts=not all(r.ok for r in mine))
+
+
+def verdict_against_reference(family: str, variant: str, results: list[PairResult] | None) -> str:
+    """'reference', 'equivalent', 'different (declared: ...)', '...; float16: declared error
+    (...)' over every case, dtype and config the check ran; '-' when it did not run."""
+    return str(reference_verdict(family, variant, results))
 
 
 def _ratio(row: pd.Series | None) -> str:

@@ -10,8 +10,16 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from harness.bench.timing import INTERVAL_LEVEL
-from harness.registry import Target
+from harness.bench.row import FlopBasis
+from harness.bench.timing import INTERVAL_LEVEL, ratio_of_medians
+from harness.registry import TARGETS, Target, reference_of
+
+
+def targets_for(cases: pd.DataFrame) -> list[Target]:
+    """The registered targets about the devices the rows were measured on (a CUDA report
+    decides the CUDA targets, a CPU report the CPU ones); a target naming no device, always."""
+    kinds = {str(d).split(":")[0] for d in cases["device"].dropna()} if "device" in cases else set()
+    return [t for t in TARGETS if t.device is None or t.device in kinds]
 
 
 def _select(df: pd.DataFrame, family: str, variant: str, where: Mapping[str, object]) -> pd.DataFrame:
@@ -56,6 +64,34 @@ def _spread(rows: pd.DataFrame, column: str) -> tuple[float, float, float, float
     return float(r[column]), float(low), float(high), q1, q3
 
 
+def _paired_spread(row, base) -> tuple[float, float, float, float, float] | None:
+    """(figure, low, high, q1, q3) of base time / row time from the per-round medians of one
+    group (the two timed in the same interleaved rounds), as the sweep computes
+    ``vs_baseline`` against the family's reference; None when they were not."""
+    a, b = row.get("round_s"), base.get("round_s")
+    if not (isinstance(a, list) and isinstance(b, list) and a and len(a) == len(b)
+            and row.get("group") == base.get("group") and row.get("interleaved") and base.get("interleaved")):
+        return None
+    ratio, low, high = ratio_of_medians(b, a)
+    per_round = sorted(x / y for x, y in zip(b, a))
+    q1, q3 = np.quantile(per_round, [0.25, 0.75])
+    return ratio, low, high, float(q1), float(q3)
+
+
+def _not_executed(r) -> str:
+    """Why a row's fraction of the peak decides no target: a counting error, or FLOPs that
+    are dense-equivalent; "" when it is an executed fraction."""
+    error = r.get("counting_error")
+    if isinstance(error, str) and error:
+        return f"not measured: {error}"
+    if r.get("flops_basis") == FlopBasis.DENSE_EQUIVALENT.value:
+        dense = r.get("peak_fraction_dense")
+        return ("not measured: the row's FLOPs are dense-equivalent (every score counted, skipped ones "
+                f"too: {dense:.0%} of the peak dense-equivalent), not executed; measure it again with "
+                "this version, which counts the fused kernels' tiles")
+    return ""
+
+
 def evaluate(target: Target, df: pd.DataFrame) -> dict:
     """{'target', 'threshold', 'uses', 'measured', 'met'}. ``met`` is True/False, or None
     when not measured, or a string: 'not claimed' for a disturbed window, 'undecided' when
@@ -73,14 +109,24 @@ def evaluate(target: Target, df: pd.DataFrame) -> dict:
         else:
             out.update(threshold=f">= {target.threshold:.0%} (interval's low end)",
                        uses="median executed FLOP/s over the median matmul peak, the same interleaved rounds")
+        base_rows = None
         if target.kind == "speedup" and len(rows):
             base_rows = _select(df, target.family, target.baseline, target.where)
             if not len(base_rows):
                 rows = rows.iloc[0:0]
         if not len(rows):
             return out
-        spread = _spread(rows, column)
         r = rows.iloc[0]
+        ref = reference_of(target.family)
+        if base_rows is not None and (ref is None or target.baseline != ref.id):
+            spread = _paired_spread(r, base_rows.iloc[0])
+        else:
+            spread = _spread(rows, column)
+        if target.kind == "peak_fraction":
+            refused = _not_executed(r)
+            if refused:
+                out["measured"] = refused
+                return out
         if spread is None:
             out["measured"] = "not measured: the rows were not timed interleaved (e.g. pytest-benchmark rows)"
             return out

@@ -43,7 +43,8 @@ def prefix(variant: Variant, decoding: Decoding, inputs: dict) -> torch.Tensor:
     start is built in, ``bos=False``), or the decoder-only prompt."""
     if variant.family != "encoder_decoder":  # the decoder-only families
         return inputs["tokens"][:, :PROMPT]
-    return torch.full((inputs["src"].size(0), 1 if decoding.bos else 0), inputs["start"], dtype=torch.long)
+    return torch.full((inputs["src"].size(0), 1 if decoding.bos else 0), inputs["start"], dtype=torch.long,
+                      device=inputs["src"].device)
 
 
 def decode_steps(family: str, cfg: Config) -> int:
@@ -104,7 +105,8 @@ class DecodeResult:
 def _margin(decoding: Decoding, variant: Variant, module, inputs: dict, row: int, *, generated: list[int]) -> float:
     """Top-1 minus top-2 log-probability of the model at one step of one row."""
     one = {k: (v[row:row + 1] if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
-    ys = torch.cat([prefix(variant, decoding, one), torch.tensor([generated], dtype=torch.long)], dim=1)
+    head = prefix(variant, decoding, one)
+    ys = torch.cat([head, torch.tensor([generated], dtype=torch.long, device=head.device)], dim=1)
     with torch.no_grad():
         top = decoding.step(module, decoding.prepare(module, one, False), ys)[0].topk(2).values
     return float(top[0] - top[1])
