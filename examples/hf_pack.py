@@ -8,7 +8,8 @@
 What map found, and what each registration therefore says:
 
 - Hugging Face's attention modules are self-attention on hidden states (the model passes
-  the rotary tables and an additive mask): they run on the self-attention cases only.
+  the rotary tables and an additive mask): they run on the self-attention cases only
+  (packed rows among them for the RoPE ones).
 - Their rotary tables are computed in float32 whatever the input dtype, and LlamaRMSNorm
   and GemmaRMSNorm upcast to float32 outright (a float64 input is rounded to float32):
   ``internal_dtype: "float32"``, "less precise" in float64 by declaration.
@@ -62,7 +63,7 @@ SELF_CASES = ("self", "causal", "causal_only", "random_mask", "window")
 # what map declared for the modules that soften in float32 (see the docstring)
 ROPE_TRAITS = {"sublayer": "attention", "rope": "half-split", "gqa_grouping": "consecutive",
                "fully_masked_row": "mean of V", "mask_style": "additive", "internal_dtype": "float32",
-               "cases": SELF_CASES[:4] + ("fully_masked", "window")}
+               "cases": SELF_CASES[:4] + ("fully_masked", "window", "packed")}
 EAGER_TRAITS = {"sublayer": "attention", "fully_masked_row": "mean of V", "mask_style": "additive",
                 "cases": SELF_CASES[:4] + ("fully_masked", "window")}
 

@@ -32,6 +32,7 @@ from harness.families.base import Family
 from harness.families.catalog import FAMILIES, get_family
 from harness.porting.entries import ParamMap
 from harness.porting.portmap import MapSpec, PortMap
+from harness.registry.ids import namespaced
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ def register(**fields: Any) -> Variant:
         variant = dataclasses.replace(variant, supports=lambda cfg: requires(variant.traits, cfg) or own(cfg))
     variant = dataclasses.replace(variant, call=_returns_tensor(variant.call))
     if variant.key in REGISTRY and variant.origin in _user_files and REGISTRY[variant.key].origin not in _user_files:
-        variant = _namespaced(variant)
+        variant = namespaced(variant, REGISTRY)
     if variant.key in REGISTRY:
         raise RegistryError(
             f"variant '{variant.key}' is registered twice "
@@ -147,21 +148,6 @@ def register(**fields: Any) -> Variant:
         )
     REGISTRY[variant.key] = variant
     return variant
-
-
-def _namespaced(variant: Variant) -> Variant:
-    """A user's variant whose id the project's registry has taken since the file was written:
-    loaded under its file's name (``<file stem>_<id>``), said in one line; refused with the
-    way out when that id is taken too."""
-    stem = "".join(c if c.isalnum() or c in "_-" else "_" for c in Path(variant.origin).stem)
-    renamed = dataclasses.replace(variant, id=f"{stem}_{variant.id}")
-    project = REGISTRY[variant.key].origin
-    if renamed.key in REGISTRY:
-        raise RegistryError(f"variant '{variant.key}' is a project variant ({project}) and '{renamed.key}' is taken "
-                            f"too: give yours another id in {variant.origin}")
-    print(f"note: variant '{variant.key}' of {Path(variant.origin).name} is a project variant's id ({project}): "
-          f"yours is loaded as '{renamed.key}' (give it another id in the file to choose)", file=sys.stderr)
-    return renamed
 
 
 class CallResultError(TypeError):

@@ -20,10 +20,15 @@ from typing import Any, Iterator
 
 import torch
 
+from harness.base.dtypes import dtype_of
 from harness.base.errors import SpecError
+from harness.base.verdicts import Verdict
 from harness.check import precision as P
+from harness.check.rules import float64_check
+from harness.check.runs import RunCache, run_variant
 from harness.families.base import REQUIRED, Family
 from harness.porting.portmap import absent_fills
+from harness.registry import Variant
 
 MAX_CHANGES = 2
 MAX_TRAIT_SETS = 400
@@ -180,3 +185,31 @@ def infer_case_traits(checker, family, variant, base, ref_traits, semantic_cases
                      + (f" (and {len(matches) - 1} other value set(s) it cannot tell apart)"
                         if len(matches) > 1 else ""))
     return traits, notes, undecided
+
+
+def verify_case(checker: RunCache, variant: Variant, spec: dict, case: str) -> bool:
+    """Output and every gradient within float64's bound of the oracle of ``spec``; for a module
+    that declares ``internal_dtype``, within that dtype's tolerance or as close as the spec
+    check allows it (``harness.check.spec``: its RMS error against the definition computed
+    in that dtype)."""
+    family = variant.family_spec
+    zero = search_fills(checker, variant)
+    oracle = checker.oracle(family, spec, case, zero, torch.float64)
+    run = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero),
+                      torch.float64, record=False)
+    if run.error or oracle.error:
+        return False
+    internal = variant.traits.get("internal_dtype")
+    allowed = ("float64", "float32") if internal else ("float64",)
+    inner = None
+    for name, t in run.tensors.items():
+        if name not in oracle.tensors or agreement(t, oracle.tensors[name]) in allowed:
+            continue
+        if not internal:
+            return False
+        if inner is None:
+            inner = checker.oracle(family, spec, case, zero, torch.float64, compute=dtype_of(internal))
+        if float64_check(name, t, oracle.tensors[name], internal,
+                         baseline=inner.tensors.get(name)).verdict != Verdict.LESS_PRECISE:
+            return False
+    return True

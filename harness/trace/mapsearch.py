@@ -27,7 +27,6 @@ from dataclasses import dataclass, fields
 import torch
 
 from harness.base.config import Config
-from harness.base.dtypes import dtype_of
 from harness.base.errors import (
     InputError,
     PortingError,
@@ -38,8 +37,7 @@ from harness.base.errors import (
 from harness.base.library import rotary_tables
 from harness.base.masks import additive_mask, masked, per_head
 from harness.base.verdicts import Verdict
-from harness.check.runs import RunCache, cast_inputs, run_variant
-from harness.check.spec import float64_check
+from harness.check.runs import RunCache, cast_inputs
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.families.catalog import get_family
@@ -61,6 +59,7 @@ from harness.trace.map_candidates import (
 )
 from harness.trace.map_slots import candidate_maps
 from harness.trace.map_traits import agreement, infer_case_traits, search_fills, trait_sets
+from harness.trace.map_traits import verify_case as _verify
 from harness.trace.map_verify import verify_registration
 
 
@@ -296,34 +295,6 @@ def _gap(got: torch.Tensor, want: torch.Tensor) -> float:
     if got.shape != want.shape:
         return math.inf
     return float((got - want).abs().nan_to_num(math.inf).max()) if got.numel() else 0.0
-
-
-def _verify(checker: RunCache, variant: Variant, spec: dict, case: str) -> bool:
-    """Output and every gradient within float64's bound of the oracle of ``spec``; for a module
-    that declares ``internal_dtype``, within that dtype's tolerance or as close as the spec
-    check allows it (``harness.check.spec``: its RMS error against the definition computed
-    in that dtype)."""
-    family = variant.family_spec
-    zero = search_fills(checker, variant)
-    oracle = checker.oracle(family, spec, case, zero, torch.float64)
-    run = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero),
-                      torch.float64, record=False)
-    if run.error or oracle.error:
-        return False
-    internal = variant.traits.get("internal_dtype")
-    allowed = ("float64", "float32") if internal else ("float64",)
-    inner = None
-    for name, t in run.tensors.items():
-        if name not in oracle.tensors or agreement(t, oracle.tensors[name]) in allowed:
-            continue
-        if not internal:
-            return False
-        if inner is None:
-            inner = checker.oracle(family, spec, case, zero, torch.float64, compute=dtype_of(internal))
-        if float64_check(name, t, oracle.tensors[name], internal,
-                         baseline=inner.tensors.get(name)).verdict != Verdict.LESS_PRECISE:
-            return False
-    return True
 
 
 def _traits_of(family: Family, ref: Variant, spec: dict, level: str, cfg: Config) -> dict:
