@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from harness.base.boundary import user_code
 from harness.base.config import Config
 from harness.base.dtypes import PRECISION_DTYPES, dtype_of
 from harness.base.errors import ConfigError, UnknownName
@@ -91,7 +92,8 @@ class Sweep:
     compiled: tuple[bool, ...] = (False,)
     # only the variants a registered target names in the family (its variant and baseline)
     # and the family's reference: the quick profile's target shape, where every variant
-    # would cost a minute of an idle 2-core CPU (the full profile times them all there)
+    # would cost a minute of an idle 2-core CPU (the full profile times them all there);
+    # variants asked for with --variant are timed there too (the report's summary shape)
     targets_only: bool = False
     d_ff: int | None = None  # F (None: 4 D)
 
@@ -105,8 +107,10 @@ class Sweep:
                 continue
             named = target_variants(family, device) if self.targets_only else None
             for v in variants_of(family):
-                if (wanted_v and v.id not in wanted_v) or (named is not None and v.id not in named):
+                if wanted_v is not None and v.id not in wanted_v:
                     continue
+                if wanted_v is None and named is not None and v.id not in named:
+                    continue  # a variant asked for by name is timed at every shape of the profile
                 for b in self.batch:
                     for t in self.seq:
                         for dt in self.dtypes:
@@ -306,7 +310,8 @@ def prepare(case: BenchCase) -> Prepared:
             for leaf in leaves:  # fresh gradients each call: no accumulation in the timing
                 leaf.grad = None
             out = forward()
-            out.backward(grad_out)
+            with user_code("backward"):
+                out.backward(grad_out)
             return out
         return forward, step
 

@@ -24,7 +24,7 @@ declared number of masks. In train mode, on the first config, float64:
   train output equals the eval output (float64's bound); a dropout on the whole residual
   sum (``dropout(x + a)``) or on the stream itself changes it.
 
-Cost, measured on the registry: see the README (dropout by statistics).
+Cost, measured on the registry: see docs/verdicts.md (dropout by statistics).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ import math
 
 import torch
 
+from harness.base.boundary import describe
 from harness.base.config import Config
-from harness.base.errors import HarnessError, PortingError, exception_line
+from harness.base.errors import HarnessError, PortingError
 from harness.base.seeding import seed_torch
 from harness.check import precision as P
 from harness.check.results import DropoutResult
@@ -128,7 +129,7 @@ def _guard(family: str, vid: str, check: str, expected: str, fn) -> DropoutResul
     except HarnessError:
         raise
     except Exception as exc:
-        measured, ok = exception_line(exc), False
+        measured, ok = describe(exc, limit=200), False
     return DropoutResult(family, vid, check, expected, measured, ok)
 
 

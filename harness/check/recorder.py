@@ -1,4 +1,4 @@
-"""The recorder of the aten operators a run executes (to name the kernel path it took)."""
+"""The aten operators a variant's call runs, recorded to name the kernel path it took."""
 
 from __future__ import annotations
 

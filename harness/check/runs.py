@@ -19,9 +19,10 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
+from harness.base.boundary import check_output, describe, user_code, variant_failure
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, InputError, PortingError, exception_line
+from harness.base.errors import HarnessError, InputError, PortingError
 from harness.base.verdicts import Verdict
 from harness.check.left_out import undeclared_absent
 from harness.check.recorder import OpRecorder
@@ -29,7 +30,7 @@ from harness.check.results import PathResult
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
-from harness.registry import Variant, build
+from harness.registry import Variant, build, variant_files
 
 # -- running one variant -------------------------------------------------------------------
 
@@ -128,7 +129,13 @@ def backward_grads(family: Family, cfg: Config, out: torch.Tensor, inputs: Mappi
     return grads
 
 
+def _not_implemented(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what the user's code raised inside it) is a NotImplementedError."""
+    return isinstance(getattr(exc, "original", None) or exc, NotImplementedError)
+
+
 def _no_backward(device: str, exc: BaseException) -> str:
+    exc = getattr(exc, "original", None) or exc
     first = str(exc).splitlines()[0] if str(exc) else ""
     return f"forward only: no backward on {device} (NotImplementedError: {first})"[:300]
 
@@ -176,18 +183,14 @@ def run_variant(
         return run
     except HarnessError:
         raise
-    except NotImplementedError as exc:
-        if not (backward and family.differentiable):
-            run.error = f"NotImplementedError: {str(exc).splitlines()[0] if str(exc) else ''}"
-            return run
-        return _forward_only(variant, cfg, inputs64, weights64, dtype, device, exc, record=record,
-                             compile_backend=compile_backend)
-    except Exception as exc:  # a variant that fails on this case/dtype is a finding
-        run.error = exception_line(exc)
+    except Exception as exc:  # a variant that fails on this case/dtype is a finding (UserCodeError included)
+        if backward and family.differentiable and _not_implemented(exc):  # no backward on this device
+            return _forward_only(variant, cfg, inputs64, weights64, dtype, device, exc, record=record,
+                                 compile_backend=compile_backend)
+        run.error = describe(exc)
         return run
-    if not isinstance(out, torch.Tensor):  # the user's call adapter or forward: its error row
-        run.error = (f"the call returned {type(out).__name__}, not a tensor (the variant's call adapter "
-                     "must return the output tensor)")
+    if problem := check_output(out, device=device):  # its answer: a tensor on the call's device
+        run.error = problem
         return run
     run.changed = changed_inputs(snap)
     if out.is_floating_point() and out.dtype != dtype:  # a bfloat16 call answered in float32 (a cast dropped)
@@ -198,13 +201,15 @@ def run_variant(
         run.note = "the output does not require grad (detached?): no gradient reaches any input or parameter"
     if backward and family.differentiable and out.requires_grad:
         try:
-            run.tensors.update(backward_grads(family, cfg, out, inputs, portmap))
+            with user_code("backward", files=variant_files(variant), who=variant.key):
+                run.tensors.update(backward_grads(family, cfg, out, inputs, portmap))
         except HarnessError:
             raise
-        except NotImplementedError as exc:  # no backward on this device: the forward is still judged
-            run.forward_only = _no_backward(device, exc)
-        except Exception as exc:  # a backward that fails otherwise is a finding
-            run.error = f"backward: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        except Exception as exc:  # a backward that fails is a finding; none on this device: forward only
+            if _not_implemented(exc):
+                run.forward_only = _no_backward(device, exc)
+                return run
+            run.error = describe(exc, variant_files(variant))
             return run
     return run
 
@@ -289,14 +294,27 @@ class RunCache:
         """The weights ported into ``variant``: ``zero`` filled, and every parameter its map
         reads as a constant at that constant (a norm gain left out undeclared included: the
         oracle keeps that one's canonical value, and the difference shows)."""
-        return self.weights(variant.family_spec, Fills(zero) | absent_fills(variant.map_for(self.cfg)))
+        entries = self._map(variant)
+        absent = absent_fills(entries) if entries is not None else Fills()
+        return self.weights(variant.family_spec, Fills(zero) | absent)
+
+    def _map(self, variant: Variant):
+        """The variant's map, or None where its map fails (that is its run's error row)."""
+        try:
+            return variant.map_for(self.cfg)
+        except Exception as exc:
+            if not variant_failure(exc):
+                raise
+            return None
 
     def fills(self, variant: Variant) -> Fills:
         """The canonical parameters ``variant`` does not have, each with the value it reads as
         (zero for a missing bias, one for a missing norm's weight). A norm parameter left out
         without the traits saying so is not among them: the oracle keeps its canonical value
         (``harness.check.left_out``)."""
-        entries = variant.map_for(self.cfg)
+        entries = self._map(variant)
+        if entries is None:
+            return Fills()
         fills = absent_fills(entries)
         undeclared = undeclared_absent(variant.family_spec, variant.traits, entries, self.cfg)
         return Fills({n: v for n, v in fills.items() if n not in undeclared}) if undeclared else fills
@@ -364,7 +382,7 @@ class RunCache:
             except HarnessError:
                 raise
             except Exception as exc:  # a module that cannot be called twice is a finding
-                run.error = exception_line(exc)
+                run.error = describe(exc)
             self._runs[key] = run
         return self._runs[key], said
 
