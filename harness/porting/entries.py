@@ -29,8 +29,21 @@ class Chunk:
     chunks: int
     dim: int = 0
 
+    def __post_init__(self) -> None:
+        _check_index(self)
+
     def regions(self) -> list[tuple[str, slice | None, int]]:
         return [(self.path, ("chunk", self.index, self.chunks), self.dim)]
+
+
+def _check_index(entry) -> None:
+    """An index outside 0..chunks-1 (one counted from 1) is refused where the map is written."""
+    if not (isinstance(entry.chunks, int) and entry.chunks >= 1):
+        raise ValueError(f"{type(entry).__name__}({entry.path!r}, {entry.index!r}, {entry.chunks!r}): chunks must "
+                         "be a positive integer")
+    if not (isinstance(entry.index, int) and 0 <= entry.index < entry.chunks):
+        raise ValueError(f"{type(entry).__name__}({entry.path!r}, {entry.index!r}, {entry.chunks!r}): index "
+                         f"{entry.index!r} is outside 0..{entry.chunks - 1} (chunks are counted from 0)")
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,9 @@ class PerHeadChunk:
     chunks: int
     heads: int
     dim: int = 0
+
+    def __post_init__(self) -> None:
+        _check_index(self)
 
     def regions(self) -> list[tuple[str, tuple | None, int]]:
         return [(self.path, ("per head", self.index, self.chunks, self.heads), self.dim)]

@@ -108,6 +108,11 @@ class PortMap:
         coverage = coverage_counters(self.params, self.entries.values())
         for canonical, entry in self.entries.items():
             for path, region, dim in entry.regions():
+                if path not in self.params and path in dict(self.module.named_buffers()):
+                    raise self._fail(
+                        f"canonical '{canonical}' maps to '{path}', which the module holds as a buffer, not a "
+                        "parameter: weights are ported into parameters (make it an nn.Parameter, "
+                        "requires_grad=False if it must not train)")
                 if path not in self.params:
                     raise self._fail(
                         f"canonical '{canonical}' maps to '{path}', which the module does not have"
