@@ -1,5 +1,5 @@
 """Map entries (``Param``, ``Chunk``, ``PerHeadChunk``, ``Concat``, ``Absent``/``Zero``, ``Transposed``,
-``RopePermuted``, ``Tied``)
+``RopePermuted``, ``Offset``, ``Tied``)
 and the helpers that build maps of them; no tensors are moved here (``portmap`` does that)."""
 
 from __future__ import annotations
@@ -29,8 +29,21 @@ class Chunk:
     chunks: int
     dim: int = 0
 
+    def __post_init__(self) -> None:
+        _check_index(self)
+
     def regions(self) -> list[tuple[str, slice | None, int]]:
         return [(self.path, ("chunk", self.index, self.chunks), self.dim)]
+
+
+def _check_index(entry) -> None:
+    """An index outside 0..chunks-1 (one counted from 1) is refused where the map is written."""
+    if not (isinstance(entry.chunks, int) and entry.chunks >= 1):
+        raise ValueError(f"{type(entry).__name__}({entry.path!r}, {entry.index!r}, {entry.chunks!r}): chunks must "
+                         "be a positive integer")
+    if not (isinstance(entry.index, int) and 0 <= entry.index < entry.chunks):
+        raise ValueError(f"{type(entry).__name__}({entry.path!r}, {entry.index!r}, {entry.chunks!r}): index "
+                         f"{entry.index!r} is outside 0..{entry.chunks - 1} (chunks are counted from 0)")
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,9 @@ class PerHeadChunk:
     chunks: int
     heads: int
     dim: int = 0
+
+    def __post_init__(self) -> None:
+        _check_index(self)
 
     def regions(self) -> list[tuple[str, tuple | None, int]]:
         return [(self.path, ("per head", self.index, self.chunks, self.heads), self.dim)]
@@ -129,6 +145,7 @@ class RopePermuted:
 
     inner: Union[Param, Chunk, PerHeadChunk, Concat]
     heads: int
+    fraction: float = 1.0  # a partial rotary: only the first r = 2 floor(d * fraction / 2) rows of a head
 
     def regions(self) -> list[tuple[str, slice | None, int]]:
         return self.inner.regions()
@@ -138,11 +155,30 @@ class RopePermuted:
         return 0
 
     def index(self, rows: int):
-        """The module row each canonical row reads (a LongTensor of ``rows``)."""
+        """The module row each canonical row reads (a LongTensor of ``rows``); with a
+        ``fraction`` below 1 the rows past each head's rotary part r read themselves."""
         d = rows // self.heads
+        r = int(d * self.fraction) // 2 * 2
         j = torch.arange(d)
-        within = torch.where(j < d // 2, 2 * j, 2 * (j - d // 2) + 1)
+        within = torch.where(j < r // 2, 2 * j, torch.where(j < r, 2 * (j - r // 2) + 1, j))
         return (torch.arange(self.heads)[:, None] * d + within[None, :]).reshape(-1)
+
+
+@dataclass(frozen=True)
+class Offset:
+    """A parameter converted at load by adding ``offset``: the module holds canonical +
+    ``offset`` (a checkpoint converter that folds Gemma's ``1 + w`` gain into a plain
+    ``x * weight``: ``Offset(Param("weight"), 1.0)`` with the ``gain: "1+w"`` trait)."""
+
+    inner: Union[Param, Chunk, PerHeadChunk, Concat]
+    offset: float
+
+    def regions(self) -> list[tuple[str, slice | None, int]]:
+        return self.inner.regions()
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
 
 
 @dataclass(frozen=True)
@@ -157,7 +193,7 @@ class Tied:
         return []
 
 
-MapEntry = Union[Param, Chunk, PerHeadChunk, Concat, Absent, Transposed, RopePermuted, Tied]
+MapEntry = Union[Param, Chunk, PerHeadChunk, Concat, Absent, Transposed, RopePermuted, Offset, Tied]
 ParamMap = Mapping[str, MapEntry]
 
 
@@ -166,7 +202,10 @@ def entry_code(entry: MapEntry) -> str:
     if isinstance(entry, Transposed):
         return f"Transposed({entry_code(entry.inner)})"
     if isinstance(entry, RopePermuted):
-        return f"RopePermuted({entry_code(entry.inner)}, heads={entry.heads})"
+        tail = f", fraction={entry.fraction:g}" if entry.fraction != 1.0 else ""
+        return f"RopePermuted({entry_code(entry.inner)}, heads={entry.heads}{tail})"
+    if isinstance(entry, Offset):
+        return f"Offset({entry_code(entry.inner)}, {entry.offset:g})"
     if isinstance(entry, Param):
         return f'Param("{entry.path}")'
     if isinstance(entry, Chunk):
@@ -198,7 +237,9 @@ def _rerooted(entry: MapEntry, module_prefix: str) -> MapEntry:
     if isinstance(entry, Transposed):
         return Transposed(_rerooted(entry.inner, module_prefix))
     if isinstance(entry, RopePermuted):
-        return RopePermuted(_rerooted(entry.inner, module_prefix), entry.heads)
+        return RopePermuted(_rerooted(entry.inner, module_prefix), entry.heads, entry.fraction)
+    if isinstance(entry, Offset):
+        return Offset(_rerooted(entry.inner, module_prefix), entry.offset)
     if isinstance(entry, Param):
         entry = Param(module_prefix + entry.path)
     elif isinstance(entry, Chunk):

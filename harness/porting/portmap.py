@@ -44,6 +44,7 @@ from harness.porting.entries import (
     Chunk,
     Concat,
     MapEntry,
+    Offset,
     Param,
     ParamMap,
     PerHeadChunk,
@@ -107,6 +108,11 @@ class PortMap:
         coverage = coverage_counters(self.params, self.entries.values())
         for canonical, entry in self.entries.items():
             for path, region, dim in entry.regions():
+                if path not in self.params and path in dict(self.module.named_buffers()):
+                    raise self._fail(
+                        f"canonical '{canonical}' maps to '{path}', which the module holds as a buffer, not a "
+                        "parameter: weights are ported into parameters (make it an nn.Parameter, "
+                        "requires_grad=False if it must not train)")
                 if path not in self.params:
                     raise self._fail(
                         f"canonical '{canonical}' maps to '{path}', which the module does not have"
@@ -120,7 +126,7 @@ class PortMap:
                                      f"{self._orientation_hint(entry, want)}") from None
             tied_to = self.entries.get(entry.to) if isinstance(entry, Tied) else None
             if isinstance(entry, Tied) and not isinstance(tied_to, (Param, Chunk, PerHeadChunk, Concat, Transposed,
-                                                                    RopePermuted)):
+                                                                    RopePermuted, Offset)):
                 raise self._fail(f"canonical '{canonical}' is tied to '{entry.to}', which is not held by a parameter")
             if not isinstance(entry, Absent):
                 shape = tuple(self.read(canonical).shape)
@@ -196,7 +202,7 @@ class PortMap:
         return self._read_plain(entry, grad)
 
     def _read_plain(self, entry: MapEntry, grad: bool = False) -> torch.Tensor | None:
-        return read_entry(entry, lambda path: self.params[path].grad if grad else self.params[path])
+        return read_entry(entry, lambda path: self.params[path].grad if grad else self.params[path], grad)
 
     def export(self, grad: bool = False) -> dict[str, torch.Tensor | None]:
         with torch.no_grad():
@@ -242,6 +248,10 @@ class PortMap:
                     continue
                 if isinstance(entry, Transposed):  # stored (in, out): write the transpose
                     entry, value = entry.inner, value.t()
+                if isinstance(entry, Offset):  # converted at load: the module holds canonical + offset
+                    entry, value = entry.inner, value + entry.offset
+                if isinstance(entry, Transposed):
+                    entry, value = entry.inner, value.t()
                 if isinstance(entry, RopePermuted):  # stored for interleaved RoPE: undo the row permutation
                     back = torch.empty_like(value)
                     back[entry.index(value.shape[0])] = value
@@ -262,15 +272,20 @@ class PortMap:
                     offset += size or 0
 
 
-def read_entry(entry: MapEntry, lookup: Callable[[str], torch.Tensor | None]) -> torch.Tensor | None:
+def read_entry(entry: MapEntry, lookup: Callable[[str], torch.Tensor | None],
+               grad: bool = False) -> torch.Tensor | None:
     """The canonical tensor a (non-``Absent``, non-``Tied``) entry reads from the tensors
-    ``lookup`` gives by path (a module's parameters, or a checkpoint's tensors)."""
+    ``lookup`` gives by path (a module's parameters, or a checkpoint's tensors); ``grad``:
+    they are gradients (an ``Offset`` then reads them as they are)."""
     if isinstance(entry, Transposed):
-        inner = read_entry(entry.inner, lookup)
+        inner = read_entry(entry.inner, lookup, grad)
         return None if inner is None else inner.t()
     if isinstance(entry, RopePermuted):
-        inner = read_entry(entry.inner, lookup)
+        inner = read_entry(entry.inner, lookup, grad)
         return None if inner is None else inner[entry.index(inner.shape[0]).to(inner.device)]
+    if isinstance(entry, Offset):  # the module holds canonical + offset; a gradient is the same
+        inner = read_entry(entry.inner, lookup, grad)
+        return inner if inner is None or grad else inner - entry.offset
     pieces = []
     for path, region, dim in entry.regions():
         tensor = lookup(path)
