@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,7 @@ from harness.registry import load_file, load_packs, scratch
 from harness.report.check_text import check_text, summary_line
 from harness.trace.explain import Mistakes, path_findings
 
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "my_attention.py"
 NO_SCALE = '''
 import torch
 from torch import nn
@@ -79,6 +81,37 @@ def test_the_legend_and_the_count_name_every_config_a_cell_has_a_symbol_for():
     cells = row.split()[1:-1]  # the variant, then one cell per case, then the worst ratio
     assert cells and all(len(cell) == len(names) for cell in cells)
     assert f"1 variants x {len(names)} config(s)" in summary_line(report, configs, ["attention"])
+    assert "meta_llama does not apply" in text  # every variant's limits and class, --variant not given
+    scoped = check_text(report, configs, families=["attention"], device="cpu", factor=3.0, pairs="all",
+                        matrix_note=True, compile_backend=None, explained_differences=None, explained_failures="",
+                        variants=["attention/torch_sdpa"])
+    classes = scoped.split("equivalence classes (equal semantic traits)\n", 1)[1].split("\n\n", 1)[0]
+    assert "does not apply" not in scoped and "meta_llama" not in classes
+    [mine] = classes.splitlines()[2:]  # torch_sdpa's class only, with its peers
+    assert "torch_sdpa" in mine and "torch_mha" in mine
+
+
+def test_a_report_of_named_variants_checks_them_and_their_references(tmp_path, monkeypatch):
+    """``report --variant my_einsum`` checks my_einsum and the attention reference its
+    verdict is taken against, not every variant."""
+    import harness.cli.bench as bench
+
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def check_all_seen(*args, variants=None, **kwargs):
+        asked.append(variants)
+        raise Stop
+
+    monkeypatch.setattr(bench, "check_all", check_all_seen)
+    with scratch(), pytest.raises(Stop):
+        main(["report", "--family", "attention", "--variants", str(EXAMPLE), "--variant", "my_einsum",
+              "--out", str(tmp_path)])
+    from harness.registry import reference_of
+
+    assert asked == [["attention/my_einsum", reference_of("attention").key]]
 
 
 def test_the_printed_reproduce_command_loads_the_users_file_and_runs(tmp_path, monkeypatch, capsys):

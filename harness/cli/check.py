@@ -103,7 +103,7 @@ def cmd_check(args) -> int:
     print(check_text(report, configs, families=families, device=device, factor=args.precision_factor, pairs=args.pairs,
                      matrix_note=not args.set, compile_backend=args.compile_backend if args.compiled else None,
                      explained_differences=explain_differences(report, configs) if args.explain else None,
-                     explained_failures=explain_failures(report, configs, mistakes=mistakes)))
+                     explained_failures=explain_failures(report, configs, mistakes=mistakes), variants=wanted))
     found = path_findings(report, configs, mistakes)
     if found:
         print("\n== Path findings (per case: behaviour that depends on the path taken)\n" + found)

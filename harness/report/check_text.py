@@ -26,7 +26,8 @@ OWN_DTYPE = ("semantics of kernels that run only in their own dtypes: error agai
 
 
 def family_text(report: CheckReport, family: str, configs: Mapping[str, Config], *, device: str,
-                factor: float, pairs: str, matrix_note: bool, shown: list[str] | None = None) -> list[str]:
+                factor: float, pairs: str, matrix_note: bool, shown: list[str] | None = None,
+                wanted: list[str] | None = None) -> list[str]:
     """One family: its call, cases, what was skipped, the spec matrices per dtype, the
     equivalence classes and the pair matrices. Its configs are named when its cells hold
     another list than the legend's (``shown``)."""
@@ -40,7 +41,8 @@ def family_text(report: CheckReport, family: str, configs: Mapping[str, Config],
     lines += [f"   case {case.name}: {case.note}" for case in fam.cases]
     lines += [f"   {vid} skips config {config}: {why}" for fam_name, vid, config, why in report.skipped
               if fam_name == family]
-    for v in variants_of(family):
+    checked = [v for v in variants_of(family) if wanted is None or v.key in wanted]
+    for v in checked:
         limited = v.traits.get("cases")
         if limited is not None:
             left_out = [c.name for c in fam.cases if c.name not in limited]
@@ -60,23 +62,34 @@ def family_text(report: CheckReport, family: str, configs: Mapping[str, Config],
             what += f"; {', '.join(sorted(mine & own))}: " + OWN_DTYPE.format(dtype=dtype)
         lines += [f"\n-- {dtype} on {device}: {what}",
                   spec_matrix(report.specs, family, dtype, fam.configs_of(configs))]
-    lines += ["\n-- equivalence classes (equal semantic traits)", classes_table(family)]
+    lines += ["\n-- equivalence classes (equal semantic traits)", classes_table(family, _classmates(family, checked))]
     for dtype in fam.dtypes or report.dtypes:
         lines += [f"\n-- pairs in {dtype} ({'measured' if pairs == 'all' else 'derived from the classes'})",
                   verdict_matrix(report.pairs, family, dtype)]
     return lines
 
 
+def _classmates(family: str, checked: list) -> list:
+    """The variants of the classes the checked ones fall in: each checked variant with the
+    variants declaring its semantic traits (all of them when every variant was checked)."""
+    fam = get_family(family)
+    mine = {tuple(sorted(fam.semantic_traits(v.traits).items(), key=lambda kv: kv[0])) for v in checked}
+    return [v for v in variants_of(family)
+            if tuple(sorted(fam.semantic_traits(v.traits).items(), key=lambda kv: kv[0])) in mine]
+
+
 def check_text(report: CheckReport, configs: Mapping[str, Config], *, families: list[str], device: str,
                factor: float, pairs: str, matrix_note: bool, compile_backend: str | None,
-               explained_differences: str | None, explained_failures: str) -> str:
-    """Everything ``check`` prints before its summary line."""
+               explained_differences: str | None, explained_failures: str,
+               variants: list[str] | None = None) -> str:
+    """Everything ``check`` prints before its summary line; ``variants``: the keys ``--variant``
+    named (None: every variant), whose case limits and classes are the ones shown."""
     shown = shown_configs(configs, families)
     lines = [LEGEND, "\nconfigs (one symbol per config in each spec cell, in this order):"]
     lines += [f"  {name:9s} {cfg.describe()}" for name, cfg in shown.items()]
     for family in families:
         lines += family_text(report, family, configs, device=device, factor=factor, pairs=pairs,
-                             matrix_note=matrix_note, shown=list(shown))
+                             matrix_note=matrix_note, shown=list(shown), wanted=variants)
     lines += ["\n== Differences (declared, with their effect)", differences_table(report.pairs),
               "\n== Kernel paths: autograd vs torch.no_grad() (eval mode)", paths_table(report.paths)]
     if compile_backend:
