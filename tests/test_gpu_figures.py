@@ -115,7 +115,7 @@ def test_rows_logged_before_the_tile_count_say_their_cuda_flops_are_dense_equiva
             if r.get("kind", "case") == "case"}
     fused = rows[("fused_sdpa", "fwd")]
     assert fused.measurement.flops_basis is None and fused.flop_basis is FlopBasis.DENSE_EQUIVALENT
-    assert fused.measurement.peak_fraction == pytest.approx(0.875, abs=0.001)
+    assert fused.measurement.stats.peak_fraction == pytest.approx(0.875, abs=0.001)
     assert fused.counting_error() == ""  # dense-equivalent: labelled as such, no executed figure
 
 

@@ -1,7 +1,8 @@
 """Typed benchmark rows, the way ``torch.utils.benchmark`` passes a ``Measurement`` built
 around a frozen ``TaskSpec``: a case row is ``BenchRow`` (``spec``: what was measured and
-where; ``measurement``: what came out; ``environment``: the machine), a matmul-peak row is
-``PeakRow``. The sweep builds them and writes ``to_json()`` lines to the JSONL log; the
+where; ``measurement``: what came out, its ``status`` a ``Status``, the raw ``Rounds`` it
+was timed in and the ``Statistics`` derived from them; ``environment``: the machine), a
+matmul-peak row is ``PeakRow``. The sweep builds them and writes ``to_json()`` lines to the JSONL log; the
 report reads them back with ``from_json`` and never coerces a dict again.
 
 JSON out: one flat object, keys in the order the sweep has always written them
@@ -20,14 +21,16 @@ and writing a row loses nothing."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any, Iterable, Mapping
 
 from harness.base.errors import ResultsFileError
+from harness.bench import timing
 
 
 class FlopBasis(str, Enum):
@@ -82,14 +85,100 @@ class Environment:
     device_name: str | None = None
 
 
+class Status(StrEnum):
+    """What became of a case: ``ok`` (measured), ``unsupported`` (the variant refuses the
+    case, a declared fill the dtype cannot hold, or torch.compile failed on it), ``error``
+    (it raised, or its output shows it computes something else), ``oom`` (out of memory)."""
+
+    OK = "ok"
+    UNSUPPORTED = "unsupported"
+    ERROR = "error"
+    OOM = "oom"
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """The raw times of one variant's interleaved window, as timed: each round's median
+    per-call seconds (``round_s``) and the calls timed in all (``reps``); a row measured in
+    this process also has every block's per-call seconds, the matmul peak's FLOP/s in the
+    same rounds, and the baseline's per-round seconds (None: no baseline timed beside it).
+    A log keeps ``round_s`` and ``reps`` only: a row read back has its statistics as
+    recorded."""
+
+    round_s: tuple[float, ...] | None = None
+    reps: int | None = None
+    blocks: tuple[float, ...] = ()
+    peak_rounds: tuple[float, ...] = ()
+    baseline_round_s: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """What the rounds give: time (median and quartiles over blocks); rates, and the
+    fraction of the matmul peak and the ratio to the baseline, each with its per-round
+    quartiles and the bootstrap interval of its ratio of medians over rounds."""
+
+    median_s: float | None = None
+    q1_s: float | None = None
+    q3_s: float | None = None
+    iqr_s: float | None = None
+    gflops: float | None = None
+    gflops_dense: float | None = None
+    peak_flops: float | None = None
+    peak_fraction: float | None = None
+    peak_fraction_q1: float | None = None
+    peak_fraction_q3: float | None = None
+    peak_fraction_lo: float | None = None
+    peak_fraction_hi: float | None = None
+    peak_fraction_dense: float | None = None
+    vs_baseline: float | None = None
+    vs_baseline_q1: float | None = None
+    vs_baseline_q3: float | None = None
+    vs_baseline_lo: float | None = None
+    vs_baseline_hi: float | None = None
+
+
+@functools.lru_cache(maxsize=4096)
+def statistics_of(rounds: Rounds, flops: int | None, flops_dense: int | None) -> Statistics:
+    """The statistics of raw ``rounds`` (every block timed) of a step of ``flops`` executed
+    and ``flops_dense`` dense-equivalent FLOPs. The figure a target is decided on is a ratio
+    of medians over rounds with its interval (``timing.ratio_of_medians``); the per-round
+    quartiles are the spread shown beside it."""
+    per_round, peaks = list(rounds.round_s or ()), list(rounds.peak_rounds)
+    med, q1, q3 = timing.quartiles(list(rounds.blocks))
+    fractions = [flops / t / p for t, p in zip(per_round, peaks)] if flops else []
+    _, f1, f3 = timing.quartiles(fractions)
+    f, f_lo, f_hi = (timing.ratio_of_medians([flops / t for t in per_round], peaks) if flops
+                     else (math.nan,) * 3)
+    vs: dict[str, float] = {}
+    if rounds.baseline_round_s is not None:
+        base = list(rounds.baseline_round_s)
+        _, r1, r3 = timing.quartiles([a / b for a, b in zip(base, per_round)])
+        r, r_lo, r_hi = timing.ratio_of_medians(base, per_round)
+        vs = dict(vs_baseline=r, vs_baseline_q1=r1, vs_baseline_q3=r3, vs_baseline_lo=r_lo, vs_baseline_hi=r_hi)
+    return Statistics(
+        median_s=med, q1_s=q1, q3_s=q3, iqr_s=q3 - q1,
+        gflops=flops / med / 1e9 if flops else math.nan,
+        gflops_dense=flops_dense / med / 1e9 if flops_dense else math.nan,
+        peak_flops=timing.quartiles(peaks)[0],
+        peak_fraction=f, peak_fraction_q1=f1, peak_fraction_q3=f3, peak_fraction_lo=f_lo, peak_fraction_hi=f_hi,
+        peak_fraction_dense=f * flops_dense / flops if flops and flops_dense else math.nan, **vs)
+
+
+# A field of a row that is not one JSON key (written through its own parts).
+_NOT_A_KEY = {"json": False}
+
+
 @dataclass
 class Measurement:
-    """What one case gave: its status (ok, unsupported, error, oom) and error; time
-    (median and quartiles over blocks, per-round medians); FLOPs and rates against the
-    matmul peak and the baseline, each with its per-round quartiles and bootstrap interval;
-    memory; the kernel path; the state of the machine (load, disturbed)."""
+    """What one case gave: its status and error; what one instrumented call showed (compile
+    time, kernel path, FLOPs executed and dense-equivalent, memory); how it was timed
+    (``min_time`` per round, ``rounds``) and the state of the window (load, disturbed,
+    interleaved); the raw ``times`` of its rounds and the ``stats`` derived from them
+    (lazily, as ``torch.utils.benchmark``'s ``Measurement`` does), or as recorded where a row
+    read back from a log has no raw blocks; the probe's resident-set peak."""
 
-    status: str | None = None
+    status: Status | None = None
     error: str | None = None
     compile_s: float | None = None
     compile_graphs: int | None = None
@@ -102,41 +191,48 @@ class Measurement:
     largest_tensor: str | None = None
     peak_method: str | None = None
     saved_bytes: int | None = None
-    median_s: float | None = None
-    q1_s: float | None = None
-    q3_s: float | None = None
-    iqr_s: float | None = None
-    round_s: list | None = None
+    min_time: float | None = None
     rounds: int | None = None
-    reps: int | None = None
-    gflops: float | None = None
-    gflops_dense: float | None = None
-    peak_flops: float | None = None
-    peak_fraction: float | None = None
-    peak_fraction_q1: float | None = None
-    peak_fraction_q3: float | None = None
-    peak_fraction_lo: float | None = None
-    peak_fraction_hi: float | None = None
-    peak_fraction_dense: float | None = None
     load: list | None = None
     disturbed: str | None = None
     interleaved: bool | None = None
-    vs_baseline: float | None = None
-    vs_baseline_q1: float | None = None
-    vs_baseline_q3: float | None = None
-    vs_baseline_lo: float | None = None
-    vs_baseline_hi: float | None = None
     rss_peak_bytes: int | None = None
     rss_note: str | None = None
     source: str | None = None
+    times: Rounds | None = field(default=None, metadata=_NOT_A_KEY)
+    recorded: Statistics = field(default_factory=Statistics, metadata=_NOT_A_KEY)
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status is Status.OK
+
+    @property
+    def stats(self) -> Statistics:
+        """Derived from the raw ``times`` (computed once per rounds), or as recorded."""
+        if self.times is not None and self.times.blocks:
+            return statistics_of(self.times, self.flops, self.flops_dense)
+        return self.recorded
+
+    def values(self) -> dict[str, Any]:
+        """The measurement as JSON keys (None where it has no value)."""
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if not f.metadata}
+        times = self.times or Rounds()
+        return {**own, "round_s": None if times.round_s is None else list(times.round_s), "reps": times.reps,
+                **dataclasses.asdict(self.stats)}
+
+    @classmethod
+    def from_values(cls, data: Mapping[str, Any], key: Any) -> Measurement:
+        times = None
+        if "round_s" in data or "reps" in data:
+            round_s = _typed("round_s", data.get("round_s"), list | None, key)
+            reps = _typed("reps", data.get("reps"), int | None, key)
+            times = Rounds(None if round_s is None else tuple(round_s), reps)
+        return dataclasses.replace(_part(cls, data, key), times=times, recorded=_part(Statistics, data, key))
 
 
 # The order the sweep has always written a case row's keys in (BenchCase's fields, the
-# static figures, the status, the timings, memory, then the environment).
+# static figures, the status, the timings, memory, the environment, then ``min_time``,
+# which rows carried as an extra key before it was a field).
 KEY_ORDER = (
     "family", "variant", "batch", "seq", "d_model", "heads", "d_ff", "dtype", "device", "mode", "compiled",
     "case", "key", "threads", "baseline", "compile_s", "compile_graphs", "path", "path_ops", "flops",
@@ -145,13 +241,14 @@ KEY_ORDER = (
     "peak_fraction", "peak_fraction_q1", "peak_fraction_q3", "peak_fraction_lo", "peak_fraction_hi",
     "peak_fraction_dense", "load", "disturbed", "group", "interleaved", "vs_baseline", "vs_baseline_q1",
     "vs_baseline_q3", "vs_baseline_lo", "vs_baseline_hi", "rss_peak_bytes", "rss_note", "source", "kind",
-    "profile", "torch", "python", "cpu", "cpu_count", "commit", "device_name",
+    "profile", "torch", "python", "cpu", "cpu_count", "commit", "device_name", "min_time",
 )
 
 
 def _fields(cls) -> dict[str, Any]:
+    """A dataclass's fields that are JSON keys, with their types."""
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if not f.metadata}
 
 
 def _base_type(hint) -> type:
@@ -240,13 +337,15 @@ class BenchRow:
         if data.get("kind", "case") != "case":
             raise ResultsFileError(f"benchmark row {key!r} is a {data.get('kind')!r} row, not a case")
         known = set(KEY_ORDER)
-        return cls(_part(RowSpec, data, key), _part(Measurement, data, key), _part(Environment, data, key),
+        return cls(_part(RowSpec, data, key), Measurement.from_values(data, key), _part(Environment, data, key),
                    {k: v for k, v in data.items() if k not in known}, tuple(data))
 
     def to_json(self) -> dict[str, Any]:
-        values = {**dataclasses.asdict(self.spec), **dataclasses.asdict(self.measurement),
-                  **dataclasses.asdict(self.environment), "kind": self.kind}
-        return _flat(values, KEY_ORDER, self.extra, self.read_order)
+        return _flat({**self.values(), "kind": self.kind}, KEY_ORDER, self.extra, self.read_order)
+
+    def values(self) -> dict[str, Any]:
+        """The known fields of every part, by JSON key."""
+        return {**dataclasses.asdict(self.spec), **self.measurement.values(), **dataclasses.asdict(self.environment)}
 
     @property
     def key(self) -> str:
@@ -272,7 +371,7 @@ class BenchRow:
         """"" or, when the row's executed FLOP/s exceed the matmul peak timed beside it (no
         kernel executes faster than the machine's matmul), the line naming the row: its
         FLOPs count work that was not executed."""
-        f = self.measurement.peak_fraction
+        f = self.measurement.stats.peak_fraction
         if self.flop_basis is not FlopBasis.EXECUTED or f is None or not f > 1:
             return ""
         return (f"counting error: {self.key}: executed FLOP/s {f:.0%} of the matmul peak timed beside it, "
@@ -281,10 +380,8 @@ class BenchRow:
 
     def value(self, name: str) -> Any:
         """The field called ``name`` in whichever part holds it (an unknown key: ``extra``)."""
-        for part in (self.spec, self.measurement, self.environment):
-            if name in part.__dataclass_fields__:
-                return getattr(part, name)
-        return self.extra.get(name)
+        values = self.values()
+        return values[name] if name in values else self.extra.get(name)
 
 
 PEAK_ORDER = ("kind", "key", "group", "family", "device", "dtype", "size", "peak_flops", "peak_q1", "peak_q3",

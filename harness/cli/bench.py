@@ -164,17 +164,17 @@ def _writable_dir(path: Path, what: str) -> None:
 def _summary(rows: list[BenchRow]) -> str:
     out = []
     for row in rows:
-        s, m = row.spec, row.measurement
-        ratio = m.vs_baseline
+        s, m, st = row.spec, row.measurement, row.measurement.stats
+        ratio = st.vs_baseline
         out.append({
             "family": s.family, "variant": s.variant,
             "shape": f"B={s.batch} T={s.seq} D={s.d_model}", "dtype": s.dtype,
             "mode": s.mode + (" compiled" if s.compiled else ""),
-            "median ms": f"{m.median_s * 1e3:.3g}" if m.ok else m.status,
-            "IQR ms": f"{m.iqr_s * 1e3:.2g}" if m.ok else str(m.error if m.error is not None else "")[:40],
-            "vs baseline [round q1-q3]": (f"{ratio:.2f}x [{m.vs_baseline_q1:.2f}-{m.vs_baseline_q3:.2f}]"
+            "median ms": f"{st.median_s * 1e3:.3g}" if m.ok else m.status,
+            "IQR ms": f"{st.iqr_s * 1e3:.2g}" if m.ok else str(m.error if m.error is not None else "")[:40],
+            "vs baseline [round q1-q3]": (f"{ratio:.2f}x [{st.vs_baseline_q1:.2f}-{st.vs_baseline_q3:.2f}]"
                                           if m.ok and ratio is not None and ratio == ratio else "-"),
-            "GFLOP/s": f"{m.gflops:.1f}" if m.ok and m.gflops == m.gflops else "-",
+            "GFLOP/s": f"{st.gflops:.1f}" if m.ok and st.gflops == st.gflops else "-",
             "path": (m.path if m.path is not None else "-") if m.ok else "-",
         })
     return tabulate(pd.DataFrame(out), headers="keys", tablefmt="simple", showindex=False) if out else "(no rows)"
