@@ -10,7 +10,7 @@ the two cannot drift apart.
   copy's commands are one test class (``TestCopy_<copy>``), so pytest-xdist's
   ``--dist loadscope`` keeps a copy on one worker and runs independent copies side by side.
   (Not ``--dist loadgroup``: with pytest 9.2 its ``xdist_group`` marks are silently ignored,
-  pytest-xdist issue 1386.)
+  github.com/pytest-dev/pytest-xdist/issues/1386.)
 - Fast commands run in the default suite; every other command is marked ``slow`` and
   runs with ``pytest -m slow``, which the README's test command runs after the default
   suite. A command with ``--full`` (the full sweep, hours) must start and write rows to

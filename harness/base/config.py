@@ -41,7 +41,7 @@ class Config:
     softcap: float = 0.0                    # logit soft-cap: cap * tanh(s / cap) (0: none)
     block: int = 64                         # block size of a blocked (flash-style) kernel
     rope_base: float = 10000.0              # RoPE's base: pair i turns by position * base^(-2i/r)
-    # The input regime (issue 15): the defaults are the cases' own inputs. Drawn by the
+    # The input regime: the defaults are the cases' own inputs. Drawn by the
     # Hypothesis strategies of harness.base.regimes (``check --explore``), fixed in the
     # families' regime cases ("padded@left", "self@x12", ...), settable with --set.
     padding: str = "right"   # key padding: right, left, arbitrary (holes) or per_row (each row another)

@@ -1,5 +1,5 @@
 """Input regimes by construction: Hypothesis strategies for the configs and regimes every
-family's cases are drawn on (issue 15), and ``explore`` (``check --explore N``).
+family's cases are drawn on, and ``explore`` (``check --explore N``).
 
 A regime is a ``Config``: its sizes, and the input regime fields the cases read (``padding``,
 ``scale``, ``pad_idx``, ``factor``; their defaults give the cases' own inputs). The strategies:

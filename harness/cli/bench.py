@@ -64,8 +64,10 @@ def add_commands(sub, common) -> None:
         p.add_argument("--fresh", action="store_true", help="ignore rows already measured in the log")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
         p.add_argument("--min-time", type=float,
-                       help="seconds of timed calls per variant per round (default: quick 0.02, full 0.05)")
-        p.add_argument("--rounds", type=int, help="interleaved rounds per group (default 7)")
+                       help="seconds of timed calls per variant per round (default: quick "
+                            f"{TIMING['quick']['min_time']:g}, full {TIMING['full']['min_time']:g})")
+        p.add_argument("--rounds", type=int, help="interleaved rounds per group (default: quick "
+                       f"{TIMING['quick']['rounds']}, full {TIMING['full']['rounds']})")
         p.add_argument("--no-rss", action="store_true", help="skip the CPU resident-set probe process")
         p.add_argument("--time-budget", type=float, metavar="S",
                        help="seconds for the whole command: a group is started only if it ends in time (the "
@@ -92,7 +94,7 @@ def add_commands(sub, common) -> None:
                            help="a change column against an earlier results.json "
                                 "(default: the committed reference <out>/<device>/full/results.json)")
             p.add_argument("--no-compare", action="store_true", help="no change column")
-            p.add_argument("--threshold", type=float, default=0.10, help="regression threshold (default 0.10)")
+            p.add_argument("--threshold", type=float, default=0.10, help="regression threshold (default %(default).2f)")
             p.add_argument("--skip-check", action="store_true", help="leave the verdicts out")
             p.set_defaults(func=cmd_report)
 

@@ -186,5 +186,5 @@ def _dead_rows(s: Tensor, row: str, grad: str) -> Tensor:
 
 
 def attention_kernel(traits, cfg, w, inputs, dtype) -> Tensor:
-    """The family's oracle (``harness.oracles.Oracle`` signature; no weights)."""
+    """The family's oracle (``harness.families.oracles.Oracle`` signature; no weights)."""
     return kernel_attention(traits, inputs)

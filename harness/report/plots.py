@@ -158,6 +158,3 @@ def plot_verdicts(results: list[PairResult], dtype: str, out: Path) -> str | Non
     save_figure(fig, out / "verdicts.png", dpi=100)
     plt.close(fig)
     return "verdicts.png"
-
-
-# -- tables ------------------------------------------------------------------------------------------

@@ -254,6 +254,3 @@ def _check_cache(family: str, cfg: Config) -> list[CacheResult]:
                                    all(matches(c.verdict, Verdict.EQUIVALENT) for c in checks), v.max_abs,
                                    v.noise_ratio, tokens.size(1)))
     return results
-
-
-# -- one training step ---------------------------------------------------------------------------
