@@ -172,6 +172,24 @@ class Config:
                 f"H={self.heads} d_k={self.d_k} F={self.d_ff}{kernel}")
 
 
+
+@dataclass(frozen=True)
+class ModelConfig(Config):
+    """A whole model's config read from a checkpoint: a ``Config`` with its layer count
+    (``harness.families.models.layers`` reads it) and the groups of parameters the model
+    holds beyond its family's (``extensions``: names a family declares, e.g. the llama
+    family's ``qk_norm`` gains and Gemma 2's ``sandwich_norms``)."""
+
+    layers: int = 2
+    extensions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.layers, int) or isinstance(self.layers, bool) or self.layers < 1:
+            raise ConfigError(f"layers={self.layers!r} must be a positive integer")
+        if not isinstance(self.extensions, tuple) or not all(isinstance(e, str) for e in self.extensions):
+            raise ConfigError(f"extensions={self.extensions!r} must be a tuple of names")
+
 def _parse_window(raw: str) -> tuple[int, int] | None:
     """``--set window=LEFT,RIGHT`` (keys diagonal-LEFT .. diagonal+RIGHT), or ``none``. HF's
     ``sliding_window=w`` keeps keys i-w+1 .. i: ``window=w-1,0``."""

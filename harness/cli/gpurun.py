@@ -186,6 +186,8 @@ def cmd_gpu_run(args) -> int:
         return 0
     log = folder / "gpu-run.log"
     refuse_foreign(log, LOG_MAGIC)
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise HarnessError(f"--out '{args.out}' is a file, not a folder; it is left as it is: give a folder")
     folder.mkdir(parents=True, exist_ok=True)
     header = [f"{LOG_MAGIC}: {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC, device {device}"
               f" ({name or 'cpu'}), {os.cpu_count()} cores, budget {args.budget:g} s"]

@@ -1,4 +1,4 @@
-"""``python -m harness {list,check,bench,report}``.
+"""``python -m harness {list,check,bench,report,parity,...}``.
 
 User mistakes (unknown names, impossible configs, unreadable files) print one line and
 exit 2; a check whose verdicts contradict their declarations exits 1.
@@ -16,6 +16,7 @@ from harness.check.precision import PRECISION_FACTOR
 from harness.cli import bench as bench_commands
 from harness.cli import gpurun
 from harness.cli import models as models_commands
+from harness.cli import parity as parity_commands
 from harness.cli.check import cmd_check, cmd_list
 from harness.cli.common import VARIANTS_ENV, OneLineParser
 from harness.cli.review import add_review_commands
@@ -72,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_commands.add_commands(sub, common)  # bench, report
     models_commands.add_commands(sub, common)  # decode, train-step, copy-task, cache-bench
     gpurun.add_command(sub)  # gpu-run: a whole GPU run in one command
+    parity_commands.add_commands(sub, common)  # parity (a port on its checkpoint's weights)
     return parser
 
 

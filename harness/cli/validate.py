@@ -28,7 +28,7 @@ COPY_BATCH = (1, True, 10**5, "positive (an integer, at most 10**5)")
 PATHS = {"json": "--json", "log": "--log", "out": "--out", "compare": "--compare", "from_file": "--from"}
 
 
-POSITIONALS = {"family": "FAMILY", "a": "variant A", "b": "variant B", "target": "TARGET"}
+POSITIONALS = {"family": "FAMILY", "a": "variant A", "b": "variant B", "target": "TARGET", "checkpoint": "CHECKPOINT"}
 
 
 def _flag(dest: str) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from harness.base.config import Config
+from harness.base.errors import ConfigError
 from harness.families import oracles
 from harness.families.attention import ATTENTION
 from harness.families.base import Case, Family, ParamSpec, TraitSpec, activations, causal, left_pad, right_pad
@@ -43,9 +44,36 @@ def _nested(family: Family, prefix: str, cfg: Config) -> ParamSpec:
     return {prefix + name: spec for name, spec in family.params(cfg).items()}
 
 
+# Groups of parameters a model of this family may hold beyond what the family's oracle
+# computes with, named by ``ModelConfig.extensions`` when a checkpoint holds them. The
+# oracle never reads them; the checkpoint comparison (``harness.systems.checkpoint_parity``)
+# ports them like every other canonical tensor, so both sides must map them.
+EXTENSIONS = {
+    "qk_norm": "RMSNorm gains of each head's q and k before RoPE (Qwen 3): "
+               "self_attn.q_norm.weight and self_attn.k_norm.weight, (d_k,)",
+    "sandwich_norms": "norms on each sublayer's output before its residual add (Gemma 2): "
+                      "post_attn_norm.weight and post_ffn_norm.weight, (D,)",
+}
+
+
+def extensions(cfg: Config) -> tuple[str, ...]:
+    """The extension groups ``cfg`` names (none for a plain ``Config``)."""
+    names = tuple(getattr(cfg, "extensions", ()))
+    unknown = sorted(set(names) - set(EXTENSIONS))
+    if unknown:
+        raise ConfigError(f"unknown parameter group(s) {unknown} for the llama families; known: {sorted(EXTENSIONS)}")
+    return names
+
+
 def block_params(cfg: Config) -> ParamSpec:
-    return {**_nested(NORM, "attn_norm.", cfg), **_nested(ATTENTION, "self_attn.", cfg),
+    spec = {**_nested(NORM, "attn_norm.", cfg), **_nested(ATTENTION, "self_attn.", cfg),
             **_nested(NORM, "ffn_norm.", cfg), **_nested(GATED_FFN, "mlp.", cfg)}
+    groups = extensions(cfg)
+    if "qk_norm" in groups:
+        spec.update({f"self_attn.{n}_norm.weight": ((cfg.d_k,), "norm_weight") for n in "qk"})
+    if "sandwich_norms" in groups:
+        spec.update({f"post_{n}_norm.weight": ((cfg.d_model,), "norm_weight") for n in ("attn", "ffn")})
+    return spec
 
 
 def _sub(w, prefix: str) -> dict:

@@ -84,7 +84,7 @@ class PortMap:
         extra = sorted(set(self.entries) - set(self.canonical_shapes))
         if extra:
             raise self._fail(f"parameter map names unknown canonical {extra}")
-        coverage = {name: torch.zeros(p.shape, dtype=torch.int32) for name, p in self.params.items()}
+        coverage = coverage_counters(self.params, self.entries.values())
         for canonical, entry in self.entries.items():
             for region in entry.regions():
                 path = region.path
@@ -176,16 +176,7 @@ class PortMap:
         return self._read_plain(entry, grad)
 
     def _read_plain(self, entry: MapEntry, grad: bool = False) -> torch.Tensor | None:
-        if isinstance(entry, get_args(Relaid)):
-            inner = self._read_plain(entry.inner, grad)
-            return None if inner is None else entry.canonical(inner)
-        pieces = []
-        for region in entry.regions():
-            tensor = self.params[region.path].grad if grad else self.params[region.path]
-            if tensor is None:
-                return None
-            pieces.append(region.flat(region.view(tensor)))
-        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=entry.dim)
+        return read_entry(entry, lambda path: self.params[path].grad if grad else self.params[path])
 
     def export(self, grad: bool = False) -> dict[str, torch.Tensor | None]:
         with torch.no_grad():
@@ -194,10 +185,11 @@ class PortMap:
                 for name in self.entries
             }
 
-    def load(self, canonical: Mapping[str, torch.Tensor]) -> None:
-        """Write canonical tensors into the module, strictly."""
+    def load(self, canonical: Mapping[str, torch.Tensor], *, partial: bool = False) -> None:
+        """Write canonical tensors into the module, strictly; ``partial``: only some of them
+        (one layer at a time: the caller sees that every name comes once)."""
         missing = sorted(set(self.entries) - set(canonical))
-        if missing:
+        if missing and not partial:
             raise self._fail(f"canonical weights lack {missing}")
         extra = sorted(set(canonical) - set(self.entries))
         if extra:
@@ -211,6 +203,8 @@ class PortMap:
                     )
                 entry = self.entries[name]
                 if isinstance(entry, Tied):
+                    if entry.to not in canonical:  # a partial load: the tensor it is tied to holds it
+                        continue
                     if not torch.equal(value, canonical[entry.to]):
                         raise self._fail(
                             f"holds '{name}' in the same tensor as '{entry.to}' (tied) and cannot "
@@ -241,6 +235,38 @@ class PortMap:
                         )
                     target.copy_(source.to(dtype=target.dtype, device=target.device))
                     offset += size or 0
+
+
+def read_entry(entry: MapEntry, lookup: Callable[[str], torch.Tensor | None]) -> torch.Tensor | None:
+    """The canonical tensor a (non-``Absent``, non-``Tied``) entry reads from the tensors
+    ``lookup`` gives by path (a module's parameters, or a checkpoint's tensors)."""
+    if isinstance(entry, get_args(Relaid)):
+        inner = read_entry(entry.inner, lookup)
+        return None if inner is None else entry.canonical(inner)
+    pieces = []
+    for region in entry.regions():
+        tensor = lookup(region.path)
+        if tensor is None:
+            return None
+        pieces.append(region.flat(region.view(tensor)))
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=entry.dim)
+
+
+def coverage_counters(shapes: Mapping[str, torch.Tensor | tuple], entries) -> dict[str, torch.Tensor]:
+    """A zero int32 counter per parameter, kept only along the dims some entry slices (size 1
+    along the others): counting which regions each entry covers needs no more, and a large
+    model's counters stay small."""
+    sliced: dict[str, set[int]] = {}
+    for entry in entries:
+        for region in entry.regions():
+            if region.chunks is not None:
+                sliced.setdefault(region.path, set()).add(region.dim)
+    out = {}
+    for name, value in shapes.items():
+        shape = tuple(value.shape) if isinstance(value, torch.Tensor) else tuple(value)
+        keep = sliced.get(name, set())
+        out[name] = torch.zeros([n if d in keep else 1 for d, n in enumerate(shape)], dtype=torch.int32)
+    return out
 
 
 class Fills(dict):
