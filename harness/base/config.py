@@ -17,6 +17,7 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from harness.base.errors import ConfigError
 
@@ -111,7 +112,7 @@ class Config:
     def d_k(self) -> int:
         return self.d_model // self.heads
 
-    def replace(self, **changes) -> "Config":
+    def replace(self, **changes: Any) -> "Config":
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
             known = ", ".join(f.name for f in dataclasses.fields(self))
@@ -201,8 +202,8 @@ def _parse_window(raw: str) -> tuple[int, int] | None:
     return int(left), int(right)
 
 
-_PARSERS = {"window": _parse_window, "kv_heads": lambda raw: None if raw.lower() == "none" else int(raw),
-            "padding": str}
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "window": _parse_window, "kv_heads": lambda raw: None if raw.lower() == "none" else int(raw), "padding": str}
 _KINDS = {"window": "LEFT,RIGHT (e.g. 2,0; HF's sliding_window=w is w-1,0) or none",
           "kv_heads": "an integer dividing heads, or none", "padding": "right, left, arbitrary or per_row"}
 

@@ -26,8 +26,8 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
-from typing import Any, Iterable, Mapping
+from enum import Enum
+from typing import Any, Iterable, Mapping, TypeVar
 
 from harness.base.errors import ResultsFileError
 from harness.bench import timing
@@ -85,15 +85,22 @@ class Environment:
     device_name: str | None = None
 
 
-class Status(StrEnum):
+class Status(str, Enum):
     """What became of a case: ``ok`` (measured), ``unsupported`` (the variant refuses the
     case, a declared fill the dtype cannot hold, or torch.compile failed on it), ``error``
-    (it raised, or its output shows it computes something else), ``oom`` (out of memory)."""
+    (it raised, or its output shows it computes something else), ``oom`` (out of memory).
+    Its text is its value, in JSON and in a table alike."""
 
     OK = "ok"
     UNSUPPORTED = "unsupported"
     ERROR = "error"
     OOM = "oom"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,8 @@ def statistics_of(rounds: Rounds, flops: int | None, flops_dense: int | None) ->
         peak_fraction=f, peak_fraction_q1=f1, peak_fraction_q3=f3, peak_fraction_lo=f_lo, peak_fraction_hi=f_hi,
         peak_fraction_dense=f * flops_dense / flops if flops and flops_dense else math.nan, **vs)
 
+
+_T = TypeVar("_T")
 
 # A field of a row that is not one JSON key (written through its own parts).
 _NOT_A_KEY = {"json": False}
@@ -245,19 +254,19 @@ KEY_ORDER = (
 )
 
 
-def _fields(cls) -> dict[str, Any]:
+def _fields(cls: type) -> dict[str, Any]:
     """A dataclass's fields that are JSON keys, with their types."""
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if not f.metadata}
 
 
-def _base_type(hint) -> type:
+def _base_type(hint: Any) -> Any:
     """``int | None`` -> int, ``list | None`` -> list."""
     args = [a for a in typing.get_args(hint) if a is not type(None)] if isinstance(hint, types.UnionType) else [hint]
     return args[0]
 
 
-def _typed(name: str, value: Any, hint, key: Any) -> Any:
+def _typed(name: str, value: Any, hint: Any, key: Any) -> Any:
     """``value`` as the field's type: None stays None; an int is a float where a float is
     wanted; anything else of the wrong type is refused in one line."""
     if value is None:
@@ -283,13 +292,21 @@ def _typed(name: str, value: Any, hint, key: Any) -> Any:
                            "of this harness, or damaged")
 
 
-def _part(cls, data: Mapping[str, Any], key: Any):
+def _part(cls: type[_T], data: Mapping[str, Any], key: Any) -> _T:
     return cls(**{name: _typed(name, data.get(name), hint, key) for name, hint in _fields(cls).items()
                   if name in data})
 
 
 # Keys written as null when their companion is written (see the module docstring).
 _NULL_BESIDE = {"baseline": None, "largest_tensor": "path", "rss_peak_bytes": "rss_note"}
+
+
+def _null_written(key: str, values: Mapping[str, Any]) -> bool:
+    """Whether a None ``key`` is written as a null (see ``_NULL_BESIDE``)."""
+    if key not in _NULL_BESIDE:
+        return False
+    companion = _NULL_BESIDE[key]
+    return companion is None or values.get(companion) is not None
 
 
 def _flat(values: dict[str, Any], order: tuple[str, ...], extra: Mapping[str, Any],
@@ -303,8 +320,7 @@ def _flat(values: dict[str, Any], order: tuple[str, ...], extra: Mapping[str, An
         if k not in values or k in out:
             continue
         v = values[k]
-        if v is None and not (k in _NULL_BESIDE and (_NULL_BESIDE[k] is None
-                                                     or values.get(_NULL_BESIDE[k]) is not None)):
+        if v is None and not _null_written(k, values):
             continue
         out[k] = v
     out.update({k: v for k, v in extra.items() if k not in out})

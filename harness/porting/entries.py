@@ -7,7 +7,7 @@ read or written here (``portmap`` does that)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Union
+from typing import ClassVar, Iterable, Mapping, Union
 
 import torch
 
@@ -59,6 +59,7 @@ class Param:
     """A whole module parameter."""
 
     path: str
+    dim: ClassVar[int] = 0  # a whole parameter: along its first dim, as a Concat of one
 
     def regions(self) -> list[Region]:
         return [Region(self.path)]
@@ -157,7 +158,8 @@ class Absent:
     def rerooted(self, canonical_prefix: str, module_prefix: str) -> Absent:
         return self
 
-    def value(self, shape, dtype=torch.float64, device="cpu") -> torch.Tensor:
+    def value(self, shape: Iterable[int], dtype: torch.dtype = torch.float64,
+              device: torch.device | str = "cpu") -> torch.Tensor:
         """The tensor it reads as."""
         if self.fill == IDENTITY:
             return torch.eye(*shape, dtype=dtype, device=device)
@@ -243,7 +245,7 @@ class RopePermuted:
         back[self.index(canonical.shape[0]).to(canonical.device)] = canonical
         return back
 
-    def index(self, rows: int):
+    def index(self, rows: int) -> torch.Tensor:
         """The module row each canonical row reads (a LongTensor of ``rows``)."""
         d = rows // self.heads
         j = torch.arange(d)
