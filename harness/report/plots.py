@@ -10,6 +10,7 @@ import pandas as pd
 
 from harness.base.files import save_figure
 from harness.base.verdicts import Verdict
+from harness.bench.row import Status
 from harness.check.results import PairResult
 from harness.families.catalog import get_family
 from harness.registry import variants_of
@@ -27,7 +28,7 @@ def _plt():
 
 def _sweeps(cases: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
     """Groups (family, batch, d_model, dtype, mode, compiled) with several sequence lengths."""
-    ok = cases[cases["status"] == "ok"]
+    ok = cases[cases["status"] == Status.OK]
     keys = ["family", "batch", "d_model", "dtype", "mode", "compiled"]
     return [(k, g) for k, g in ok.groupby(keys) if g["seq"].nunique() > 1]
 
