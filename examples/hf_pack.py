@@ -12,11 +12,11 @@ What map found, and what each registration therefore says:
 - Their rotary tables are computed in float32 whatever the input dtype, and LlamaRMSNorm
   and GemmaRMSNorm upcast to float32 outright (a float64 input is rounded to float32):
   ``internal_dtype: "float32"``, "less precise" in float64 by declaration.
-- Llama, Mistral, Qwen2 and GPT-NeoX soften in float32 after adding a float64
-  ``finfo.min`` mask: in float64 a row with no key becomes -inf everywhere, then NaN
-  (GPT-2's and BERT's eager paths soften in the input dtype: the mean of V). The NaN
-  output is declared; the fully masked case is left out of their cases, since their
-  gradients there are NaN over every weight.
+- Their additive mask is the one their model builds in the dtype they are meant to run in
+  (float32: ``additive_mask(mask, dtype, torch.float32)``). Llama, Mistral, Qwen2 and
+  GPT-NeoX soften in float32, so a float64 ``finfo.min`` would become -inf there and a row
+  with no key NaN: a float64 side effect. With float32's minimum every module here gives
+  such a row the mean of V (an additive mask), declared, and keeps the fully masked case.
 - Their float32 rotary tables are not within float32's bound of the float64 oracle at large
   logits: on ``self@large`` (inputs x12, logits of std ~140) the q/k weight gradients differ
   by up to ~4e-3; map leaves the ``self`` case (and so its regimes) out of their cases.
@@ -29,6 +29,7 @@ What map found, and what each registration therefore says:
 - LlamaDecoderLayer needs a LLaMA block family: not registered here.
 """
 
+import torch
 from transformers.models.bert.configuration_bert import BertConfig
 from transformers.models.bert.modeling_bert import BertSelfAttention
 from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
@@ -61,7 +62,8 @@ SELF_CASES = ("self", "causal", "causal_only", "random_mask", "window")
 # out: on its regime 'self@large' (logits of std ~140) their float32 rotary tables put ~1e-3
 # into the q/k gradients, beyond float32's bound
 ROPE_TRAITS = {"sublayer": "attention", "rope": "half-split", "gqa_grouping": "consecutive",
-               "fully_masked_row": "NaN", "internal_dtype": "float32", "cases": SELF_CASES[1:]}
+               "fully_masked_row": "mean of V", "mask_style": "additive", "internal_dtype": "float32",
+               "cases": SELF_CASES[1:4] + ("fully_masked", "window")}
 EAGER_TRAITS = {"sublayer": "attention", "fully_masked_row": "mean of V", "mask_style": "additive",
                 "cases": SELF_CASES[:4] + ("fully_masked", "window")}
 
@@ -70,11 +72,11 @@ def rope_call(m, i):
     """The call map chose for a module with RoPE: hidden states, the module's own rotary
     tables at the call's positions, the additive mask."""
     return m(i["query"], position_embeddings=rotary_tables(m, i["query"], i["positions"]),
-             attention_mask=additive_mask(i["mask"], i["query"].dtype))[0]
+             attention_mask=additive_mask(i["mask"], i["query"].dtype, torch.float32))[0]
 
 
 def eager_call(m, i):
-    return m(i["query"], attention_mask=additive_mask(i["mask"], i["query"].dtype))[0]
+    return m(i["query"], attention_mask=additive_mask(i["mask"], i["query"].dtype, torch.float32))[0]
 
 
 def proj_map(q="q_proj", k="k_proj", v="v_proj", o="o_proj", bias=()):

@@ -232,15 +232,19 @@ class VariantItem(pytest.Item):
         from harness.registry import REGISTRY
         from harness.report.tables import failures_table
 
-        results = _aspect(_check_one(REGISTRY[self.key], self.device), self.aspect)
+        variant = REGISTRY[self.key]
+        results = _aspect(_check_one(variant, self.device), self.aspect, variant.semantic_dtypes())
         if not results:  # e.g. no dropout site declared, or no gradcheck for this family
             pytest.skip(f"no {self.aspect} check applies to {self.key} on {self.device}")
         wrong = [r for r in results if not r.ok]
         if wrong:
             by_kind = SimpleNamespace(specs=[], gradchecks=[], dropouts=[])
             getattr(by_kind, {"gradcheck": "gradchecks", "dropout": "dropouts"}.get(self.aspect, "specs")).extend(wrong)
+            cause = _first_cause(wrong)
+            if self.aspect == "semantics" and not any(getattr(r, "verdict", "") == "error" for r in wrong):
+                cause = _mistake(REGISTRY[self.key], self.device) or cause
             raise VariantMismatch(f"{self.key} contradicts its declaration ({self.aspect}: {len(wrong)} of "
-                                  f"{len(results)} checks): {_first_cause(wrong)}\n" + failures_table(by_kind))
+                                  f"{len(results)} checks): {cause}\n" + failures_table(by_kind))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, VariantMismatch):
@@ -255,9 +259,10 @@ class VariantItem(pytest.Item):
         return self.path, 0, f"{self.key} [{self.device}-{self.aspect}]"
 
 
-def _aspect(results: list, aspect: str) -> list:
-    """The results of one aspect: semantics (the float64 and exact spec checks), precision
-    (the spec checks in the device's lower dtypes), gradcheck, dropout."""
+def _aspect(results: list, aspect: str, semantic: tuple[str, ...] = ("float64",)) -> list:
+    """The results of one aspect: semantics (the spec checks in ``semantic``, the dtypes the
+    variant's semantics are decided in, and the exact ones), precision (the spec checks in the
+    device's lower dtypes), gradcheck, dropout."""
     from harness.check.results import DropoutResult, GradcheckResult, SpecResult
 
     if aspect == "gradcheck":
@@ -265,7 +270,7 @@ def _aspect(results: list, aspect: str) -> list:
     if aspect == "dropout":
         return [r for r in results if isinstance(r, DropoutResult)]
     specs = [r for r in results if isinstance(r, SpecResult)]
-    exact = [r for r in specs if r.dtype in ("float64", "bool")]
+    exact = [r for r in specs if r.dtype in (*semantic, "bool")]
     return exact if aspect == "semantics" else [r for r in specs if r not in exact]
 
 
@@ -282,6 +287,19 @@ def _first_cause(wrong: list) -> str:
     verdict = str(getattr(first, "verdict", "") or "failed")
     text = str(getattr(first, "note", "") or (verdict + (f" in {worst}" if worst else "")))
     return text.split("; ")[0][:200]
+
+
+def _mistake(variant, device: str) -> str:
+    """The one line ``check`` prints naming the variant's mistake (the convention or trait
+    value that makes its own float64 run fit: ``harness.trace.explain.Mistakes``), or ''."""
+    from types import SimpleNamespace
+
+    from harness.base.config import CONFIG_MATRIX
+    from harness.check.results import SpecResult
+    from harness.trace.explain import Mistakes
+
+    specs = [r for r in _check_one(variant, device) if isinstance(r, SpecResult)]
+    return Mistakes(SimpleNamespace(specs=specs), CONFIG_MATRIX).line(variant.family, variant.id)
 
 
 def _check_one(variant, device: str) -> list:

@@ -49,10 +49,22 @@ def test_list_prints_and_writes_json(tmp_path, capsys, own):
     assert all(r["source"] == "torch" or r["source"] for r in rows)
 
 
-def test_list_one_family_shows_traits_side_by_side(capsys, own):
+def test_list_one_family_shows_each_variants_traits(capsys, own):
     assert main(["list", "--family", "norm"]) == 0
-    header = capsys.readouterr().out.splitlines()[0]
-    assert "norm_formula" in header and "eps" in header  # a column per trait
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index(next(line for line in lines if line.startswith("* torch_layernorm")))
+    assert "norm_formula=layernorm" in lines[at + 1] and "eps=" in lines[at + 1]  # its semantic traits
+
+
+@pytest.mark.parametrize("argv", [["list"], ["list", "--family", "attention"], ["--help"]])
+def test_list_and_help_fit_an_80_column_terminal(argv, capsys, monkeypatch, own):
+    monkeypatch.setenv("COLUMNS", "80")
+    try:
+        main(argv)
+    except SystemExit:  # --help exits 0 after printing
+        pass
+    out = capsys.readouterr().out
+    assert out and max(len(line) for line in out.splitlines()) <= 80
 
 
 def test_check_one_family_json(tmp_path, capsys, own):
@@ -206,3 +218,14 @@ def test_a_variant_file_named_on_the_command_line_or_like_a_test_is_imported_onc
     run = _pytest(["--collect-only", "-q", "--variants", "test_mine.py", "test_mine.py"], tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "test_mine.py::attention/my_einsum[cpu-semantics]" in run.stdout and "8 tests collected" in run.stdout
+
+
+def test_help_opens_with_every_command_by_the_question_it_answers(capsys):
+    from harness.cli.main import build_parser
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top = capsys.readouterr().out.split("\noptions:")[0]
+    commands = build_parser()._subparsers._group_actions[0].choices
+    assert len(commands) >= 11 and all(f"\n  {name} " in top for name in commands), top
+    assert "``" not in top and "same function?" in top and "faster?" in top

@@ -64,16 +64,18 @@ def meta_run(variant: Variant) -> tuple[str | None, dict[str, str]]:
     if cfg is None:
         return "; ".join(dict.fromkeys(r for r in reasons if r)) or "no config", {}
     errors, modules = {}, {}
+    # float32, or the first dtype a kernel that runs only in its own dtypes declares (half_tiled)
+    dtype = getattr(torch, variant.dtypes[0]) if variant.dtype_reason("float32") else torch.float32
     for case in (c.name for c in family.cases if applicable(variant, c.name)):
         case_cfg = family.case_config(case, cfg)
         try:
             if case_cfg not in modules:  # one build per shape
                 module = variant.build(case_cfg)
                 if isinstance(module, torch.nn.Module):
-                    module = module.to(device=META, dtype=torch.float32).eval()
+                    module = module.to(device=META, dtype=dtype).eval()
                 modules[case_cfg] = module
             module = modules[case_cfg]
-            inputs = cast_inputs(family.inputs(case, case_cfg), torch.float32, META, family.grad_inputs)
+            inputs = cast_inputs(family.inputs(case, case_cfg), dtype, META, family.grad_inputs)
             with CpuFromMeta():
                 out = variant.call(module, inputs)
                 if family.differentiable and out.requires_grad:

@@ -79,6 +79,22 @@ def test_lines_that_coincide_are_named_and_told_apart(figures, tmp_path):
     assert len(styles) == 3  # each line its own marker and dash
 
 
+def test_time_plots_read_in_plain_numbers_with_the_legend_in_line_order(figures, tmp_path):
+    rows = [{"family": "attention", "batch": 2, "d_model": 64, "dtype": "float32", "mode": "fwd", "compiled": False,
+             "status": "ok", "variant": variant, "seq": t, "median_s": factor * t / 1e4, "iqr_s": 1e-6,
+             "saved_bytes": float("nan")}
+            for variant, factor in (("annotated", 1.0), ("torch_mha", 3.0), ("torch_sdpa", 2.0))
+            for t in (64, 128, 256)]
+    plots.plot_sweeps(pd.DataFrame(rows), tmp_path)
+    ax = figures[-1].axes[0]
+    figures[-1].canvas.draw()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["64", "128", "256"]
+    ticks = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert ticks and all(t.replace(".", "").isdigit() for t in ticks), ticks  # 10, 20, 50: no 2^k
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["torch_mha [reference]", "torch_sdpa", "annotated"]  # highest at the largest T first
+
+
 def test_verdict_panels_do_not_overlap_and_cells_hold_their_text(figures, tmp_path):
     from harness.families.catalog import get_family
 
@@ -108,3 +124,7 @@ def test_verdict_panels_do_not_overlap_and_cells_hold_their_text(figures, tmp_pa
     assert any(t.get_text() == counts for t in ax.texts), [t.get_text() for t in ax.texts][:3]  # a count each
     assert ref in [t.get_text() for t in ax.get_yticklabels()]
     assert np.isfinite(cell)
+    # a family of 18 variants gets cells about the size of a family of 6's (the layout's
+    # slack aside), large enough to read at the printed size
+    widths = [a.transData.transform((1, 0))[0] - a.transData.transform((0, 0))[0] for a in used]
+    assert max(widths) < 1.4 * min(widths) and min(widths) >= 0.35 * fig.dpi, widths

@@ -2,6 +2,7 @@
 
 One file per write-up (seed files in ../shared/seeds/), one for the fused QKV design,
 one for the per-head design, one for PyTorch's own modules, one for attention kernels (functions over projected heads),
+one for kernels that run only in half precision (and the Triton one),
 one for LLaMA-style pieces, one for GPT-NeoX's attention.
 """
 
@@ -11,6 +12,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     decoder_only,
     fused_qkv,
     gpt_neox,
+    half_kernels,
     kernels,
     llama,
     per_head,
@@ -18,6 +20,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     targets,
     tensor2tensor_prenorm,
     torch_reference,
+    triton_attention,
 )
 
 # Shown by ``python -m harness list``: where the ``source`` of these variants comes from.

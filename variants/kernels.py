@@ -18,15 +18,21 @@ is this file's, as it would be a user's. Designs:
   causal diagonal bottom-right through the mask; no dropout (the fused CPU kernels refuse
   it). Declared CPU-only (``devices``): on CUDA tensors the flash backend is another kernel
   and refuses a mask ("No available kernel"); every command skips it there with that reason.
-- ``sdpa_flash``, ``sdpa_efficient``, ``sdpa_cudnn``: the CUDA-only backends, registered
-  and skipped with the reason: without a GPU, none runs; with one, they take half precision
-  (float32 for the efficient one) on CUDA tensors, while the check runs kernels in float64 on
-  CPU (a dtype-restricted kernel check is a follow-up).
+- ``sdpa_flash``, ``sdpa_efficient``, ``sdpa_cudnn``: the CUDA-only backends (declared
+  ``devices``: skipped with that reason elsewhere), each in the dtypes it takes (flash and
+  cuDNN float16/bfloat16, efficient also float32: semantics judged in each of them,
+  ``harness.check.own_dtype``). Flash: no mask argument (the backend takes none), the causal
+  flag as ``is_causal`` (top-left), GQA through ``enable_gqa``; cuDNN the same without
+  ``enable_gqa`` (GQA works only for flash and math): the K/V heads repeated by the glue;
+  efficient: the bool mask, the K/V heads repeated by the glue.
 - ``flex``: ``flex_attention`` with a block mask (``create_block_mask`` over the call's
   mask, causal diagonal and window) and the softcap as a ``score_mod``; eager, without
   torch.compile. Its backward raises NotImplementedError on CPU in torch 2.13, so it is
-  skipped with that reason (with a GPU too, for now: its higher-order op breaks under the
-  kernel-path recorder); tests/test_kernels.py holds its forward to the oracle on CPU.
+  skipped with that reason (with a GPU too: its higher-order op breaks under the kernel-path
+  recorder); tests/test_kernels.py holds its forward to the oracle on CPU.
+- ``flex_compiled``: the same under ``torch.compile`` (the Triton kernels it generates),
+  CUDA only, float32, float16 and bfloat16 (judged in each); its path is not recorded (under
+  the recorder Dynamo would run it eager).
 - ``blocked``: a flash-style kernel in this project's own code: query and key blocks of the
   config's ``block`` size, an online softmax (running max and sum, earlier blocks rescaled
   when the max grows), rows without keys zeros; its own backward (flash-attention's:
@@ -96,15 +102,39 @@ def sdpa(q, k, v, mask, causal=False, window=None, dropout_p=0.0, *, backend=SDP
                                               dropout_p=dropout_p, enable_gqa=True)
 
 
-def flex(q, k, v, mask, causal=False, window=None, softcap=0.0):
-    """flex_attention, eager: the mask as a block mask, the softcap as a score_mod."""
+def flex(q, k, v, mask, causal=False, window=None, softcap=0.0, *, compiled=False):
+    """flex_attention (eager, or under torch.compile): the mask as a block mask, the softcap
+    as a score_mod."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     B, _, T, S = mask.shape
     keep = attend_mask(mask, causal, window, "top_left")[:, 0]          # (B, T, S)
     block_mask = create_block_mask(lambda b, h, i, j: keep[b, i, j], B, None, T, S, device=q.device)
     score_mod = (lambda s, b, h, i, j: softcap * torch.tanh(s / softcap)) if softcap else None
-    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=True)
+    run = _compiled_flex() if compiled else flex_attention
+    return run(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=True)
+
+
+@functools.cache
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def sdpa_cuda(q, k, v, mask=None, causal=False, dropout_p=0.0, *, backend, gqa="enable_gqa"):
+    """One CUDA-only SDPA backend: ``mask`` None (flash, cuDNN: ``is_causal`` only) or the
+    call's bool mask with the causal diagonal; GQA by ``enable_gqa`` or K/V heads repeated."""
+    if q.device.type != "cuda":
+        raise RuntimeError(f"SDPBackend.{backend.name} runs on CUDA only; got {q.device.type} tensors")
+    if gqa == "repeat":
+        k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
+    with sdpa_kernel([backend]):
+        if mask is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=dropout_p,
+                                                  enable_gqa=gqa == "enable_gqa")
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attend_mask(mask, causal, None, "top_left"),
+                                              dropout_p=dropout_p)
 
 
 def _tiles(T: int, S: int, block: int):
@@ -185,20 +215,15 @@ def blocked(q, k, v, mask, causal=False, window=None, softcap=0.0, block=64):
     return BlockedAttention.apply(q, k, v, keep, softcap, block)      # (B, H, T, d)
 
 
-# Why a kernel the harness cannot check yet is skipped, with or without a GPU. The check runs
-# a kernel in float64 on the check's device (CPU by default) and gradcheck in float64 on CPU:
-# the CUDA-only backends take half precision (float32 for the efficient one) on CUDA tensors
-# only, and flex_attention's higher-order op does not run under the kernel-path recorder.
-NOT_YET = "the check runs kernels in float64 on CPU (semantics, gradcheck); {what}: not checked yet"
+# flex_attention eager: skipped (its backward is not implemented on CPU, and on CUDA its
+# higher-order op breaks under the kernel-path recorder); flex_compiled judges it on CUDA.
+FLEX_EAGER_SKIP = ("flex_attention has no backward on CPU (NotImplementedError in torch 2.13)",
+                   "flex_attention eager: its higher-order op breaks under the kernel-path recorder "
+                   "(flex_compiled is the one judged on CUDA)")
 
 
 def _skip(no_gpu: str, with_gpu: str):
     return lambda cfg: with_gpu if torch.cuda.is_available() else no_gpu
-
-
-def _cuda_only(name: str):
-    return _skip(f"{name} runs on CUDA only: torch sees no GPU",
-                 NOT_YET.format(what=f"{name} runs on CUDA tensors in half precision (efficient: float32)"))
 
 
 SDPA_ROWS = {"fully_masked_row": "zeros", "fully_masked_grad": "none"}  # SDPA's safe softmax
@@ -231,24 +256,46 @@ register_kernel(
     devices=DeviceSet(("cpu",), "on CUDA tensors SDPBackend.FLASH_ATTENTION is another kernel "
                                 "(half precision only, no arbitrary mask): sdpa_flash"),
 )
-for _backend, _name in ((SDPBackend.FLASH_ATTENTION, "sdpa_flash"), (SDPBackend.EFFICIENT_ATTENTION, "sdpa_efficient"),
-                        (SDPBackend.CUDNN_ATTENTION, "sdpa_cudnn")):
-    register_kernel(
-        id=_name, source=SOURCE, summary=f"SDPA, {_backend.name} (CUDA only)",
-        fn=functools.partial(sdpa, backend=_backend, cuda_only=True),
-        traits={"causal": "top_left", **SDPA_ROWS, "dropout_sites": ("attention probabilities",),
-                "note": f"backend: SDPBackend.{_backend.name}"},
-        supports=_cuda_only(f"SDPBackend.{_backend.name}"),
-        devices=DeviceSet(("cuda",), f"SDPBackend.{_backend.name} is a CUDA kernel"),
-    )
+register_kernel(
+    id="sdpa_flash", source=SOURCE, summary="SDPA, FLASH_ATTENTION (CUDA, half precision), is_causal",
+    fn=lambda q, k, v, causal=False, dropout_p=0.0: sdpa_cuda(q, k, v, None, causal, dropout_p,
+                                                              backend=SDPBackend.FLASH_ATTENTION),
+    mask="is_causal", devices=DeviceSet(("cuda",), "SDPBackend.FLASH_ATTENTION is a CUDA kernel"),
+    dtypes=("float16", "bfloat16"),
+    traits={"causal": "top_left", **SDPA_ROWS, "dropout_sites": ("attention probabilities",),
+            "note": "backend: SDPBackend.FLASH_ATTENTION (no mask argument; enable_gqa)"},
+)
+register_kernel(
+    id="sdpa_efficient", source=SOURCE, summary="SDPA, EFFICIENT_ATTENTION (CUDA), bool mask",
+    fn=lambda q, k, v, mask, causal=False, dropout_p=0.0: sdpa_cuda(
+        q, k, v, mask, causal, dropout_p, backend=SDPBackend.EFFICIENT_ATTENTION, gqa="repeat"),
+    devices=DeviceSet(("cuda",), "SDPBackend.EFFICIENT_ATTENTION is a CUDA kernel"),
+    dtypes=("float32", "float16", "bfloat16"),
+    traits={"causal": "top_left", **SDPA_ROWS, "dropout_sites": ("attention probabilities",),
+            "note": "backend: SDPBackend.EFFICIENT_ATTENTION (K/V heads repeated: no enable_gqa)"},
+)
+register_kernel(
+    id="sdpa_cudnn", source=SOURCE, summary="SDPA, CUDNN_ATTENTION (CUDA, half precision), is_causal",
+    fn=lambda q, k, v, causal=False, dropout_p=0.0: sdpa_cuda(
+        q, k, v, None, causal, dropout_p, backend=SDPBackend.CUDNN_ATTENTION, gqa="repeat"),
+    mask="is_causal", devices=DeviceSet(("cuda",), "SDPBackend.CUDNN_ATTENTION is a CUDA kernel"),
+    dtypes=("float16", "bfloat16"),
+    traits={"causal": "top_left", **SDPA_ROWS, "dropout_sites": ("attention probabilities",),
+            "note": "backend: SDPBackend.CUDNN_ATTENTION (no mask argument; K/V heads repeated)"},
+)
 register_kernel(
     id="flex", source=SOURCE, summary="flex_attention: block mask, softcap as score_mod",
     fn=flex,
     traits={"causal": "top_left", **SDPA_ROWS,
             "note": "flex_attention eager; its backward is not implemented on CPU (torch 2.13)"},
-    supports=_skip("flex_attention has no backward on CPU (NotImplementedError in torch 2.13)",
-                   NOT_YET.format(what="flex_attention's backward needs CUDA, and its higher-order op "
-                                       "breaks under the kernel-path recorder")),
+    supports=_skip(*FLEX_EAGER_SKIP),
+)
+register_kernel(
+    id="flex_compiled", source=SOURCE, summary="flex_attention under torch.compile (CUDA)",
+    fn=functools.partial(flex, compiled=True), dtypes=("float32", "float16", "bfloat16"),
+    devices=DeviceSet(("cuda",), "flex_attention compiles to Triton kernels for a GPU"),
+    traits={"causal": "top_left", **SDPA_ROWS, "compiled": True,
+            "note": "flex_attention compiled (Triton kernels generated by inductor)"},
 )
 register_kernel(
     id="blocked", source="attention-harness", summary="flash-style blocks of cfg.block, online softmax",

@@ -37,7 +37,8 @@ class Config:
     seed: int = 0
     # Attention kernels (the attention_kernel family; the attention family reads kv_heads
     # and rope_base):
-    kv_heads: int | None = None             # H_kv, K/V heads (None: = heads; 1: MQA)
+    kv_heads: int | None = None             # H_kv, K/V heads (left out or None: = heads, and follows
+                                            # heads through replace/--set; 1: MQA)
     window: tuple[int, int] | None = None   # (left, right) keys around the diagonal (None: none)
     softcap: float = 0.0                    # logit soft-cap: cap * tanh(s / cap) (0: none)
     block: int = 64                         # block size of a blocked (flash-style) kernel
@@ -70,6 +71,9 @@ class Config:
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout={self.dropout!r} must be in [0, 1)")
         self._check_kernel_fields()
+        if self.kv_heads is None:  # read as documented: H_kv = H, kept following H by replace()
+            object.__setattr__(self, "kv_heads", self.heads)
+            object.__setattr__(self, "_kv_follows_heads", True)
 
     def _check_kernel_fields(self) -> None:
         """The attention kernels' fields: heads % kv_heads == 0, window counts >= 0, a finite
@@ -105,7 +109,7 @@ class Config:
 
     @property
     def n_kv_heads(self) -> int:
-        """H_kv: ``kv_heads``, or ``heads`` when it is not set."""
+        """H_kv, the same as ``kv_heads`` (always an integer: ``heads`` when not given)."""
         return self.heads if self.kv_heads is None else self.kv_heads
 
     @property
@@ -113,16 +117,20 @@ class Config:
         return self.d_model // self.heads
 
     def replace(self, **changes: Any) -> "Config":
+        """A copy with ``changes``; a ``kv_heads`` that was not given keeps following ``heads``."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
             known = ", ".join(f.name for f in dataclasses.fields(self))
             raise ConfigError(f"unknown config key(s) {sorted(unknown)}; known: {known}")
+        if getattr(self, "_kv_follows_heads", False) and "kv_heads" not in changes:
+            changes = {**changes, "kv_heads": None}
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def parse(cls, items: list[str] | None, base: "Config | None" = None) -> "Config":
+    def parse(cls, items: list[str] | None, base: "Config | None" = None, *, fit: bool = True) -> "Config":
         """Build from ``["d_model=128", "heads=4"]`` (the CLI's ``--set``); refuses a
-        config that cannot work, naming the key and the value."""
+        config that cannot work, naming the key and the value, and (``fit``) one whose check
+        cannot fit in memory."""
         base = base or cls()
         changes: dict[str, object] = {}
         types = {f.name: f.type for f in dataclasses.fields(cls)}
@@ -139,7 +147,21 @@ class Config:
             except ValueError:
                 raise ConfigError(f"bad --set {item!r}: {key} takes {kind}, got {raw!r}") from None
         cfg = base.replace(**changes)
-        return cfg.check_fits() if changes else cfg
+        return cfg.check_fits() if changes and fit else cfg
+
+    def set_items(self) -> list[str]:
+        """The ``--set KEY=VALUE`` items that rebuild this config from the default one
+        (``Config.parse(cfg.set_items()) == cfg``): what a printed command carries."""
+        base, items = Config(), []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "kv_heads" and (getattr(self, "_kv_follows_heads", False) or value == self.heads):
+                continue
+            if value == getattr(base, f.name):
+                continue
+            shown = f"{value[0]},{value[1]}" if f.name == "window" and value is not None else value
+            items.append(f"{f.name}={shown}")
+        return items
 
     def estimate_bytes(self) -> int:
         """A generous estimate of peak memory on this config: the largest intermediate
@@ -166,7 +188,7 @@ class Config:
     def describe(self) -> str:
         # the attention kernels' fields and RoPE's base, when set
         kernel = "".join(f" {name}={value}" for name, value, default in (
-            ("H_kv", self.kv_heads, None), ("window", self.window, None), ("softcap", self.softcap, 0.0),
+            ("H_kv", self.kv_heads, self.heads), ("window", self.window, None), ("softcap", self.softcap, 0.0),
             ("block", self.block, 64), ("rope_base", self.rope_base, 10000.0), ("padding", self.padding, "right"),
             ("scale", self.scale, 1.0), ("pad_idx", self.pad_idx, 0), ("factor", self.factor, 1.0)) if value != default)
         return (f"B={self.batch} T={self.tgt_len} S={self.src_len} D={self.d_model} "

@@ -10,6 +10,8 @@ DTYPES = {
     "float16": torch.float16, "bfloat16": torch.bfloat16,
     "float32": torch.float32, "float64": torch.float64, "bool": torch.bool,
 }
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+HALF_DTYPES = ("float16", "bfloat16")
 
 
 # The lower dtypes a device checks for precision by default (float64, for semantics, always

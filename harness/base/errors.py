@@ -10,6 +10,10 @@ harness and propagates.
 
 from __future__ import annotations
 
+import sysconfig
+import traceback
+from pathlib import Path
+
 
 class HarnessError(ValueError):
     """Base class of every user-facing error of the harness."""
@@ -45,3 +49,45 @@ class ResultsFileError(HarnessError):
 
 class SpecError(HarnessError):
     """A declared trait that no oracle can build (a value outside the family's vocabulary)."""
+
+
+_HARNESS_DIR = Path(__file__).resolve().parents[1]
+_LIBRARY_DIRS = tuple({Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                       if (p := sysconfig.get_paths().get(key))})
+
+
+def _theirs(filename: str) -> bool:
+    """Whether a frame's file is the harness's own, a library's or Python's (not the user's)."""
+    if not filename or filename.startswith("<"):
+        return True
+    path = Path(filename).resolve()
+    return path.is_relative_to(_HARNESS_DIR) or any(path.is_relative_to(d) for d in _LIBRARY_DIRS)
+
+
+def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of ``exc``'s traceback in the user's code (a variant file, the
+    project's variants): not the harness's, not a library's, not Python's own."""
+    mine = [f for f in traceback.extract_tb(exc.__traceback__) if not _theirs(f.filename)]
+    return mine[-1] if mine else None
+
+
+def where_raised(exc: BaseException) -> str:
+    """' (at FILE:LINE, in FUNCTION)' naming the user's line that raised ``exc``, or ''.
+    FILE is relative to the working directory when it lies inside it."""
+    frame = user_frame(exc)
+    if frame is None:
+        return ""
+    path = Path(frame.filename).resolve()
+    try:
+        shown = str(path.relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(path)
+    return f" (at {shown}:{frame.lineno}, in {frame.name})"
+
+
+def exception_line(exc: BaseException, limit: int = 200) -> str:
+    """One line for a user's exception: its type, the first line of its message (at most
+    ``limit`` characters) and the user's file and line it was raised from."""
+    text = str(exc).strip()
+    first = text.splitlines()[0][:limit] if text else ""
+    return f"{type(exc).__name__}: {first}{where_raised(exc)}"

@@ -26,7 +26,14 @@ def causal_and_pad(pad: torch.Tensor) -> torch.Tensor:
     return tril[None] & pad[:, None, :]
 
 
-def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Canonical (B, T, S) -> (B, 1, T, S) additive: 0 where it may attend, ``finfo(dtype).min``
-    where not (the float mask Hugging Face's attention modules add to their scores)."""
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)[:, None]
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype, model_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Canonical (B, T, S) -> (B, 1, T, S) additive, in ``dtype``: 0 where it may attend,
+    ``finfo.min`` where not (the float mask Hugging Face's attention modules add to their
+    scores). The fill is ``finfo(dtype).min``, or with ``model_dtype`` (the dtype the module
+    is meant to run in) the smaller of that and ``finfo(model_dtype).min``: the mask its model
+    builds there. A module that softens in float32 turns float64's minimum into -inf (a row
+    with no key then NaN): a float64 side effect, not the module's behaviour."""
+    fill = torch.finfo(dtype).min
+    if model_dtype is not None:
+        fill = max(fill, torch.finfo(model_dtype).min)
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, fill)[:, None]

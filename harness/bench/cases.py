@@ -54,6 +54,10 @@ class BenchCase:
     device: str
     mode: str
     compiled: bool = False
+    sets: tuple[str, ...] = ()  # --set items beyond the shape (kv_heads=2, window=3,0, ...)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sets", tuple(self.sets))  # a list after a JSON round trip
 
     @property
     def case(self) -> str:
@@ -62,15 +66,17 @@ class BenchCase:
     @property
     def key(self) -> str:
         return (f"{self.family}/{self.variant}|B={self.batch}|T={self.seq}|D={self.d_model}|H={self.heads}"
-                f"|F={self.d_ff}|{self.dtype}|{self.device}|{self.mode}|compile={int(self.compiled)}")
+                f"|F={self.d_ff}|{self.dtype}|{self.device}|{self.mode}|compile={int(self.compiled)}"
+                + (f"|{' '.join(self.sets)}" if self.sets else ""))
 
     @property
     def shape(self) -> str:
-        return f"B={self.batch} T={self.seq} D={self.d_model} H={self.heads}"
+        return f"B={self.batch} T={self.seq} D={self.d_model} H={self.heads}" + "".join(f" {s}" for s in self.sets)
 
     def config(self) -> Config:
-        return Config(d_model=self.d_model, heads=self.heads, d_ff=self.d_ff, batch=self.batch,
-                      tgt_len=self.seq, src_len=self.seq)
+        shape = Config(d_model=self.d_model, heads=self.heads, d_ff=self.d_ff, batch=self.batch,
+                       tgt_len=self.seq, src_len=self.seq)
+        return Config.parse(list(self.sets), base=shape, fit=False) if self.sets else shape  # sized by case_bytes
 
 
 @dataclass(frozen=True)
@@ -87,8 +93,10 @@ class Sweep:
     # and the family's reference: the quick profile's target shape, where every variant
     # would cost a minute of an idle 2-core CPU (the full profile times them all there)
     targets_only: bool = False
+    d_ff: int | None = None  # F (None: 4 D)
 
-    def expand(self, device: str, families: Iterable[str] | None, variants: Iterable[str] | None) -> list[BenchCase]:
+    def expand(self, device: str, families: Iterable[str] | None, variants: Iterable[str] | None,
+               sets: tuple[str, ...] = ()) -> list[BenchCase]:
         wanted_f = set(families) if families else None
         wanted_v = set(variants) if variants else None
         cases = []
@@ -105,7 +113,8 @@ class Sweep:
                             for mode in self.modes:
                                 for comp in self.compiled:
                                     cases.append(BenchCase(family, v.id, b, t, self.d_model, self.heads,
-                                                           4 * self.d_model, dt, device, mode, comp))
+                                                           self.d_ff or 4 * self.d_model, dt, device, mode,
+                                                           comp, sets))
         return cases
 
 
@@ -170,8 +179,32 @@ PROFILES: dict[str, dict[str, list[Sweep]]] = {
 }
 
 
-def plan(profile: str, device: str, families=None, variants=None, batch=None, seq=None) -> list[BenchCase]:
-    """The cases of a profile, optionally narrowed, or re-swept over ``batch``/``seq``."""
+SHAPE_KEYS = ("d_model", "heads", "d_ff", "batch", "tgt_len", "src_len")
+
+
+def sweep_config(items: list[str] | None) -> tuple[dict, tuple[str, ...]]:
+    """``--set`` items for a sweep: (the shape they change: d_model, heads, d_ff, batch, seq;
+    the other items, kept on every case: kv_heads=2, window=3,0, ...). Each is checked as
+    ``check --set`` checks it (one line naming a bad key or value)."""
+    if not items:
+        return {}, ()
+    keys = [item.partition("=")[0].strip() for item in items]
+    cfg = Config.parse([item for item, key in zip(items, keys) if key in SHAPE_KEYS], fit=False)
+    shape = {k: getattr(cfg, k) for k in SHAPE_KEYS if k in keys}
+    if "tgt_len" in shape or "src_len" in shape:
+        lengths = {shape.pop(k) for k in ("tgt_len", "src_len") if k in shape}
+        if len(lengths) > 1:
+            raise ConfigError(f"--set tgt_len and src_len differ ({sorted(lengths)}): a benchmark case has one "
+                              "sequence length (T = S); give one, or --seq")
+        shape["seq"] = lengths.pop()
+    rest = tuple(item.strip() for item, key in zip(items, keys) if key not in SHAPE_KEYS)
+    return shape, rest
+
+
+def plan(profile: str, device: str, families=None, variants=None, batch=None, seq=None,
+         sets: list[str] | None = None, dtypes: list[str] | None = None) -> list[BenchCase]:
+    """The cases of a profile, optionally narrowed, or re-swept over ``batch``/``seq``, on the
+    shape and config ``sets`` (``--set`` items) give, in ``dtypes`` (default: the profile's)."""
     if profile not in PROFILES:
         raise UnknownName(f"unknown profile '{profile}'; profiles: {sorted(PROFILES)}")
     for f in families or []:
@@ -181,19 +214,31 @@ def plan(profile: str, device: str, families=None, variants=None, batch=None, se
     for value in list(batch or []) + list(seq or []):
         if value < 1:
             raise ConfigError(f"impossible sweep: batch and seq must be positive, got {value}")
+    for name in dtypes or []:
+        if not dtype_of(name).is_floating_point:
+            raise UnknownName(f"--dtype {name}: a benchmark runs in a floating dtype (float32, bfloat16, float16, "
+                              "float64)")
+    shape, rest = sweep_config(sets)
     kind = "cuda" if device.startswith("cuda") else "cpu"
     cases: list[BenchCase] = []
     for sweep in PROFILES[profile][kind]:
         if batch or seq:
             sweep = dataclasses.replace(sweep, batch=tuple(batch or sweep.batch), seq=tuple(seq or sweep.seq))
-        cases += sweep.expand(device, families, variants)
+        if shape:
+            sweep = dataclasses.replace(
+                sweep, d_model=shape.get("d_model", sweep.d_model), heads=shape.get("heads", sweep.heads),
+                d_ff=shape.get("d_ff", sweep.d_ff), batch=(shape["batch"],) if "batch" in shape else sweep.batch,
+                seq=(shape["seq"],) if "seq" in shape else sweep.seq)
+        if dtypes:
+            sweep = dataclasses.replace(sweep, dtypes=tuple(dtypes))
+        cases += sweep.expand(device, families, variants, rest)
     if variants and not cases:
         known = sorted({v.id for f in (families or BENCH_FAMILIES) if f in BENCH_FAMILIES for v in variants_of(f)})
         raise UnknownName(f"no benchmarked variant is called {sorted(variants)}; variants: {', '.join(known)}")
     if variants:  # the family's reference is timed beside them: the ratios need it
         refs = {ref.id for f in {c.family for c in cases} if (ref := reference_of(f)) is not None}
         if refs - set(variants):
-            return plan(profile, device, families, sorted(set(variants) | refs), batch, seq)
+            return plan(profile, device, families, sorted(set(variants) | refs), batch, seq, sets, dtypes)
     return _unique(cases)
 
 
@@ -203,8 +248,8 @@ def _unique(cases: list[BenchCase]) -> list[BenchCase]:
         if c.key not in seen:
             seen.add(c.key)
             unique.append(c)
-    for c in unique[:1]:
-        c.config()  # validates d_model / heads
+    for c in unique:
+        c.config()  # validates d_model / heads (and kv_heads against each sweep's heads)
     return unique
 
 

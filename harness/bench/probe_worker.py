@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from harness.base.errors import exception_line
 from harness.bench.cases import BenchCase, prepare
 from harness.bench.memprobe import rss_rise
 from harness.registry import load_all
@@ -25,8 +26,7 @@ def serve(files: list[str], threads: int) -> None:
             answer: dict[str, Any] = {"rss_peak_bytes": rss_rise(prepared.step)}
             del prepared
         except Exception as exc:  # reported on the row, the sweep goes on
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            answer = {"error": f"{type(exc).__name__}: {first}"[:200]}
+            answer = {"error": exception_line(exc)}
         print(json.dumps(answer), flush=True)
 
 

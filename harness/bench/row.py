@@ -66,6 +66,7 @@ class RowSpec:
     device: str | None = None
     mode: str | None = None
     compiled: bool | None = None
+    sets: list[str] | None = None  # --set items beyond the shape (kv_heads=2, ...)
     case: str | None = None
     threads: int | None = None
     baseline: str | None = None
@@ -243,7 +244,7 @@ class Measurement:
 # static figures, the status, the timings, memory, the environment, then ``min_time``,
 # which rows carried as an extra key before it was a field).
 KEY_ORDER = (
-    "family", "variant", "batch", "seq", "d_model", "heads", "d_ff", "dtype", "device", "mode", "compiled",
+    "family", "variant", "batch", "seq", "d_model", "heads", "d_ff", "dtype", "device", "mode", "compiled", "sets",
     "case", "key", "threads", "baseline", "compile_s", "compile_graphs", "path", "path_ops", "flops",
     "flops_dense", "flops_basis", "peak_bytes", "largest_tensor", "peak_method", "saved_bytes", "status", "error",
     "median_s", "q1_s", "q3_s", "iqr_s", "round_s", "rounds", "reps", "gflops", "gflops_dense", "peak_flops",
@@ -263,7 +264,7 @@ def _fields(cls: type) -> dict[str, Any]:
 def _base_type(hint: Any) -> Any:
     """``int | None`` -> int, ``list | None`` -> list."""
     args = [a for a in typing.get_args(hint) if a is not type(None)] if isinstance(hint, types.UnionType) else [hint]
-    return args[0]
+    return typing.get_origin(args[0]) or args[0]  # list[str] -> list
 
 
 def _typed(name: str, value: Any, hint: Any, key: Any) -> Any:

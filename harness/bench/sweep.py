@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, ResultsFileError
+from harness.base.errors import HarnessError, ResultsFileError, exception_line
 from harness.base.files import make_public, output_lock
 from harness.bench import counters, timing
 from harness.bench.cases import BenchCase, Prepared, case_bytes, prepare, serves_target
@@ -99,13 +99,13 @@ def _failed(m: Measurement, case: BenchCase, exc: Exception) -> None:
         torch.cuda.empty_cache()
         m.status, m.error = Status.OOM, str(exc).splitlines()[0]
         return
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     m.status = Status.UNSUPPORTED if case.compiled else Status.ERROR  # e.g. torch.compile unsupported here
-    m.error = f"{type(exc).__name__}: {first}"[:300]
+    m.error = exception_line(exc)
 
 
 def _spec(case: BenchCase, threads: int, baseline: str | None) -> RowSpec:
-    return RowSpec(key=case.key, **dataclasses.asdict(case), case=case.case, threads=threads, baseline=baseline)
+    fields = {**dataclasses.asdict(case), "sets": list(case.sets) or None}
+    return RowSpec(key=case.key, **fields, case=case.case, threads=threads, baseline=baseline)
 
 
 def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threads: int,
@@ -124,7 +124,7 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
         rows[case.variant] = row
         m = row.measurement
         variant = get_variant(case.family, case.variant)
-        reason = variant.refuses(case.config(), case.device)
+        reason = variant.refuses(case.config(), case.device) or variant.dtype_reason(case.dtype)
         overflow = fill_overflow(variant, dtype_of(case.dtype))
         if reason or overflow:  # a declared fill the dtype cannot hold raises by design: not run, said why
             m.status, m.error = Status.UNSUPPORTED, reason or f"declared error: {overflow}"

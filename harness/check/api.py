@@ -42,6 +42,8 @@ def check_all(families: Iterable[str], configs: Mapping[str, Config], device: st
                         c = compiled_check(v, engine.checkers[first], first, "float32", compile_backend, factor=factor)
                         if c is not None:
                             report.compiled.append(c)
+    # a kernel judged in its own dtypes (float16, bfloat16) adds them to the report's dtypes
+    report.dtypes += [d for d in dict.fromkeys(s.dtype for s in report.specs) if d not in report.dtypes]
     report.sessions = list(engine.checkers.values())
     return report
 
@@ -75,7 +77,7 @@ def _check_family(report: CheckReport, engine: SpecChecker, family_name: str, co
     checker = engine.checkers[first]
     for v in members:
         for case in family.cases:
-            for dtype_name in family.dtypes or dtypes:
+            for dtype_name in family.dtypes or (v.dtypes if v.own_dtype_semantics else dtypes):
                 p = checker.compare_paths(v, case.name, dtype_name)
                 if p is not None:
                     report.paths.append(p)

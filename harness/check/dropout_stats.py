@@ -34,7 +34,7 @@ import math
 import torch
 
 from harness.base.config import Config
-from harness.base.errors import HarnessError, PortingError
+from harness.base.errors import HarnessError, PortingError, exception_line
 from harness.base.seeding import seed_torch
 from harness.check import precision as P
 from harness.check.results import DropoutResult
@@ -128,7 +128,7 @@ def _guard(family: str, vid: str, check: str, expected: str, fn) -> DropoutResul
     except HarnessError:
         raise
     except Exception as exc:
-        measured, ok = f"{type(exc).__name__}: {exc}"[:200], False
+        measured, ok = exception_line(exc), False
     return DropoutResult(family, vid, check, expected, measured, ok)
 
 

@@ -8,7 +8,7 @@ import torch
 
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, PortingError
+from harness.base.errors import HarnessError, PortingError, exception_line
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.dropout_stats import DRAW_OPS, statistical_checks
@@ -58,8 +58,8 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     inputs and every parameter together, on the first tiny config it supports and its
     family's first applicable case whose rows all see a key."""
     family = variant.family_spec
-    if not family.differentiable:
-        return None
+    if not family.differentiable or variant.dtype_reason("float64"):
+        return None  # gradcheck needs float64: a half-only kernel's gradients are judged in its dtype
     cfg = next((c for c in GRADCHECK_CONFIGS if not variant.refuses(c, "cpu")), None)  # gradcheck runs on CPU
     if cfg is None:
         return None
@@ -98,7 +98,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     except HarnessError:
         raise
     except Exception as exc:
-        ok, note = False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        ok, note = False, exception_line(exc)
     return GradcheckResult(family.name, variant.id, name, case, bool(ok), note)
 
 
@@ -115,8 +115,8 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
     statistics of ``harness.check.dropout_stats`` (kept fraction per site at two rates, the
     mean of train calls or the zeroed residual branches against eval)."""
     family = variant.family_spec
-    if not family.differentiable or variant.refuses(cfg, "cpu"):  # the dropout checks run on CPU
-        return []
+    if not family.differentiable or variant.refuses(cfg, "cpu") or variant.dtype_reason("float64"):
+        return []  # the dropout checks run on CPU in float64 (a kernel without float64: judged in its dtype)
     case = next((c.name for c in family.cases if applicable(variant, c.name)), None)
     if case is None:
         return []
@@ -143,7 +143,7 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
         except HarnessError:
             raise
         except Exception as exc:
-            return None, [], f"{type(exc).__name__}: {exc}"[:200]
+            return None, [], exception_line(exc)
 
     base, _, err0 = forward(cfg, False)
     evald, eval_ops, err1 = forward(dropped, False)
@@ -186,7 +186,8 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
     from torch._dynamo.utils import counters
 
     family = variant.family_spec
-    if not family.differentiable or variant.refuses(checker.cfg, checker.device):
+    if (not family.differentiable or variant.refuses(checker.cfg, checker.device)
+            or variant.dtype_reason(dtype_name)):
         return None
     case = next((c.name for c in family.cases if applicable(variant, c.name)), None)
     if case is None:

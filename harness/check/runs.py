@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, InputError, PortingError
+from harness.base.errors import HarnessError, InputError, PortingError, exception_line
 from harness.base.kernels import PATH_MARKERS
 from harness.base.verdicts import Verdict
 from harness.check.left_out import undeclared_absent
@@ -208,7 +208,7 @@ def run_variant(
     except HarnessError:
         raise
     except Exception as exc:  # a variant that fails on this case/dtype is a finding
-        run.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        run.error = exception_line(exc)
         return run
     if not isinstance(out, torch.Tensor):  # the user's call adapter or forward: its error row
         run.error = (f"the call returned {type(out).__name__}, not a tensor (the variant's call adapter "
@@ -234,18 +234,22 @@ def run_variant(
 
 def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64: Mapping[str, Any],
                weights64: Mapping[str, torch.Tensor], *, dtype: torch.dtype,
-               compute: torch.dtype = torch.float64) -> Run:
+               compute: torch.dtype = torch.float64, rounded: torch.dtype | None = None) -> Run:
     """The oracle's forward and backward on CPU in ``compute`` (float64 for the spec); every
-    tensor returned in float64, named like a variant's run."""
+    tensor returned in float64, named like a variant's run. ``rounded``: the inputs, weights
+    and the backward's cotangent rounded to that dtype first (what a kernel running only in
+    that dtype receives), then computed in ``compute``."""
     run = Run(path="oracle")
-    weights = {n: t.detach().to(compute).clone().requires_grad_(family.differentiable)
+    first = rounded or compute
+    weights = {n: t.detach().to(first).to(compute).clone().requires_grad_(family.differentiable)
                for n, t in weights64.items()}
-    inputs = cast_inputs(inputs64, compute, "cpu", family.grad_inputs)
+    inputs = cast_inputs(cast_inputs(inputs64, first, "cpu") if rounded else inputs64, compute, "cpu",
+                         family.grad_inputs)
     out = family.oracle(traits, cfg, weights, inputs, dtype)
     as64 = lambda t: t.detach().to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
     run.tensors["output"] = as64(out)
     if family.differentiable and out.requires_grad:
-        (out * cotangent(out.shape, cfg.seed).to(out.dtype)).sum().backward()
+        (out * cotangent(out.shape, cfg.seed).to(first).to(out.dtype)).sum().backward()
         for name, t in unique_grad_inputs(family, inputs).items():
             if t.grad is not None:
                 run.tensors[f"grad:{name}"] = as64(t.grad)
@@ -317,17 +321,19 @@ class RunCache:
         return Fills({n: v for n, v in fills.items() if n not in undeclared}) if undeclared else fills
 
     def oracle(self, family: Family, traits: Mapping[str, Any], case: str, zero: Fills,
-               dtype: torch.dtype, compute: torch.dtype = torch.float64) -> Run:
+               dtype: torch.dtype, compute: torch.dtype = torch.float64, rounded: torch.dtype | None = None) -> Run:
         """The family's oracle built from ``traits``, on the same weights and inputs as the
         variants' runs; ``dtype`` is the dtype of the run it is compared with, ``compute``
         the dtype it computes in (float64: the spec; ``dtype``: the definition's own
-        rounding in that dtype, the precision baseline)."""
+        rounding in that dtype, the precision baseline); ``rounded``: inputs rounded to that
+        dtype first (the truth a kernel running only in that dtype is held to)."""
         semantic = family.semantic_traits(traits)
         key = ("oracle", family.name, tuple(sorted(semantic.items(), key=lambda kv: kv[0])), case, zero,
-               dtype, compute)
+               dtype, compute, rounded)
         if key not in self._runs:
             self._runs[key] = oracle_run(family, semantic, self.cfg, self.inputs(family, case),
-                                         self.weights(family, zero), dtype=dtype, compute=compute)
+                                         self.weights(family, zero), dtype=dtype, compute=compute,
+                                         rounded=rounded)
         return self._runs[key]
 
     def run(self, variant: Variant, case: str, zero: Fills, dtype: torch.dtype,
@@ -337,8 +343,10 @@ class RunCache:
         if key not in self._runs:
             family = variant.family_spec
             args = (variant, self.cfg, self.inputs(family, case), self.variant_weights(variant, zero), dtype, device)
-            self._runs[key] = (inference_run(*args, record=self.record) if mode == "inference"
-                               else run_variant(*args, record=self.record))
+            # a kernel under torch.compile is not recorded: a dispatch mode makes Dynamo run it eager
+            record = self.record and not variant.traits.get("compiled")
+            self._runs[key] = (inference_run(*args, record=record) if mode == "inference"
+                               else run_variant(*args, record=record))
         return self._runs[key]
 
     def warmups(self) -> list[Config]:
@@ -373,13 +381,14 @@ class RunCache:
             except HarnessError:
                 raise
             except Exception as exc:  # a module that cannot be called twice is a finding
-                run.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                run.error = exception_line(exc)
             self._runs[key] = run
         return self._runs[key], said
 
     def compare_paths(self, variant: Variant, case: str, dtype_name: str) -> PathResult | None:
         family = variant.family_spec
-        if not family.differentiable or not applicable(variant, case) or variant.refuses(self.cfg, self.device):
+        if (not family.differentiable or not applicable(variant, case) or variant.refuses(self.cfg, self.device)
+                or variant.dtype_reason(dtype_name)):
             return None
         dtype = dtype_of(dtype_name)
         zero = self.fills(variant)
@@ -387,8 +396,9 @@ class RunCache:
         inf_run = self.run(variant, case, zero, dtype, mode="inference")
         if grad_run.error or inf_run.error:
             verdict, max_abs = Verdict.ERROR, math.nan
-        else:
-            f64 = self.run(variant, case, zero, torch.float64, "cpu")
+        else:  # the rounding noise measured against its float64 run (the oracle's, for a half-only kernel)
+            f64 = (self.oracle(family, variant.traits, case, zero, dtype, rounded=dtype)
+                   if variant.dtype_reason("float64") else self.run(variant, case, zero, torch.float64, "cpu"))
             tv = compare_tensors(grad_run.tensors["output"], inf_run.tensors["output"],
                                  f64.tensors.get("output"), f64.tensors.get("output"), dtype)
             verdict, max_abs = tv.verdict, tv.max_abs

@@ -37,6 +37,7 @@ from harness.base.errors import ConfigError, HarnessError
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.left_out import left_out_note, undeclared_absent
+from harness.check.own_dtype import own_dtype_checks
 from harness.check.results import SpecResult, TensorCheck
 from harness.check.runs import (
     Run,
@@ -255,7 +256,8 @@ class SpecChecker:
     def _judge(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
         checker = self.checkers[config]
         family = variant.family_spec
-        if not applicable(variant, case) or variant.refuses(checker.cfg, checker.device):
+        if (not applicable(variant, case) or variant.refuses(checker.cfg, checker.device)
+                or variant.dtype_reason(dtype_name)):
             return None
         dtype = dtype_of(dtype_name)
         ref = reference_of(family.name)
@@ -311,7 +313,14 @@ class SpecChecker:
         # implementation, at the size of the terms that cancelled.
         grad_scale = max((float(t.abs().max()) for n, t in oracle.tensors.items()
                           if n != "output" and t.numel() and torch.isfinite(t).all()), default=0.0)
-        if dtype == torch.float64:
+        inferred = family.differentiable and family.base_case(case) not in NO_KEY_CASES  # the same spec
+        if variant.own_dtype_semantics:  # a kernel that runs only in its own dtypes: decided there
+            truth = checker.oracle(family, variant.traits, case, zero, dtype, rounded=dtype)
+            checks = own_dtype_checks(run, truth, checker.oracle(family, variant.traits, case, zero, dtype,
+                                                                 compute=dtype), names, dtype,
+                                      checker.run(variant, case, zero, dtype, mode="inference") if inferred else None)
+            inferred = False
+        elif dtype == torch.float64:
             for name in names:
                 checks.append(_float64_check(name, run.tensors.get(name), oracle.tensors[name], internal,
                                              scale=0.0 if name == "output" else grad_scale))
@@ -334,7 +343,7 @@ class SpecChecker:
                                       or sem64.verdict == Verdict.DIFFERENT else c.verdict,
                                       c.err, c.ref_err, c.allowed, c.ratio,
                                       "semantics already differ in float64") for c in checks]
-        if family.differentiable and family.base_case(case) not in NO_KEY_CASES:  # inference path: the same spec
+        if inferred:  # the no-grad eval path: the same spec
             checks.append(self._inference_check(variant, config, case, dtype, zero, oracle, internal, baselines,
                                                 loose))
         verdict = worst_spec(c.verdict for c in checks)
@@ -383,7 +392,10 @@ class SpecChecker:
 
     def _check_all(self, variant, family, dtypes, out) -> None:
         configs = family.configs_of(self.configs)
-        for dtype_name in family.dtypes or ["float64", *[d for d in dtypes if d != "float64"]]:
+        wanted = family.dtypes or ["float64", *[d for d in dtypes if d != "float64"]]
+        if variant.own_dtype_semantics:  # semantics in each of its own dtypes, whatever was asked
+            wanted = list(variant.dtypes)
+        for dtype_name in wanted:
             for config in configs:
                 for case in family.cases:
                     result = self.check(variant, config, case.name, dtype_name)

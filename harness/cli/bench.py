@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from tabulate import tabulate
 
-from harness.base.config import CONFIG_MATRIX, Config
+from harness.base.config import CONFIG_MATRIX, Config, config_matrix
 from harness.base.dtypes import default_dtypes, resolve_device
 from harness.base.errors import ConfigError, HarnessError, ResultsFileError
 from harness.bench.cases import PROFILES, TIMING, check_sizes, plan
@@ -60,6 +60,11 @@ def add_commands(sub, common) -> None:
                        help="only this variant (repeatable; the family's reference is timed beside it)")
         p.add_argument("--seq", type=str, help="override the sequence lengths, e.g. 64,128")
         p.add_argument("--batch", type=str, help="override the batch sizes, e.g. 1,8")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="config override on every case, as check's: d_model, heads, d_ff, batch and "
+                            "tgt_len (= seq) set the shape; kv_heads=2, window=3,0 ... the attention's config")
+        p.add_argument("--dtype", action="append", metavar="DTYPE",
+                       help="time in this dtype (repeatable; default: the profile's), e.g. bfloat16")
         p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's default, set explicitly)")
         p.add_argument("--fresh", action="store_true", help="ignore rows already measured in the log")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -119,7 +124,7 @@ def _validate(args) -> None:
         if args.profile:
             raise ConfigError(f"--from {given} reports rows measured before; --{args.profile} "
                               "(a profile to measure) contradicts it")
-        for opt in ("seq", "batch", "variant", "time_budget"):
+        for opt in ("seq", "batch", "variant", "time_budget", "set", "dtype"):
             if getattr(args, opt):
                 raise ConfigError(f"--from {given} measures nothing; --{opt.replace('_', '-')} does not apply")
     args.profile = args.profile or "quick"
@@ -148,7 +153,8 @@ def _setup(args):
 
 def _plan(args, device):
     cases = plan(args.profile, device, args.family, args.variant,
-                 _int_list(args.batch) if args.batch else None, _int_list(args.seq) if args.seq else None)
+                 _int_list(args.batch) if args.batch else None, _int_list(args.seq) if args.seq else None,
+                 sets=args.set, dtypes=args.dtype)
     if getattr(args, "shard", None):
         cases = shard(cases, *args.shard)
     check_sizes(cases)
@@ -170,7 +176,8 @@ def _summary(rows: list[BenchRow]) -> str:
         ratio = st.vs_baseline
         out.append({
             "family": s.family, "variant": s.variant,
-            "shape": f"B={s.batch} T={s.seq} D={s.d_model}", "dtype": s.dtype,
+            "shape": f"B={s.batch} T={s.seq} D={s.d_model}" + "".join(f" {x}" for x in s.sets or ()),
+            "dtype": s.dtype,
             "mode": s.mode + (" compiled" if s.compiled else ""),
             "median ms": f"{st.median_s * 1e3:.3g}" if m.ok else m.status,
             "IQR ms": f"{st.iqr_s * 1e3:.2g}" if m.ok else str(m.error if m.error is not None else "")[:40],
@@ -241,6 +248,14 @@ def _coverage(rows, profile: str, device: str) -> str:
             f"measured** (the sweep was stopped; families with missing cases: {', '.join(families)}).")
 
 
+def _check_configs(args) -> dict[str, Config]:
+    """The configs the report's check runs on: the default one (quick), the whole matrix
+    (full), or with --set the one config it gives (as ``check --set``)."""
+    if args.set:
+        return config_matrix(args.set)
+    return dict(CONFIG_MATRIX) if args.profile == "full" else {"default": Config()}
+
+
 def cmd_report(args) -> int:
     device = _setup(args)
     root = Path(args.out)
@@ -278,9 +293,8 @@ def cmd_report(args) -> int:
         if not args.skip_check:
             # quick: the default config; full: the whole config matrix (as `harness check`)
             print("check: every variant against its spec, every pair ...", file=sys.stderr)
-            check_report = check_all(args.family or list(FAMILIES),
-                                     CONFIG_MATRIX if args.profile == "full" else {"default": Config()},
-                                     device, default_dtypes(device))
+            check_report = check_all(args.family or list(FAMILIES), _check_configs(args), device,
+                                     args.dtype or default_dtypes(device))
             results, paths = check_report.pairs, check_report.paths
 
             torch.set_num_threads(args.threads)  # the check may pin its own; the benchmark's are these

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import textwrap
+
 from harness import registry
 from harness.base.config import config_matrix
 from harness.base.dtypes import default_dtypes, dtype_of, resolve_device
@@ -13,12 +16,9 @@ from harness.families.models import DECODINGS
 from harness.registry import REGISTRY, variants_of
 from harness.report.check_text import check_text, summary_line
 from harness.report.io import ensure_writable, write_json
-from harness.report.tables import (
-    traits_table,
-    variants_table,
-)
+from harness.report.tables import traits_listing, variants_listing
 from harness.systems.decoding import check_cache
-from harness.trace.explain import explain_differences, explain_failures, path_findings
+from harness.trace.explain import Mistakes, explain_differences, explain_failures, path_findings
 
 
 def cmd_list(args) -> int:
@@ -26,12 +26,13 @@ def cmd_list(args) -> int:
     families = _families(args)
     ensure_writable(args.json)
     variants = [v for v in REGISTRY.values() if v.family in set(families)]
-    if len(families) == 1:  # one family: its traits side by side, a column per trait
-        print(traits_table(families[0]))
+    width = shutil.get_terminal_size((80, 24)).columns  # the terminal's, or 80 when piped
+    if len(families) == 1:  # one family: each variant's traits
+        print(traits_listing(families[0], width))
     else:
-        print(variants_table(variants))
+        print(variants_listing(variants, width))
     for pack, note in sorted(registry.PACK_NOTES.items()):  # read now: loading packs adds notes
-        print(f"\nsource ({pack}): {note}")
+        print("\n" + textwrap.fill(f"source ({pack}): {note}", width))
     if args.json:
         write_json(args.json, [
             {"id": v.id, "family": v.family, "source": v.source, "reference": v.reference,
@@ -98,11 +99,12 @@ def cmd_check(args) -> int:
                        strict=args.strict_precision, pairs=args.pairs,
                        compile_backend=args.compile_backend if args.compiled else None)
     report.caches += cached_sessions(families, configs, wanted)
+    mistakes = Mistakes(report, configs)
     print(check_text(report, configs, families=families, device=device, factor=args.precision_factor, pairs=args.pairs,
                      matrix_note=not args.set, compile_backend=args.compile_backend if args.compiled else None,
                      explained_differences=explain_differences(report, configs) if args.explain else None,
-                     explained_failures=explain_failures(report, configs)))
-    found = path_findings(report, configs)
+                     explained_failures=explain_failures(report, configs, mistakes=mistakes)))
+    found = path_findings(report, configs, mistakes)
     if found:
         print("\n== Path findings (per case: behaviour that depends on the path taken)\n" + found)
     if args.json:

@@ -1,4 +1,5 @@
-"""``python -m harness {list,check,bench,report,parity,...}``.
+"""The command line: ``python -m harness <command>``; ``--help`` lists every command by the
+question it answers (``QUESTIONS``).
 
 User mistakes (unknown names, impossible configs, unreadable files) print one line and
 exit 2; a check whose verdicts contradict their declarations exits 1.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import textwrap
 
 from harness._interrupt import started
 from harness.base.errors import HarnessError
@@ -22,10 +24,37 @@ from harness.cli.common import VARIANTS_ENV, OneLineParser
 from harness.cli.review import add_review_commands
 from harness.cli.validate import validate_args
 
+ABOUT = "Compare, verify and benchmark hand-written Transformer components (PyTorch)."
+# The question each command answers, in the order --help lists them; every command is in one.
+QUESTIONS = {
+    "same function?": ("check", "list", "parity"),
+    "where and why different?": ("diff", "map", "differences"),
+    "faster?": ("bench", "report", "cache-bench", "gpu-run"),
+    "whole models": ("decode", "train-step", "copy-task"),
+}
+
+
+def _description(sub) -> str:
+    """The top of --help: what the tool is, then every command by the question it answers,
+    each with its one-line help."""
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    grouped = [name for names in QUESTIONS.values() for name in names]
+    if sorted(grouped) != sorted(helps):  # a command added without a place in --help: the harness's bug
+        raise AssertionError(f"QUESTIONS lists {sorted(grouped)}, the parser has {sorted(helps)}")
+    lines = [ABOUT, ""]
+    for question, names in QUESTIONS.items():
+        lines.append(f"{question}")
+        lines += [textwrap.fill(helps[name], 79, initial_indent=f"  {name:12s} ", subsequent_indent=" " * 15)
+                  for name in names]
+    lines.append("\nRun python -m harness <command> --help for a command's options.")
+    return "\n".join(lines)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m harness", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    parser = OneLineParser(prog="python -m harness", usage="python -m harness command [options]",
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="command",
+                                help=argparse.SUPPRESS)  # listed by question in the description
 
     def common(p, families=True):
         p.add_argument("--variants", action="append", metavar="FILE",
@@ -74,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     models_commands.add_commands(sub, common)  # decode, train-step, copy-task, cache-bench
     gpurun.add_command(sub)  # gpu-run: a whole GPU run in one command
     parity_commands.add_commands(sub, common)  # parity (a port on its checkpoint's weights)
+    parser.description = _description(sub)
     return parser
 
 

@@ -19,17 +19,33 @@ from harness.trace.pairs import diff_pair, pick_case
 from harness.trace.render import render
 
 
+def _common_dtype(a, b) -> str:
+    """float32, or the first dtype both variants run in when one declares its dtypes (a kernel
+    that runs only in half precision)."""
+    declared = [v.dtypes for v in (a, b) if v.dtypes]
+    if not declared:
+        return "float32"
+    both = [d for d in declared[0] if all(d in ds for ds in declared)]
+    return "float32" if "float32" in both or not both else both[0]
+
+
 def cmd_diff(args) -> int:
     _load(args)
     cfg = Config.parse(args.set)
     device = resolve_device(args.device)
-    dtype_of(args.dtype)
+    if args.dtype:
+        dtype_of(args.dtype)
     ensure_writable(args.json)
     family = get_family(args.family)
     a, b = get_variant(family.name, args.a), get_variant(family.name, args.b)
     if a.key == b.key:
         raise HarnessError(f"diff {family.name} {args.a} {args.b}: A and B are the same variant; give two "
                            f"(`python -m harness list --family {family.name}` lists them)")
+    args.dtype = args.dtype or _common_dtype(a, b)
+    for v in (a, b):
+        why = v.dtype_reason(args.dtype)
+        if why:
+            raise HarnessError(f"diff: {v.id} {why}; give --dtype {v.dtypes[0]}")
     if args.case:
         family.case(args.case)
         case = args.case
@@ -81,7 +97,9 @@ def add_review_commands(sub, common) -> None:
     p.add_argument("a", help="variant A")
     p.add_argument("b", help="variant B")
     p.add_argument("--case", help="the case to trace (default: the first case where they differ)")
-    p.add_argument("--dtype", default="float32", help="float32 (default), float64, ...")
+    p.add_argument("--dtype", default=None,
+                   help="float32 (default; the first dtype both run in when a variant declares its dtypes), "
+                        "float64, ...")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. heads=8")
     p.add_argument("--json", metavar="PATH", help="also write everything as JSON")

@@ -78,6 +78,8 @@ DESCRIPTIVE_TRAITS = {
     "data_dependent": "where the call reads tensor values back to Python (.item(), nonzero, a branch on a "
                       "tensor): it cannot run on the meta device, where the tests check device placement "
                       "(tests/test_meta_device.py holds the declaration to it)",
+    "compiled": "True: the variant runs under torch.compile (its kernel path is not recorded: under a"
+                " dispatch mode Dynamo would run it eager)",
     "path_findings": "{'CASE' or 'CASE@CONFIG': why or PathFinding(why, devices=..., dtypes=...)}: behaviour "
                      "that depends on the path taken there (another kernel for that shape, device or dtype), "
                      "declared: reported as a finding, not a contradiction",

@@ -25,6 +25,7 @@ import torch
 
 from harness.base.config import Config
 from harness.base.devices import DeviceSet
+from harness.base.dtypes import FLOAT_DTYPES
 from harness.base.errors import ConfigError, RegistryError, UnknownName, VariantFileError
 from harness.base.seeding import seed_everything
 from harness.families.base import Family
@@ -48,6 +49,8 @@ class Variant:
     fixed     module parameters outside the family, with the reason they are held
     reference True for the family's baseline (speed ratios, error against it)
     supports  Config -> None, or a reason the variant cannot be built for it
+    dtypes    the dtypes it runs in (``("float16", "bfloat16")``); empty: any. Without float64:
+              semantics decided in each of them (``harness.check.own_dtype``)
     devices   the device types it runs on and why only there (``DeviceSet``); None: any
     """
 
@@ -62,6 +65,7 @@ class Variant:
     summary: str = ""
     reference: bool = False
     supports: Callable[[Config], str | None] = lambda cfg: None
+    dtypes: tuple[str, ...] = ()
     devices: DeviceSet | None = None
     origin: str = ""  # module or file that registered it
 
@@ -82,6 +86,19 @@ class Variant:
 
     def map_for(self, cfg: Config) -> ParamMap:
         return self.param_map(cfg) if callable(self.param_map) else self.param_map
+
+    @property
+    def own_dtype_semantics(self) -> bool:
+        """Whether it declares dtypes without float64 (its semantics decided in each of them)."""
+        return bool(self.dtypes) and "float64" not in self.dtypes
+
+    def semantic_dtypes(self) -> tuple[str, ...]:
+        """The dtypes its semantics are decided in: float64, or its own (``own_dtype_semantics``)."""
+        return self.dtypes if self.own_dtype_semantics else ("float64",)
+
+    def dtype_reason(self, dtype: str) -> str | None:
+        """Why it does not run in ``dtype`` (None when it does)."""
+        return None if dtype in (self.dtypes or (dtype,)) else f"runs in {', '.join(self.dtypes)} only"
 
 
 REGISTRY: dict[str, Variant] = {}
@@ -110,6 +127,10 @@ def register(**fields: Any) -> Variant:
     problems = FAMILIES[variant.family].validate_traits(variant.id, variant.traits)
     if problems:
         raise RegistryError(f"variant '{variant.key}': " + "; ".join(problems))
+    if isinstance(variant.dtypes, str) or any(d not in FLOAT_DTYPES for d in variant.dtypes):
+        raise RegistryError(f"variant '{variant.key}': dtypes {variant.dtypes!r} must be a tuple of "
+                            f"{list(FLOAT_DTYPES)}")
+    variant = dataclasses.replace(variant, dtypes=tuple(variant.dtypes))
     if not variant.id or not variant.id.replace("_", "").replace("-", "").isalnum():
         raise RegistryError(f"variant id {variant.id!r} must be letters, digits, '_' or '-'")
     requires = FAMILIES[variant.family].requires

@@ -36,6 +36,10 @@ is an ordinary ``register(...)`` entry: the module is a small
 ``KernelModule`` holding the function, with no parameters. A function bound to some device
 types declares them, ``devices=DeviceSet(("cuda",), why)``: elsewhere it is skipped with
 that reason.
+
+``dtypes``: the dtypes the function runs in (``("float16", "bfloat16")`` for a kernel that
+exists only in half precision: its semantics are then decided in each of them, by
+``harness.check.own_dtype``'s rule, instead of in float64).
 """
 
 from __future__ import annotations
@@ -139,7 +143,7 @@ def kernel_cases(mask: str, options: tuple[str, ...]) -> tuple[str, ...]:
 def register_kernel(*, id: str, fn: Callable, layout: str = "BHSD", mask: str = "bool",
                     traits: Mapping[str, Any] | None = None, source: str = "", summary: str = "",
                     reference: bool = False, supports: Callable | None = None,
-                    devices: DeviceSet | None = None) -> Variant:
+                    devices: DeviceSet | None = None, dtypes: tuple[str, ...] = ()) -> Variant:
     """Register ``fn`` in the ``attention_kernel`` family (see the module docstring)."""
     if layout not in LAYOUTS:
         raise RegistryError(f"kernel '{id}': layout {layout!r} is not one of {list(LAYOUTS)}")
@@ -176,4 +180,5 @@ def register_kernel(*, id: str, fn: Callable, layout: str = "BHSD", mask: str = 
         build=lambda cfg: KernelModule(fn, layout=layout, mask=mask, options=options,
                                        dropout=cfg.dropout, block=cfg.block),
         call=kernel_call, traits=traits, reference=reference, supports=config_reason, devices=devices,
+        dtypes=dtypes,
     )

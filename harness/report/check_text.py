@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from harness.base.config import Config
+from harness.check import own_dtype
 from harness.check.results import CheckReport
 from harness.families.catalog import get_family
 from harness.registry import variants_of
@@ -19,6 +20,9 @@ from harness.report.tables import (
     spec_matrix,
     verdict_matrix,
 )
+
+OWN_DTYPE = ("semantics of kernels that run only in their own dtypes: error against the float64 oracle "
+             "(inputs rounded to {dtype}) at most " + f"{own_dtype.FACTOR:g}" + "x the {dtype} reference's + atol")
 
 
 def family_text(report: CheckReport, family: str, configs: Mapping[str, Config], *, device: str,
@@ -39,11 +43,17 @@ def family_text(report: CheckReport, family: str, configs: Mapping[str, Config],
             if left_out:
                 lines.append(f"   {v.id} does not apply to {', '.join(left_out)} (declared traits['cases']"
                              + (f": {v.traits['note']}" if v.traits.get("note") else "") + ")")
+    own = {v.id for v in variants_of(family) if v.own_dtype_semantics}
     for dtype in fam.dtypes or report.dtypes:
         what = ("semantics: each variant against the float64 oracle of its declared traits"
                 if dtype == "float64" else
                 "precision: error against the oracle, as a multiple of the baseline's "
                 f"(at most {factor:g}x)")
+        mine = {s.variant for s in report.specs if s.family == family and s.dtype == dtype}
+        if mine and mine <= own:
+            what = OWN_DTYPE.format(dtype=dtype)
+        elif mine & own:
+            what += f"; {', '.join(sorted(mine & own))}: " + OWN_DTYPE.format(dtype=dtype)
         lines += [f"\n-- {dtype} on {device}: {what}",
                   spec_matrix(report.specs, family, dtype, fam.configs_of(configs))]
     lines += ["\n-- equivalence classes (equal semantic traits)", classes_table(family)]

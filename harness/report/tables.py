@@ -20,18 +20,50 @@ LEGEND = ("≡ identical (bitwise)  ≈ equivalent  ≲ less precise than the re
           "! contradicts the declaration  · not applicable  - config not supported")
 
 
-def variants_table(variants: Iterable[Variant], tablefmt: str = "simple") -> str:
-    rows = []
+def _fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
+
+
+def variants_listing(variants: Iterable[Variant], width: int = 80) -> str:
+    """Every variant in one line of at most ``width`` characters, grouped by family: its
+    id, its source, what it is (its summary, cut to fit); the family's reference marked
+    '*' (``list``). Traits: ``list --family F``, or ``--json``."""
+    by_family: dict[str, list[Variant]] = {}
     for v in variants:
-        traits = {k: v for k, v in v.traits.items() if k != "cases"}
-        rows.append({"id": v.id, "family": v.family, "source": v.source,
-                     "reference": "yes" if v.reference else "",
-                     "traits": "; ".join(f"{k}={val}" for k, val in traits.items())})
-    return tabulate(pd.DataFrame(rows), headers="keys", tablefmt=tablefmt, showindex=False)
+        by_family.setdefault(v.family, []).append(v)
+    lines = []
+    for family, members in by_family.items():
+        id_w = max(len(v.id) for v in members) + 2
+        src_w = min(max(len(v.source) for v in members), 26)
+        lines.append(f"{family} ({len(members)}; * the reference)")
+        for v in members:
+            head = f"{'*' if v.reference else ' '} {v.id:{id_w}s}{_fit(v.source, src_w):{src_w}s}  "
+            lines.append(_fit(head + v.summary, width).rstrip())
+    return "\n".join(lines)
+
+
+def traits_listing(family: str, width: int = 80) -> str:
+    """One family's variants, each with its traits in lines of at most ``width`` characters:
+    the semantic ones (what it computes, checked against the oracle) first, then how it
+    computes them; the reference marked '*'."""
+    fam = get_family(family)
+    lines = [_fit(f"{family} (* the reference): semantic traits, then how each computes", width)]
+    for v in variants_of(family):
+        lines.append(_fit(f"{'*' if v.reference else ' '} {v.id}  ({v.source})", width))
+        traits = {k: val for k, val in v.traits.items() if k != "cases"}
+        semantic = "; ".join(f"{k}={val}" for k, val in traits.items() if k in fam.traits)
+        how = "; ".join(f"{k}={val}" for k, val in traits.items() if k not in fam.traits)
+        for text in (semantic, how):
+            if text:
+                lines += textwrap.wrap(text, width, initial_indent="    ", subsequent_indent="      ",
+                                       break_on_hyphens=False)
+    return "\n".join(lines)
 
 
 def traits_table(family: str, tablefmt: str = "simple") -> str:
-    """One family's traits side by side: a row per variant, a column per trait."""
+    """One family's traits side by side for REPORT.md: a row per variant, a column per trait
+    (``list`` prints ``traits_listing``, which fits a terminal)."""
     members = variants_of(family)
     df = pd.DataFrame(
         [{"id": v.id, "source": v.source, **{k: val for k, val in v.traits.items() if k != "cases"}}

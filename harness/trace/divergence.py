@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
 from harness.base.config import Config
-from harness.base.errors import HarnessError
+from harness.base.errors import HarnessError, exception_line
 from harness.base.verdicts import Verdict
 from harness.check.mismatch import mismatch
 from harness.check.precision import DEFAULT_TOLERANCE
@@ -133,8 +133,7 @@ def trace_variant(
     except HarnessError:
         raise
     except Exception as exc:  # the variant's constructor failing is a finding: its error, traced no further
-        return Trace(variant.id, {}, None, {}, [], "-", f"building it: {type(exc).__name__}: "
-                     f"{str(exc).splitlines()[0] if str(exc) else ''}")
+        return Trace(variant.id, {}, None, {}, [], "-", f"building it: {exception_line(exc)}")
     inputs = cast_inputs(inputs64, dtype, device, family.grad_inputs if backward else ())
     counter = [0]
     owners = {u: owner_module(portmap, u) for u in canonical_units(family, cfg)} if portmap else {}
@@ -152,7 +151,7 @@ def trace_variant(
     except HarnessError:
         raise
     except Exception as exc:  # a variant failing on this case is a finding
-        error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        error = exception_line(exc)
     finally:
         for h in handles:
             h.remove()

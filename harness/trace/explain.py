@@ -5,42 +5,88 @@ from __future__ import annotations
 from harness.base.devices import device_type
 from harness.base.errors import HarnessError
 from harness.base.verdicts import Verdict
+from harness.check.results import PairResult
 from harness.check.spec import PATH_FINDING
 from harness.families.catalog import get_family
-from harness.trace.kernel_explain import explain_mistake
-from harness.trace.pairs import explain_variant, first_divergence
+from harness.registry import reference_of
+from harness.trace.kernel_explain import mistake_fits, mistake_line
+from harness.trace.pairs import diff_command, explain_variant, first_divergence
 
 MAX_EXPLAINED = 8  # a trace costs seconds: the first contradictions only
 
 
-def explain_failures(report, configs, limit: int = MAX_EXPLAINED) -> str:
-    """For each (variant, case) whose spec fails: the first divergence against a peer that
-    declares the same traits, or the worst tensor when it has no peer."""
-    lines, seen, named = [], set(), set()
+class Mistakes:
+    """Each failing variant's named mistake (``kernel_explain``: the single convention or
+    trait value that makes its own float64 run meet the oracle), probed once per check and
+    read by the failures' explanation and the path findings alike."""
+
+    def __init__(self, report, configs):
+        self.report, self.configs, self._fits = report, configs, {}
+
+    def _probe(self, family: str, variant: str):
+        if (family, variant) not in self._fits:
+            self._fits[family, variant] = mistake_fits(family, variant, self.report, self.configs)
+        return self._fits[family, variant]
+
+    def explains(self, family: str, variant: str) -> bool:
+        """Whether a named convention or trait value fits every failing case of the variant."""
+        fits = self._probe(family, variant)
+        return bool(fits and fits[1])
+
+    def line(self, family: str, variant: str) -> str:
+        """The one line naming the mistake ('' where nothing is probed; for a module family,
+        also where nothing fits: the first divergence says where)."""
+        fits = self._probe(family, variant)
+        if fits is None or (family != "attention_kernel" and not fits[1]):
+            return ""
+        return mistake_line(fits[1], fits[0])
+
+
+def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mistakes | None = None) -> str:
+    """Each failing variant's named mistake, one line each; then for each (variant, case)
+    whose spec fails: the first divergence against a peer that declares the same traits, or
+    the worst tensor when it has no peer."""
+    mistakes = mistakes or Mistakes(report, configs)
+    lines, seen = [], set()
+    failing = dict.fromkeys((s.family, s.variant) for s in report.specs if not s.ok and s.verdict != Verdict.ERROR)
+    for family, variant in list(failing)[:limit]:  # a probe costs seconds: the first variants only
+        mistake = mistakes.line(family, variant)
+        if mistake:
+            lines.append(f"  {family}/{variant}: {mistake}")
     for s in report.specs:
         key = (s.family, s.variant, s.case)
         if s.ok or key in seen or s.verdict == Verdict.ERROR:
             continue
         seen.add(key)
         if len(seen) > limit:
-            lines.append(f"  ... and more: python -m harness diff {s.family} A B --case C traces any pair")
+            lines.append(f"  ... and more: python -m harness diff {s.family} A B --case C --dtype D --set KEY=VALUE "
+                         "traces any pair on any config")
             break
-        if (s.family, s.variant) not in named:  # an attention kernel: its mistake named in one line
-            named.add((s.family, s.variant))
-            mistake = explain_mistake(s.family, s.variant, report, configs)
-            if mistake:
-                lines.append(f"  {s.family}/{s.variant}: {mistake}")
         head = f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): worst tensor {s.worst}"
         if s.verdict != Verdict.DIFFERENT:  # less precise: same function, more rounding; nothing to trace
             lines.append(head + f" ({s.verdict}, {s.ratio:.3g}x the baseline's error)")
             continue
         cfg = configs.get(s.config) or get_family(s.family).configs_of(configs).get(s.config)
+        failing = {f.variant for f in report.specs if f.family == s.family and f.case == s.case
+                   and f.config == s.config and not f.ok}  # no peer to trace against
         try:
-            d = explain_variant(s.family, s.variant, s.case, cfg, s.dtype if s.dtype != "bool" else "float32")
+            d = explain_variant(s.family, s.variant, s.case, cfg, s.dtype if s.dtype != "bool" else "float32",
+                                avoid=failing)
         except HarnessError as exc:  # a trace this variant cannot take: one line, the check goes on
             lines.append(head + f"\n    (not traced: {exc})")
             continue
-        lines.append(head + ("" if d is None else "\n" + "\n".join("    " + x for x in d.text.splitlines())))
+        if d is None:
+            ref = reference_of(s.family)
+            lines.append(head + ("" if ref is None else "\n    against the reference: " + diff_command(
+                s.family, ref.id, s.variant, s.case, cfg, s.dtype if s.dtype != "bool" else "float32")))
+            continue
+        lines.append(head + "\n" + "\n".join("    " + x for x in d.text.splitlines()))
+        lines.append("    reproduce: " + diff_command(s.family, d.data["a"], d.data["b"], s.case, cfg, d.data["dtype"]))
+    pairs = [p for p in report.failures if isinstance(p, PairResult) and p.verdict != Verdict.ERROR]
+    for p in pairs[:limit]:  # a pair that contradicts its declaration while both specs hold
+        cfg = configs.get(p.config) or get_family(p.family).configs_of(configs).get(p.config)
+        lines.append(f"  {p.family}: {p.a} ~ {p.b} on {p.case} ({p.config}, {p.dtype}) is {p.verdict}, declared "
+                     f"{p.expected}\n    reproduce: " + diff_command(p.family, p.a, p.b, p.case, cfg, p.dtype))
     return "\n".join(lines)
 
 
@@ -56,15 +102,19 @@ def explain_differences(report, configs) -> str:
         cfg = configs.get(p.config) or get_family(p.family).configs_of(configs).get(p.config)
         d = first_divergence(p.family, p.a, p.b, p.case, cfg, p.dtype, p.device, hints=False)
         lines.append(f"  {p.family}: {p.a} ~ {p.b} on {p.case} ({p.config}, {p.dtype}; {p.reason})\n"
-                     + "\n".join("    " + x for x in d.text.splitlines()))
+                     + "\n".join("    " + x for x in d.text.splitlines())
+                     + "\n    reproduce: " + diff_command(p.family, p.a, p.b, p.case, cfg, p.dtype))
     return "\n".join(lines) or "(none)"
 
 
-def path_findings(report, configs) -> str:
+def path_findings(report, configs, mistakes: Mistakes | None = None) -> str:
     """Behaviour that depends on the path taken, per case: the declared findings
     (``traits['path_findings']``: reported, not contradictions), and each (variant, case)
     whose spec fails on some configs of the matrix but holds on others (another kernel for
-    that shape), with the declaration that would make it a finding if it is meant."""
+    that shape), with the declaration that would make it a finding if it is meant. That
+    advice is for a path difference only: never where the variant raised on that case (its
+    error row says why), nor where a named mistake fits its failures (the mistake is said)."""
+    mistakes = mistakes or Mistakes(report, configs)
     lines, by_case = [], {}
     for s in report.specs:
         if s.note.startswith(PATH_FINDING):
@@ -74,12 +124,16 @@ def path_findings(report, configs) -> str:
     for (family, variant, case), specs in by_case.items():
         bad = sorted({s.config for s in specs if not s.ok})
         good = sorted({s.config for s in specs if s.ok} - set(bad))
-        if bad and good:
-            shapes = "; ".join(f"{c}: {configs[c].describe()}" for c in bad if c in configs)
-            key = case if len(bad) > 1 else f"{case}@{bad[0]}"
-            lines.append(f"  {family}/{variant} on {case}: fails on config {', '.join(bad)} only ({shapes}), "
-                         f"holds on {', '.join(good)}: behaviour that depends on the path taken; if it is "
-                         f"meant, declare it: traits={{'path_findings': {{'{key}': {_declaration(specs)}}}}}")
+        if not (bad and good) or any(s.verdict == Verdict.ERROR for s in specs):
+            continue
+        if mistakes.explains(family, variant):
+            continue
+        every = get_family(family).configs_of(configs) | dict(configs)
+        shapes = "; ".join(f"{c}: {every[c].describe()}" for c in bad if c in every)
+        key = case if len(bad) > 1 else f"{case}@{bad[0]}"
+        lines.append(f"  {family}/{variant} on {case}: fails on config {', '.join(bad)} only ({shapes}), "
+                     f"holds on {', '.join(good)}: behaviour that depends on the path taken; if it is "
+                     f"meant, declare it: traits={{'path_findings': {{'{key}': {_declaration(specs)}}}}}")
     return "\n".join(lines)
 
 

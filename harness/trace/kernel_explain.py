@@ -16,10 +16,14 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 
 from harness.base.config import Config
+from harness.base.dtypes import dtype_of
+from harness.base.errors import SpecError, UnknownName
 from harness.base.verdicts import Verdict
+from harness.check.own_dtype import gradient_scale, own_dtype_check
 from harness.check.runs import RunCache, applicable
 from harness.check.spec import _float64_check, expected_names
 from harness.families import kernel_oracle as K
+from harness.families.base import REQUIRED
 from harness.families.catalog import get_family
 from harness.registry import Variant, get_variant
 
@@ -100,32 +104,84 @@ def _meets(run, oracle, names: Iterable[str]) -> bool:
                for n in names)
 
 
-def explain_kernel(variant: Variant, failing: Iterable[tuple[Config, str]]) -> str:
-    """One line naming the mistake of ``variant`` over its failing (config, case) pairs
-    (float64): the single convention change that fits them all, or that none does."""
+def judged_dtype(variant: Variant, dtype: str | None = None) -> torch.dtype:
+    """The dtype a variant's semantics are decided in: float64, or (a kernel that runs only in
+    half precision) ``dtype`` when it is one of its own, else the first it declares."""
+    own = variant.semantic_dtypes()
+    return dtype_of(dtype if dtype in own else own[0])
+
+
+def meets_spec(variant: Variant, checker: RunCache, case: str, traits: Mapping[str, Any],
+               dtype: torch.dtype = torch.float64) -> bool | None:
+    """Whether ``variant``'s run in ``dtype`` meets the oracle of ``traits`` on ``case``, by the
+    rule that decides its semantics there (float64's bound, or ``harness.check.own_dtype``'s);
+    None when it does not run. A combination no oracle builds raises ``SpecError``."""
     family = variant.family_spec
+    zero = checker.fills(variant)
+    run = checker.run(variant, case, zero, dtype)
+    if run.error:
+        return None
+    if dtype == torch.float64:
+        oracle = checker.oracle(family, traits, case, zero, torch.float64)
+        return _meets(run, oracle, expected_names(family, oracle, checker, variant))
+    truth = checker.oracle(family, traits, case, zero, dtype, rounded=dtype)
+    ref = checker.oracle(family, traits, case, zero, dtype, compute=dtype)
+    scale = gradient_scale(truth.tensors)
+    return all(own_dtype_check(n, run.tensors.get(n), truth.tensors[n], ref.tensors.get(n), dtype,
+                               scale=0.0 if n == "output" else scale).verdict
+               == Verdict.EQUIVALENT for n in expected_names(family, truth, checker, variant))
+
+
+def _left_out(family, variant: Variant) -> list[tuple[str, str, Callable]]:
+    """Each other value of every trait the family gives a default and a vocabulary (``rope``,
+    ``gqa_grouping``, ``gain`` ...): a correct module whose registration left the trait out,
+    or declared another value, fits the oracle of the value it computes."""
+    out = []
+    for name, spec in family.traits.items():
+        if spec.default is REQUIRED or not spec.values:
+            continue
+        for value in spec.values:
+            out.append((f"{name}={value!r}", name, _set(name, value)))
+    return out
+
+
+def convention_fits(variant: Variant, failing: list[tuple[Config, str]], dtype: str | None = None) -> list[str]:
+    """The single conventions, read another way, that make ``variant``'s own run meet the
+    oracle on every (config, case) of ``failing`` (float64, or its own dtype for a kernel that
+    runs only in half precision: ``judged_dtype``): the family's named mistakes, then each
+    other value of a trait with a default (a trait left out), each as '<label> (declared ...)'."""
+    family = variant.family_spec
+    judged = judged_dtype(variant, dtype)
     declared = family.semantic_traits(variant.traits)
-    failing = list(failing)
-    if not failing:
-        return ""
     checkers = {id(cfg): RunCache(cfg, record=False) for cfg, _ in failing}
-    fits = []
-    for label, trait, make in MODULE_CANDIDATES.get(family.name) or candidates():
+    named = MODULE_CANDIDATES.get(family.name) or candidates()
+    left_out = _left_out(family, variant) if family.name in MODULE_CANDIDATES else []
+    fits, tried = [], set()
+    for label, trait, make in named + left_out:
+        generic = (label, trait, make) in left_out
         ok = True
-        for cfg, case in failing:
+        for index, (cfg, case) in enumerate(failing):
             checker = checkers[id(cfg)]
-            zero = checker.fills(variant)
             traits = make(declared, checker.inputs(family, case))
-            run = checker.run(variant, case, zero, torch.float64) if traits is not None else None
-            if traits is None or run.error:
+            if index == 0 and traits is not None:  # a left-out value a named mistake already tried
+                seen = repr(sorted(traits.items(), key=lambda kv: kv[0]))
+                traits = None if seen in tried else traits
+                tried.add(seen)
+            try:
+                ok = traits is not None and bool(meets_spec(variant, checker, case, traits, judged))
+            except SpecError:  # a combination no oracle builds (an additive mask's row of zeros)
                 ok = False
-                break
-            oracle = checker.oracle(family, traits, case, zero, torch.float64)
-            if not _meets(run, oracle, expected_names(family, oracle, checker, variant)):
-                ok = False
+            if not ok:
                 break
         if ok:
-            fits.append(f"{label} (declared {trait}={declared[trait]!r})")
+            said = (f"{trait} left out of the traits, read as {declared.get(trait)!r}"
+                    if generic and trait not in variant.traits else f"declared {trait}={declared[trait]!r}")
+            fits.append(f"{label} ({said})")
+    return fits
+
+
+def mistake_line(fits: list[str], failing: list[tuple[Config, str]]) -> str:
+    """The one line naming a mistake from ``convention_fits``' answer."""
     cases = ", ".join(dict.fromkeys(case for _, case in failing))
     if fits:
         return f"reads as {' or '.join(fits)} on every failing case ({cases})"
@@ -133,34 +189,53 @@ def explain_kernel(variant: Variant, failing: Iterable[tuple[Config, str]]) -> s
             f"mistake, not a convention")
 
 
+def explain_kernel(variant: Variant, failing: Iterable[tuple[Config, str]], dtype: str | None = None) -> str:
+    """One line naming the mistake of ``variant`` over its failing (config, case) pairs
+    (float64, or its own dtype): the single convention change that fits them all, or that
+    none does."""
+    failing = list(failing)
+    if not failing:
+        return ""
+    return mistake_line(convention_fits(variant, failing, dtype), failing)
+
+
 def failing_cases(report, variant_id: str, configs: Mapping[str, Config],
                   family: str = "attention_kernel") -> list[tuple[Config, str]]:
     """The (config, case) pairs where ``variant_id`` of ``family`` is different in float64
     (a config the family adds to the matrix, the attention family's GQA one, included)."""
     every = get_family(family).configs_of(configs) | dict(configs)
+    judged = _judged_name(report, family, variant_id)
     return [(every[s.config], s.case) for s in report.specs
-            if s.family == family and s.variant == variant_id and s.dtype == "float64"
+            if s.family == family and s.variant == variant_id and s.dtype == judged
             and not s.ok and s.verdict == Verdict.DIFFERENT and s.config in every]
+
+
+def _failing_dtype(report, family: str, variant_id: str) -> str | None:
+    """The first dtype a variant's spec is different in (its own dtype, for a half-only kernel)."""
+    return next((s.dtype for s in report.specs if s.family == family and s.variant == variant_id
+                 and not s.ok and s.verdict == Verdict.DIFFERENT), None)
+
+
+def _judged_name(report, family: str, variant_id: str) -> str:
+    """The dtype whose failing specs name the mistake: float64, or a half-only kernel's own."""
+    try:
+        variant = get_variant(family, variant_id)
+    except UnknownName:  # a report read after its variant left the registry
+        return "float64"
+    return str(judged_dtype(variant, _failing_dtype(report, family, variant_id))).replace("torch.", "")
 
 
 
 def own_failing_cases(variant: Variant, cfg: Config) -> list[tuple[Config, str]]:
-    """The cases of ``cfg`` where ``variant``'s own float64 run misses the oracle of the
-    traits it declares (what ``check`` calls different in float64), without a report."""
+    """The cases of ``cfg`` where ``variant``'s own run (float64, or its own dtype) misses the
+    oracle of the traits it declares (what ``check`` calls different there), without a report."""
     family = variant.family_spec
-    if variant.supports(cfg):
+    if variant.refuses(cfg, "cpu"):
         return []
     checker, declared = RunCache(cfg, record=False), family.semantic_traits(variant.traits)
-    zero = checker.fills(variant)
-    out = []
-    for case in (c.name for c in family.cases if applicable(variant, c.name)):
-        run = checker.run(variant, case, zero, torch.float64)
-        if run.error:
-            continue
-        oracle = checker.oracle(family, declared, case, zero, torch.float64)
-        if not _meets(run, oracle, expected_names(family, oracle, checker, variant)):
-            out.append((cfg, case))
-    return out
+    judged = judged_dtype(variant)
+    return [(cfg, case) for case in (c.name for c in family.cases if applicable(variant, c.name))
+            if meets_spec(variant, checker, case, declared, judged) is False]
 
 
 def name_mistakes(family: str, variants: Iterable[Variant], cfg: Config) -> dict[str, str]:
@@ -183,13 +258,28 @@ def name_mistakes(family: str, variants: Iterable[Variant], cfg: Config) -> dict
 def explain_mistake(family: str, variant_id: str, report, configs: Mapping[str, Config]) -> str:
     """One line naming a failing variant's mistake, for the families whose conventions are
     enumerable traits: attention kernels, and the attention and norm families' LLaMA-era
-    conventions (empty for others, or when no float64 case fails)."""
+    conventions and left-out traits (empty for others, when no float64 case fails, or for a
+    module's computation bug: the first divergence says where)."""
+    fits = mistake_fits(family, variant_id, report, configs)
+    if fits is None:
+        return ""
+    failing, found = fits
+    if family != "attention_kernel" and not found:
+        return ""
+    return mistake_line(found, failing)
+
+
+def mistake_fits(family: str, variant_id: str, report, configs: Mapping[str, Config]
+                 ) -> tuple[list[tuple[Config, str]], list[str]] | None:
+    """(the failing float64 (config, case) pairs, the conventions that fit them all) of a
+    variant of a family with named mistakes; None where nothing is probed."""
     if family != "attention_kernel" and family not in MODULE_CANDIDATES:
-        return ""
+        return None
     failing = failing_cases(report, variant_id, configs, family)
-    if family != "attention_kernel" and not failing:
-        return ""
-    explained = explain_kernel(get_variant(family, variant_id), failing)
-    if family != "attention_kernel" and explained.startswith("no single"):
-        return ""  # a module's computation bug: the first divergence below says where
-    return explained
+    if not failing:
+        return None
+    try:
+        variant = get_variant(family, variant_id)
+    except UnknownName:  # a report read after its variant left the registry: nothing to probe
+        return None
+    return failing, convention_fits(variant, failing, _failing_dtype(report, family, variant_id))

@@ -37,12 +37,14 @@ CALL_FORMS: dict[str, tuple[str, bool]] = {
     "qkv_attn_mask": ('m(i["query"], i["key"], i["value"], attn_mask=per_head(masked(i["mask"]), {heads}), '
                       'need_weights=False)', True),
     # a library's self-attention module: hidden states, the additive mask, and the rotary
-    # tables its model computes and passes in (Hugging Face's LlamaAttention and kin)
-    "hidden_mask": ('m(i["query"], attention_mask=additive_mask(i["mask"], i["query"].dtype))', True),
+    # tables its model computes and passes in (Hugging Face's LlamaAttention and kin). The
+    # mask is the one its model builds in the dtype the module is meant for (float32): its
+    # behaviour on a row with no key is inferred there, not from a float64 side effect.
+    "hidden_mask": ('m(i["query"], attention_mask=additive_mask(i["mask"], i["query"].dtype, torch.float32))', True),
     "hidden_rope_mask": ('m(i["query"], position_embeddings=rotary_tables(m, i["query"], i["positions"]), '
-                         'attention_mask=additive_mask(i["mask"], i["query"].dtype))', True),
+                         'attention_mask=additive_mask(i["mask"], i["query"].dtype, torch.float32))', True),
     # a library's decoder layer (HF's LlamaDecoderLayer): hidden states, additive mask, rotary tables
-    "x_rope_mask": ('m(i["x"], attention_mask=additive_mask(i["mask"], i["x"].dtype), '
+    "x_rope_mask": ('m(i["x"], attention_mask=additive_mask(i["mask"], i["x"].dtype, torch.float32), '
                     'position_embeddings=rotary_tables(m, i["x"], i["positions"]))', True),
     "qkv": ('m(i["query"], i["key"], i["value"])', False),
     "self": ('m(i["query"])', False),

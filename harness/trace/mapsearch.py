@@ -32,6 +32,7 @@ from harness.base.errors import (
     PortingError,
     SpecError,
     UnknownName,
+    exception_line,
 )
 from harness.base.library import rotary_tables
 from harness.base.masks import additive_mask, masked, per_head
@@ -218,7 +219,7 @@ def _forward(checker: RunCache, variant: Variant, case: str, module: torch.nn.Mo
         with torch.no_grad():
             got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
     except Exception as exc:  # noqa: BLE001  (this call form does not run the module: said when asked for)
-        raise _CallFailed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        raise _CallFailed(exception_line(exc)) from None
     if not isinstance(got, torch.Tensor):
         raise _CallFailed(f"it returned {type(got).__name__}, not a tensor")
     return got.detach().double().cpu()
@@ -378,7 +379,8 @@ def _found(hit: Hit) -> Proposal:
      ran_forms, target, uses_mask, cfg, restrict) = (getattr(hit, f.name) for f in fields(hit))
     uses = sorted(set().union(*(_entry_classes(e) for e in pmap.values())))
     helpers = [h for h in ("additive_mask", "library_config", "rotary_tables") if f"{h}(" in code + init]
-    lines = ([import_line] if import_line else []) + init_imports(cls, init)
+    lines = (["import torch"] if "torch." in code + init else []) + ([import_line] if import_line else []) \
+        + init_imports(cls, init)
     lines.append(f"from harness import {', '.join(uses + helpers + ['register'])}")
     if "per_head(" in code:
         lines.append("from harness import masked, per_head")

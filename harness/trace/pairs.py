@@ -53,7 +53,7 @@ from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.families.catalog import get_family
 from harness.porting.portmap import absent_fills, zero_unrepresented
-from harness.registry import Variant, build, get_variant, variants_of
+from harness.registry import Variant, build, from_user_file, get_variant, variants_of
 from harness.trace.attribution import attribute
 from harness.trace.backward import backward_divergence
 from harness.trace.divergence import locate, trace_rows, trace_variant, where_differs
@@ -200,21 +200,30 @@ def first_divergence(family: str, a, b, case: str, cfg: Config | None = None, dt
     return Divergence(summary_text(d), d)
 
 
+def diff_command(family: str, a: str, b: str, case: str, cfg: Config | None, dtype: str) -> str:
+    """The ``diff`` command that traces ``a`` against ``b`` on ``case`` in ``dtype`` on
+    ``cfg`` (a config of the matrix, a family's own such as ``gqa``, or a ``--set`` one):
+    its ``--set`` items rebuild that config, so following it shows what ``check`` found."""
+    sets = "".join(f" --set {item}" for item in (cfg or Config()).set_items())
+    return f"python -m harness diff {family} {a} {b} --case {case} --dtype {dtype}{sets}"
+
+
 def explain_variant(family: str, variant, case: str, cfg: Config | None = None, dtype: str = "float32",
-                    device: str = "cpu", *, hints: bool = True) -> Divergence | None:
+                    device: str = "cpu", *, hints: bool = True, avoid: set[str] = frozenset()) -> Divergence | None:
     """For a variant that fails its spec: ``first_divergence`` against a registered peer
-    that declares the same semantic traits (the family reference when it does, else the
-    first such variant), so the trace shows where the variant leaves the function it
-    declares. None when no other variant declares those traits."""
+    that declares the same semantic traits: the family reference when it does, else the
+    first such variant of the project or a pack before one of a user's files (which may
+    fail too), never one of ``avoid`` (ids that fail there themselves), so the trace shows
+    where the variant leaves the function it declares. None when no peer is left."""
     cfg = cfg or Config()
     fam = get_family(family)
     v = _variant(family, variant)
     mine = fam.semantic_traits(v.traits)
     peers = [p for p in variants_of(family) if p.key != v.key and not p.refuses(cfg, device)
-             and applicable(p, case) and fam.semantic_traits(p.traits) == mine]
+             and applicable(p, case) and fam.semantic_traits(p.traits) == mine and p.id not in avoid]
     if not peers:
         return None
-    peer = next((p for p in peers if p.reference), peers[0])
+    peer = next((p for p in peers if p.reference), None) or next((p for p in peers if not from_user_file(p)), peers[0])
     return first_divergence(family, peer, v, case, cfg, dtype, device, hints=hints)
 
 
