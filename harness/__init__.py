@@ -6,7 +6,7 @@ the names below::
 
     from harness import register, Param, Chunk, Concat, Transposed, Zero
 
-Where the rest lives: README's "Layout" section, one line per sub-package.
+Where the rest lives: docs/layout.md, a section per sub-package.
     from harness import register_kernel   # a plain attention function over projected heads
 """
 

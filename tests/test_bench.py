@@ -245,10 +245,13 @@ def test_report_from_log_and_compare(norm_log, tmp_path, capsys):
     assert main(["report", "--device", "cpu", "--from", str(norm_log), "--out", str(out)]) == 0
     folder = out / "cpu" / "from"
     report = (folder / "REPORT.md").read_text()
-    assert "## norm" in report and "torch_layernorm" in report and "## Targets" in report
+    tables = (folder / "TABLES.md").read_text()
+    assert "torch_layernorm" in report and "[TABLES.md](TABLES.md)" in report
+    assert "## Targets" not in report  # no target names a norm variant: nobody asked for one
     prose = " ".join(report.split())  # prose is wrapped to the terminal's width
     assert "torch.utils.benchmark.Timer" in prose and "num_threads` set explicitly" in prose
-    assert "Matmul peak timed beside these rows" in report and "RSS peak MiB" in report
+    assert "## norm" in tables and "Matmul peak timed beside these rows" in tables and "RSS peak MiB" in tables
+    assert not (folder / "VERDICTS.md").exists()  # no check ran: no verdict to show
     rows = json.loads((folder / "results.json").read_text())["rows"]
     assert {"median_s", "iqr_s", "vs_baseline_q1", "saved_bytes", "peak_bytes", "torch", "threads"} <= set(rows[0])
     assert (folder / "results.csv").exists()
@@ -262,11 +265,14 @@ def test_report_from_log_and_compare(norm_log, tmp_path, capsys):
     assert main(["report", "--device", "cpu", "--from", str(norm_log), "--out", str(tmp_path / "r2"),
                  "--compare", str(old)]) == 0
     again = (tmp_path / "r2" / "cpu" / "from" / "REPORT.md").read_text()
-    assert "1 regression(s)" in again and "+0%" in again and "+100% REGRESSION" in again
+    tables = (tmp_path / "r2" / "cpu" / "from" / "TABLES.md").read_text()
+    assert "1 regression(s)" in again and "+0%" in tables and "+100% REGRESSION" in tables
 
 
-def test_report_keeps_the_committed_reference_and_compares_with_it(norm_log, tmp_path, capsys):
-    """A quick report goes to <device>/quick/; <device>/full/ (the reference) is read, not written."""
+def test_report_keeps_the_committed_reference(norm_log, tmp_path, capsys):
+    """A quick report goes to <device>/quick/; <device>/full/ (the reference) is read, not
+    written, and not compared with where it measured no case as this run did (like with like,
+    tests/test_report_summary.py)."""
     out = tmp_path / "reports"
     assert main(["report", "--device", "cpu", "--from", str(norm_log), "--out", str(out)]) == 0
     (out / "cpu" / "from").rename(out / "cpu" / "full")
@@ -275,7 +281,9 @@ def test_report_keeps_the_committed_reference_and_compares_with_it(norm_log, tmp
                  "--seq", "8", "--batch", "1", *FAST, "--no-rss", "--out", str(out)]) == 0
     assert {p.name: p.read_bytes() for p in (out / "cpu" / "full").iterdir()} == reference
     quick = (out / "cpu" / "quick" / "REPORT.md").read_text()
-    assert f"Compared with `{out / 'cpu' / 'full' / 'results.json'}`" in quick
+    assert "Compared with" not in quick
+    assert f"not compared with {out / 'cpu' / 'full' / 'results.json'} (no case measured in both)" in \
+        capsys.readouterr().err
     assert not list((out / "cpu").glob(".quick*"))  # no temporary folder left
 
 

@@ -12,7 +12,8 @@ import pytest
 
 from harness.base.errors import ResultsFileError
 from harness.bench import timing
-from harness.bench.row import KEY_ORDER, BenchRow, Measurement, PeakRow, Rounds, RowSpec, Status, typed_rows
+from harness.bench.measured import Rounds, Status
+from harness.bench.row import KEY_ORDER, BenchRow, Measurement, PeakRow, RowSpec, typed_rows
 
 # A case row as the sweep writes it (keys in its order; nulls where it writes nulls).
 OK_ROW = {

@@ -1,4 +1,4 @@
-"""The data-safety contract (README "Data safety"): outputs are written whole, a file the
+"""The data-safety contract (docs/data-safety.md): outputs are written whole, a file the
 harness did not write is never replaced, report folders are readable by the group, two runs
 on one output take a lock, and Ctrl-C at any moment exits 130 leaving earlier outputs as
 they were, byte for byte."""
@@ -269,7 +269,7 @@ def test_ctrl_c_during_a_report_leaves_the_previous_report(tmp_path):
 @pytest.mark.parametrize("committed", ["reports/models/copy_task.json", "reports/cpu/full/results.json"])
 def test_outputs_of_an_earlier_version_are_the_harnesss_own(committed):
     """Written before outputs carried ``written_by`` (the committed reference runs): still ours,
-    so the README's copy-task command can write reports/models/ again."""
+    so the manual's copy-task command can write reports/models/ again."""
     from harness.base.files import is_own_json
 
     assert is_own_json(Path(__file__).resolve().parents[1] / committed)

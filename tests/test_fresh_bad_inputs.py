@@ -3,7 +3,7 @@ numbers, flags, variants files, sizes, filters, logs), chosen apart from the exa
 other tests use. Each must fail fast with one ``error:`` line, exit 2
 (pytest: its usage error, exit 4), no traceback, and no file changed outside the declared
 outputs. The heavy functions are replaced by a sentinel: an input that reaches one was
-accepted silently. Two are accepted on purpose, each with its reason in the README
+accepted silently. Two are accepted on purpose, each with its reason in the manual
 ("Bad input"): ACCEPTED below."""
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ CASES = [
     ("cache-bench-seq-abc", ["cache-bench", "--out", "cb", "--seq", "abc"], "abc"),
     ("cache-bench-seq-neg", ["cache-bench", "--out", "cb", "--seq", "-3"], "-3"),
 ]
-# Accepted on purpose, with the reason the README gives ("Bad input"): argv -> why.
+# Accepted on purpose, with the reason docs/checking.md gives ("Bad input"): argv -> why.
 ACCEPTED: dict[str, str] = {}
 
 

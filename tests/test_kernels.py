@@ -1,6 +1,6 @@
 """The attention_kernel family: its oracle's conventions on inputs small enough to compute by
 hand, the deliberately wrong kernels caught on the case that shows each mistake, the controls
-equivalent, ``register_kernel`` (the README's example in at most 10 lines), the config's
+equivalent, ``register_kernel`` (the manual's example in at most 10 lines), the config's
 kernel fields and a variants file's own folder importable."""
 
 from __future__ import annotations
@@ -244,12 +244,12 @@ def test_packed_layouts_take_the_cases_one_tensor_can_hold():
 
 
 def _readme_kernel_block() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Check an attention kernel", 1)[1]
+    text = (ROOT / "docs" / "kernels.md").read_text()
+    section = text.split("## Register it", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
-def test_the_readme_kernel_example_is_the_example_file_in_at_most_10_lines():
+def test_the_manual_kernel_example_is_the_example_file_in_at_most_10_lines():
     code = _readme_kernel_block()
     example = (ROOT / "examples" / "my_kernel.py").read_text()
     assert code.strip() in example

@@ -1,5 +1,5 @@
 """The seed systems whole: model families, greedy decoding, the k/v cache, the
-loss and the schedule, one training step, the copy task, and the README's commands.
+loss and the schedule, one training step, the copy task, and the manual's commands (docs/models.md).
 
 The pairwise verdicts of the model families run in test_equivalence.py (registry-driven);
 here: what only whole models have, and checks that must be able to fail."""
@@ -24,7 +24,7 @@ from harness.registry import build, get_variant, variants_of
 from harness.systems import copy_task, decoding, training
 from harness.systems.models import Models
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+MODELS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "models.md"
 SEEDS = {"000": "000_4f2b0681cf261e4d.txt", "001": "001_fda7eea54f03ebb8.txt", "002": "002_a5adfb2f6616eb1a.txt",
          "003": "003_5751987c9fd6921d.txt", "004": "004_4e525cb8a3aa6a12.txt"}
 
@@ -182,13 +182,13 @@ def test_bad_model_input_is_one_clear_error(argv, message, capsys):
 
 
 def readme_commands() -> list[list[str]]:
-    text = README.read_text()
+    text = MODELS_PAGE.read_text()
     block = re.search(r"<!-- models-commands -->(.*?)<!-- /models-commands -->", text, re.S).group(1)
-    return [shlex.split(line[2:])[3:] for line in block.splitlines() if line.startswith("$ python -m harness ")]
+    return [shlex.split(line)[3:] for line in block.splitlines() if line.startswith("python -m harness ")]
 
 
 def _shrunk(argv: list[str], out: Path) -> list[str]:
-    """The README's command with --out in tmp and its budget shrunk: 3 updates of one
+    """The manual's command with --out in tmp and its budget shrunk: 3 updates of one
     model decoded on 4 sequences for copy-task, two short lengths for cache-bench."""
     small = {"--steps": "3", "--seq": "4,6", "--out": str(out)}
     argv = [small.get(argv[i - 1], a) if i else a for i, a in enumerate(argv)]
@@ -196,7 +196,7 @@ def _shrunk(argv: list[str], out: Path) -> list[str]:
 
 
 def test_readme_check_line_is_the_suites_family_check():
-    """The README's ``check`` line is what tests/test_equivalence.py runs per family
+    """The manual's ``check`` line is what tests/test_equivalence.py runs per family
     (``check_all`` over the config matrix, float32): its families exist, and the suite
     checks each of them; running it a second time here would double the suite's cost."""
     [check] = [a for a in readme_commands() if a[0] == "check"]

@@ -1,6 +1,6 @@
 """benchmarks/mutation_score.py on a tiny sample: its mutants leave the registrations alone,
 an obviously wrong mutant of a variant is killed by that family's check, and the run
-reports its counts (a few seconds; the whole run and its score are in the README)."""
+reports its counts (a few seconds; the whole run and its score are in docs/verdicts.md)."""
 
 from __future__ import annotations
 

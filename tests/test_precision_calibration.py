@@ -1,6 +1,6 @@
 """benchmarks/precision_calibration.py: random (seed, shape) draws of the float32 check,
 the ratio distribution per family and the false-alarm rate of the max and rms rules (the
-README's figure comes from its default 200 draws; here two draws of one family, seconds)."""
+The manual's figure (docs/verdicts.md) comes from its default 200 draws; here two draws of one family, seconds)."""
 
 from __future__ import annotations
 

@@ -1,26 +1,30 @@
-"""Every command README.md shows is run here, as written: the commands are read from the
-README's fenced ``console`` blocks (lines starting with ``$ ``) and ``bash`` blocks, so
-the two cannot drift apart.
+"""Every command README.md and the manual (docs/*.md) show is run here, as written: the
+commands are read from their fenced ``bash`` blocks (and ``console`` blocks: lines starting
+with ``$ ``), so the documentation and the tool cannot drift apart.
 
 - Each runs in a copy of the repository (nothing here is written to), with this Python
-  environment first on PATH, and must exit 0. Commands of one block run in README order
-  in one copy (``report --from reports/...`` reads what ``report`` wrote before it); the
-  blocks that run ``harness report`` share one copy, in README order, so a later
-  ``report`` finds the log an earlier one measured, as a user's second run would. Each
-  copy's commands are one test class (``TestCopy_<copy>``), so pytest-xdist's
-  ``--dist loadscope`` keeps a copy on one worker and runs independent copies side by side.
-  (Not ``--dist loadgroup``: with pytest 9.2 its ``xdist_group`` marks are silently ignored,
-  github.com/pytest-dev/pytest-xdist/issues/1386.)
+  environment first on PATH, and must exit 0, or the status its trailing comment names
+  (``# exit 1``). Commands of one README block, or of one page of the manual, run in order
+  in one copy; the blocks that measure a ``harness report`` of the project's variants share
+  one copy, README first, then the manual's pages by name, so a later ``report`` finds the
+  log an earlier one measured, as a user's second run would (a report of a user's
+  ``--variants`` file measures in a copy of its own). Each copy's commands are one test class (``TestCopy_<copy>``), so
+  pytest-xdist's ``--dist loadscope`` keeps a copy on one worker and runs independent
+  copies side by side. (Not ``--dist loadgroup``: with pytest 9.2 its ``xdist_group`` marks
+  are silently ignored, github.com/pytest-dev/pytest-xdist/issues/1386.)
+- A ``text`` block right after ``<!-- expect -->`` is output the command before it must
+  print: each of its lines, but ``...``, appears in the command's output (runs of spaces
+  count as one; a line may stop short of the printed one's end).
 - Fast commands run in the default suite; every other command is marked ``slow`` and
   runs with ``pytest -m slow``, which the README's test command runs after the default
   suite. A command with ``--full`` (the full sweep, hours) must start and write rows to
   its JSONL log within FULL_LIMIT_S seconds; once a row is written (polled every second)
   it is stopped with Ctrl-C (SIGINT), which it must survive without a traceback.
 - Setup commands (``python3 -m venv``, activate, ``pip install``): the install must pin
-  ``torch==2.13.0`` and install the project editable (``-e``); the part after the setup
-  runs in this environment. The test command's pytest runs are not re-run inside
-  themselves: ``.ci/run`` must run exactly that command, and each of its pytest
-  invocations must collect tests (``--collect-only``).
+  ``torch==2.13.0`` and install the project editable (``-e``), with the ``test`` extra
+  when a pytest command is shown; the part after the setup runs in this environment. The
+  test command's pytest runs are not re-run inside themselves: ``.ci/run`` must run exactly
+  that command, and each of its pytest invocations must collect tests (``--collect-only``).
 """
 
 from __future__ import annotations
@@ -32,13 +36,14 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]  # README first, then the manual's pages
 NESTED_ENV = "HARNESS_README_COMMAND"  # set for the commands' own processes
 FULL_LIMIT_S = 300
 POLL_S = 1.0
@@ -53,17 +58,30 @@ if os.environ.get(NESTED_ENV):  # a README command running pytest must not run t
 @dataclass(frozen=True)
 class Command:
     text: str           # as shown, without its trailing comment
-    line: int           # 1-based line in README.md
-    block: int          # index of its fenced block
+    line: int           # 1-based line in its file
+    block: int          # index of its fenced block in its file
     marker: str | None  # the <!-- name --> the block sits in (main-command, test-command)
+    source: str = "README.md"  # the file, relative to the repository
+    status: int = 0     # the exit status it must end with (a trailing ``# exit N``)
+    expect: tuple[str, ...] = ()  # lines its output must contain (an <!-- expect --> block after it)
 
     @property
     def id(self) -> str:
-        return f"L{self.line}:" + re.sub(r"[^\w./=-]+", "_", split_setup(self.text)[1])[:70].strip("_")
+        where = "" if self.source == "README.md" else Path(self.source).stem + ":"
+        return f"{where}L{self.line}:" + re.sub(r"[^\w./=-]+", "_", split_setup(self.text)[1])[:70].strip("_")
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Its place in the documentation: the file (README first), then the line."""
+        return SOURCES.index(self.source) if self.source in SOURCES else len(SOURCES), self.line
 
 
 def strip_comment(line: str) -> str:
-    """Drop a trailing ``# comment`` that is outside quotes."""
+    return split_comment(line)[0]
+
+
+def split_comment(line: str) -> tuple[str, str]:
+    """(the command, its trailing ``# comment``), the comment outside quotes."""
     quote = None
     for i, ch in enumerate(line):
         if quote:
@@ -71,28 +89,49 @@ def strip_comment(line: str) -> str:
         elif ch in "'\"":
             quote = ch
         elif ch == "#" and (i == 0 or line[i - 1].isspace()):
-            return line[:i].rstrip()
-    return line.rstrip()
+            return line[:i].rstrip(), line[i + 1:].strip()
+    return line.rstrip(), ""
 
 
-def readme_commands(text: str) -> list[Command]:
-    commands, marker, lang, block = [], None, None, -1
+def _command(text: str, number: int, block: int, marker: str | None, source: str) -> Command:
+    command, comment = split_comment(text)
+    status = re.match(r"exit (\d+)\b", comment)
+    return Command(command, number, block, marker, source, int(status.group(1)) if status else 0)
+
+
+def readme_commands(text: str, source: str = "README.md") -> list[Command]:
+    commands, marker, lang, block, expecting, expected = [], None, None, -1, False, None
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if lang is None:
-            if m := re.fullmatch(r"<!-- (/?)([\w-]+) -->", line):
+            if line == "<!-- expect -->":
+                expecting = True
+            elif m := re.fullmatch(r"<!-- (/?)([\w-]+) -->", line):
                 marker = None if m.group(1) else m.group(2)
             elif line.startswith("```"):
                 lang, block = line[3:].strip(), block + 1
+                expected = [] if expecting and commands else None
+                expecting = False
             continue
         if line.startswith("```"):
-            lang = None
+            if expected is not None:  # the lines the command before this block must print
+                commands[-1] = replace(commands[-1], expect=tuple(expected))
+            lang, expected = None, None
             continue
-        if lang == "console" and line.startswith("$ "):
-            commands.append(Command(strip_comment(line[2:]), number, block, marker))
+        if expected is not None:
+            if raw.strip() and raw.strip() != "...":
+                expected.append(raw.rstrip())
+        elif lang == "console" and line.startswith("$ "):
+            commands.append(_command(line[2:], number, block, marker, source))
         elif lang in ("bash", "sh", "shell") and line and not line.startswith("#"):
-            commands.append(Command(strip_comment(line), number, block, marker))
+            commands.append(_command(line, number, block, marker, source))
     return commands
+
+
+def printed(expected: str, output: str) -> bool:
+    """Whether ``output`` holds the line ``expected`` (runs of spaces as one)."""
+    squeeze = lambda text: re.sub(r"[ \t]+", " ", text.strip())  # noqa: E731
+    return any(squeeze(expected) in squeeze(line) for line in output.splitlines())
 
 
 def split_setup(command: str) -> tuple[list[str], str]:
@@ -104,8 +143,10 @@ def split_setup(command: str) -> tuple[list[str], str]:
     return parts[:n], " && ".join(parts[n:])
 
 
-COMMANDS = readme_commands(README.read_text())
-TEST_COMMAND = next((c for c in COMMANDS if c.marker == "test-command"), None)
+SOURCES = [str(p.relative_to(ROOT)) for p in DOCS]
+README_COMMANDS = readme_commands(README.read_text())
+COMMANDS = README_COMMANDS + [c for p in DOCS[1:] for c in readme_commands(p.read_text(), str(p.relative_to(ROOT)))]
+TEST_COMMAND = next((c for c in README_COMMANDS if c.marker == "test-command"), None)
 RUNNABLE = [c for c in COMMANDS if c is not TEST_COMMAND]
 
 
@@ -125,18 +166,18 @@ class Workdir:
 
     def __init__(self, path: Path):
         self.path = path
-        self.done: dict[int, subprocess.CompletedProcess] = {}
+        self.done: dict[tuple[int, int], subprocess.CompletedProcess] = {}
 
     def run(self, command: Command) -> subprocess.CompletedProcess:
-        if command.line not in self.done:
+        if command.order not in self.done:
             _, rest = split_setup(command.text)
             if "--full" in rest:
-                self.done[command.line] = self._run_limited(rest)
+                self.done[command.order] = self._run_limited(rest)
             else:
-                self.done[command.line] = subprocess.run(
+                self.done[command.order] = subprocess.run(
                     ["bash", "-c", rest], cwd=self.path, env=_env(), capture_output=True,
                     text=True, timeout=COMMAND_TIMEOUT_S)
-        return self.done[command.line]
+        return self.done[command.order]
 
     def _logs(self) -> dict[Path, int]:
         return {p: p.stat().st_mtime_ns for p in (self.path / "reports").rglob("*.jsonl")}
@@ -202,13 +243,19 @@ def _copy_repository(copy: Path) -> None:
 
 
 def copy_group(command: Command) -> str:
-    """The copy a command runs in: one per block, but every block that measures a report
-    (``harness report`` without ``--from``) shares one (a user's second ``report`` finds the
-    first one's log)."""
-    block = [c for c in RUNNABLE if c.block == command.block]
-    if any(re.match(r"^python -m harness report\b(?!.*--from)", split_setup(c.text)[1]) for c in block):
+    """The copy a command runs in: one per README block, one per page of the manual (a page's
+    later commands read what its earlier ones wrote), but every block that measures a report
+    of the project's variants (``harness report`` without ``--from`` or ``--variants``) shares
+    one (a user's second ``report`` finds the first one's log). A report of a user's file
+    measures other code (its log would not be the project's): a copy of its own."""
+    block = [c for c in RUNNABLE if (c.source, c.block) == (command.source, command.block)]
+    reports = [rest for c in block if re.match(r"^python -m harness report\b(?!.*--from)",
+                                               rest := split_setup(c.text)[1])]
+    if reports and not any("--variants" in r for r in reports):
         return "report"
-    return f"block{command.block}"
+    if command.source == "README.md" or reports:
+        return ("" if command.source == "README.md" else Path(command.source).stem + "-") + f"block{command.block}"
+    return Path(command.source).stem  # a page of the manual: its commands in order, in one copy
 
 
 @pytest.fixture(scope="session")
@@ -243,24 +290,59 @@ def _params(group: str):
 
 
 def test_the_readme_shows_commands():
-    shown = {c.text for c in COMMANDS}
-    assert TEST_COMMAND is not None and any(c.marker == "main-command" for c in COMMANDS)
+    shown = {c.text for c in README_COMMANDS}
+    assert TEST_COMMAND is not None and any(c.marker == "main-command" for c in README_COMMANDS)
     assert any(t.startswith("python -m harness check") for t in shown)
     assert any(FAST.match(split_setup(c.text)[1]) for c in RUNNABLE)  # the default suite runs some
+    assert any(c.source.startswith("docs/") for c in RUNNABLE)  # and the manual's
+
+
+def test_the_readme_is_a_front_door():
+    """At most 200 lines, and every page or file it links to exists."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 200, f"README.md has {len(text.splitlines())} lines"
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert links, "the README links to no page of the manual"
+    missing = [link for link in links if "://" not in link and not (ROOT / link).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_the_install_brings_pytest_where_a_pytest_command_is_shown():
+    """The main command installs the project; a shown pytest command needs the ``test``
+    extra there, or pytest is missing (or another one runs)."""
+    [main] = [c for c in README_COMMANDS if c.marker == "main-command"]
+    install = next(s for s in split_setup(main.text)[0] if s.startswith("pip install"))
+    runs_pytest = [c.text for c in RUNNABLE if re.search(r"(^|&& |\s)(python -m )?pytest\b", split_setup(c.text)[1])]
+    assert runs_pytest, "no pytest command shown: this test would say nothing"
+    extras = re.search(r"-e \"?\.\[([\w,]+)\]", install)
+    assert extras and "test" in extras.group(1).split(","), (
+        f"pytest is run by {runs_pytest[0]!r} but the main command installs {install!r}")
+
+
+def test_commands_statuses_and_expected_output_are_read():
+    text = ("```bash\npython -m harness check  # exit 1\n```\n\n<!-- expect -->\n```text\n"
+            "== Contradictions\n...\n  a   b\n```\n```bash\npython -m harness list\n```\n")
+    first, second = readme_commands(text, "docs/x.md")
+    assert (first.text, first.status, first.expect) == ("python -m harness check", 1, ("== Contradictions", "  a   b"))
+    assert (second.status, second.expect, second.source) == (0, (), "docs/x.md")
+    assert printed("  a   b", "x\n a b c\n") and not printed("a c", "a b c")
 
 
 def _command_test(group: str):
     @pytest.mark.parametrize("command", list(_params(group)))
     def test_readme_command(self, command: Command, workdirs):
         workdir = workdirs(group)
-        for earlier in RUNNABLE:  # what its copy ran before it, in README order
-            if copy_group(earlier) == group and earlier.line < command.line:
+        for earlier in RUNNABLE:  # what its copy ran before it, in the documentation's order
+            if copy_group(earlier) == group and earlier.order < command.order:
                 result = workdir.run(earlier)
-                assert result.returncode == 0, (f"an earlier command of its copy failed: {earlier.text}\n"
-                                                + _shown(result))
+                assert result.returncode == earlier.status, (
+                    f"an earlier command of its copy failed: {earlier.text} ({earlier.source})\n" + _shown(result))
         result = workdir.run(command)
-        assert result.returncode == 0, f"{command.text}\n" + _shown(result)
+        assert result.returncode == command.status, f"{command.text} ({command.source})\n" + _shown(result)
         assert "Traceback" not in result.stderr, _shown(result)
+        missing = [line for line in command.expect if not printed(line, result.stdout + result.stderr)]
+        assert not missing, (f"{command.source} shows output {command.text} does not print:\n"
+                             + "\n".join(missing) + "\n" + _shown(result))
 
     return test_readme_command
 

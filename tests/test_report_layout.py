@@ -1,4 +1,4 @@
-"""REPORT.md fits a wide terminal (no line over 160 characters: the per-family table in four,
+"""REPORT.md, TABLES.md and VERDICTS.md fit a wide terminal (no line over 160 characters: the per-family table in four,
 time apart from rate, memory and kernel path; a table still wider becomes a list; prose
 wrapped), and its figures are readable: lines that lie on each other are named in the
 legend ("= torch_sdpa") and drawn with their own marker and dash; verdicts.png is one
@@ -34,8 +34,10 @@ def test_no_line_of_the_report_is_wider_than_a_wide_terminal(tmp_path):
     results = [_pair(ref, v.id, "different", reason="norm_formula: rms vs layernorm; eps: 1e-06 vs 1e-05; " * 4)
                for v in variants_of("norm") if v.id != ref]
     report = write_report(read_log(log), tmp_path / "rep", results=results, profile="quick")
-    lines = report.read_text().splitlines()
-    assert max(map(len, lines)) <= WIDTH, max(lines, key=len)
+    for name in ("REPORT.md", "TABLES.md", "VERDICTS.md"):
+        lines = (report.parent / name).read_text().splitlines()
+        assert max(map(len, lines)) <= WIDTH, (name, max(lines, key=len))
+    lines = (report.parent / "TABLES.md").read_text().splitlines()
     text = "\n".join(lines)
     for title in ("Time:", "Rate:", "Memory:", "Kernel path:"):
         assert f"\n{title}\n" in text

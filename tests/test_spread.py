@@ -44,7 +44,7 @@ def test_each_worker_takes_its_share_of_the_cpus(env, cpus, expected):
 
 def test_this_suites_workers_run_torch_on_their_share():
     """The project's conftest shares the CPUs in its own xdist workers, and the commands a
-    test starts (the README's, in the slow half) inherit the share."""
+    test starts (the documentation's, in the slow half) inherit the share."""
     import os
     import subprocess
     import sys

@@ -1,6 +1,6 @@
 """The data-safety contract's primitives: every output is written to a temporary name beside
 its target and renamed into place only when whole; a file the harness did not write is never
-replaced; two runs that would write one target take a lock beside it (README "Data safety")."""
+replaced; two runs that would write one target take a lock beside it (docs/data-safety.md)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ EARLIER_OUTPUT_KEYS = (
 def is_own_json(path: Path) -> bool:
     """A JSON output of this harness: a dict marked ``written_by`` (every dict it writes), or a
     list of records (what ``list``, ``bench`` and ``train-step`` write; the one shape a user's
-    file could share, see README "Data safety")."""
+    file could share, see docs/data-safety.md)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError):

@@ -91,7 +91,8 @@ class Sweep:
     compiled: tuple[bool, ...] = (False,)
     # only the variants a registered target names in the family (its variant and baseline)
     # and the family's reference: the quick profile's target shape, where every variant
-    # would cost a minute of an idle 2-core CPU (the full profile times them all there)
+    # would cost a minute of an idle 2-core CPU (the full profile times them all there);
+    # variants asked for with --variant are timed there too (the report's summary shape)
     targets_only: bool = False
     d_ff: int | None = None  # F (None: 4 D)
 
@@ -105,8 +106,10 @@ class Sweep:
                 continue
             named = target_variants(family, device) if self.targets_only else None
             for v in variants_of(family):
-                if (wanted_v and v.id not in wanted_v) or (named is not None and v.id not in named):
+                if wanted_v is not None and v.id not in wanted_v:
                     continue
+                if wanted_v is None and named is not None and v.id not in named:
+                    continue  # a variant asked for by name is timed at every shape of the profile
                 for b in self.batch:
                     for t in self.seq:
                         for dt in self.dtypes:

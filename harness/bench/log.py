@@ -132,8 +132,9 @@ def load_rows(path: Path) -> list[Row]:
         raise ResultsFileError(f"'{path}' is not JSON: {exc.msg} (line {exc.lineno})") from None
     if isinstance(data, dict) and "benchmarks" in data:
         return typed_rows(rows_from_pytest_benchmark(data))
-    if isinstance(data, dict) and "rows" in data:
-        data = data["rows"]
+    if isinstance(data, dict) and "rows" in data:  # a results.json: its matmul peaks, then its cases
+        peaks = data.get("peaks") if isinstance(data.get("peaks"), list) else []
+        data = [p for p in peaks if isinstance(p, dict) and p.get("kind") == "peak"] + data["rows"]
     if not isinstance(data, list) or not all(isinstance(r, dict) and "key" in r for r in data):
         raise ResultsFileError(f"'{path}' is not a results file of this harness (rows with a 'key')")
     return typed_rows(data)

@@ -30,8 +30,9 @@ from harness.bench.log import (
     refuse_foreign_log,
     stamp_difference,
 )
+from harness.bench.measured import Rounds, Status
 from harness.bench.memprobe import MemProbe
-from harness.bench.row import BenchRow, Environment, Measurement, PeakRow, Rounds, RowSpec, Status
+from harness.bench.row import BenchRow, Environment, Measurement, PeakRow, RowSpec
 from harness.check.runs import fill_overflow
 from harness.registry import get_variant, reference_of
 

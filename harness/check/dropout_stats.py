@@ -24,7 +24,7 @@ declared number of masks. In train mode, on the first config, float64:
   train output equals the eval output (float64's bound); a dropout on the whole residual
   sum (``dropout(x + a)``) or on the stream itself changes it.
 
-Cost, measured on the registry: see the README (dropout by statistics).
+Cost, measured on the registry: see docs/verdicts.md (dropout by statistics).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ Two separate questions, two rules:
   dozen elements the largest error is one draw from the tail, so its ratio to the
   reference's swings with the shape; random (seed, shape) draws raised false alarms on
   PyTorch's own modules. ``benchmarks/precision_calibration.py`` measures both ratios'
-  distributions and the false-alarm rates over 200 draws (the README gives the figures).
+  distributions and the false-alarm rates over 200 draws (docs/verdicts.md gives the figures).
   ``allowed`` stays on the largest error: it is what a pair of oracles can resolve.
 """
 
@@ -113,7 +113,7 @@ def rms_error(a: torch.Tensor, oracle: torch.Tensor) -> tuple[float, int]:
 # of a root mean square of n roughly independent terms has sd ~ 1/sqrt(2n); a ratio of two,
 # 1/sqrt(n)). Below ~20 elements (a bias gradient of D = 8) that noise exceeds the factor,
 # so the allowance is the larger of the factor and exp(SIZE_Z / sqrt(n)), SIZE_Z standard
-# deviations chosen with benchmarks/precision_calibration.py (the README gives the figures).
+# deviations chosen with benchmarks/precision_calibration.py (docs/verdicts.md gives the figures).
 SIZE_Z = 4.5
 
 

@@ -248,6 +248,20 @@ def _coverage(rows, profile: str, device: str) -> str:
             f"measured** (the sweep was stopped; families with missing cases: {', '.join(families)}).")
 
 
+def _like_reference(rows, old, reference: str, threshold: float):
+    """(old rows, path) of the committed reference when it measured some case as this run
+    does (same machine, torch, threads, --min-time); else (None, None) and one line saying
+    why: a reference from another machine or profile is no default comparison."""
+    compared = compare_with(frame(rows)[0], old, threshold)
+    if compared["change"].notna().any():
+        return old, reference
+    notes = [n for n in compared["change_note"] if n]
+    why = f"measured otherwise there: {'; '.join(dict.fromkeys(notes))}" if notes else "no case measured in both"
+    print(f"note: not compared with {reference} ({why}); --compare FILE compares with an earlier run",
+          file=sys.stderr)
+    return None, None
+
+
 def _check_configs(args) -> dict[str, Config]:
     """The configs the report's check runs on: the default one (quick), the whole matrix
     (full), or with --set the one config it gives (as ``check --set``)."""
@@ -318,6 +332,8 @@ def cmd_report(args) -> int:
             return 130
         if interrupted:
             note = "Interrupted: the sweep is incomplete."
+    if old is not None and not args.compare:
+        old, compare = _like_reference(rows, old, compare, args.threshold)
     report = write_report(rows, out, results=results, paths=paths, old_rows=old, threshold=args.threshold,
                           profile=profile, note=note, compared_with=compare)
     print_targets(rows)

@@ -10,9 +10,10 @@ import pandas as pd
 from tabulate import tabulate
 
 from harness.bench.flops import FUSED_TILES
-from harness.bench.row import CUDA_FUSED_OPS, FlopBasis, Status
+from harness.bench.measured import Status
+from harness.bench.row import CUDA_FUSED_OPS, FlopBasis
 from harness.report.bench_frame import frame
-from harness.report.targets import MET_TEXT, evaluate, targets_for
+from harness.report.targets import MET_TEXT, asked_targets, evaluate
 
 
 def _ms(x) -> str:
@@ -244,6 +245,6 @@ def print_targets(rows: list[dict]) -> None:
         return
     for line in counting_errors(cases):
         print(line, file=sys.stderr)
-    for t in targets_for(cases):
+    for t in asked_targets(cases):
         e = evaluate(t, cases)
         print(f"target: {e['target']}: {MET_TEXT[e['met']]} ({e['measured']}; threshold {e['threshold']})")

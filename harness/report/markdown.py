@@ -1,4 +1,6 @@
-"""The report: ``reports/<device>/<profile>/`` with REPORT.md, results.csv, results.json and PNG plots.
+"""The report: ``reports/<device>/<profile>/`` with REPORT.md (the first screen: the summary, the
+targets, the method), TABLES.md and VERDICTS.md (the long tables), results.csv, results.json and
+PNG plots.
 
 Tables through pandas + tabulate; plots through matplotlib (Agg). Made from benchmark
 rows (a bench log, a results.json or a pytest-benchmark JSON) and, when given, the
@@ -20,7 +22,7 @@ from tabulate import tabulate
 from harness.base.errors import HarnessError, ResultsFileError
 from harness.base.files import atomic_write, make_public, output_lock
 from harness.bench.flops import FUSED_TILES
-from harness.bench.row import Status
+from harness.bench.measured import Status
 from harness.bench.timing import CPU_PEAK_METHOD, CUDA_PEAK_METHOD, PEAK_FRACTION, PEAK_SPREAD_LIMIT
 from harness.check.results import PairResult, PathResult
 from harness.families.catalog import get_family
@@ -44,7 +46,7 @@ from harness.report.tables import (
     traits_table,
     verdict_matrix,
 )
-from harness.report.targets import MET_TEXT, evaluate, targets_for
+from harness.report.targets import MET_TEXT, asked_targets, evaluate
 
 
 def method_lines(cases: pd.DataFrame, device: str) -> list[str]:
@@ -93,7 +95,7 @@ def method_lines(cases: pd.DataFrame, device: str) -> list[str]:
         "shown as such, never as a fraction. Formulas added for the CPU flash kernel, SDPA's CUDA kernels and "
         "torch's fused MHA / encoder fast paths, which torch does not count as executed.",
         "- `% peak`: executed FLOP/s over the FLOP/s of the square matmul timed in the same rounds, same dtype "
-        "(per family below, with its spread and the load average). Above 100% it is a **counting error** "
+        "(per family in TABLES.md, with its spread and the load average). Above 100% it is a **counting error** "
         "(FLOPs counted that no kernel executed), named in the list at the top, never a figure.",
         "- A group is **disturbed** when the 1-minute load average at its start or end exceeds the cores + 0.5, "
         f"its matmul peak is below {PEAK_FRACTION:.0%} of the best group peak of the run (same dtype), "
@@ -150,7 +152,7 @@ def write_report(
     return out / "REPORT.md"
 
 
-REPORT_FILES = ("REPORT.md", "results.json", "results.csv")
+REPORT_FILES = ("REPORT.md", "TABLES.md", "VERDICTS.md", "results.json", "results.csv")
 
 
 def refuse_foreign_report(out: Path) -> None:
@@ -190,10 +192,17 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
     plots = plot_sweeps(cases, out)
     verdict_png = plot_verdicts(results, "float32" if device == "cpu" else "bfloat16", out) if results else None
 
-    lines = [f"# Benchmark report: {env.get('device_name', device)}", ""]
+    title = env.get("device_name", device)
+    lines = [f"# Benchmark report: {title}", ""]
     lines += [f"Profile `{profile}`, made {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC by "
               f"`python -m harness report`. {note}".rstrip(), ""]
-    lines += summary_table(cases, results)
+    lines += summary_table(cases, results, peaks)
+    families = list(cases["family"].unique())
+    lines += ["---", "", "## The long tables", "",
+              "Per family, time, rate, memory and kernel path of every case: [TABLES.md](TABLES.md)"
+              + ("; every verdict matrix, the declared differences and the kernel paths with and without "
+                 "autograd: [VERDICTS.md](VERDICTS.md)" if results else "")
+              + "; every row with its environment: `results.csv`, `results.json`.", ""]
     lines += machine_state(cases, peaks)
     errors = counting_errors(cases)
     if errors:
@@ -201,62 +210,73 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
                   "them.** No kernel does: their FLOPs count work that was not executed, so their fraction of "
                   "the peak is no figure (`counting error` in the tables) and decides no target.", "",
                   *(f"- {e}" for e in errors), ""]
+    lines += targets_section(cases)
+    lines += method_lines(cases, device)
+    compared = []
+    if old_rows is not None:
+        n_reg = int(cases["regression"].sum())
+        compared = [f"Compared with `{compared_with or 'an earlier run'}`: {n_reg} regression(s) beyond "
+                    f"{threshold:.0%} (`change` column: median time against the old median, where the same case "
+                    "was measured there)." + unlike_text(cases), ""]
+        lines += compared
     lines += ["## Environment", "", tabulate(
         [(k, env.get(k, "")) for k in ENV_KEYS] + [("device", device)],
         headers=["", ""], tablefmt="github"), "",
-        "The matmul peak is timed beside each group's rows, in the same rounds (per family below).", ""]
-
-    lines += ["## Targets", ""]
-    evaluated = [evaluate(t, cases) for t in targets_for(cases)]
-    lines += [tabulate(pd.DataFrame([{**e, "met": MET_TEXT[e["met"]]} for e in evaluated]),
-                       headers="keys", tablefmt="github", showindex=False) if evaluated else
-              f"No target is registered for {device}.", ""]
-    lines += method_lines(cases, device)
-    if old_rows is not None:
-        n_reg = int(cases["regression"].sum())
-        lines += [f"Compared with `{compared_with or 'an earlier run'}`: {n_reg} regression(s) beyond "
-                  f"{threshold:.0%} (`change` column: median time against the old median, where the same case "
-                  "was measured there)." + unlike_text(cases), ""]
-
-    for family in cases["family"].unique():
-        ref = reference_of(family)
-        lines += [f"## {family}", "", f"Call: `{get_family(family).call}`. Baseline: "
-                  f"`{ref.id if ref else '-'}`.", "", family_table(cases, family), ""]
-        mech = mechanisms_table(cases, family)
-        if mech:
-            lines += ["Kernel paths at the largest shape measured, and what they mean:", "", mech, ""]
-        pk = peaks_table(peaks, family)
-        if pk:
-            lines += ["Matmul peak timed beside these rows:", "", pk, ""]
-        for p in plots:
-            if p.startswith((f"time_{family}_", f"memory_{family}_")):
-                lines += [f"![{p}]({p})", ""]
-
-    if results:
-        lines += ["## Verdicts", "", LEGEND, ""]
-        if verdict_png:
-            lines += [f"![verdicts]({verdict_png})", ""]
-        for family in dict.fromkeys(r.family for r in results):
-            fam = get_family(family)
-            dtypes = sorted({r.dtype for r in results if r.family == family})
-            lines += [f"### {family}", "", "Declared traits, side by side:", "", traits_table(family, "github"), "",
-                      f"Cases, one symbol each: {', '.join(c.name for c in fam.cases)}.", ""]
-            for dt in dtypes:
-                lines += [f"{dt}:", "", verdict_matrix(results, family, dt, "github"), ""]
-        one = [r for r in results if r.dtype in ("float32", "bool", "bfloat16")]
-        lines += ["### Differences and their declared reasons", "", differences_table(one, "github"), ""]
-        if paths:
-            lines += ["### Kernel paths: autograd vs no_grad", "", paths_table(paths, "github"), ""]
-        bad = [r for r in results if not r.ok]
-        lines += [f"{len(results)} comparisons, {len(bad)} contradict their declarations.", ""]
-
+        "The matmul peak is timed beside each group's rows, in the same rounds (per family in TABLES.md).", ""]
     lines += models_section(out.parent.parent / "models")
-
     failed = cases[cases["status"] != Status.OK]
     if len(failed):
         lines += ["## Not measured", "", tabulate(failed[["key", "status", "error"]], headers="keys",
                                                   tablefmt="github", showindex=False), ""]
     atomic_write(out / "REPORT.md", fit_width("\n".join(lines)) + "\n")
+
+    tables = [f"# Benchmark tables: {title}", "", f"Profile `{profile}`; the summary, the targets and the "
+              "method are in [REPORT.md](REPORT.md).", "", *compared]
+    for family in families:
+        ref = reference_of(family)
+        tables += [f"## {family}", "", f"Call: `{get_family(family).call}`. Baseline: "
+                   f"`{ref.id if ref else '-'}`.", "", family_table(cases, family), ""]
+        mech = mechanisms_table(cases, family)
+        if mech:
+            tables += ["Kernel paths at the largest shape measured, and what they mean:", "", mech, ""]
+        pk = peaks_table(peaks, family)
+        if pk:
+            tables += ["Matmul peak timed beside these rows:", "", pk, ""]
+        for p in plots:
+            if p.startswith((f"time_{family}_", f"memory_{family}_")):
+                tables += [f"![{p}]({p})", ""]
+    atomic_write(out / "TABLES.md", fit_width("\n".join(tables)) + "\n")
+
+    if results:
+        verdicts = [f"# Verdicts: {title}", "", "The check's verdicts behind the summary of "
+                    "[REPORT.md](REPORT.md).", "", LEGEND, ""]
+        if verdict_png:
+            verdicts += [f"![verdicts]({verdict_png})", ""]
+        for family in dict.fromkeys(r.family for r in results):
+            fam = get_family(family)
+            dtypes = sorted({r.dtype for r in results if r.family == family})
+            verdicts += [f"## {family}", "", "Declared traits, side by side:", "", traits_table(family, "github"), "",
+                         f"Cases, one symbol each: {', '.join(c.name for c in fam.cases)}.", ""]
+            for dt in dtypes:
+                verdicts += [f"{dt}:", "", verdict_matrix(results, family, dt, "github"), ""]
+        one = [r for r in results if r.dtype in ("float32", "bool", "bfloat16")]
+        verdicts += ["## Differences and their declared reasons", "", differences_table(one, "github"), ""]
+        if paths:
+            verdicts += ["## Kernel paths: autograd vs no_grad", "", paths_table(paths, "github"), ""]
+        bad = [r for r in results if not r.ok]
+        verdicts += [f"{len(results)} comparisons, {len(bad)} contradict their declarations.", ""]
+        atomic_write(out / "VERDICTS.md", fit_width("\n".join(verdicts)) + "\n")
+
+
+def targets_section(cases: pd.DataFrame) -> list[str]:
+    """The targets that name a variant measured here; none of the others (a report of a
+    user's variants says nothing about targets nobody asked for)."""
+    asked = asked_targets(cases)
+    if not asked:
+        return []
+    evaluated = [evaluate(t, cases) for t in asked]
+    return ["## Targets", "", tabulate(pd.DataFrame([{**e, "met": MET_TEXT[e["met"]]} for e in evaluated]),
+                                       headers="keys", tablefmt="github", showindex=False), ""]
 
 
 def unlike_text(cases: pd.DataFrame) -> str:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from harness.base.files import save_figure
 from harness.base.verdicts import Verdict
-from harness.bench.row import Status
+from harness.bench.measured import Status
 from harness.check.results import PairResult
 from harness.families.catalog import get_family
 from harness.registry import reference_of, variants_of

@@ -1,10 +1,12 @@
-"""REPORT.md's first table: one row per variant, answering both questions side by side:
-is it equivalent to its family's reference, and how much faster or slower is it."""
+"""REPORT.md's first screen: the machine's state, then one table with a row per variant
+answering the three questions side by side: is it the same as its family's reference, how
+much faster or slower is it forward and forward + backward, and how much memory does it
+take. Rows measured in a disturbed window are marked and not claimed."""
 
 from __future__ import annotations
 
 import math
-import textwrap
+import re
 from dataclasses import dataclass
 
 import pandas as pd
@@ -15,6 +17,8 @@ from harness.check.results import PairResult
 from harness.registry import reference_of
 
 REASON_WIDTH = 56
+MODES = ("fwd", "fwd+bwd")
+NOT_CLAIMED = "(d) not claimed"
 
 
 def _verdict(value) -> Verdict:
@@ -83,9 +87,37 @@ def verdict_against_reference(family: str, variant: str, results: list[PairResul
     return str(reference_verdict(family, variant, results))
 
 
+def short_verdict(outcome: ReferenceVerdict | str) -> str:
+    """The summary's cell: the verdict and the names of the traits that explain it
+    ('different: eps, norm_formula'), the dtypes where a declared error took the place of a
+    comparison; '!' first where it contradicts the declaration."""
+    if isinstance(outcome, str):  # 'reference', or '-' where no pair ran
+        return outcome
+    v = outcome.verdict
+    text = "-" if v is None else "equivalent" if v.agrees else str(v)
+    if v is not None and not v.agrees:
+        traits = re.findall(r"(?:^|; )(\w+): ", outcome.why)
+        if traits:
+            text += ": " + ", ".join(dict.fromkeys(traits))
+        elif outcome.why and outcome.why != str(v):
+            text += ": " + outcome.why[:30]
+    dtypes = list(dict.fromkeys(dtype for dtype, _ in outcome.declared_errors))
+    if dtypes:
+        text += f"; {', '.join(dtypes)}: declared error"
+    return ("! " if outcome.contradicts else "") + text
+
+
+def _disturbed(row: pd.Series) -> bool:
+    return isinstance(row.get("disturbed"), str) and bool(row.get("disturbed"))
+
+
 def _ratio(row: pd.Series | None) -> str:
-    if row is None or row.get("status") != "ok":
-        return "-" if row is None else str(row.get("status"))
+    if row is None:
+        return "-"
+    if row.get("status") != "ok":
+        return str(row.get("status"))
+    if _disturbed(row):
+        return NOT_CLAIMED
     r, lo, hi = (row.get(k) for k in ("vs_baseline", "vs_baseline_lo", "vs_baseline_hi"))
     if r is None or not isinstance(r, float) or math.isnan(r):
         return "-"
@@ -101,35 +133,83 @@ def _mib(row: pd.Series | None) -> str:
     return f"{value / 2**20:.3g}"
 
 
-def summary_table(cases: pd.DataFrame, results: list[PairResult] | None) -> list[str]:
-    """The summary section: per family, the headline shape (the largest B*T measured, eager,
-    the first dtype); per variant, its verdict and its speed against the baseline there."""
-    lines = ["## Summary: equivalent to the reference? how much faster or slower?", "",
-             *textwrap.wrap("One row per variant. Verdict: against its family's reference, over every case, "
-                            "dtype and config the check ran. Speed: `vs baseline` = baseline time / variant "
-                            "time (> 1 is faster) at the family's headline shape (the largest timed in both "
-                            "modes), with its 90% bootstrap interval (widened to contain the ratio where the "
-                            "resampling missed it); memory: peak MiB of forward + backward there. The long "
-                            "tables follow.", 100), ""]
+def headline_shapes(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per mode, one family's rows at its headline shape: the largest B*T (then D) timed in
+    that mode, eager, in the family's first dtype."""
+    out = {}
+    for mode in MODES:
+        m = rows[rows["mode"] == mode]
+        if m.empty:
+            continue
+        size = m["batch"] * m["seq"] * 100_000 + m["d_model"]
+        out[mode] = m[size == size.max()]
+    return out
+
+
+def _shape(rows: pd.DataFrame) -> str:
+    r = rows.iloc[0]
+    return f"B={r['batch']} T={r['seq']} D={r['d_model']}"
+
+
+def machine_lines(cases: pd.DataFrame, peaks: pd.DataFrame) -> list[str]:
+    """The first lines: where it ran, how loaded, and whether any group was disturbed."""
+    first = cases.iloc[0]
+    where = (f"Machine: {first.get('device_name') or first.get('device')}, {first.get('cpu_count', '?')} cores, "
+             f"threads {first.get('threads', '?')}, torch {first.get('torch', '?')}")
+    if peaks.empty or "disturbed" not in peaks:
+        if cases.get("interleaved", pd.Series(dtype=object)).fillna(False).astype(bool).any():
+            return [where + ". The matmul peaks timed beside these rows are not in their file: whether the "
+                    "machine was disturbed is not known.", ""]
+        return [where + ". Not timed in interleaved groups (e.g. pytest-benchmark rows): no ratio is claimed.", ""]
+    loads = [x for ls in peaks["load"] for x in ls if x is not None]
+    where += f"; load average {min(loads):.1f}-{max(loads):.1f}" if loads else ""
+    bad = int(peaks["disturbed"].astype(bool).sum())
+    if bad:
+        return [where + f". **{bad} of {len(peaks)} groups were timed while the machine was disturbed**: "
+                f"their rows show `{NOT_CLAIMED}` (the reasons are below the rule).", ""]
+    return [where + f". No group of {len(peaks)} was disturbed.", ""]
+
+
+def summary_table(cases: pd.DataFrame, results: list[PairResult] | None,
+                  peaks: pd.DataFrame | None = None) -> list[str]:
+    """The first screen: the machine's state, then per variant (references apart: they are
+    the 1.00x every ratio is taken against) its verdict against the family's reference, its
+    speed against the baseline forward and forward + backward at the headline shape of each
+    mode, with the 90% interval, and its peak memory."""
+    peaks = pd.DataFrame() if peaks is None else peaks
     eager = cases[~cases.get("compiled", pd.Series(False, index=cases.index)).fillna(False).astype(bool)]
-    table = []
+    table, baselines, shapes = [], [], {}
     for family, rows in eager.groupby("family", sort=False):
-        dtype = rows["dtype"].iloc[0]
-        rows = rows[rows["dtype"] == dtype]
-        size = rows["batch"] * rows["seq"]
-        both = [n for n in size.unique()
-                if set(rows[size == n]["mode"]) >= {"fwd", "fwd+bwd"}]  # a shape timed in both modes
-        head = rows[size == (max(both) if both else size.max())]
-        b, t, d = head.iloc[0][["batch", "seq", "d_model"]]
-        for variant in dict.fromkeys(head["variant"]):
-            mine = head[head["variant"] == variant]
-            pick = {m: (mine[mine["mode"] == m].iloc[0] if (mine["mode"] == m).any() else None)
-                    for m in ("fwd", "fwd+bwd")}
-            table.append({"family": family, "variant": variant,
-                          "verdict vs reference": verdict_against_reference(family, variant, results),
-                          "fwd vs baseline": _ratio(pick["fwd"]), "fwd+bwd vs baseline": _ratio(pick["fwd+bwd"]),
-                          "peak MiB": _mib(pick["fwd+bwd"] if pick["fwd+bwd"] is not None else pick["fwd"]),
-                          "at": f"B={b} T={t} D={d} {dtype}"})
-    if not table:
-        return []
-    return lines + [tabulate(pd.DataFrame(table), headers="keys", tablefmt="github", showindex=False), ""]
+        rows = rows[rows["dtype"] == rows["dtype"].iloc[0]]
+        heads = headline_shapes(rows)
+        shape_text = ", ".join(f"{mode} {_shape(h)}" for mode, h in heads.items())
+        shapes.setdefault(f"{shape_text} {rows['dtype'].iloc[0]}", []).append(family)
+        ref = reference_of(family)
+        if ref is not None:
+            baselines.append(f"{family} `{ref.id}`")
+        for variant in dict.fromkeys(rows["variant"]):
+            if ref is not None and variant == ref.id:
+                continue
+            pick = {}
+            for mode, h in heads.items():
+                mine = h[h["variant"] == variant]
+                pick[mode] = mine.iloc[0] if len(mine) else None
+            memory = pick.get("fwd+bwd") if pick.get("fwd+bwd") is not None else pick.get("fwd")
+            table.append({"variant": f"{family}/{variant}",
+                          "verdict vs reference": short_verdict(reference_verdict(family, variant, results)),
+                          "fwd vs baseline [90%]": _ratio(pick.get("fwd")),
+                          "fwd+bwd vs baseline [90%]": _ratio(pick.get("fwd+bwd")),
+                          "peak MiB": _mib(memory)})
+    lines = machine_lines(cases, peaks) if not cases.empty else []
+    lines += ["## Summary: the same as the reference? faster? lighter?", ""]
+    if table:
+        lines += [tabulate(pd.DataFrame(table), headers="keys", tablefmt="github", showindex=False), ""]
+    else:
+        lines += ["Only the families' references were timed: no variant to compare with them.", ""]
+    lines += [
+        "Speed: baseline time / variant time (> 1 is faster) with its 90% bootstrap interval; `-`: not timed at "
+        "that shape. Peak MiB: tensor memory, forward + backward where timed. `!`: the verdict contradicts what "
+        "the variant declares.",
+        "Baselines (1.00x): " + "; ".join(baselines) + ".",
+        "Shapes: " + "; ".join(f"{', '.join(fams)}: {text}" for text, fams in shapes.items()) + ".", ""]
+    return lines

@@ -10,7 +10,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from harness.bench.row import FlopBasis, Status
+from harness.bench.measured import Status
+from harness.bench.row import FlopBasis
 from harness.bench.timing import INTERVAL_LEVEL, ratio_of_medians
 from harness.registry import TARGETS, Target, reference_of
 
@@ -20,6 +21,13 @@ def targets_for(cases: pd.DataFrame) -> list[Target]:
     decides the CUDA targets, a CPU report the CPU ones); a target naming no device, always."""
     kinds = {str(d).split(":")[0] for d in cases["device"].dropna()} if "device" in cases else set()
     return [t for t in TARGETS if t.device is None or t.device in kinds]
+
+
+def asked_targets(cases: pd.DataFrame) -> list[Target]:
+    """The targets of ``targets_for`` whose variant was measured in ``cases``: a report of a
+    user's variants, or of one family, says nothing about targets nobody asked for."""
+    measured = set(cases["variant"]) if "variant" in cases else set()
+    return [t for t in targets_for(cases) if t.variant in measured]
 
 
 def _select(df: pd.DataFrame, family: str, variant: str, where: Mapping[str, object]) -> pd.DataFrame:

@@ -11,7 +11,7 @@ entries zeroed for both, as the check does), on each of the family's cases, in f
   overlap of the top-``TOP_K`` sets;
 - greedy tokens with the first differing step are ``harness.systems.decoding.compare_greedy``.
 
-What each can hide is in the README ("Model parity metrics"). The bound: a pair agrees when
+What each can hide is in docs/models.md ("Model parity metrics"). The bound: a pair agrees when
 its worst per-token KL is at most ``KL_BOUND`` (float32, each side renormalised in float64).
 Measured on this registry (default and GQA configs, load average 2): equivalent pairs reach
 at most 5.4e-13 (nanogpt ~ torch_pre_gelu); the smallest declared difference, LayerNorm eps
