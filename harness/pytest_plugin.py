@@ -164,8 +164,14 @@ def pytest_configure(config):
 
     base = config.invocation_params.dir
     paths = [Path(f) if Path(f).is_absolute() else base / f for f in files]
+    from harness.check.declared import oracle_refusal
+
     try:
-        load_all(files)
+        for variant in load_all(files):  # a declaration the oracle refuses: refused at load, as the CLI does
+            refusal = oracle_refusal(variant)
+            if refusal:
+                raise HarnessError(f"variant '{variant.key}' ({variant.origin}) declares traits its family's "
+                                   f"oracle refuses ({refusal}); declare what the code does")
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     resolved = frozenset(p.resolve() for p in paths)

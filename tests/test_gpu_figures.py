@@ -16,7 +16,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from harness.bench import counters
 from harness.bench.flops import FUSED_TILES, FlopCount, _tile_pairs
-from harness.bench.row import BenchRow, FlopBasis
+from harness.bench.measured import FlopBasis
+from harness.bench.row import BenchRow
 from harness.cli.main import main
 
 aten = torch.ops.aten

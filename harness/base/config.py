@@ -141,6 +141,8 @@ class Config:
                 raise ConfigError(
                     f"bad --set {item!r}: expected KEY=VALUE with KEY one of {sorted(types)}"
                 )
+            if key in changes:  # a repeated key is never meant as "the last one wins"
+                raise ConfigError(f"--set {key} is given twice ({key}={changes[key]!r} and {item!r}): give it once")
             kind = _KINDS.get(key, "a number" if types[key] == "float" else "an integer")
             try:
                 changes[key] = _PARSERS.get(key, float if types[key] == "float" else int)(raw)

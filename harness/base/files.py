@@ -7,12 +7,39 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import signal
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from harness.base.errors import HarnessError
+from harness.base.output import write_failed
 
 OUTPUT_MAGIC = "attention-harness"
+# The schema of every JSON object and log header the harness writes (``"schema": N``). A file
+# without it is schema 1 (written before files carried it); readers take every schema up to
+# this one and refuse a later one in one line (``read_json``).
+SCHEMA_VERSION = 2
+
+
+def read_text(path: str | Path) -> str:
+    """A file the harness reads (JSON, a log), as text: UTF-8, a byte-order mark tolerated."""
+    return Path(path).read_bytes().decode("utf-8-sig")
+
+
+def check_schema(data: object, path: str | Path, field: str = "schema") -> None:
+    """Refuse, in one line naming the field and the versions, an object written by a later
+    version of the harness (``field`` above ``SCHEMA_VERSION``); earlier ones are read."""
+    version = data.get(field) if isinstance(data, dict) else None
+    if version is None:
+        return
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise HarnessError(f"'{path}': field '{field}' is {version!r}, not a schema number (1 to {SCHEMA_VERSION})")
+    if version > SCHEMA_VERSION:
+        raise HarnessError(f"'{path}' is schema {version} (field '{field}'), written by a later version of the "
+                           f"harness; this version reads schema 1 to {SCHEMA_VERSION}: update the harness to read it")
 
 
 def _group_mode(directory: bool) -> int:
@@ -33,13 +60,19 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     ends normally, removed when it raises (an interrupt included): ``target`` is either its old
     self or the new whole file, never a part."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_failed(target, exc) from None
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}{target.suffix}"
     try:
-        yield tmp
-        if tmp.exists():
-            make_public(tmp)
-            os.replace(tmp, target)
+        try:
+            yield tmp
+            if tmp.exists():
+                make_public(tmp)
+                os.replace(tmp, target)
+        except OSError as exc:  # a full disk, a folder that cannot be written: one line naming the path
+            raise write_failed(target, exc) from None
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -70,7 +103,7 @@ def is_own_json(path: Path) -> bool:
     list of records (what ``list``, ``bench`` and ``train-step`` write; the one shape a user's
     file could share, see docs/data-safety.md)."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path))
     except (OSError, UnicodeDecodeError, ValueError):
         return False
     if isinstance(data, dict):
@@ -153,6 +186,54 @@ def output_lock(target: str | Path, what: str) -> Iterator[None]:
             if lock.read_text().strip() == str(os.getpid()):
                 lock.unlink()
 
+
+
+@contextlib.contextmanager
+def held_signals() -> Iterator[None]:
+    """Ctrl-C (SIGINT) and SIGTERM held off while the block runs, delivered after it: a set of
+    renames is never cut half-way."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def file_set(folder: str | Path) -> Iterator[Path]:
+    """One output made of several files (copy_task.json/.md/.png): the block writes them into
+    the yielded staging folder (hidden, inside ``folder``); when it ends normally they replace
+    their namesakes in ``folder`` together, with Ctrl-C held off; when it raises (an interrupt
+    included) nothing in ``folder`` has changed. Never some files new and some old."""
+    folder = Path(folder)
+    created = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(dir=folder, prefix=f".new-{os.getpid()}-"))
+    except OSError as exc:
+        raise write_failed(folder, exc) from None
+    try:
+        try:
+            yield stage
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            if created:  # a folder this run made, left empty: gone again
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
+        names = sorted(p.name for p in stage.iterdir() if p.is_file() and not p.name.startswith("."))
+        try:
+            with held_signals():
+                for name in names:
+                    make_public(stage / name)
+                    os.replace(stage / name, folder / name)
+        except OSError as exc:
+            raise write_failed(folder, exc) from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def save_figure(fig: Any, target: str | Path, **kwargs: Any) -> None:

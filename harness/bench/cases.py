@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from harness.base.boundary import user_code
 from harness.base.config import Config
 from harness.base.dtypes import PRECISION_DTYPES, dtype_of
 from harness.base.errors import ConfigError, UnknownName
@@ -309,7 +310,8 @@ def prepare(case: BenchCase) -> Prepared:
             for leaf in leaves:  # fresh gradients each call: no accumulation in the timing
                 leaf.grad = None
             out = forward()
-            out.backward(grad_out)
+            with user_code("backward"):
+                out.backward(grad_out)
             return out
         return forward, step
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.base.errors import ResultsFileError
-from harness.base.files import atomic_write
-from harness.bench.row import BenchRow, Row, typed_rows
+from harness.base.files import atomic_write, check_schema, read_text
+from harness.bench.row import BenchRow, Row, require_fields, typed_rows
 from harness.bench.timing import PEAK_FRACTION
 from harness.registry import REGISTRY
 
@@ -55,7 +55,7 @@ def is_own_log(log: Path) -> bool:
     if not log.is_file():
         return True
     with log.open("rb") as f:
-        first = f.readline().decode(errors="replace").strip()
+        first = f.readline().removeprefix(b"\xef\xbb\xbf").decode(errors="replace").strip()
         more = f.read(1)
     if not first and not more:
         return True
@@ -87,10 +87,21 @@ def read_jsonl(path: Path, *, quiet: bool = False) -> list[dict]:
         return rows
     if path.is_dir():
         raise ResultsFileError(f"bench log '{path}' is a directory, not a JSONL file")
-    lines = [(n, line) for n, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+    try:
+        text = read_text(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsFileError(f"cannot read bench log '{path}': {getattr(exc, 'strerror', None) or exc}") from None
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     for i, (n, line) in enumerate(lines):
         try:
             rows.append(json.loads(line))
+            if isinstance(rows[-1], dict) and rows[-1].get("harness_log") == LOG_MAGIC:
+                check_schema(rows[-1], path)
+                if i > 0:  # only a log's first line is its header
+                    raise ResultsFileError(
+                        f"{path}:{n} starts another log (a second header line): two logs concatenated into one "
+                        "file are not one sweep; give each log as its own --from (shards of one sweep are read "
+                        "together)")
         except json.JSONDecodeError:
             if i == len(lines) - 1:
                 if not quiet:
@@ -104,7 +115,7 @@ def read_jsonl(path: Path, *, quiet: bool = False) -> list[dict]:
 
 def _rewrite_without_cut_line(path: Path, rows: list[dict]) -> None:
     """Before appending to a log whose last line was cut off, write it back whole."""
-    if len([x for x in path.read_text().splitlines() if x.strip()]) > len(rows):
+    if len([x for x in read_text(path).splitlines() if x.strip()]) > len(rows):
         atomic_write(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))
 
 
@@ -113,7 +124,13 @@ def _rewrite_without_cut_line(path: Path, rows: list[dict]) -> None:
 
 def load_rows(path: Path) -> list[Row]:
     """Typed rows (case and matmul-peak rows) from a bench log (JSONL), a results.json, or a
-    pytest-benchmark JSON."""
+    pytest-benchmark JSON; a case row without a field the tables need is refused."""
+    rows = _load_rows(path)
+    require_fields(rows, f"'{path}'")
+    return rows
+
+
+def _load_rows(path: Path) -> list[Row]:
     if not path.exists():
         raise ResultsFileError(f"results file '{path}' does not exist")
     if path.is_dir():
@@ -121,7 +138,7 @@ def load_rows(path: Path) -> list[Row]:
     if not path.is_file():  # a pipe would block the read; a device is no results file
         raise ResultsFileError(f"results file '{path}' is not a regular file (a device, a pipe or a socket)")
     try:
-        text = path.read_text()
+        text = read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultsFileError(f"cannot read results file '{path}': {getattr(exc, 'strerror', None) or exc}") from None
     if path.suffix == ".jsonl":
@@ -130,6 +147,7 @@ def load_rows(path: Path) -> list[Row]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ResultsFileError(f"'{path}' is not JSON: {exc.msg} (line {exc.lineno})") from None
+    check_schema(data, path)
     if isinstance(data, dict) and "benchmarks" in data:
         return typed_rows(rows_from_pytest_benchmark(data))
     if isinstance(data, dict) and "rows" in data:  # a results.json: its matmul peaks, then its cases

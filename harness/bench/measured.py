@@ -1,5 +1,6 @@
-"""The parts of a measurement that are more than a number: its ``Status``, the raw
-``Rounds`` of its interleaved window, and the ``Statistics`` derived from them the way
+"""The parts of a measurement that are more than a number: its ``Status``, what its FLOPs
+count (``FlopBasis``), the raw ``Rounds`` of its interleaved window, and the
+``Statistics`` derived from them the way
 ``torch.utils.benchmark``'s ``Measurement`` derives its median from ``raw_times``
 (``statistics_of``, computed once per rounds). ``harness.bench.row`` holds them in a row."""
 
@@ -11,6 +12,22 @@ from dataclasses import dataclass
 from enum import Enum
 
 from harness.bench import timing
+
+
+class FlopBasis(str, Enum):
+    """What a row's ``flops`` count. ``executed``: the work the kernels ran (a fused causal
+    kernel's skipped tiles not counted); ``dense-equivalent``: every score of QK^T and PV,
+    masked or skipped or not (an attention kernel ran whose skipping is not modelled): its
+    rate is not the machine's work, and no executed fraction of the peak is read from it."""
+
+    EXECUTED = "executed"
+    DENSE_EQUIVALENT = "dense-equivalent"
+
+
+# The fused attention kernels of SDPA's CUDA backends: before the executed counting of
+# ``harness.bench.flops.FUSED_TILES``, torch's dense formulas counted them.
+CUDA_FUSED_OPS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                  "_scaled_dot_product_cudnn_attention")
 
 
 class Status(str, Enum):

@@ -83,7 +83,12 @@ class MemProbe:
             code = self.proc.poll()
             self.proc, self.reason = None, f"the memory probe process died (exit {code})"
             return None, self.reason
-        data = json.loads(answer)
+        try:
+            data = json.loads(answer)
+        except json.JSONDecodeError:  # cannot happen through the worker's own channel; said, never a crash
+            return None, f"the memory probe answered something else than its protocol: {answer.strip()[:80]!r}"
+        if not isinstance(data, dict) or not ("error" in data or "rss_peak_bytes" in data):
+            return None, f"the memory probe answered something else than its protocol: {answer.strip()[:80]!r}"
         if "error" in data:
             return None, f"probe: {data['error']}"
         return int(data["rss_peak_bytes"]), ""

@@ -29,23 +29,7 @@ from enum import Enum
 from typing import Any, Iterable, Mapping, TypeVar
 
 from harness.base.errors import ResultsFileError
-from harness.bench.measured import Rounds, Statistics, Status, statistics_of
-
-
-class FlopBasis(str, Enum):
-    """What a row's ``flops`` count. ``executed``: the work the kernels ran (a fused causal
-    kernel's skipped tiles not counted); ``dense-equivalent``: every score of QK^T and PV,
-    masked or skipped or not (an attention kernel ran whose skipping is not modelled): its
-    rate is not the machine's work, and no executed fraction of the peak is read from it."""
-
-    EXECUTED = "executed"
-    DENSE_EQUIVALENT = "dense-equivalent"
-
-
-# The fused attention kernels of SDPA's CUDA backends: before the executed counting of
-# ``harness.bench.flops.FUSED_TILES``, torch's dense formulas counted them.
-CUDA_FUSED_OPS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-                  "_scaled_dot_product_cudnn_attention")
+from harness.bench.measured import CUDA_FUSED_OPS, FlopBasis, Rounds, Statistics, Status, statistics_of
 
 
 @dataclass(frozen=True)
@@ -167,6 +151,31 @@ KEY_ORDER = (
 )
 
 
+# What every case row must carry: the tables group and label rows by them.
+REQUIRED = ("family", "variant", "batch", "seq", "dtype", "device", "mode", "status")
+# Keys an earlier version wrote under another name: read as today's (old name -> new name).
+# None so far; a rename adds its pair here, and files written before it keep loading.
+RENAMED: dict[str, str] = {}
+
+
+def require_fields(rows: Iterable[Any], where: str) -> None:
+    """Refuse, naming the field, a case row that lacks one of ``REQUIRED`` (what a report
+    groups and labels rows by): read from ``where`` for a table, it could not be placed."""
+    for row in rows:
+        if isinstance(row, BenchRow):
+            missing = [name for name in REQUIRED if row.value(name) is None]
+            if missing:
+                raise ResultsFileError(f"{where}: benchmark row {row.key!r} has no {missing[0]!r}: every case row a "
+                                       f"report reads (schema 1 and 2) carries {', '.join(REQUIRED)} (a key renamed "
+                                       "by hand, or not this harness's row)")
+
+
+def _renamed(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not any(old in data for old in RENAMED):
+        return data
+    return {RENAMED.get(k, k) if RENAMED.get(k, k) not in data else k: v for k, v in data.items()}
+
+
 def _fields(cls: type) -> dict[str, Any]:
     """A dataclass's fields that are JSON keys, with their types."""
     hints = typing.get_type_hints(cls)
@@ -265,6 +274,7 @@ class BenchRow:
         key = _row_key(data, "a benchmark row")
         if data.get("kind", "case") != "case":
             raise ResultsFileError(f"benchmark row {key!r} is a {data.get('kind')!r} row, not a case")
+        data = _renamed(data)
         known = set(KEY_ORDER)
         return cls(_part(RowSpec, data, key), Measurement.from_values(data, key), _part(Environment, data, key),
                    {k: v for k, v in data.items() if k not in known}, tuple(data))

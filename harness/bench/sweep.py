@@ -16,9 +16,10 @@ from typing import Any, Callable, Iterator
 import torch
 from tqdm import tqdm
 
+from harness.base.boundary import describe
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, ResultsFileError, exception_line
-from harness.base.files import make_public, output_lock
+from harness.base.errors import HarnessError, ResultsFileError
+from harness.base.files import SCHEMA_VERSION, make_public, output_lock
 from harness.bench import counters, timing
 from harness.bench.cases import BenchCase, Prepared, case_bytes, prepare, serves_target
 from harness.bench.log import (
@@ -101,7 +102,7 @@ def _failed(m: Measurement, case: BenchCase, exc: Exception) -> None:
         m.status, m.error = Status.OOM, str(exc).splitlines()[0]
         return
     m.status = Status.UNSUPPORTED if case.compiled else Status.ERROR  # e.g. torch.compile unsupported here
-    m.error = exception_line(exc)
+    m.error = describe(exc)
 
 
 def _spec(case: BenchCase, threads: int, baseline: str | None) -> RowSpec:
@@ -358,7 +359,7 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
                     placed = True
 
             if not old:
-                emit({"harness_log": LOG_MAGIC, "kind": "log", "stamp": stamp})
+                emit({"harness_log": LOG_MAGIC, "kind": "log", "schema": SCHEMA_VERSION, "stamp": stamp})
 
             bar = tqdm(todo, desc="bench", unit="group", disable=not progress, dynamic_ncols=True)
             for i, group in enumerate(bar):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping
 
+from harness.base.boundary import FailedReason
 from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.dtypes import default_dtypes
 from harness.check import precision as P
@@ -61,7 +62,9 @@ def _check_family(report: CheckReport, engine: SpecChecker, family_name: str, co
             progress(v.key)
         for config, cfg in configs.items():
             why = v.refuses(cfg, engine.device)
-            if why:
+            if isinstance(why, FailedReason):  # its own supports failed: an error row, not a skip
+                report.specs.append(engine._failed(v, config, family.cases[0].name, dtypes[0], why.error))
+            elif why:
                 report.skipped.append((family_name, v.id, config, why))
         report.specs += engine.check_specs(v, dtypes)
     index = {(s.variant, s.config, s.case, s.dtype): s for s in report.specs if s.family == family_name}

@@ -33,8 +33,9 @@ import math
 
 import torch
 
+from harness.base.boundary import describe
 from harness.base.config import Config
-from harness.base.errors import HarnessError, PortingError, exception_line
+from harness.base.errors import HarnessError, PortingError
 from harness.base.seeding import seed_torch
 from harness.check import precision as P
 from harness.check.results import DropoutResult
@@ -128,7 +129,7 @@ def _guard(family: str, vid: str, check: str, expected: str, fn) -> DropoutResul
     except HarnessError:
         raise
     except Exception as exc:
-        measured, ok = exception_line(exc), False
+        measured, ok = describe(exc, limit=200), False
     return DropoutResult(family, vid, check, expected, measured, ok)
 
 

@@ -6,9 +6,10 @@ import math
 
 import torch
 
+from harness.base.boundary import describe, user_code
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, PortingError, exception_line
+from harness.base.errors import HarnessError, PortingError
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.dropout_stats import DRAW_OPS, statistical_checks
@@ -90,15 +91,16 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
             with torch.nn.utils.stateless._reparametrize_module(module, new_params):
                 return variant.call(module, call_inputs)
 
-        ok = torch.autograd.gradcheck(fn, tuple(tensors), fast_mode=True, raise_exception=False,
-                                      check_undefined_grad=False, **gradcheck_tolerance(variant))
+        with user_code("gradcheck (its backward)", who=variant.key):
+            ok = torch.autograd.gradcheck(fn, tuple(tensors), fast_mode=True, raise_exception=False,
+                                          check_undefined_grad=False, **gradcheck_tolerance(variant))
         note = "" if ok else "the backward disagrees with finite differences of the forward"
     except PortingError as exc:  # the variant's own port fails: its error row
         ok, note = False, f"PortingError: {exc}"[:300]
     except HarnessError:
         raise
     except Exception as exc:
-        ok, note = False, exception_line(exc)
+        ok, note = False, describe(exc)[:300]
     return GradcheckResult(family.name, variant.id, name, case, bool(ok), note)
 
 
@@ -143,7 +145,7 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
         except HarnessError:
             raise
         except Exception as exc:
-            return None, [], exception_line(exc)
+            return None, [], describe(exc, limit=200)
 
     base, _, err0 = forward(cfg, False)
     evald, eval_ops, err1 = forward(dropped, False)

@@ -19,64 +19,19 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from harness.base.boundary import check_output, describe, user_code, variant_failure
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, InputError, PortingError, exception_line
-from harness.base.kernels import PATH_MARKERS
+from harness.base.errors import HarnessError, InputError, PortingError
 from harness.base.verdicts import Verdict
 from harness.check.left_out import undeclared_absent
+from harness.check.recorder import OpRecorder
 from harness.check.results import PathResult
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
-from harness.registry import Variant, build
-
-
-class OpRecorder(TorchDispatchMode):
-    """Records the aten operators that run (to name the kernel path taken)."""
-
-    # higher-order operators (flex_attention, cond, ...) come here too, with this mode popped:
-    # recorded by name and run as they are (without it torch refuses them under any mode)
-    supports_higher_order_operators = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __enter__(self):
-        # flex_attention wraps its op in torch.compile(fullgraph=True), which refuses to run
-        # under a Python dispatch mode (and the failed compile poisons later calls): while
-        # recording, flex runs its op eagerly (its own debug switch), restored on exit
-        import torch.nn.attention.flex_attention as flex
-
-        self._flex_debug = flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
-        flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        import torch.nn.attention.flex_attention as flex
-
-        try:
-            return super().__exit__(*exc)
-        finally:
-            flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = self._flex_debug
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        packet = getattr(func, "overloadpacket", None)
-        self.ops.append(packet.__name__ if packet is not None else str(getattr(func, "_name", func)))
-        return func(*args, **(kwargs or {}))
-
-    def path(self) -> str:
-        seen = []
-        for op in self.ops:
-            for marker in PATH_MARKERS:
-                if op == marker.lstrip("_") or op == marker or op.endswith(marker):
-                    if op not in seen:
-                        seen.append(op)
-        return "+".join(seen) if seen else "explicit ops"
-
+from harness.registry import Variant, build, variant_files
 
 # -- running one variant -------------------------------------------------------------------
 
@@ -207,12 +162,11 @@ def run_variant(
         return run
     except HarnessError:
         raise
-    except Exception as exc:  # a variant that fails on this case/dtype is a finding
-        run.error = exception_line(exc)
+    except Exception as exc:  # a variant that fails on this case/dtype is a finding (UserCodeError included)
+        run.error = describe(exc)
         return run
-    if not isinstance(out, torch.Tensor):  # the user's call adapter or forward: its error row
-        run.error = (f"the call returned {type(out).__name__}, not a tensor (the variant's call adapter "
-                     "must return the output tensor)")
+    if problem := check_output(out, device=device):  # its answer: a tensor on the call's device
+        run.error = problem
         return run
     run.changed = changed_inputs(snap)
     if out.is_floating_point() and out.dtype != dtype:  # a bfloat16 call answered in float32 (a cast dropped)
@@ -223,11 +177,12 @@ def run_variant(
         run.note = "the output does not require grad (detached?): no gradient reaches any input or parameter"
     if backward and family.differentiable and out.requires_grad:
         try:
-            run.tensors.update(backward_grads(family, cfg, out, inputs, portmap))
+            with user_code("backward", files=variant_files(variant), who=variant.key):
+                run.tensors.update(backward_grads(family, cfg, out, inputs, portmap))
         except HarnessError:
             raise
         except Exception as exc:  # a backward that fails (not implemented on this device) is a finding
-            run.error = f"backward: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            run.error = describe(exc, variant_files(variant))
             return run
     return run
 
@@ -308,14 +263,27 @@ class RunCache:
         """The weights ported into ``variant``: ``zero`` filled, and every parameter its map
         reads as a constant at that constant (a norm gain left out undeclared included: the
         oracle keeps that one's canonical value, and the difference shows)."""
-        return self.weights(variant.family_spec, Fills(zero) | absent_fills(variant.map_for(self.cfg)))
+        entries = self._map(variant)
+        absent = absent_fills(entries) if entries is not None else Fills()
+        return self.weights(variant.family_spec, Fills(zero) | absent)
+
+    def _map(self, variant: Variant):
+        """The variant's map, or None where its map fails (that is its run's error row)."""
+        try:
+            return variant.map_for(self.cfg)
+        except Exception as exc:
+            if not variant_failure(exc):
+                raise
+            return None
 
     def fills(self, variant: Variant) -> Fills:
         """The canonical parameters ``variant`` does not have, each with the value it reads as
         (zero for a missing bias, one for a missing norm's weight). A norm parameter left out
         without the traits saying so is not among them: the oracle keeps its canonical value
         (``harness.check.left_out``)."""
-        entries = variant.map_for(self.cfg)
+        entries = self._map(variant)
+        if entries is None:
+            return Fills()
         fills = absent_fills(entries)
         undeclared = undeclared_absent(variant.family_spec, variant.traits, entries, self.cfg)
         return Fills({n: v for n, v in fills.items() if n not in undeclared}) if undeclared else fills
@@ -381,7 +349,7 @@ class RunCache:
             except HarnessError:
                 raise
             except Exception as exc:  # a module that cannot be called twice is a finding
-                run.error = exception_line(exc)
+                run.error = describe(exc)
             self._runs[key] = run
         return self._runs[key], said
 

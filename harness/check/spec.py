@@ -31,9 +31,10 @@ from typing import Iterable, Mapping
 
 import torch
 
+from harness.base.boundary import UserCodeError, describe, failure_text, variant_failure
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
-from harness.base.errors import ConfigError, HarnessError
+from harness.base.errors import ConfigError, PortingError
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.left_out import left_out_note, undeclared_absent
@@ -188,22 +189,22 @@ class SpecChecker:
         if key not in self._specs:
             try:
                 self._specs[key] = self._check(variant, config, case, dtype_name)
-            except HarnessError:  # the user's input (a NaN, a bad config): one line, as ever
-                raise
-            except Exception as exc:  # the check itself failed here: this spec's error row, the run goes on
+            except Exception as exc:  # this spec's error row, the run goes on
+                if not variant_failure(exc):  # the user's input (a NaN, a bad config): one line, as ever
+                    raise
                 self._specs[key] = self._failed(variant, config, case, dtype_name, exc)
         return self._specs[key]
 
     def _failed(self, variant: Variant, config: str, case: str, dtype_name: str, exc: Exception) -> SpecResult:
         """The error row of a spec whose check raised outside the variant's own run (its oracle,
         its baseline, the comparison): named as the harness's failure, a contradiction."""
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         ref = reference_of(variant.family)
+        note = failure_text(exc) if isinstance(exc, (UserCodeError, PortingError)) else (  # a variant's code, or ours
+            f"the check itself failed (the harness's error, not the variant's; please report it): {describe(exc)}")
         return SpecResult(family=variant.family, variant=variant.id, config=config, case=case, dtype=dtype_name,
                           device=self.device, verdict=Verdict.ERROR, expected=Verdict.EQUIVALENT, ok=False,
                           err=math.nan, ref_err=math.nan, ratio=math.nan, worst="", reference=ref.id if ref else "",
-                          path="-", note=f"the check itself failed (the harness's error, not the variant's; "
-                                         f"please report it): {type(exc).__name__}: {first}"[:400])
+                          path="-", note=note[:400])
 
     def _check(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
         result = self._judge(variant, config, case, dtype_name)

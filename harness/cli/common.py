@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from harness.base.errors import RegistryError
+from harness.check.declared import oracle_refusal
 from harness.families.catalog import FAMILIES, get_family
 from harness.registry import REGISTRY, load_all
 
@@ -22,7 +24,11 @@ def _variant_files(args) -> list[str]:
 
 def _load(args) -> None:
     files = _variant_files(args)
-    load_all(files)
+    for variant in load_all(files):  # a user's declaration the oracle refuses: refused now, at load
+        refusal = oracle_refusal(variant)
+        if refusal:
+            raise RegistryError(f"variant '{variant.key}' ({variant.origin}) declares traits its family's oracle "
+                                f"refuses ({refusal}); declare what the code does")
     families = getattr(args, "family", None)
     if families and files:  # a filter that leaves out the user's own variants is said aloud
         mine = {str(Path(f).resolve()) for f in files}
@@ -40,7 +46,12 @@ def _families(args) -> list[str]:
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line on stderr and exit 2 (no usage block)."""
+    """argparse, but a usage mistake is one line on stderr and exit 2 (no usage block), and a
+    long option is never abbreviated (``--var`` is not taken for ``--variant``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")

@@ -8,17 +8,31 @@ exit 2; a check whose verdicts contradict their declarations exits 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.metadata
 import signal
 import sys
 import textwrap
 
 from harness._interrupt import started
+from harness.base.boundary import UserCodeError, failure_text, watch_ctrl_c
 from harness.base.errors import HarnessError
+from harness.base.output import (
+    EXIT_CLOSED_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_OUTPUT,
+    EXIT_USAGE,
+    STDOUT,
+    quiet_closed_stdout,
+    stdout_for_data,
+)
+from harness.base.output import install as install_output
 from harness.check.precision import PRECISION_FACTOR
 from harness.cli import bench as bench_commands
 from harness.cli import gpurun
 from harness.cli import models as models_commands
 from harness.cli import parity as parity_commands
+from harness.cli.arguments import settle, subcommand_first
 from harness.cli.check import cmd_check, cmd_list
 from harness.cli.common import VARIANTS_ENV, OneLineParser
 from harness.cli.review import add_review_commands
@@ -50,11 +64,19 @@ def _description(sub) -> str:
     return "\n".join(lines)
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("attention-harness")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m harness", usage="python -m harness command [options]",
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="command",
                                 help=argparse.SUPPRESS)  # listed by question in the description
+    parser.add_argument("--version", action="version", version=f"attention-harness {_version()}")
 
     def common(p, families=True):
         p.add_argument("--variants", action="append", metavar="FILE",
@@ -104,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     gpurun.add_command(sub)  # gpu-run: a whole GPU run in one command
     parity_commands.add_commands(sub, common)  # parity (a port on its checkpoint's weights)
     parser.description = _description(sub)
-    return parser
+    return settle(parser)
 
 
 INTERRUPTED = ("interrupted: every output is written whole or not at all, so the files from "
@@ -112,20 +134,49 @@ INTERRUPTED = ("interrupted: every output is written whole or not at all, so the
                "run the same command again to go on")
 
 
+def _takes_stdout(args) -> bool:
+    """Whether an output is ``-``: then standard output carries it alone."""
+    return any(getattr(args, dest, None) == STDOUT for dest in ("json", "out"))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Exit 0 (done), 1 (a contradiction), 2 (a usage mistake, one line) or 130 (Ctrl-C)."""
+    """The exit statuses: docs/errors-and-exit-codes.md (``harness.base.output.EXIT_*``)."""
     started()  # Ctrl-C from here on is a KeyboardInterrupt, handled below
+    watch_ctrl_c()  # ... told apart from a KeyboardInterrupt a variant's code raises
+    install_output()
     try:
-        args = build_parser().parse_args(argv)
-        validate_args(args)
-        return args.func(args)
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this line
         try:
-            print(f"\n{INTERRUPTED}", file=sys.stderr)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-        return 130
+            parser = build_parser()
+            try:
+                args = parser.parse_args(subcommand_first(parser, list(sys.argv[1:] if argv is None else argv)))
+            except SystemExit as exc:  # a usage mistake (its line printed), --help or --version
+                return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+            vars(args).pop("_given_once", None)
+            validate_args(args)
+            with stdout_for_data(_takes_stdout(args)):
+                code = args.func(args)
+            sys.stdout.flush()
+            return code
+        except HarnessError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return getattr(exc, "exit_code", EXIT_USAGE)
+        except UserCodeError as exc:  # a variant's failure no command turned into its row: still one line
+            print(f"error: {failure_text(exc)}", file=sys.stderr)
+            return EXIT_USAGE
+        except KeyboardInterrupt:
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this line
+            try:
+                print(f"\n{INTERRUPTED}", file=sys.stderr)
+            finally:
+                signal.signal(signal.SIGINT, previous)
+            return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader of standard output went away (list | head -1): quietly
+        quiet_closed_stdout()
+        return EXIT_CLOSED_PIPE
+    except OSError as exc:
+        if exc.filename is not None:  # not a stream: a harness bug, shown as one
+            raise
+        with contextlib.suppress(OSError):
+            print(f"error: cannot write to standard output: {exc.strerror or exc}", file=sys.stderr)
+        quiet_closed_stdout()
+        return EXIT_OUTPUT

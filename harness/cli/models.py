@@ -17,12 +17,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.base.config import Config
-from harness.base.errors import ConfigError
-from harness.base.files import check_output_folder
+from harness.base.errors import ConfigError, UnknownName
+from harness.base.files import check_output_folder, file_set
 from harness.bench.cache_bench import write_cache_bench
 from harness.cli.bench import _int_list
 from harness.cli.common import _load
-from harness.registry import get_variant
+from harness.registry import REGISTRY, get_variant
 from harness.report.io import write_json
 from harness.report.models_md import copy_task_table, write_cache_bench_report, write_copy_task_report
 from harness.report.models_text import decode_text, train_step_text
@@ -41,6 +41,8 @@ def add_commands(sub, common) -> None:
     p = sub.add_parser("decode", help="greedy decoding compared; cache vs full recomputation")
     common(p)
     with_config(p)
+    p.add_argument("--variant", action="append", metavar="ID",
+                   help="only the rows of this model (repeatable; the pairs it is in, its cache)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.set_defaults(func=cmd_decode)
 
@@ -77,12 +79,25 @@ def cmd_decode(args) -> int:
 
     _load(args)
     cfg = Config.parse(args.set)
+    families = _families(args)
+    wanted = set(args.variant or [])
+    for vid in wanted:  # a model that is not there would select nothing, silently
+        if not any(f"{f}/{vid}" in REGISTRY for f in families):
+            known = sorted({v.id for v in REGISTRY.values() if v.family in families})
+            raise UnknownName(f"no model '{vid}' in {families}; known: {known}")
+
+    def mine(rows: list) -> list:
+        if not wanted:
+            return rows
+        return [r for r in rows if {getattr(r, n, None) for n in ("variant", "a", "b")} & wanted
+                or str(getattr(r, "b", "")).split(" ")[0] in wanted]
+
     greedy_rows, cache_rows, kl_rows, parity_rows = [], [], [], []
-    for family in _families(args):
-        greedy_rows += compare_greedy(family, cfg)
-        kl_rows += compare_distributions(family, cfg)
-        cache_rows += check_cache(family, cfg)
-        parity_rows += check_cache_parity(family, cfg)
+    for family in families:
+        greedy_rows += mine(compare_greedy(family, cfg))
+        kl_rows += mine(compare_distributions(family, cfg))
+        cache_rows += mine(check_cache(family, cfg))
+        parity_rows += mine(check_cache_parity(family, cfg))
     if args.json:
         write_json(args.json, {"greedy": [r.as_dict() for r in greedy_rows],
                                "cache": [r.as_dict() for r in cache_rows],
@@ -112,8 +127,10 @@ def cmd_copy_task(args) -> int:
     for vid in args.variant or []:  # a model that is not there would train nothing, silently
         get_variant("encoder_decoder", vid)
     check_output_folder(Path(args.out), ("copy_task.json", "copy_task.md", "copy_task.png"), "copy-task --out")
-    runs = write_copy_task(args.out, Config.parse(args.set), args.steps, args.batch, args.variant, args.eval)
-    write_copy_task_report(runs, Path(args.out))
+    cfg = Config.parse(args.set)
+    with file_set(args.out) as stage:  # the three files replaced together, or none of them
+        runs = write_copy_task(stage, cfg, args.steps, args.batch, args.variant, args.eval)
+        write_copy_task_report(runs, stage)
     print(copy_task_table(runs))
     print(f"\nwrote {args.out}/copy_task.json, copy_task.md, copy_task.png")
     return 0
@@ -125,7 +142,9 @@ def cmd_cache_bench(args) -> int:
     if min(lengths) < 2:  # refused here, before anything is built (write_cache_bench says the same)
         raise ConfigError(f"impossible sweep: --seq {args.seq}: generated lengths must be at least 2")
     check_output_folder(Path(args.out), ("cache_bench.json", "cache_bench.md", "cache_bench.png"), "cache-bench --out")
-    rows = write_cache_bench(args.out, lengths, Config.parse(args.set))
-    write_cache_bench_report(rows, Path(args.out))
+    cfg = Config.parse(args.set)
+    with file_set(args.out) as stage:  # the three files replaced together, or none of them
+        rows = write_cache_bench(stage, lengths, cfg)
+        write_cache_bench_report(rows, stage)
     print((Path(args.out) / "cache_bench.md").read_text())
     return 0

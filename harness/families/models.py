@@ -26,11 +26,13 @@ model's cache against the same step recomputed over the whole prefix).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import torch
 
+from harness.base.boundary import check_output, guarded
 from harness.base.config import Config
 from harness.base.errors import ConfigError, RegistryError
 from harness.families import oracles
@@ -275,10 +277,20 @@ def register_decoding(family: str, id: str, **fields: Any) -> Decoding:
     if family not in (ENCODER_DECODER.name, DECODER_ONLY_MODEL.name, "llama_model"):
         raise RegistryError(f"decoding is declared for model families only, not '{family}'")
     decoding = Decoding(**fields)
-    DECODINGS[f"{family}/{id}"] = decoding
+    who = f"{family}/{id}"
+    stages = {"prepare": ("cache prefill (prepare)", None), "step": ("decoding step", _step_result),
+              "greedy": ("greedy loop", _step_result)}
+    decoding = dataclasses.replace(decoding, **{
+        name: guarded(stage, getattr(decoding, name), who=who, check=check)
+        for name, (stage, check) in stages.items() if getattr(decoding, name) is not None})
+    DECODINGS[who] = decoding
     return decoding
 
 
+
+
+def _step_result(result: Any, args: tuple, kwargs: dict) -> str | None:
+    return check_output(result, what="it")
 
 
 def incremental(full: Callable[[Any, torch.Tensor], torch.Tensor],

@@ -15,7 +15,6 @@ import dataclasses
 import importlib.metadata
 import importlib.util
 import sys
-import traceback
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from harness.base.boundary import UserCodeError, user_code
 from harness.base.config import Config
 from harness.base.devices import DeviceSet
 from harness.base.dtypes import FLOAT_DTYPES
@@ -32,6 +32,7 @@ from harness.families.base import Family
 from harness.families.catalog import FAMILIES, get_family
 from harness.porting.entries import ParamMap
 from harness.porting.portmap import MapSpec, PortMap
+from harness.registry.guard import guard, import_failure, variant_files, where_in
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ def register(**fields: Any) -> Variant:
     if requires is not None:
         own = variant.supports
         variant = dataclasses.replace(variant, supports=lambda cfg: requires(variant.traits, cfg) or own(cfg))
-    variant = dataclasses.replace(variant, call=_returns_tensor(variant.call))
+    variant = guard(variant)
     if variant.key in REGISTRY:
         raise RegistryError(
             f"variant '{variant.key}' is registered twice "
@@ -145,28 +146,6 @@ def register(**fields: Any) -> Variant:
         )
     REGISTRY[variant.key] = variant
     return variant
-
-
-class CallResultError(TypeError):
-    """A variant's call adapter returned something other than the output tensor: a finding
-    about that variant (its error row in every command), not a user's usage mistake."""
-
-
-def _returns_tensor(call: Callable[[Any, Mapping[str, Any]], Any]) -> Callable[[Any, Mapping[str, Any]], Any]:
-    """``call``, refusing a result that is not a tensor (a tuple, None, a dict) with a
-    message naming it, wherever the call is made: check, diff, bench, map, the pytest plugin."""
-    if getattr(call, "returns_tensor", False):
-        return call
-
-    def checked(module: Any, inputs: Mapping[str, Any]) -> Any:
-        out = call(module, inputs)
-        if not isinstance(out, torch.Tensor):
-            raise CallResultError(f"the call returned {type(out).__name__}, not a tensor (the variant's "
-                                       "call adapter must return the output tensor, e.g. m(...)[0])")
-        return out
-
-    checked.returns_tensor = True  # type: ignore[attr-defined]
-    return checked
 
 
 PACK_GROUP = "attention_harness.variants"
@@ -196,13 +175,15 @@ def load_packs() -> list[str]:
             continue
         _loading_origin.append(ep.value)  # a pack's variants have its module as origin
         try:
-            module = ep.load()
-        except RegistryError as exc:
-            raise VariantFileError(f"variant pack '{ep.name}' ({ep.value}): {exc}") from None
-        except Exception as exc:  # the pack's code: one line naming the pack and where
+            with user_code("import", timeout=0):  # an import may be slow (torch, transformers): never timed
+                module = ep.load()
+        except UserCodeError as failed:  # the pack's code: one line naming the pack and where
+            exc = failed.original
+            if isinstance(exc, RegistryError):
+                raise VariantFileError(f"variant pack '{ep.name}' ({ep.value}): {exc}") from None
             raise VariantFileError(
                 f"variant pack '{ep.name}' ({ep.value}) failed to import: "
-                f"{type(exc).__name__}: {exc}{_where(exc, None)}"
+                + (f"{type(exc).__name__}: {exc}{where_in(exc, None)}" if exc is not None else failed.problem)
             ) from None
         finally:
             _loading_origin.pop()
@@ -211,18 +192,6 @@ def load_packs() -> list[str]:
         if isinstance(note, str) and note:
             PACK_NOTES[ep.name] = note
     return list(_loaded_packs)
-
-
-def _where(exc: BaseException, path: Path | None) -> str:
-    """' (line N)' in the user's file when the error came from there; else the last frame."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    if path is not None:
-        mine = [f for f in frames if f.filename and Path(f.filename).resolve() == path]
-        if mine:
-            return f" (line {mine[-1].lineno})"
-    if frames:
-        return f" ({Path(frames[-1].filename).name}, line {frames[-1].lineno})"
-    return ""
 
 
 def load_file(path: str | Path) -> list[Variant]:
@@ -254,30 +223,15 @@ def load_file(path: str | Path) -> list[Variant]:
     _user_files.add(origin)
     try:
         sys.modules[name] = module
-        spec.loader.exec_module(module)
-    except RegistryError as exc:
+        with user_code("import", files=(origin,), timeout=0) as printed:
+            spec.loader.exec_module(module)
+    except UserCodeError as failed:
         _undo(name, before)
-        raise VariantFileError(f"variant file '{given}': {exc}") from None
-    except SyntaxError as exc:  # its own lineno is the user's line; the traceback's is ours
-        _undo(name, before)
-        where = exc.filename if exc.filename and Path(exc.filename).resolve() != resolved else None
-        raise VariantFileError(
-            f"variant file '{given}' has a syntax error at line {exc.lineno}"
-            f"{f' of {where}' if where else ''}: {exc.msg}"
-        ) from None
-    except SystemExit as exc:  # sys.exit() or exit() at import: one line, never a silent stop
-        _undo(name, before)
-        raise VariantFileError(
-            f"variant file '{given}' exited at import with SystemExit({exc.code!r}){_where(exc, resolved)}: "
-            "a variants file must not call sys.exit; guard script code with if __name__ == '__main__':"
-        ) from None
-    except Exception as exc:  # the user's code: report it in one line
-        _undo(name, before)
-        raise VariantFileError(
-            f"variant file '{given}' failed to import: {type(exc).__name__}: {exc}{_where(exc, resolved)}"
-        ) from None
+        raise VariantFileError(import_failure(given, resolved, failed)) from None
     finally:
         _loading_origin.pop()
+    if printed.text.strip():  # what it printed at import goes to stderr: stdout is the harness's
+        sys.stderr.write(printed.text if printed.text.endswith("\n") else printed.text + "\n")
     added = [REGISTRY[k] for k in REGISTRY if k not in before]
     if not added:
         raise VariantFileError(f"variant file '{given}' registered no variant (call harness.register)")
@@ -368,15 +322,20 @@ def build(
         raise ConfigError(f"{variant.key} cannot be built for this config: {reason}")
     seed_everything(cfg.seed)
     module = variant.build(cfg)
-    if not isinstance(module, torch.nn.Module):
-        return module, None  # builders without parameters (the masks family)
-    module = module.to(device=device, dtype=dtype).eval()
     family = variant.family_spec
-    portmap = PortMap(
-        variant.key, module, variant.map_for(cfg), family.canonical_shapes(cfg), variant.fixed
-    )
-    if weights is not None:
-        portmap.load(weights)
+    if not isinstance(module, torch.nn.Module):
+        if family.canonical_shapes(cfg):
+            raise UserCodeError("build", f"returned {type(module).__name__}, not a torch.nn.Module (the "
+                                f"{family.name} family ports weights into the module build returns)")
+        return module, None  # builders without parameters (the masks family)
+    files = variant_files(variant)
+    with user_code("port", files=files, who=variant.key):  # the module's own .to, parameters, buffers
+        module = module.to(device=device, dtype=dtype).eval()
+        portmap = PortMap(
+            variant.key, module, variant.map_for(cfg), family.canonical_shapes(cfg), variant.fixed
+        )
+        if weights is not None:
+            portmap.load(weights)
     return module, portmap
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from harness.base.errors import HarnessError, ResultsFileError
 from harness.bench.log import load_rows, slow_peaks
-from harness.bench.row import BenchRow, PeakRow, Row, typed_rows
+from harness.bench.row import KEY_ORDER, BenchRow, PeakRow, Row, typed_rows
 
 ENV_KEYS = ["torch", "python", "device_name", "cpu", "cpu_count", "threads", "commit"]
 
@@ -42,8 +42,8 @@ def frame(rows: Iterable[Row | Mapping]) -> tuple[pd.DataFrame, pd.DataFrame]:
         if col not in cases:
             cases[col] = np.nan
         cases[col] = pd.to_numeric(cases[col])  # None -> NaN; the values are numbers already
-    for col in TEXT + ("interleaved", "path_ops"):
-        if col not in cases:
+    for col in TEXT + ("interleaved", "path_ops") + KEY_ORDER + ("change", "regression"):
+        if col not in cases:  # a field no row carries (an earlier version's file): an empty column
             cases[col] = None
     return cases, peaks
 

@@ -10,8 +10,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from harness.bench.flops import FUSED_TILES
-from harness.bench.measured import Status
-from harness.bench.row import CUDA_FUSED_OPS, FlopBasis
+from harness.bench.measured import CUDA_FUSED_OPS, FlopBasis, Status
 from harness.report.bench_frame import frame
 from harness.report.targets import MET_TEXT, asked_targets, evaluate
 

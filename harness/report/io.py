@@ -9,7 +9,8 @@ import math
 from pathlib import Path
 
 from harness.base.errors import HarnessError
-from harness.base.files import OUTPUT_MAGIC, atomic_path, atomic_write, is_own_json, refuse_foreign
+from harness.base.files import OUTPUT_MAGIC, SCHEMA_VERSION, atomic_path, atomic_write, is_own_json, refuse_foreign
+from harness.base.output import STDOUT, refuse_special, write_text
 
 __all__ = ["atomic_path", "atomic_write", "ensure_writable", "refuse_foreign", "strict_json", "write_json"]
 
@@ -28,10 +29,11 @@ def strict_json(value):
 def ensure_writable(path: str | None, what: str = "--json", own=is_own_json) -> None:
     """Refuse an output path before a long run, not after it: create it (then remove it
     again if it was not there), so a folder, a missing permission or /proc is found now."""
-    if path is None:
+    if path is None or str(path) == STDOUT:
         return
     if not str(path).strip():
         raise HarnessError(f"{what} is empty: give a file name")
+    refuse_special(path, what)
     target = Path(path)
     refuse_foreign(target, what, own=own)
     if target.is_dir():
@@ -50,11 +52,12 @@ def ensure_writable(path: str | None, what: str = "--json", own=is_own_json) -> 
 def write_json(path: str, payload, what: str = "--json") -> None:
     """Write ``payload`` whole; a dict is marked ``written_by`` so that a later run knows the
     file as its own (a file the harness did not write is refused, never replaced)."""
+    if isinstance(payload, dict):  # every dict the harness writes says what wrote it, and in which schema
+        payload = {"written_by": payload.get("written_by", OUTPUT_MAGIC), "schema": SCHEMA_VERSION, **payload}
+    text = json.dumps(strict_json(payload), indent=2, default=str, allow_nan=False) + "\n"
+    if str(path) == STDOUT:
+        write_text(STDOUT, text)
+        return
     target = Path(path)
     refuse_foreign(target, what)
-    if isinstance(payload, dict) and "written_by" not in payload:
-        payload = {"written_by": OUTPUT_MAGIC, **payload}
-    try:
-        atomic_write(target, json.dumps(strict_json(payload), indent=2, default=str, allow_nan=False) + "\n")
-    except OSError as exc:
-        raise HarnessError(f"cannot write '{path}': {exc.strerror}") from None
+    atomic_write(target, text)

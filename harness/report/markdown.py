@@ -20,7 +20,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from harness.base.errors import HarnessError, ResultsFileError
-from harness.base.files import atomic_write, make_public, output_lock
+from harness.base.files import atomic_write, held_signals, make_public, output_lock
 from harness.bench.flops import FUSED_TILES
 from harness.bench.measured import Status
 from harness.bench.timing import CPU_PEAK_METHOD, CUDA_PEAK_METHOD, PEAK_FRACTION, PEAK_SPREAD_LIMIT
@@ -142,9 +142,10 @@ def write_report(
                    profile=profile, note=note, compared_with=compared_with)
             refuse_foreign_report(out)
             old = out.parent / f".{out.name}.old-{os.getpid()}"
-            if out.exists():
-                out.rename(old)
-            tmp.rename(out)
+            with held_signals():  # the old folder out and the new one in: never neither
+                if out.exists():
+                    out.rename(old)
+                tmp.rename(out)
             shutil.rmtree(old, ignore_errors=True)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -23,6 +23,19 @@ def _yes(ok: bool) -> str:
     return "yes" if ok else "NO"
 
 
+def _errors(rows) -> list[str]:
+    """A line per model that failed (its code raised or answered wrongly), with its row count."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        error = getattr(r, "error", "")
+        if error:
+            variant = getattr(r, "variant", None)
+            line = f"{r.family}/{variant}: {error}" if variant and not error.startswith(f"{r.family}/") else error
+            counts[line] = counts.get(line, 0) + 1
+    return (["\n== Errors (their rows are marked NO above; every other row is judged as usual)"]
+            + [f"  {line} ({n} row{'s' if n > 1 else ''})" for line, n in counts.items()]) if counts else []
+
+
 def decode_text(greedy: Sequence, distributions: Sequence, cache: Sequence, parity: Sequence, *,
                 kl_bound: float, top_k: int) -> str:
     """`decode`'s four tables and its count line."""
@@ -51,6 +64,7 @@ def decode_text(greedy: Sequence, distributions: Sequence, cache: Sequence, pari
                       headers=("family", "model", "padding", "schedule", "tokens fed: verdict", "ok",
                                "first contradiction"))]
     bad = sum(not r.ok for rows in (greedy, distributions, cache, parity) for r in rows)
+    parts += _errors(r for rows in (greedy, distributions, cache, parity) for r in rows)
     parts.append(f"\n{len(greedy)} pairs decoded, {len(distributions)} distribution pairs compared, {len(cache)} "
                  f"caches checked, {len(parity)} cached sessions against the full forward, {bad} contradict")
     return "\n".join(parts)
@@ -63,5 +77,6 @@ def train_step_text(rows: Sequence, *, adam: object) -> str:
                      headers=("family", "pair", "expected", "verdict", "ok", "worst parameter", "max_abs",
                               "noise_ratio"))
     bad = sum(not r.ok for r in rows)
+    errors = "\n".join(_errors(rows))
     return (f"== One Adam step {adam}, dropout 0: updated parameters through the canonical map\n{table}\n"
-            f"\n{len(rows)} pairs stepped, {bad} contradict")
+            + (f"{errors}\n" if errors else "") + f"\n{len(rows)} pairs stepped, {bad} contradict")

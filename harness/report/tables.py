@@ -194,7 +194,8 @@ def failures_table(report, tablefmt: str = "simple") -> str:
         if not c.ok:
             rows.append({"what": f"{c.family}/{c.variant}", "where": f"k/v cache ({c.cache}), two sessions",
                          "found": c.verdict, "expected": "the full forward's log-probabilities", "worst": "",
-                         "max_abs": fmt(c.max_abs), "note": f"{c.steps} steps; noise ratio {fmt(c.noise_ratio)}"})
+                         "max_abs": fmt(c.max_abs),
+                         "note": getattr(c, "error", "")[:160] or f"{c.steps} steps; noise ratio {fmt(c.noise_ratio)}"})
     for d in report.dropouts:
         if not d.ok:
             rows.append({"what": f"{d.family}/{d.variant}", "where": d.check, "found": d.measured,

@@ -10,8 +10,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from harness.bench.measured import Status
-from harness.bench.row import FlopBasis
+from harness.bench.measured import FlopBasis, Status
 from harness.bench.timing import INTERVAL_LEVEL, ratio_of_medians
 from harness.registry import TARGETS, Target, reference_of
 
@@ -70,6 +69,15 @@ def _spread(rows: pd.DataFrame, column: str) -> tuple[float, float, float, float
     if low is None or pd.isna(low):
         low, high = q1, q3
     return float(r[column]), float(low), float(high), q1, q3
+
+
+def _figure(row, name: str, fmt: str, scale: float = 1.0) -> str:
+    """A row's figure for a sentence; '?' where the row has none (a file that lacks the key)."""
+    value = row.get(name)
+    try:
+        return fmt.format(float(value) * scale) if value is not None and value == value else "?"
+    except (TypeError, ValueError):
+        return "?"
 
 
 def _paired_spread(row, base) -> tuple[float, float, float, float, float] | None:
@@ -142,12 +150,13 @@ def evaluate(target: Target, df: pd.DataFrame) -> dict:
         level = f"{INTERVAL_LEVEL:.0%} interval"
         if target.kind == "speedup":
             out["measured"] = (f"{value:.2f}x, {level} {low:.2f}-{high:.2f}; per-round quartiles {q1:.2f}-{q3:.2f} "
-                               f"over {int(r['rounds'])} rounds ({r['median_s'] * 1e3:.1f} ms)")
+                               f"over {_figure(r, 'rounds', '{:.0f}')} rounds "
+                               f"({_figure(r, 'median_s', '{:.1f}', 1e3)} ms)")
         else:
-            dense = r.get("peak_fraction_dense")
             out["measured"] = (f"{value:.1%}, {level} {low:.1%}-{high:.1%}; per-round quartiles {q1:.1%}-{q3:.1%} "
-                               f"over {int(r['rounds'])} rounds ({r['gflops']:.1f} GFLOP/s executed; "
-                               f"peak {r['peak_flops'] / 1e9:.1f} GFLOP/s; dense-equivalent {dense:.1%})")
+                               f"over {_figure(r, 'rounds', '{:.0f}')} rounds ({_figure(r, 'gflops', '{:.1f}')} "
+                               f"GFLOP/s executed; peak {_figure(r, 'peak_flops', '{:.1f}', 1e-9)} GFLOP/s; "
+                               f"dense-equivalent {_figure(r, 'peak_fraction_dense', '{:.1%}')})")
         out["met"] = True if low >= target.threshold else False if high < target.threshold else "undecided"
         why = _disturbed(rows)
         if why:

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from harness.base.boundary import describe, variant_failure
 from harness.base.config import Config
 from harness.base.verdicts import Verdict
 from harness.check.tensors import compare_tensors
@@ -55,6 +56,7 @@ class CacheParityResult:
     schedule: str         # "prefill + steps" or "chunked prefill"
     ok: bool
     steps: list = field(default_factory=list)   # StepVerdict per call
+    error: str = ""   # the model's code raised or answered wrongly: this row, the others go on
 
     @property
     def first_bad(self) -> StepVerdict | None:
@@ -88,7 +90,12 @@ def _check(family: str, cfg: Config) -> list[CacheParityResult]:
         if not decoding.cache:
             continue
         for side in decoding.padding:
-            results += _parity(models, variant, decoding, side)
+            try:
+                results += _parity(models, variant, decoding, side)
+            except Exception as exc:  # this model's failure: its error row, the others go on
+                if not variant_failure(exc):
+                    raise
+                results.append(CacheParityResult(family, variant.id, side, "-", False, error=describe(exc)))
     return results
 
 

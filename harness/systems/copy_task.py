@@ -11,9 +11,10 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from harness.base.boundary import user_code
 from harness.base.config import Config
 from harness.base.errors import ConfigError
-from harness.base.files import OUTPUT_MAGIC, atomic_write, check_output_folder
+from harness.base.files import OUTPUT_MAGIC, SCHEMA_VERSION, atomic_write, check_output_folder
 from harness.check.results import CopyRun
 from harness.check.spec import one_thread
 from harness.families.models import PAD, START, Decoding
@@ -69,9 +70,10 @@ def _train_copy(variant, decoding, cfg, steps, batch, *, length, warmup, eval_ba
     for step in range(steps):
         data = copy_batch(gen, batch, length)
         logp = variant.call(module, _copy_inputs(decoding, data))
-        loss = F.nll_loss(logp.reshape(-1, logp.size(-1)), data[:, 1:].reshape(-1), ignore_index=PAD)
-        loss.backward()
-        optimizer.step()
+        with user_code("train step", who=variant.key):  # its backward and the update of its parameters
+            loss = F.nll_loss(logp.reshape(-1, logp.size(-1)), data[:, 1:].reshape(-1), ignore_index=PAD)
+            loss.backward()
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
         losses.append(loss.item())
@@ -101,8 +103,8 @@ def write_copy_task(out_dir: str | Path, cfg: Config | None = None, steps: int =
             continue
         runs.append(train_copy(variant, decoding, cfg, steps, batch, eval_batch=eval_batch))
         atomic_write(out / "copy_task.json", json.dumps(
-            {"written_by": OUTPUT_MAGIC, "config": asdict(cfg), "steps": steps, "batch": batch,
-             "runs": [r.as_dict() for r in runs]}, indent=1))
+            {"written_by": OUTPUT_MAGIC, "schema": SCHEMA_VERSION, "config": asdict(cfg), "steps": steps,
+             "batch": batch, "runs": [r.as_dict() for r in runs]}, indent=1))
     if not runs:
         raise ConfigError(f"no encoder-decoder model to train (asked for {variants})")
     return runs

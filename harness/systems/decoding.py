@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from harness.base.boundary import describe, failure_text, variant_failure
 from harness.base.config import Config
 from harness.base.verdicts import Verdict
 from harness.check.tensors import compare_tensors
@@ -97,6 +98,7 @@ class DecodeResult:
     logprobs: str = ""
     logprob_max_abs: float = math.nan
     note: str = ""
+    error: str = ""   # a model that failed (its code raised or answered wrongly): the pair's row says it
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -149,13 +151,20 @@ def _compare_greedy(family: str, cfg: Config) -> list[DecodeResult]:
             tokens[v.key, zero] = greedy(v, d, module, models.inputs, steps)
         return tokens[v.key, zero]
 
+    def failed(a: str, b: str, expected, reason: str, exc: Exception) -> DecodeResult:
+        if not variant_failure(exc):
+            raise exc
+        return DecodeResult(family, a, b, expected, reason, False, False, "", math.nan, math.nan,
+                            error=failure_text(exc))
+
     for v, d in decodable(family, cfg):  # a model's own loop against the argmax of its own step
         if d.greedy is None:
             continue
-        zero = models.zero(v)
-        module = models.get(v, zero)
-        own = run(v, d, module, zero)
-        loop = greedy_steps(v, d, module, models.inputs, steps, cached=False)
+        try:
+            own, loop = _own_loop(models, v, d, steps, run)
+        except Exception as exc:  # this model's failure: its row, the others go on
+            results.append(failed(v.id, f"{v.id} (argmax of its step)", Verdict.EQUIVALENT, "", exc))
+            continue
         rows_a, rows_b = [_upto_pad(r) for r in own], [_upto_pad(r) for r in loop[:, loop.size(1) - steps:]]
         diff = _first_diff(rows_a, rows_b)
         results.append(DecodeResult(
@@ -163,33 +172,49 @@ def _compare_greedy(family: str, cfg: Config) -> list[DecodeResult]:
             "" if diff is None else f"row {diff[0]}, step {diff[1]}", math.nan, math.nan, rows_a, rows_b,
             note="" if diff is None else "its own greedy loop does not emit the argmax of its own step"))
     for (va, da), (vb, db) in itertools.combinations(decodable(family, cfg), 2):
-        zero = models.zero(va, vb)
-        ma, mb = models.get(va, zero), models.get(vb, zero)
-        ta, tb = run(va, da, ma, zero), run(vb, db, mb, zero)
-        rows_a, rows_b = [_upto_pad(r) for r in ta], [_upto_pad(r) for r in tb]
-        expected, reason = expectation(fam, va, vb)
-        first, margin_a, margin_b = "", math.nan, math.nan
-        diff = _first_diff(rows_a, rows_b)
-        if diff is not None:
-            r, s = diff
-            first = f"row {r}, step {s}"
-            margin_a = _margin(da, va, ma, models.inputs, r, generated=rows_a[r][:s])
-            margin_b = _margin(db, vb, mb, models.inputs, r, generated=rows_b[r][:s])
-        same = not first
-        verdict, gap, note = "", math.nan, ""
-        if expected == Verdict.EQUIVALENT:  # per-step log-probabilities along a's tokens
-            lp = {dt: (_loop_logprobs(va, da, models.get(va, zero, dt), models.inputs, ta),
-                       _loop_logprobs(vb, db, models.get(vb, zero, dt), models.inputs, ta))
-                  for dt in (torch.float32, torch.float64)}
-            c = compare_tensors(*lp[torch.float32], *lp[torch.float64], torch.float32)
-            verdict, gap = str(c.verdict), c.max_abs
-            if not matches(c.verdict, Verdict.EQUIVALENT):
-                note = f"per-step log-probabilities along {va.id}'s tokens differ by {c.max_abs:.3g}"
-        ok = (same and (not verdict or matches(verdict, Verdict.EQUIVALENT))) if expected == Verdict.EQUIVALENT \
-            else True  # different models may still agree
-        results.append(DecodeResult(family, va.id, vb.id, expected, reason, same, ok, first,
-                                    margin_a, margin_b, rows_a, rows_b, verdict, gap, note))
+        try:
+            results.append(_pair(models, fam, va, da, vb, db, steps, run))
+        except Exception as exc:  # one of the two failed: the pair's error row
+            results.append(failed(va.id, vb.id, *expectation(fam, va, vb), exc))
     return results
+
+
+def _own_loop(models: Models, v: Variant, d: Decoding, steps: int, run) -> tuple[torch.Tensor, torch.Tensor]:
+    zero = models.zero(v)
+    module = models.get(v, zero)
+    own = run(v, d, module, zero)
+    return own, greedy_steps(v, d, module, models.inputs, steps, cached=False)
+
+
+def _pair(models: Models, fam, va: Variant, da: Decoding, vb: Variant, db: Decoding, steps: int,
+          run) -> DecodeResult:
+    family = fam.name
+    zero = models.zero(va, vb)
+    ma, mb = models.get(va, zero), models.get(vb, zero)
+    ta, tb = run(va, da, ma, zero), run(vb, db, mb, zero)
+    rows_a, rows_b = [_upto_pad(r) for r in ta], [_upto_pad(r) for r in tb]
+    expected, reason = expectation(fam, va, vb)
+    first, margin_a, margin_b = "", math.nan, math.nan
+    diff = _first_diff(rows_a, rows_b)
+    if diff is not None:
+        r, s = diff
+        first = f"row {r}, step {s}"
+        margin_a = _margin(da, va, ma, models.inputs, r, generated=rows_a[r][:s])
+        margin_b = _margin(db, vb, mb, models.inputs, r, generated=rows_b[r][:s])
+    same = not first
+    verdict, gap, note = "", math.nan, ""
+    if expected == Verdict.EQUIVALENT:  # per-step log-probabilities along a's tokens
+        lp = {dt: (_loop_logprobs(va, da, models.get(va, zero, dt), models.inputs, ta),
+                   _loop_logprobs(vb, db, models.get(vb, zero, dt), models.inputs, ta))
+              for dt in (torch.float32, torch.float64)}
+        c = compare_tensors(*lp[torch.float32], *lp[torch.float64], torch.float32)
+        verdict, gap = str(c.verdict), c.max_abs
+        if not matches(c.verdict, Verdict.EQUIVALENT):
+            note = f"per-step log-probabilities along {va.id}'s tokens differ by {c.max_abs:.3g}"
+    ok = (same and (not verdict or matches(verdict, Verdict.EQUIVALENT))) if expected == Verdict.EQUIVALENT \
+        else True  # different models may still agree
+    return DecodeResult(family, va.id, vb.id, expected, reason, same, ok, first,
+                        margin_a, margin_b, rows_a, rows_b, verdict, gap, note)
 
 
 # -- incremental decoding vs full recomputation -----------------------------------------------
@@ -204,6 +229,7 @@ class CacheResult:
     max_abs: float
     noise_ratio: float
     steps: int
+    error: str = ""   # the model's code raised or answered wrongly: this row, the others go on
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -238,19 +264,30 @@ def _check_cache(family: str, cfg: Config) -> list[CacheResult]:
     for variant, decoding in decodable(family, cfg):
         if not decoding.cache:
             continue
-        zero = models.zero(variant)
-        runs = {}
-        for dtype in (torch.float32, torch.float64):
-            module = models.get(variant, zero, dtype)
-            for i, seq in enumerate(sessions):  # the cached sessions first, one after the other
-                runs[dtype, True, i] = step_logprobs(decoding, module, models.inputs, seq, True).double()
-            for i, seq in enumerate(sessions):
-                runs[dtype, False, i] = step_logprobs(decoding, module, models.inputs, seq, False).double()
-        checks = [compare_tensors(runs[torch.float32, True, i], runs[torch.float32, False, i],
-                                  runs[torch.float64, True, i], runs[torch.float64, False, i], torch.float32)
-                  for i in range(len(sessions))]
+        try:
+            checks = _cache_sessions(models, variant, decoding, sessions)
+        except Exception as exc:  # this model's failure: its error row, the others go on
+            if not variant_failure(exc):
+                raise
+            results.append(CacheResult(family, variant.id, decoding.cache, Verdict.ERROR.value, False, math.nan,
+                                       math.nan, tokens.size(1), error=describe(exc)))
+            continue
         v = max(checks, key=lambda c: (not matches(c.verdict, Verdict.EQUIVALENT), c.max_abs))
         results.append(CacheResult(family, variant.id, decoding.cache, v.verdict,
                                    all(matches(c.verdict, Verdict.EQUIVALENT) for c in checks), v.max_abs,
                                    v.noise_ratio, tokens.size(1)))
     return results
+
+
+def _cache_sessions(models: Models, variant: Variant, decoding: Decoding, sessions) -> list:
+    zero = models.zero(variant)
+    runs = {}
+    for dtype in (torch.float32, torch.float64):
+        module = models.get(variant, zero, dtype)
+        for i, seq in enumerate(sessions):  # the cached sessions first, one after the other
+            runs[dtype, True, i] = step_logprobs(decoding, module, models.inputs, seq, True).double()
+        for i, seq in enumerate(sessions):
+            runs[dtype, False, i] = step_logprobs(decoding, module, models.inputs, seq, False).double()
+    return [compare_tensors(runs[torch.float32, True, i], runs[torch.float32, False, i],
+                            runs[torch.float64, True, i], runs[torch.float64, False, i], torch.float32)
+            for i in range(len(sessions))]

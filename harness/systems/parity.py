@@ -25,10 +25,12 @@ positions can hide that.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import asdict, dataclass, field
 
 import torch
 
+from harness.base.boundary import failure_text, variant_failure
 from harness.base.config import Config
 from harness.base.verdicts import Verdict
 from harness.registry import variants_of
@@ -54,6 +56,7 @@ class ParityResult:
     agrees: bool             # kl_worst <= KL_BOUND
     ok: bool                 # an equivalent pair must agree; a different one may look alike (hidden)
     kl_per_position: list = field(default_factory=list)  # the worst row's KL at each position
+    error: str = ""   # one of the two failed (its code raised or answered wrongly): the pair's row
 
     @property
     def hidden(self) -> bool:
@@ -111,7 +114,16 @@ def _compare(family: str, cfg: Config) -> list[ParityResult]:
 
         for va, vb in itertools.combinations(variants, 2):
             zero = models.zero(va, vb)
-            la, lb = run(va, zero), run(vb, zero)
+            try:
+                la, lb = run(va, zero), run(vb, zero)
+            except Exception as exc:  # one of the two failed: the pair's error row, the others go on
+                if not variant_failure(exc):
+                    raise
+                expected, reason = expectation(fam, va, vb)
+                results.append(ParityResult(family, va.id, vb.id, case.name, expected.value, reason, math.nan,
+                                            math.nan, "-", math.nan, math.nan, False, False,
+                                            error=failure_text(exc)))
+                continue
             kl = token_kl(la, lb).masked_fill(~real, 0.0)                   # (B, T)
             flat = int(kl.argmax())
             r, t = divmod(flat, kl.shape[1])

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 
+from harness.base.boundary import failure_text, user_code, variant_failure
 from harness.base.config import Config
+from harness.base.verdicts import Verdict
 from harness.check.tensors import compare_tensors, worst
 from harness.families.models import PAD, START
 from harness.registry import Variant, build, variants_of
@@ -30,6 +33,7 @@ class StepResult:
     worst_param: str
     max_abs: float
     noise_ratio: float
+    error: str = ""   # one of the two failed (its code raised or answered wrongly): the pair's row
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -50,9 +54,10 @@ def train_step(variant: Variant, cfg: Config, weights: dict, inputs: dict, label
     module.train()
     optimizer = torch.optim.Adam(module.parameters(), **ADAM)
     logp = variant.call(module, inputs)
-    loss = F.nll_loss(logp.reshape(-1, logp.size(-1)), labels.reshape(-1), ignore_index=PAD)
-    loss.backward()
-    optimizer.step()
+    with user_code("train step", who=variant.key):  # the loss through the user's module, its backward
+        loss = F.nll_loss(logp.reshape(-1, logp.size(-1)), labels.reshape(-1), ignore_index=PAD)
+        loss.backward()
+        optimizer.step()
     return {k: t.double() for k, t in portmap.export().items()}
 
 
@@ -78,8 +83,16 @@ def _compare_train_step(family: str, cfg: Config) -> list[StepResult]:
     results = []
     for a, b in itertools.combinations(usable, 2):
         zero = models.zero(a, b)
-        pa, pb = run(a, zero, torch.float32), run(b, zero, torch.float32)
-        pa64, pb64 = run(a, zero, torch.float64), run(b, zero, torch.float64)
+        try:
+            pa, pb = run(a, zero, torch.float32), run(b, zero, torch.float32)
+            pa64, pb64 = run(a, zero, torch.float64), run(b, zero, torch.float64)
+        except Exception as exc:  # one of the two failed: the pair's error row, the others go on
+            if not variant_failure(exc):
+                raise
+            expected, reason = expectation(fam, a, b)
+            results.append(StepResult(family, a.id, b.id, expected, reason, Verdict.ERROR.value, False, "-",
+                                      math.nan, math.nan, error=failure_text(exc)))
+            continue
         verdicts = {n: compare_tensors(pa[n], pb[n], pa64[n], pb64[n], torch.float32) for n in pa}
         name = max(verdicts, key=lambda n: (verdicts[n].verdict.rank, verdicts[n].max_abs))
         verdict = worst(v.verdict for v in verdicts.values())

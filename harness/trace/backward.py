@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import torch
 
+from harness.base.boundary import user_code
 from harness.base.config import Config
 from harness.check.runs import cast_inputs, cotangent
 from harness.check.tensors import compare_tensors
@@ -60,7 +61,8 @@ def backward_steps(variant: Variant, cfg: Config, inputs64: Mapping[str, Any],
         else:
             handles.append(node.register_hook(lambda gi, go, name=node.name(): steps.append((name, keep(gi)))))
     try:
-        (out * cotangent(out.shape, cfg.seed).to(out.dtype)).sum().backward()
+        with user_code("backward"):
+            (out * cotangent(out.shape, cfg.seed).to(out.dtype)).sum().backward()
     finally:
         for h in handles:
             h.remove()

@@ -11,8 +11,9 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
+from harness.base.boundary import describe
 from harness.base.config import Config
-from harness.base.errors import HarnessError, exception_line
+from harness.base.errors import HarnessError
 from harness.base.verdicts import Verdict
 from harness.check.mismatch import mismatch
 from harness.check.precision import DEFAULT_TOLERANCE
@@ -133,7 +134,7 @@ def trace_variant(
     except HarnessError:
         raise
     except Exception as exc:  # the variant's constructor failing is a finding: its error, traced no further
-        return Trace(variant.id, {}, None, {}, [], "-", f"building it: {exception_line(exc)}")
+        return Trace(variant.id, {}, None, {}, [], "-", f"building it: {describe(exc)}")
     inputs = cast_inputs(inputs64, dtype, device, family.grad_inputs if backward else ())
     counter = [0]
     owners = {u: owner_module(portmap, u) for u in canonical_units(family, cfg)} if portmap else {}
@@ -151,7 +152,7 @@ def trace_variant(
     except HarnessError:
         raise
     except Exception as exc:  # a variant failing on this case is a finding
-        error = exception_line(exc)
+        error = describe(exc)
     finally:
         for h in handles:
             h.remove()

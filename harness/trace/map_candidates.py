@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from harness.base.boundary import UserCodeError, describe, user_code
 from harness.base.config import Config
 from harness.base.errors import (
     ConfigError,
@@ -119,17 +120,19 @@ def load_object(target: str, what: str = "CLASS") -> tuple[object, str, str]:
         module = importlib.util.module_from_spec(spec)
         with scratch():
             try:
-                spec.loader.exec_module(module)
+                with user_code("import", files=(str(path),), timeout=0):
+                    spec.loader.exec_module(module)
             except HarnessError as exc:
                 raise VariantFileError(f"'{where}' failed to import: {exc}") from None
-            except Exception as exc:  # the user's code: one line
-                raise VariantFileError(f"'{where}' failed to import: {type(exc).__name__}: {exc}") from None
+            except UserCodeError as exc:  # the user's code (pytest.importorskip, sys.exit included): one line
+                raise VariantFileError(f"'{where}' failed to import: {exc.problem}") from None
         import_line, source = "", str(where)
     else:
         try:
-            module = importlib.import_module(where)
-        except ImportError as exc:
-            raise VariantFileError(f"cannot import '{where}': {exc}") from None
+            with user_code("import", timeout=0):
+                module = importlib.import_module(where)
+        except UserCodeError as exc:
+            raise VariantFileError(f"cannot import '{where}': {exc.problem}") from None
         import_line, source = f"from {where} import {name}", f"{where}.{name}"
     return getattr(module, name, None), import_line, source
 
@@ -197,11 +200,12 @@ def _builder(cls: type, init: str) -> Callable[[Config], torch.nn.Module]:
         except HarnessError:
             raise
         except Exception as exc:
-            raise ConfigError(f"bad --init '{init}': {type(exc).__name__}: {exc}") from None
+            raise ConfigError(f"bad --init '{init}': {describe(exc)}") from None
         try:
-            return cls(**kwargs)
-        except Exception as exc:
-            raise ConfigError(f"{cls.__name__}({init}) failed: {type(exc).__name__}: {exc}") from None
+            with user_code("build"):
+                return cls(**kwargs)
+        except UserCodeError as exc:
+            raise ConfigError(f"{cls.__name__}({init}) failed: {exc.problem}") from None
     return build
 
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from harness.base.boundary import describe
 from harness.base.config import Config
-from harness.base.errors import exception_line
 from harness.check.api import check_all
 from harness.registry import scratch
 
@@ -42,7 +42,7 @@ def verify_registration(code: str, family: str, variant_id: str, cfg: Config, *,
             exec(compile(code, "<map registration>", "exec"), {"__name__": "harness_map_registration",  # noqa: S102
                                                                **(scope or {})})
         except Exception as exc:  # noqa: BLE001  (a registration that does not even run)
-            return False, f"the registration fails to run: {exception_line(exc)}"
+            return False, f"the registration fails to run: {describe(exc)}"
         report = check_all([family], {"map": cfg}, "cpu", list(dtypes), variants=[f"{family}/{variant_id}"],
                            extras=extras)
     mine = [s for s in report.specs if s.variant == variant_id]

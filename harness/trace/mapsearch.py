@@ -26,13 +26,13 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from harness.base.boundary import describe
 from harness.base.config import Config
 from harness.base.errors import (
     InputError,
     PortingError,
     SpecError,
     UnknownName,
-    exception_line,
 )
 from harness.base.library import rotary_tables
 from harness.base.masks import additive_mask, masked, per_head
@@ -219,7 +219,7 @@ def _forward(checker: RunCache, variant: Variant, case: str, module: torch.nn.Mo
         with torch.no_grad():
             got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
     except Exception as exc:  # noqa: BLE001  (this call form does not run the module: said when asked for)
-        raise _CallFailed(exception_line(exc)) from None
+        raise _CallFailed(describe(exc)) from None
     if not isinstance(got, torch.Tensor):
         raise _CallFailed(f"it returned {type(got).__name__}, not a tensor")
     return got.detach().double().cpu()
