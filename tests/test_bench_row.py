@@ -130,6 +130,9 @@ def test_min_time_and_status_are_typed_fields_read_from_the_keys_logs_have_alway
     assert row.measurement.min_time == 0.02 and row.extra == {} and row.measurement.status is Status.OK
     assert _line(row.to_json()) == _line(logged) and list(row.to_json())[-1] == "min_time"
     assert "min_time" not in BenchRow.from_json(OK_ROW).to_json()  # a row without one gains none
+    from harness.report.bench_frame import frame
+
+    assert "min_time" not in frame([OK_ROW])[0] and frame([logged])[0]["min_time"].tolist() == [0.02]  # nor a column
     with pytest.raises(ResultsFileError, match="status is 'fine', not one of"):
         BenchRow.from_json({**OK_ROW, "status": "fine"})
     with pytest.raises(ResultsFileError, match="min_time is 'long', not float"):

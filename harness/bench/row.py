@@ -137,8 +137,7 @@ class Measurement:
 
 
 # The order the sweep has always written a case row's keys in (BenchCase's fields, the
-# static figures, the status, the timings, memory, the environment, then ``min_time``,
-# which rows carried as an extra key before it was a field).
+# static figures, the status, the timings, memory, then the environment).
 KEY_ORDER = (
     "family", "variant", "batch", "seq", "d_model", "heads", "d_ff", "dtype", "device", "mode", "compiled", "sets",
     "case", "key", "threads", "baseline", "compile_s", "compile_graphs", "path", "path_ops", "flops",
@@ -147,8 +146,13 @@ KEY_ORDER = (
     "peak_fraction", "peak_fraction_q1", "peak_fraction_q3", "peak_fraction_lo", "peak_fraction_hi",
     "peak_fraction_dense", "load", "disturbed", "group", "interleaved", "vs_baseline", "vs_baseline_q1",
     "vs_baseline_q3", "vs_baseline_lo", "vs_baseline_hi", "rss_peak_bytes", "rss_note", "source", "kind",
-    "profile", "torch", "python", "cpu", "cpu_count", "commit", "device_name", "min_time",
+    "profile", "torch", "python", "cpu", "cpu_count", "commit", "device_name",
 )
+# Fields rows carried as extra keys before they were fields: written where they always were,
+# after every key of KEY_ORDER (and, unlike those, no column of their own for a report of
+# rows that lack them).
+PROMOTED_KEYS = ("min_time",)
+_CASE_KEYS = KEY_ORDER + PROMOTED_KEYS
 
 
 # What every case row must carry: the tables group and label rows by them.
@@ -275,12 +279,12 @@ class BenchRow:
         if data.get("kind", "case") != "case":
             raise ResultsFileError(f"benchmark row {key!r} is a {data.get('kind')!r} row, not a case")
         data = _renamed(data)
-        known = set(KEY_ORDER)
+        known = set(_CASE_KEYS)
         return cls(_part(RowSpec, data, key), Measurement.from_values(data, key), _part(Environment, data, key),
                    {k: v for k, v in data.items() if k not in known}, tuple(data))
 
     def to_json(self) -> dict[str, Any]:
-        return _flat({**self.values(), "kind": self.kind}, KEY_ORDER, self.extra, self.read_order)
+        return _flat({**self.values(), "kind": self.kind}, _CASE_KEYS, self.extra, self.read_order)
 
     def values(self) -> dict[str, Any]:
         """The known fields of every part, by JSON key."""
