@@ -464,3 +464,29 @@ def test_generated_faults_through_bench_with_the_memory_probe_and_diff(tmp_path,
         code, out, err = _run(["diff", "norm", faults.vid(stage, fault), "torch_layernorm", "--dtype", "float64",
                                "--set", "d_model=8", "--variants", str(path)], capsys)
         assert code in (0, 1, 2) and len(err.strip().splitlines()) <= 1 and "noise" not in out
+
+
+def test_a_map_mistake_is_named_where_the_map_is_written():
+    """A chunk counted from one is refused where the map is written; a weight the module holds
+    as a buffer is named as such, not as a parameter it lacks."""
+    import torch
+    from torch import nn
+
+    from harness.base.errors import PortingError
+    from harness.porting.entries import Chunk, Param, PerHeadChunk
+    from harness.porting.portmap import PortMap
+
+    with pytest.raises(ValueError, match=r"index 2 is outside 0..1 \(chunks are counted from 0\)"):
+        Chunk("wb", 2, 2)
+    with pytest.raises(ValueError, match="outside 0..2"):
+        PerHeadChunk("qkv", 3, 3, heads=2)
+
+    class Buffers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("weight", torch.ones(4))
+            self.bias = nn.Parameter(torch.zeros(4))
+
+    with pytest.raises(PortingError, match="holds as a buffer, not a parameter"):
+        PortMap("norm/mine", Buffers(), {"weight": Param("weight"), "bias": Param("bias")},
+                {"weight": (4,), "bias": (4,)})

@@ -3,11 +3,11 @@ carrying its environment, appended to the JSONL log."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,6 +20,7 @@ from harness.base.boundary import describe
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, ResultsFileError
 from harness.base.files import SCHEMA_VERSION, make_public, output_lock
+from harness.base.output import write_failed
 from harness.bench import counters, timing
 from harness.bench.cases import BenchCase, Prepared, case_bytes, prepare, serves_target
 from harness.bench.log import (
@@ -31,6 +32,7 @@ from harness.bench.log import (
     refuse_foreign_log,
     stamp_difference,
 )
+from harness.bench.machine import cpu_model, environment, git_commit  # noqa: F401  (environment: re-exported)
 from harness.bench.measured import Rounds, Status
 from harness.bench.memprobe import MemProbe
 from harness.bench.row import BenchRow, Environment, Measurement, PeakRow, RowSpec
@@ -181,40 +183,6 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
     return [rows[c.variant] for c in cases], peak_row
 
 
-# -- environment -----------------------------------------------------------------------------------
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def git_commit() -> str:
-    root = Path(__file__).resolve().parents[2]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return (sha + ("-dirty" if dirty else "")) if sha else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def environment(device: str) -> dict[str, Any]:
-    env = {
-        "torch": torch.__version__, "python": platform.python_version(), "cpu": cpu_model(),
-        "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "commit": git_commit(),
-        "device": device,
-        "device_name": torch.cuda.get_device_name(0) if device.startswith("cuda") else cpu_model(),
-    }
-    return env
-
-
 def log_stamp(*, device: str, profile: str, min_time: float, rounds: int, threads: int, memory: bool,
               variant_files: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """What a log's rows were measured with: rows are resumed or reused only under an equal stamp."""
@@ -329,6 +297,20 @@ def _measured_before(cases: list[BenchCase], log: Path, stamp: dict, *, fresh: b
     return old, done, replace
 
 
+@contextlib.contextmanager
+def _appending(target: Path, log: Path) -> Iterator:
+    """``target`` open for appending; a failure to open it is one line naming ``log``."""
+    try:
+        out = target.open("a")
+    except OSError as exc:
+        raise write_failed(log, exc) from None
+    try:
+        yield out
+    finally:
+        with contextlib.suppress(OSError):  # every row was flushed when written; a failed one said so
+            out.close()
+
+
 def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, threads, progress, memory,
                   variant_files, profile, deadline=None) -> Iterator[BenchRow]:
     old, done, replace = _measured_before(cases, log, stamp, fresh=fresh)
@@ -346,10 +328,13 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
     target = log.parent / f".{log.name}.new-{os.getpid()}" if replace else log
     placed = not replace
     try:
-        with target.open("a") as out:
+        with _appending(target, log) as out:
             def emit(row):
-                out.write(json.dumps(row, default=str) + "\n")
-                out.flush()
+                try:
+                    out.write(json.dumps(row, default=str) + "\n")
+                    out.flush()
+                except OSError as exc:  # a full disk: one line naming the log (the rows before it are whole)
+                    raise write_failed(log, exc) from None
 
             def place():
                 nonlocal placed
@@ -369,7 +354,11 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
                     break
                 started = time.monotonic()
                 bar.set_postfix_str(f"{c.family} B={c.batch} T={c.seq} {c.mode}", refresh=False)
-                rows, peak = measure_group(group, min_time=min_time, rounds=rounds, threads=threads, probe=probe)
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    # what a variant prints while it is timed is no part of the output (its first,
+                    # guarded call already showed anything that went wrong)
+                    rows, peak = measure_group(group, min_time=min_time, rounds=rounds, threads=threads,
+                                               probe=probe)
                 if peak.disturbed:
                     tqdm.write(f"disturbed: {c.family} B={c.batch} T={c.seq} {c.mode}: {peak.disturbed}",
                                file=sys.stderr)

@@ -80,6 +80,9 @@ class Chunk:
     chunks: int
     dim: int = 0
 
+    def __post_init__(self) -> None:
+        _check_index(self)
+
     def regions(self) -> list[Region]:
         return [Region(self.path, self.dim, self.index, self.chunks)]
 
@@ -88,6 +91,16 @@ class Chunk:
 
     def rerooted(self, canonical_prefix: str, module_prefix: str) -> Chunk:
         return Chunk(module_prefix + self.path, self.index, self.chunks, self.dim)
+
+
+def _check_index(entry: Chunk | PerHeadChunk) -> None:
+    """An index outside 0..chunks-1 (one counted from 1) is refused where the map is written."""
+    if not (isinstance(entry.chunks, int) and entry.chunks >= 1):
+        raise ValueError(f"{type(entry).__name__}({entry.path!r}, {entry.index!r}, {entry.chunks!r}): chunks must "
+                         "be a positive integer")
+    if not (isinstance(entry.index, int) and 0 <= entry.index < entry.chunks):
+        raise ValueError(f"{type(entry).__name__}({entry.path!r}, {entry.index!r}, {entry.chunks!r}): index "
+                         f"{entry.index!r} is outside 0..{entry.chunks - 1} (chunks are counted from 0)")
 
 
 @dataclass(frozen=True)
@@ -104,6 +117,9 @@ class PerHeadChunk:
     chunks: int
     heads: int
     dim: int = 0
+
+    def __post_init__(self) -> None:
+        _check_index(self)
 
     def regions(self) -> list[Region]:
         return [Region(self.path, self.dim, self.index, self.chunks, self.heads)]

@@ -88,6 +88,11 @@ class PortMap:
         for canonical, entry in self.entries.items():
             for region in entry.regions():
                 path = region.path
+                if path not in self.params and path in dict(self.module.named_buffers()):
+                    raise self._fail(
+                        f"canonical '{canonical}' maps to '{path}', which the module holds as a buffer, not a "
+                        "parameter: weights are ported into parameters (make it an nn.Parameter, "
+                        "requires_grad=False if it must not train)")
                 if path not in self.params:
                     raise self._fail(
                         f"canonical '{canonical}' maps to '{path}', which the module does not have"

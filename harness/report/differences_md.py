@@ -9,6 +9,7 @@ from tabulate import tabulate
 
 from harness.base.config import Config
 from harness.base.files import atomic_write, refuse_foreign
+from harness.base.output import STDOUT, write_text
 from harness.trace.findings import FamilyFindings
 
 
@@ -73,6 +74,9 @@ def render_differences(findings: list[FamilyFindings], cfg: Config) -> str:
 
 
 def write_differences(path: str | Path, findings: list[FamilyFindings], cfg: Config) -> Path:
+    if str(path) == STDOUT:  # differences --out -: the Markdown on standard output
+        write_text(STDOUT, render_differences(findings, cfg))
+        return Path(STDOUT)
     target = Path(path)
     refuse_foreign(target, "the differences file", own=is_own_differences)
     return atomic_write(target, render_differences(findings, cfg))
