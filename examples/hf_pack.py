@@ -8,7 +8,8 @@
 What map found, and what each registration therefore says:
 
 - Hugging Face's attention modules are self-attention on hidden states (the model passes
-  the rotary tables and an additive mask): they run on the self-attention cases only.
+  the rotary tables and an additive mask): they run on the self-attention cases only
+  (packed rows among them for the RoPE ones).
 - Their rotary tables are computed in float32 whatever the input dtype, and LlamaRMSNorm
   and GemmaRMSNorm upcast to float32 outright (a float64 input is rounded to float32):
   ``internal_dtype: "float32"``, "less precise" in float64 by declaration.
@@ -17,9 +18,10 @@ What map found, and what each registration therefore says:
   GPT-NeoX soften in float32, so a float64 ``finfo.min`` would become -inf there and a row
   with no key NaN: a float64 side effect. With float32's minimum every module here gives
   such a row the mean of V (an additive mask), declared, and keeps the fully masked case.
-- Their float32 rotary tables are not within float32's bound of the float64 oracle at large
-  logits: on ``self@large`` (inputs x12, logits of std ~140) the q/k weight gradients differ
-  by up to ~4e-3; map leaves the ``self`` case (and so its regimes) out of their cases.
+- Their float32 rotary tables are not within float32's elementwise bound of the float64
+  oracle at large logits (``self@large``: inputs x12, logits of std ~140, q/k weight
+  gradients off by up to ~4e-3); their RMS error there stays under that of the definition
+  computed in float32, which is what a declared ``internal_dtype`` is held to.
 - MistralAttention leaves its sliding window to the model's mask (window ``none``).
 - GPT-NeoX keeps q, k and v per head in one Linear (``PerHeadChunk``) and rotates a
   quarter of each head. With d_k * 0.25 odd (d_k = 12: the default config) HF rotates
@@ -58,12 +60,10 @@ from harness import (
 )
 
 SELF_CASES = ("self", "causal", "causal_only", "random_mask", "window")
-# what map declared for the modules that soften in float32 (see the docstring); 'self' is left
-# out: on its regime 'self@large' (logits of std ~140) their float32 rotary tables put ~1e-3
-# into the q/k gradients, beyond float32's bound
+# what map declared for the modules that soften in float32 (see the docstring)
 ROPE_TRAITS = {"sublayer": "attention", "rope": "half-split", "gqa_grouping": "consecutive",
                "fully_masked_row": "mean of V", "mask_style": "additive", "internal_dtype": "float32",
-               "cases": SELF_CASES[1:4] + ("fully_masked", "window")}
+               "cases": SELF_CASES[:4] + ("fully_masked", "window", "packed")}
 EAGER_TRAITS = {"sublayer": "attention", "fully_masked_row": "mean of V", "mask_style": "additive",
                 "cases": SELF_CASES[:4] + ("fully_masked", "window")}
 

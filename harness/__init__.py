@@ -24,7 +24,7 @@ from harness.base.errors import (
     VariantFileError,
 )
 from harness.base.library import library_config, rotary_tables
-from harness.base.masks import additive_mask, causal_and_pad, masked, per_head
+from harness.base.masks import additive_mask, causal_and_pad, key_pad_to_attn, masked, per_head
 from harness.families.base import PathFinding
 from harness.families.models import PAD, START, dropout_sites, incremental, layers, register_decoding
 from harness.families.training import SPREADS, STEP_COUNTS, noam, optimizer_rates, smoothed_target
@@ -33,6 +33,7 @@ from harness.porting.entries import (
     Chunk,
     Concat,
     Identity,
+    Offset,
     Param,
     PerHeadChunk,
     RopePermuted,
@@ -58,11 +59,11 @@ __all__ = [
     # a plain attention function over projected heads, its layout given as data
     "register_kernel",
     # its parameter map
-    "Param", "Chunk", "PerHeadChunk", "Concat", "Transposed", "RopePermuted", "Zero", "Absent", "Tied",
+    "Param", "Chunk", "PerHeadChunk", "Concat", "Transposed", "RopePermuted", "Offset", "Zero", "Absent", "Tied",
     "nest", "linear_entries", "norm_entries", "fused_entries", "absent_norm",
     "Identity",  # a square weight the variant leaves out, read as the identity
     # masks: converting the canonical bool mask (True = may attend) at the variant's edge
-    "masked", "per_head", "causal_and_pad", "additive_mask",
+    "masked", "per_head", "causal_and_pad", "key_pad_to_attn", "additive_mask",
     # library modules (transformers): their config object from the harness config, their rotary tables
     "library_config", "rotary_tables",
     # whole models: how a model decodes, its layers and dropout sites

@@ -11,7 +11,7 @@ from pathlib import Path
 
 STAGES = ("build", "call", "param_map", "supports", "backward")
 # what every stage can do wrong by raising or printing
-CONTROL = ("raise", "print", "hang", "interrupt", "exit", "skip", "keyerror")
+CONTROL = ("raise", "print", "hang", "interrupt", "exit", "skip", "keyerror", "global_dtype")
 # what a stage can answer wrongly
 ANSWERS = {
     "build": ("not_module",),
@@ -24,6 +24,7 @@ ANSWERS = {
 MESSAGE = {
     "raise": "RuntimeError: generated fault",
     "keyerror": "KeyError: 'generated key'",
+    "global_dtype": "default dtype to float64",
     "hang": "ran past",
     "interrupt": "raised KeyboardInterrupt itself",
     "exit": "called sys.exit(3)",
@@ -55,7 +56,7 @@ def expected(stage: str, fault: str) -> tuple[str, ...] | None:
     if fault == "print":
         return None
     words = (MESSAGE[fault],)
-    if fault in CONTROL and fault not in ("hang",):
+    if fault in CONTROL and fault not in ("hang", "global_dtype"):
         words += ("gen_faults.py:",) if fault not in ("exit",) else ()
     return words
 
@@ -91,6 +92,8 @@ def fault(kind):
     if kind == "skip":
         import pytest
         pytest.skip("generated skip")
+    if kind == "global_dtype":
+        torch.set_default_dtype(torch.float64)
 
 
 class Faulty(torch.autograd.Function):
@@ -195,7 +198,7 @@ def variants_file(path: Path, faults: list[tuple[str, str]] | None = None) -> Pa
     return path
 
 
-IMPORT_FAULTS = ("raise", "print", "interrupt", "exit", "skip", "keyerror")
+IMPORT_FAULTS = ("raise", "print", "interrupt", "exit", "skip", "keyerror", "global_dtype")
 
 
 def import_file(path: Path, kind: str) -> Path:

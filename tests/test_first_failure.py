@@ -31,7 +31,7 @@ GQA = get_family("attention").extra_configs["gqa"]
 
 # Each None default of Config and the value its documentation gives (a field added with a None
 # default must say here what it reads as).
-DOCUMENTED = {"kv_heads": lambda cfg: cfg.heads, "window": lambda cfg: None}
+DOCUMENTED = {"kv_heads": lambda cfg: cfg.heads, "window": lambda cfg: None, "head_dim": lambda cfg: None}
 
 
 def test_every_config_field_reads_its_documented_value():

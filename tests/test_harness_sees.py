@@ -120,14 +120,14 @@ def test_an_exact_but_imprecise_formula_is_less_precise(wrong):
     """One-pass variance: right in float64, many times nn.LayerNorm's error in float32."""
     report, _ = wrong
     assert all(s.ok for s in _spec(report, "wrong_one_pass_variance", "float64"))
-    [s] = _spec(report, "wrong_one_pass_variance", "float32")
+    [s] = _spec(report, "wrong_one_pass_variance", "float32", "rows")
     assert s.verdict == "less precise" and s.ratio > 2 and not s.ok
 
 
 def test_float64_sees_a_difference_below_float32s_resolution(wrong):
     """eps 1.0001e-5 instead of 1e-5: ~5e-8, which assert_close's float64 default (1e-7) passes."""
     report, _ = wrong
-    [s] = _spec(report, "wrong_eps_drift", "float64")
+    [s] = _spec(report, "wrong_eps_drift", "float64", "rows")
     [out] = [t for t in s.tensors if t.name == "output"]
     assert not s.ok and out.verdict != "equivalent" and 1e-9 < out.err < 1e-6
     x = get_family("norm").inputs("rows", Config())["x"]

@@ -133,3 +133,79 @@ def test_hf_llama_equivalent_to_ours_and_sdpa_gqa(pack_report, other):
     assert all(p.verdict.agrees or p.verdict == "less precise" for p in same), \
         [(p.config, p.case, p.dtype, p.verdict) for p in same]
     assert all(p.ok for p in pairs)
+
+
+def test_float32_rotary_tables_are_less_precise_on_large_logits_and_a_coarser_table_is_caught():
+    """HF Llama (float32 rotary tables, ``internal_dtype: float32``) on ``self@large`` in
+    float64: beyond float32's elementwise bound, within the rounding of the definition
+    computed in float32, so "less precise" as declared; the same module with its tables
+    rounded to bfloat16 (declaring float32 all the same) is "different" there."""
+    from harness import additive_mask, rotary_tables
+
+    def coarse_call(m, i):
+        cos, sin = rotary_tables(m, i["query"], i["positions"])
+        tables = (cos.bfloat16().to(cos.dtype), sin.bfloat16().to(sin.dtype))
+        return m(i["query"], position_embeddings=tables, attention_mask=additive_mask(i["mask"], i["query"].dtype))[0]
+
+    with scratch():
+        load_file(PACK)
+        llama = get_variant("attention", "hf_llama")
+        assert "self" in llama.traits["cases"]
+        register(id="hf_llama_bf16_tables", family="attention", source="test", build=llama.build,
+                 call=coarse_call, param_map=llama.param_map, traits={**llama.traits, "cases": ("self",)})
+        report = check_all(["attention"], {"default": DEFAULT}, "cpu", ["float32"], extras=False,
+                           variants=["attention/hf_llama", "attention/hf_llama_bf16_tables"])
+    spec = {(s.variant, s.case, s.dtype): s for s in report.specs}
+    honest = spec[("hf_llama", "self@large", "float64")]
+    assert honest.ok and honest.verdict == "less precise", honest.note
+    assert "computed in float32" in honest.note
+    coarse = spec[("hf_llama_bf16_tables", "self@large", "float64")]
+    assert not coarse.ok and coarse.verdict == "different", coarse.note
+
+
+@pytest.mark.slow
+def test_gemma2_attention_with_its_own_head_width_and_score_scale():
+    """HF Gemma2Attention with head_dim = 16 at D = 48, H = 4 (not D / H) and
+    query_pre_attn_scalar = 24 (scores times 24 ** -0.5, not 1 / sqrt(16)), logit softcap 50:
+    declared, it agrees with the attention oracle; declared with the default scale, caught."""
+    from transformers.models.gemma2.configuration_gemma2 import Gemma2Config
+    from transformers.models.gemma2.modeling_gemma2 import Gemma2Attention
+
+    from harness import Param, Zero, additive_mask, library_config, rotary_tables
+    from harness.check.spec import SpecChecker
+
+    def call(m, i):
+        return m(i["query"], position_embeddings=rotary_tables(m, i["query"], i["positions"]),
+                 attention_mask=additive_mask(i["mask"], i["query"].dtype))[0]
+
+    pmap = {f"{c}.{k}": Param(f"{c}_proj.{k}") if k == "weight" else Zero() for c in "qkvo" for k in ("weight", "bias")}
+    cfg = Config(head_dim=16)
+    assert cfg.d_k == 16 != cfg.d_model // cfg.heads
+    with scratch():
+        made = {scale: register(
+            id=f"gemma2_{i}", family="attention", source="transformers", call=call, param_map=pmap,
+            build=lambda c: Gemma2Attention(config=library_config(Gemma2Config, c, query_pre_attn_scalar=24,
+                                                                   layer_types=["full_attention"]), layer_idx=0),
+            traits={"sublayer": "attention", "rope": "half-split", "gqa_grouping": "consecutive",
+                    "fully_masked_row": "NaN", "internal_dtype": "float32", "softcap": 50.0, "score_scale": scale,
+                    "cases": ("random_mask",)}) for i, scale in enumerate((24 ** -0.5, "1/sqrt(d)"))}
+        checker = SpecChecker({"hd16": cfg})
+        right = checker.check(made[24 ** -0.5], "hd16", "random_mask", "float64")
+        wrong = checker.check(made["1/sqrt(d)"], "hd16", "random_mask", "float64")
+    assert right.ok, right.note
+    assert not wrong.ok and wrong.verdict == "different"
+
+
+@pytest.mark.slow
+def test_map_shows_why_no_call_form_ran_and_finds_gemma2s_scale():
+    """Qwen3's q/k norm gains have no canonical counterpart: map shows that porting error per
+    call form (it said only "no call form ran"); Gemma 2's scale (query_pre_attn_scalar) and
+    logit soft-cap are read from the module, and the registration it prints checks clean."""
+    qwen = propose_map("transformers.models.qwen3.modeling_qwen3:Qwen3Attention", "attention", cfg=DEFAULT)
+    assert not qwen.found
+    assert "no candidate map ported: PortingError" in qwen.text and "'q_norm.weight'" in qwen.text, qwen.text
+    cfg = Config(head_dim=16)
+    gemma = propose_map("transformers.models.gemma2.modeling_gemma2:Gemma2Attention", "attention", cfg=cfg)
+    assert gemma.found, gemma.text
+    assert gemma.traits["score_scale"] == 256 ** -0.5 and gemma.traits["softcap"] == 50.0
+    assert "0 contradict" in gemma.text

@@ -150,3 +150,60 @@ def test_one_kernels_failing_backward_is_its_own_error_row():
                for d in ("float64", "float32"))
     assert mine[("self", "float64")].ok and mine[("self", "float32")].ok
     assert all(s.ok for s in report.specs if s.variant == "eager")
+
+
+def additive_bias_reference(q, k, v, mask, causal=False):
+    """flash-attention's test reference's masking: a 0 / -inf bias added to the scores, so a
+    row without keys is NaN and its NaN reaches dQ and dK; the other rows are untouched."""
+    from variants.kernels import repeat_kv
+
+    k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
+    bias = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, float("-inf"))
+    if causal:
+        T, S = q.shape[2], k.shape[2]
+        bias = bias.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(), float("-inf"))
+    return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 + bias, -1) @ v
+
+
+def test_a_nan_gradient_in_a_dead_row_stays_in_that_row():
+    """The oracle's ``fully_masked_grad: NaN`` sends NaN to the scores of the rows without keys
+    only: the live rows' gradients are finite and those of the definition over their keys."""
+    from harness.families.kernel_oracle import kernel_attention
+
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 1, n, 3, generator=gen, dtype=torch.float64, requires_grad=True) for n in (3, 4, 4))
+    mask = torch.ones(1, 3, 4, dtype=torch.bool)
+    mask[0, 1] = False                                                 # query 1 sees no key
+    traits = get_family("attention_kernel").semantic_traits(
+        {"causal": "top_left", "mask_method": "additive_bias"})
+    call = {"q": q, "k": k, "v": v, "mask": mask, "key_pad": torch.ones(1, 4, dtype=torch.bool),
+            "causal": False, "window": None, "softcap": 0.0}
+    out = kernel_attention(traits, call)
+    out.nan_to_num().sum().backward()
+    assert q.grad[0, 0, 1].isnan().all() and k.grad.isnan().all()      # the dead row's NaN reaches every key
+    live = [0, 2]
+    assert torch.isfinite(q.grad[0, 0, live]).all()
+    q2 = q.detach().clone().requires_grad_()
+    (torch.softmax(q2[:, :, live] @ k.detach().transpose(-2, -1) / 3 ** 0.5, -1) @ v.detach()).sum().backward()
+    torch.testing.assert_close(q.grad[0, 0, live], q2.grad[0, 0, live], rtol=1e-12, atol=1e-12)
+
+
+def test_an_additive_minus_inf_kernel_is_equivalent_on_rows_without_keys():
+    """flash-attention's reference (a 0 / -inf bias) declared ``additive_bias``: every case,
+    the rows without keys among them, is equivalent in float64 (a wrong declaration, the
+    repaired rows' ``zeros``, stays caught on the same case)."""
+    load_packs()
+    with scratch():
+        register_kernel(id="additive_ref", fn=additive_bias_reference, mask="bool", source="test",
+                        traits={"causal": "top_left", "mask_method": "additive_bias",
+                                "cases": ("self", "cross", "fully_masked")})
+        register_kernel(id="additive_ref_said_zeros", fn=additive_bias_reference, mask="bool", source="test",
+                        traits={"causal": "top_left", "mask_method": "additive_bias", "fully_masked_row": "zeros",
+                                "fully_masked_grad": "none", "cases": ("fully_masked",)})
+        report = check_all(["attention_kernel"], ONE_CONFIG, "cpu", ["float32"], extras=False,
+                           variants=["attention_kernel/additive_ref", "attention_kernel/additive_ref_said_zeros"])
+    mine = {(s.variant, s.case, s.dtype): s for s in report.specs}
+    assert all(s.ok and s.verdict == Verdict.EQUIVALENT for (v, c, d), s in mine.items()
+               if v == "additive_ref" and d == "float64"), [(k, s.note) for k, s in mine.items() if not s.ok]
+    assert mine[("additive_ref", "fully_masked", "float64")].verdict == Verdict.EQUIVALENT
+    assert mine[("additive_ref_said_zeros", "fully_masked", "float64")].verdict == Verdict.DIFFERENT

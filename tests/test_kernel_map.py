@@ -120,3 +120,30 @@ def test_module_map_scores_the_closest_over_every_case_and_names_the_failing_one
     failing, agrees = set(proposal.closest["failing"]), set(proposal.closest["agrees"])
     assert {"causal", "random_mask"} <= failing and {"self", "cross"} <= agrees
     assert "fails on causal (max_abs" in proposal.text
+
+
+PLAIN = '''
+def returns_weights_too(q, k, v, mask):
+    p = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf")).softmax(-1)
+    return p @ v, p
+
+
+def mask_first(mask, q, k, v):
+    p = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf")).softmax(-1)
+    return p @ v
+'''
+
+
+@pytest.mark.parametrize("name,says", [
+    ("returns_weights_too", "returns a tuple: register a function that returns the output alone, "
+                            "e.g. fn=lambda q, k, v, mask: returns_weights_too(q, k, v, mask)[0]"),
+    ("mask_first", "takes its mask in position 1 (mask, q, k, v); register_kernel calls fn(q, k, v, mask, ...): "
+                   "register fn=lambda q, k, v, mask: mask_first(mask, q, k, v)"),
+])
+def test_map_says_why_a_plain_function_runs_under_no_form(tmp_path, name, says):
+    """A function returning (output, weights), or taking the mask first: map says which and
+    how to wrap it, beside what the forms' calls raised."""
+    (tmp_path / "plain_fns.py").write_text(PLAIN)
+    proposal = propose_kernel_map(f"{tmp_path / 'plain_fns.py'}:{name}", cfg=CONFIG_MATRIX["default"])
+    assert not proposal.found and says in proposal.text, proposal.text
+    assert "form(s) (" in proposal.text

@@ -203,10 +203,10 @@ def test_a_check_that_raises_is_that_specs_error_row(monkeypatch):
 
     real = runs.oracle_run
 
-    def failing(family, traits, cfg, inputs, weights, *, dtype, compute=torch.float64):
+    def failing(family, traits, cfg, inputs, weights, *, dtype, compute=torch.float64, **through):
         if compute != torch.float64 and traits.get("upcast", "none") != "none":
             raise RuntimeError("expected m1 and m2 to have the same dtype")
-        return real(family, traits, cfg, inputs, weights, dtype=dtype, compute=compute)
+        return real(family, traits, cfg, inputs, weights, dtype=dtype, compute=compute, **through)
 
     monkeypatch.setattr(runs, "oracle_run", failing)
     report = check_all(["norm"], {"default": CONFIG_MATRIX["default"]}, "cpu", ["float32"], extras=False)

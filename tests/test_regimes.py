@@ -148,3 +148,55 @@ def test_check_runs_two_cached_sessions_per_cached_model():
     assert {r.variant for r in rows if not r.ok} == {"rg_kv_cache_not_reset"} and len(rows) > 1
     report = CheckReport(dict(CONFIG_MATRIX), ["float64"], caches=rows)
     assert [f.variant for f in report.failures] == ["rg_kv_cache_not_reset"] and report.as_dict()["caches"]
+
+
+class LseAttention(torch.nn.Module):
+    """Textbook attention (fill -1e9) whose softmax is written ``exp(s - logsumexp(s))`` (a
+    correct reformulation, less precise in float32 at large logits), or, ``wrong``, whose
+    float32 path zeroes the masked probabilities after a softmax over every key."""
+
+    def __init__(self, d, h, wrong=False):
+        super().__init__()
+        self.h, self.wrong = h, wrong
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, query, key, value, mask):
+        B, T, D = query.shape
+        split = lambda x: x.view(B, -1, self.h, D // self.h).transpose(1, 2)  # noqa: E731
+        q, k, v = split(self.q(query)), split(self.k(key)), split(self.v(value))
+        s = q @ k.transpose(-2, -1) / (D // self.h) ** 0.5
+        keep = mask[:, None]
+        if self.wrong and s.dtype == torch.float32:
+            w = s.softmax(-1).masked_fill(~keep, 0.0)
+        else:
+            s = s.masked_fill(~keep, -1e9)
+            w = torch.exp(s - torch.logsumexp(s, -1, keepdim=True))
+        return self.o((w @ v).transpose(1, 2).reshape(B, T, D))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_precision_is_not_semantics(strict):
+    """Where the float64 semantics hold, float32 makes a variant "less precise", not
+    "different": the logsumexp softmax on ``self@large`` (logits of std ~140; ~37x the
+    baseline's RMS error) is no contradiction, unless --strict-precision; a float32 path
+    that computes another function stays a contradiction either way ("different" beyond
+    bfloat16's tolerance at the tensor's scale and 10x the baseline's error)."""
+    from harness import linear_entries, register
+    from harness.check.spec import SpecChecker
+    from harness.registry import scratch
+
+    traits = {"sublayer": "attention", "fully_masked_row": "mean of V"}
+    qkvo = linear_entries({"q": "q", "k": "k", "v": "v", "o": "o"})
+    with scratch():
+        made = {wrong: register(id=f"lse_{wrong}", family="attention", source="test", param_map=qkvo, traits=traits,
+                                build=lambda cfg, w=wrong: LseAttention(cfg.d_model, cfg.heads, w),
+                                call=lambda m, i: m(i["query"], i["key"], i["value"], i["mask"]))
+                for wrong in (False, True)}
+        checker = SpecChecker({"default": CONFIG_MATRIX["default"]}, strict=strict)
+        control = {d: checker.check(made[False], "default", "self@large", d) for d in ("float64", "float32")}
+        wrong = checker.check(made[True], "default", "self@large", "float32")
+    assert control["float64"].ok and control["float32"].verdict == "less precise"
+    assert control["float32"].ok != strict
+    assert control["float32"].ratio > 10
+    assert checker.check(made[True], "default", "self@large", "float64").ok
+    assert not wrong.ok and (strict or wrong.verdict == "different"), (wrong.verdict, wrong.note)

@@ -45,3 +45,50 @@ def test_renamed_values_name_known_values():
         spec = get_family(family).traits["activation"]
         assert spec.renamed and all(new in spec.values for new in spec.renamed.values())
         assert not set(spec.renamed) & set(spec.values)
+
+
+OLD_FILE = '''
+import torch
+from torch import nn
+from harness import Chunk, Param, register
+from harness.adapt import causal_and_pad, key_pad_to_attn, masked
+
+
+class MyAttention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(cfg.d_model, cfg.heads, batch_first=True)
+
+    def forward(self, query, key, value, mask):
+        return self.mha(query, key, value, attn_mask=masked(mask).repeat_interleave(self.mha.num_heads, 0),
+                        need_weights=False)[0]
+
+
+assert key_pad_to_attn(torch.tensor([[True, False]]), 3).shape == (1, 3, 2)
+assert causal_and_pad(torch.ones(1, 2, dtype=torch.bool)).tolist() == [[[True, False], [True, True]]]
+register(id="torch_mha", family="attention", source="a user's file, written before the project's torch_mha",
+         build=MyAttention, call=lambda m, i: m(i["query"], i["key"], i["value"], i["mask"]),
+         param_map={**{f"{c}.{k}": Chunk(f"mha.in_proj_{k}", n, 3) for n, c in enumerate("qkv")
+                       for k in ("weight", "bias")},
+                    "o.weight": Param("mha.out_proj.weight"), "o.bias": Param("mha.out_proj.bias")},
+         traits={"sublayer": "attention", "fully_masked_row": "NaN"})
+'''
+
+
+def test_an_old_user_file_keeps_loading(tmp_path, capsys):
+    """A file written for an earlier version: its mask helpers from ``harness.adapt`` resolve
+    (one deprecation line), and its id, a project variant's since, is loaded under the file's
+    name, said in one line; the project's variant is untouched."""
+    from harness.registry import load_packs
+
+    load_packs()
+    path = tmp_path / "old_file.py"
+    path.write_text(OLD_FILE)
+    with scratch():
+        added = load_file(path)
+        assert [v.key for v in added] == ["attention/old_file_torch_mha"]
+        assert get_variant("attention", "torch_mha").origin != str(path.resolve())
+    err = capsys.readouterr().err
+    assert err.count("deprecated: harness.adapt") == 1
+    assert ("note: variant 'attention/torch_mha' of old_file.py is a project variant's id" in err
+            and "loaded as 'attention/old_file_torch_mha'" in err), err

@@ -72,8 +72,10 @@ def rope_tables(positions: torch.Tensor, dim: int, base: float, dtype: torch.dty
 
 
 def rotate_half(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
-    """HF's apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, (B, h, L, d)."""
-    cos, sin = rope_tables(positions, x.shape[-1], base, x.dtype)
+    """HF's apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, (B, h, L, d); the tables
+    computed in float32 at least (HF's rotary embedding: float32 angles, cast to x's dtype)."""
+    cos, sin = rope_tables(positions, x.shape[-1], base, torch.promote_types(x.dtype, torch.float32))
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
@@ -438,9 +440,9 @@ class LlamaModel(nn.Module):
     padding, the window) and every block runs flex_attention."""
 
     def __init__(self, cfg, block=LlamaBlock, tied: bool = False, window: tuple[int, int] | None = None,
-                 flex: bool = False):
+                 flex: bool = False, final_softcap: float = 0.0):
         super().__init__()
-        self.window, self.flex = window, flex
+        self.window, self.flex, self.final_softcap = window, flex, final_softcap
         self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
         self.layers = nn.ModuleList([block(cfg) for _ in range(layers(cfg))])
         self.norm = RMSNorm(cfg.d_model)
@@ -460,6 +462,8 @@ class LlamaModel(nn.Module):
             x = layer(x, mask, positions, None if cache is None else cache.layers[i])
         x = self.norm(x)
         logits = x @ self.embed.weight.T if self.head is None else self.head(x)
+        if self.final_softcap:  # Gemma 2's final_logit_softcapping
+            logits = self.final_softcap * torch.tanh(logits / self.final_softcap)
         return logits.log_softmax(-1)
 
     def dense_mask(self, keys: torch.Tensor, n: int, past: int) -> torch.Tensor:

@@ -22,6 +22,7 @@ import functools
 import io
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -207,7 +208,7 @@ class user_code:  # noqa: N801  (used as a function: ``with user_code("call"): .
     except the user's own Ctrl-C (a KeyboardInterrupt after a real SIGINT) and a
     ``UserCodeError`` from a guard inside (passed on as it is)."""
 
-    __slots__ = ("stage", "files", "who", "timeout", "buffer", "_redirects", "_armed")
+    __slots__ = ("stage", "files", "who", "timeout", "buffer", "_redirects", "_armed", "_state")
 
     def __init__(self, stage: str, *, files: Iterable[str] = (), who: str = "", timeout: float | None = None):
         self.stage, self.files, self.who = stage, tuple(files), who
@@ -226,6 +227,7 @@ class user_code:  # noqa: N801  (used as a function: ``with user_code("call"): .
         self._redirects = (contextlib.redirect_stdout(self.buffer), contextlib.redirect_stderr(self.buffer))
         for r in self._redirects:
             r.__enter__()
+        self._state = (torch.get_default_dtype(), torch.is_grad_enabled())
         self._armed = _Alarm.arm(self.timeout)
         return self
 
@@ -235,6 +237,13 @@ class user_code:  # noqa: N801  (used as a function: ``with user_code("call"): .
             _Alarm.disarm()
         for r in reversed(self._redirects):
             r.__exit__(None, None, None)
+        changed = self._restore()
+        if exc is None and changed:  # torch's global state changed under every later call: said, and undone
+            if self.stage == "import":
+                print(f"note: {changed} at import (undone: a variants file must leave torch's global state as "
+                      "it found it)", file=sys.stderr)
+            else:
+                self._raise(f"{changed} and left it so (undone; set it inside a context manager)", None)
         if exc is None or isinstance(exc, (UserCodeError, GeneratorExit)):
             return False
         if isinstance(exc, KeyboardInterrupt):
@@ -251,7 +260,19 @@ class user_code:  # noqa: N801  (used as a function: ``with user_code("call"): .
         self._raise(describe(exc, self.files), exc)  # the user's code: pytest.skip, any exception
         return False
 
-    def _raise(self, problem: str, exc: BaseException) -> NoReturn:
+    def _restore(self) -> str:
+        """Undo a change to torch's default dtype or grad mode made inside; what it was, or ''."""
+        dtype, grad = self._state
+        said = []
+        if torch.get_default_dtype() != dtype:
+            said.append(f"set torch's default dtype to {_dtype(torch.get_default_dtype())}")
+            torch.set_default_dtype(dtype)
+        if torch.is_grad_enabled() != grad:
+            said.append(f"turned autograd {'on' if torch.is_grad_enabled() else 'off'}")
+            torch.set_grad_enabled(grad)
+        return " and ".join(said)
+
+    def _raise(self, problem: str, exc: BaseException | None) -> NoReturn:
         error = UserCodeError(self.stage, problem, output=self.text, who=self.who, original=exc)
         raise error from None
 

@@ -43,6 +43,7 @@ class Config:
     softcap: float = 0.0                    # logit soft-cap: cap * tanh(s / cap) (0: none)
     block: int = 64                         # block size of a blocked (flash-style) kernel
     rope_base: float = 10000.0              # RoPE's base: pair i turns by position * base^(-2i/r)
+    head_dim: int | None = None             # d_k when it is not D / H (Gemma: 256 at D = 2048, H = 8)
     # The input regime: the defaults are the cases' own inputs. Drawn by the
     # Hypothesis strategies of harness.base.regimes (``check --explore``), fixed in the
     # families' regime cases ("padded@left", "self@x12", ...), settable with --set.
@@ -58,7 +59,10 @@ class Config:
                 raise ConfigError(f"{name}={value!r} must be a positive integer")
         if self.vocab < 2:
             raise ConfigError(f"vocab={self.vocab} must be at least 2 (token 0 is the padding token)")
-        if self.d_model % self.heads:
+        hd = self.head_dim
+        if hd is not None and (not isinstance(hd, int) or isinstance(hd, bool) or hd < 1):
+            raise ConfigError(f"head_dim={hd!r} must be a positive integer, or none (D / H)")
+        if self.d_model % self.heads and hd is None:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by heads={self.heads}"
             )
@@ -114,7 +118,8 @@ class Config:
 
     @property
     def d_k(self) -> int:
-        return self.d_model // self.heads
+        """The head width: ``head_dim``, or D / H when it is not set."""
+        return self.d_model // self.heads if self.head_dim is None else self.head_dim
 
     def replace(self, **changes: Any) -> "Config":
         """A copy with ``changes``; a ``kv_heads`` that was not given keeps following ``heads``."""
@@ -191,7 +196,8 @@ class Config:
         # the attention kernels' fields and RoPE's base, when set
         kernel = "".join(f" {name}={value}" for name, value, default in (
             ("H_kv", self.kv_heads, self.heads), ("window", self.window, None), ("softcap", self.softcap, 0.0),
-            ("block", self.block, 64), ("rope_base", self.rope_base, 10000.0), ("padding", self.padding, "right"),
+            ("block", self.block, 64), ("rope_base", self.rope_base, 10000.0), ("head_dim", self.head_dim, None),
+            ("padding", self.padding, "right"),
             ("scale", self.scale, 1.0), ("pad_idx", self.pad_idx, 0), ("factor", self.factor, 1.0)) if value != default)
         return (f"B={self.batch} T={self.tgt_len} S={self.src_len} D={self.d_model} "
                 f"H={self.heads} d_k={self.d_k} F={self.d_ff}{kernel}")
@@ -227,9 +233,11 @@ def _parse_window(raw: str) -> tuple[int, int] | None:
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
-    "window": _parse_window, "kv_heads": lambda raw: None if raw.lower() == "none" else int(raw), "padding": str}
+    "window": _parse_window, "kv_heads": lambda raw: None if raw.lower() == "none" else int(raw),
+    "head_dim": lambda raw: None if raw.lower() == "none" else int(raw), "padding": str}
 _KINDS = {"window": "LEFT,RIGHT (e.g. 2,0; HF's sliding_window=w is w-1,0) or none",
-          "kv_heads": "an integer dividing heads, or none", "padding": "right, left, arbitrary or per_row"}
+          "kv_heads": "an integer dividing heads, or none", "head_dim": "a positive integer, or none (D / H)",
+          "padding": "right, left, arbitrary or per_row"}
 
 
 # The default matrix. Every config keeps B, T, S, D, H, d_k and F apart where it can

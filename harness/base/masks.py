@@ -19,6 +19,11 @@ def per_head(mask: torch.Tensor, heads: int) -> torch.Tensor:
     return mask.repeat_interleave(heads, dim=0)
 
 
+def key_pad_to_attn(pad: torch.Tensor, tgt_len: int) -> torch.Tensor:
+    """(B, S) True = real key -> (B, T, S) True = may attend."""
+    return pad[:, None, :].expand(pad.shape[0], tgt_len, pad.shape[1])
+
+
 def causal_and_pad(pad: torch.Tensor) -> torch.Tensor:
     """(B, T) True = real token -> (B, T, T) True = may attend: causal AND key is real."""
     t = pad.shape[-1]

@@ -24,7 +24,8 @@ Two separate questions, two rules:
   dozen elements the largest error is one draw from the tail, so its ratio to the
   reference's swings with the shape; random (seed, shape) draws raised false alarms on
   PyTorch's own modules. ``benchmarks/precision_calibration.py`` measures both ratios'
-  distributions and the false-alarm rates over 200 draws (docs/verdicts.md gives the figures).
+  distributions and the false-alarm rates over 1,000 draws of the shapes users give
+  (docs/verdict-calibration.md gives the figures).
   ``allowed`` stays on the largest error: it is what a pair of oracles can resolve.
 """
 
@@ -111,10 +112,13 @@ def rms_error(a: torch.Tensor, oracle: torch.Tensor) -> tuple[float, int]:
 
 # The ratio of two RMS errors over n elements fluctuates by about exp(+-1/sqrt(n)) (the log
 # of a root mean square of n roughly independent terms has sd ~ 1/sqrt(2n); a ratio of two,
-# 1/sqrt(n)). Below ~20 elements (a bias gradient of D = 8) that noise exceeds the factor,
-# so the allowance is the larger of the factor and exp(SIZE_Z / sqrt(n)), SIZE_Z standard
-# deviations chosen with benchmarks/precision_calibration.py (docs/verdicts.md gives the figures).
-SIZE_Z = 4.5
+# 1/sqrt(n)), and more where a few elements carry the error (a gradient through a LayerNorm
+# over 4 features). Below ~80 elements that noise exceeds the factor, so the allowance is the
+# larger of the factor and exp(SIZE_Z / sqrt(n)): measured with
+# benchmarks/precision_calibration.py over the shapes users give (docs/verdict-calibration.md),
+# nn.TransformerEncoderLayer(norm_first=True) at D = 4, H = 1, B = 1, T = 9 reaches 3.7x on
+# its 36-element input gradient; 9 allows 4.5x there, and the factor alone from 81 elements.
+SIZE_Z = 9.0
 
 
 def size_factor(factor: float, n: int) -> float:

@@ -43,6 +43,7 @@ class Run:
     note: str = ""  # e.g. an output that does not require grad (detached)
     changed: list[str] = field(default_factory=list)  # inputs the call changed in place, each named (or
     # the output's dtype, when it is not the call's): contradictions of any declaration
+    forward_only: str = ""  # why no gradient was taken: the backward is not implemented on this device
 
 
 def snapshot(inputs: Mapping[str, Any]) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -129,6 +130,27 @@ def backward_grads(family: Family, cfg: Config, out: torch.Tensor, inputs: Mappi
     return grads
 
 
+def _not_implemented(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what the user's code raised inside it) is a NotImplementedError."""
+    return isinstance(getattr(exc, "original", None) or exc, NotImplementedError)
+
+
+def _no_backward(device: str, exc: BaseException) -> str:
+    exc = getattr(exc, "original", None) or exc
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"forward only: no backward on {device} (NotImplementedError: {first})"[:300]
+
+
+def _forward_only(variant, cfg, inputs64, weights64, dtype, device, exc, **kw) -> Run:
+    """A variant whose code has no backward on this device (flex_attention refuses inputs that
+    require grad on the CPU): its forward under no_grad, judged alone, the reason kept."""
+    with torch.no_grad():
+        run = run_variant(variant, cfg, inputs64, weights64, dtype, device, backward=False, **kw)
+    if not run.error:
+        run.forward_only = _no_backward(device, exc)
+    return run
+
+
 def run_variant(
     variant: Variant,
     cfg: Config,
@@ -163,6 +185,9 @@ def run_variant(
     except HarnessError:
         raise
     except Exception as exc:  # a variant that fails on this case/dtype is a finding (UserCodeError included)
+        if backward and family.differentiable and _not_implemented(exc):  # no backward on this device
+            return _forward_only(variant, cfg, inputs64, weights64, dtype, device, exc, record=record,
+                                 compile_backend=compile_backend)
         run.error = describe(exc)
         return run
     if problem := check_output(out, device=device):  # its answer: a tensor on the call's device
@@ -181,7 +206,10 @@ def run_variant(
                 run.tensors.update(backward_grads(family, cfg, out, inputs, portmap))
         except HarnessError:
             raise
-        except Exception as exc:  # a backward that fails (not implemented on this device) is a finding
+        except Exception as exc:  # a backward that fails is a finding; none on this device: forward only
+            if _not_implemented(exc):
+                run.forward_only = _no_backward(device, exc)
+                return run
             run.error = describe(exc, variant_files(variant))
             return run
     return run
@@ -189,19 +217,23 @@ def run_variant(
 
 def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64: Mapping[str, Any],
                weights64: Mapping[str, torch.Tensor], *, dtype: torch.dtype,
-               compute: torch.dtype = torch.float64, rounded: torch.dtype | None = None) -> Run:
+               compute: torch.dtype = torch.float64, rounded: torch.dtype | None = None,
+               through: torch.dtype | None = None) -> Run:
     """The oracle's forward and backward on CPU in ``compute`` (float64 for the spec); every
     tensor returned in float64, named like a variant's run. ``rounded``: the inputs, weights
     and the backward's cotangent rounded to that dtype first (what a kernel running only in
-    that dtype receives), then computed in ``compute``."""
+    that dtype receives), then computed in ``compute``. ``through``: the same, and the
+    results rounded to that dtype too (a variant that computes in float32 inside a bfloat16
+    call: its inputs and results are bfloat16's)."""
     run = Run(path="oracle")
-    first = rounded or compute
+    first = rounded or through or compute
     weights = {n: t.detach().to(first).to(compute).clone().requires_grad_(family.differentiable)
                for n, t in weights64.items()}
-    inputs = cast_inputs(cast_inputs(inputs64, first, "cpu") if rounded else inputs64, compute, "cpu",
+    inputs = cast_inputs(cast_inputs(inputs64, first, "cpu") if first != compute else inputs64, compute, "cpu",
                          family.grad_inputs)
+    via = (lambda t: t.to(through)) if through is not None else (lambda t: t)  # noqa: E731
     out = family.oracle(traits, cfg, weights, inputs, dtype)
-    as64 = lambda t: t.detach().to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
+    as64 = lambda t: via(t.detach()).to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
     run.tensors["output"] = as64(out)
     if family.differentiable and out.requires_grad:
         (out * cotangent(out.shape, cfg.seed).to(first).to(out.dtype)).sum().backward()
@@ -289,19 +321,21 @@ class RunCache:
         return Fills({n: v for n, v in fills.items() if n not in undeclared}) if undeclared else fills
 
     def oracle(self, family: Family, traits: Mapping[str, Any], case: str, zero: Fills,
-               dtype: torch.dtype, compute: torch.dtype = torch.float64, rounded: torch.dtype | None = None) -> Run:
+               dtype: torch.dtype, compute: torch.dtype = torch.float64, rounded: torch.dtype | None = None,
+               through: torch.dtype | None = None) -> Run:
         """The family's oracle built from ``traits``, on the same weights and inputs as the
         variants' runs; ``dtype`` is the dtype of the run it is compared with, ``compute``
         the dtype it computes in (float64: the spec; ``dtype``: the definition's own
         rounding in that dtype, the precision baseline); ``rounded``: inputs rounded to that
-        dtype first (the truth a kernel running only in that dtype is held to)."""
+        dtype first (the truth a kernel running only in that dtype is held to); ``through``:
+        inputs and results rounded to that dtype (a declared ``internal_dtype``'s baseline)."""
         semantic = family.semantic_traits(traits)
         key = ("oracle", family.name, tuple(sorted(semantic.items(), key=lambda kv: kv[0])), case, zero,
-               dtype, compute, rounded)
+               dtype, compute, rounded, through)
         if key not in self._runs:
             self._runs[key] = oracle_run(family, semantic, self.cfg, self.inputs(family, case),
                                          self.weights(family, zero), dtype=dtype, compute=compute,
-                                         rounded=rounded)
+                                         rounded=rounded, through=through)
         return self._runs[key]
 
     def run(self, variant: Variant, case: str, zero: Fills, dtype: torch.dtype,

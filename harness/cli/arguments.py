@@ -6,7 +6,8 @@ parser after it is built):
   in ``/`` included) and a special filesystem (/proc, /sys, /dev) refused with the way out;
 - an option that takes one value, given twice, is refused (the last one never silently
   wins); the repeatable ones (``--variants``, ``--family``, ``--variant``, ``--set``,
-  ``--dtype``, ``--from``) accumulate, and ``--set`` refuses a key given twice;
+  ``--dtype``, ``--from``) accumulate: in a set (``SETS``) a value repeated counts once,
+  ``--set`` refuses a key given twice and ``--from`` the same file twice;
 - long options are never abbreviated (``--var`` is not ``--variant``);
 - options may come before the command (``--family norm list``): ``subcommand_first``.
 """
@@ -26,6 +27,9 @@ PATH_KINDS = {"json": OUT_FILE, "log": OUT_FILE, "compare": IN_FILE, "from_file"
 OUT_IS_FILE = {"differences": "DIFFERENCES.md"}
 STDOUT_REFUSED = {"log": "a log is read back to resume a sweep"}
 EXAMPLE_NAME = {"json": "results.json", "log": "bench.jsonl"}
+# repeatable options that name a set: a value given twice counts once (``--from`` twice is refused
+# where the rows are read: the same shard twice)
+SETS = ("family", "variant", "dtype", "variants")
 
 
 def _path_type(flag: str, dest: str, kind: str, example: str):
@@ -91,6 +95,14 @@ class _StoreConstOnce(argparse._StoreConstAction):
         super().__call__(parser, namespace, values, option_string)
 
 
+class _AppendOnce(argparse._AppendAction):
+    """A repeatable option: the values accumulate, a value given twice counts once."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values not in (getattr(namespace, self.dest, None) or []):
+            super().__call__(parser, namespace, values, option_string)
+
+
 def settle(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Apply the rules above to ``parser`` and every command's parser."""
     for name, sub in _commands(parser).items():
@@ -106,6 +118,8 @@ def settle(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                 action.type = _path_type(flag, action.dest, kind, example)
             if type(action) is argparse._StoreAction:
                 action.__class__ = _StoreOnce
+            elif type(action) is argparse._AppendAction and action.dest in SETS:
+                action.__class__ = _AppendOnce
             elif type(action) is argparse._StoreConstAction:
                 action.__class__ = _StoreConstOnce
     return parser

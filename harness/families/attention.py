@@ -13,6 +13,7 @@ from harness.families.base import (
     EPS,
     Case,
     Family,
+    ScaleSpec,
     TraitSpec,
     _attn_params,
     activations,
@@ -146,7 +147,73 @@ def _attn_decode_left_pad(cfg: Config, gen: torch.Generator) -> dict:
     return _decode(cfg, gen, left_padded=True)
 
 
+FAR = 4096  # the far case's queries sit thousands of positions after their first keys
+
+
+def _attn_far(cfg: Config, gen: torch.Generator) -> dict:
+    """T queries at positions FAR .. FAR+T-1 over S keys spread from position 0 to the
+    queries' own, causal by position: relative distances in the thousands, where RoPE's
+    inverse frequencies must be exact (rounded to bfloat16 they turn a key thousands back by
+    radians too many)."""
+    T, S = cfg.tgt_len, cfg.src_len + cfg.tgt_len
+    q = activations(gen, cfg.batch, T, cfg.d_model)
+    k = activations(gen, cfg.batch, S, cfg.d_model)
+    v = activations(gen, cfg.batch, S, cfg.d_model)
+    early = torch.sort(torch.randperm(FAR, generator=gen)[:S - T]).values           # S - T keys before FAR
+    key_positions = torch.cat([early, FAR + torch.arange(T)])                     # the last T: the queries'
+    positions = FAR + torch.arange(T)
+    mask = key_positions[None, :] <= positions[:, None]                           # (T, S) causal by position
+    return {"query": q, "key": k, "value": v, "mask": mask.expand(cfg.batch, T, S).clone(), "causal": False,
+            "positions": positions.expand(cfg.batch, T).clone(),
+            "key_positions": key_positions.expand(cfg.batch, S).clone()}
+
+
 WINDOW = (3, 0)  # HF's sliding_window=4: keys i-3 .. i
+
+
+def packed_segments(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
+    """(B, L) segment ids of rows that pack several sequences: each row cut at 1 .. 3 random
+    places (row 0 always at L // 2 when L > 1), segments numbered 0, 1, ... along the row."""
+    seg = torch.zeros(batch, length, dtype=torch.long)
+    for b in range(batch):
+        cuts = torch.randperm(max(length - 1, 1), generator=gen)[:int(torch.randint(1, 4, (1,), generator=gen))] + 1
+        if b == 0 and length > 1:
+            cuts = torch.cat([cuts, torch.tensor([length // 2])])
+        for c in cuts.tolist():
+            if c < length:
+                seg[b, c:] += 1
+    return seg
+
+
+def packed_positions(seg: torch.Tensor) -> torch.Tensor:
+    """(B, L) positions restarting at 0 where each segment starts."""
+    idx = torch.arange(seg.shape[1]).expand_as(seg)
+    new = torch.ones_like(seg, dtype=torch.bool)
+    new[:, 1:] = seg[:, 1:] != seg[:, :-1]
+    start = torch.where(new, idx, torch.zeros_like(idx)).cummax(-1).values
+    return idx - start
+
+
+def _attn_packed(cfg: Config, gen: torch.Generator) -> dict:
+    """Packed rows: several sequences in one row, positions restarting at each, causal within a
+    sequence only (a block-diagonal causal mask): positions taken from the call, not counted
+    along the row, is what a packed batch needs."""
+    inputs = _attn_causal_only(cfg, gen)
+    seg = packed_segments(gen, cfg.batch, cfg.tgt_len)
+    inputs["mask"] = inputs["mask"] & (seg[:, :, None] == seg[:, None, :])
+    inputs["causal"] = False
+    inputs["positions"] = packed_positions(seg)
+    inputs["key_positions"] = inputs["positions"].clone()
+    return inputs
+
+
+def _attn_decode_window(cfg: Config, gen: torch.Generator) -> dict:
+    """Decode after a cache of P = S tokens with a sliding window (3, 0) (or the config's)
+    asked for: the window sits on query i's own position P + i (the bottom-right diagonal),
+    where one counted from the first new query keeps the wrong keys."""
+    inputs = _decode(cfg, gen, left_padded=False)
+    inputs["window"] = cfg.window if cfg.window is not None else WINDOW
+    return inputs
 
 
 def _attn_window(cfg: Config, gen: torch.Generator) -> dict:
@@ -160,10 +227,19 @@ def _attn_window(cfg: Config, gen: torch.Generator) -> dict:
 
 
 def _attention_requires(traits, cfg: Config) -> str | None:
-    """A variant that declares no ``gqa_grouping`` is multi-head only."""
+    """A variant that declares no ``gqa_grouping`` is multi-head only; a partial rotary
+    (``rope_fraction``) needs an even number of rotated dims: int(d_k * fraction) odd (1 at
+    d_k = 2 and a fraction of 0.5) has no declared convention (HF GPT-NeoX then rotates one
+    dim more at another frequency; a hand-written port rotates half a pair)."""
     if cfg.n_kv_heads < cfg.heads and "gqa_grouping" not in traits:
         return (f"kv_heads={cfg.n_kv_heads} < heads={cfg.heads}: the variant declares no gqa_grouping "
                 f"(one K/V head per query head)")
+    fraction = traits.get("rope_fraction", 1.0)
+    if traits.get("rope", "none") != "none" and isinstance(fraction, (int, float)):
+        dims = int(cfg.d_k * fraction)
+        if dims % 2:
+            return (f"rope_fraction {fraction:g} of d_k={cfg.d_k} rotates {dims} dim(s): an odd count has "
+                    f"no declared rotary convention (choose d_model so that d_k * {fraction:g} is even)")
     return None
 
 
@@ -193,6 +269,12 @@ CASES = tuple(Case(c.name, c.note, _positions(c.make)) for c in (
     Case("decode_left_pad", "decode over left-padded rows, positions from the first real token",
          _attn_decode_left_pad),
     Case("window", "causal, T + S tokens, a sliding window (3, 0) asked for (or the config's)", _attn_window),
+    Case("decode_window", "decode after a cache of P = S tokens with a sliding window (3, 0) asked for: "
+         "top-left and bottom-right diagonals differ", _attn_decode_window),
+    Case("far", f"T queries at positions {FAR}.. over keys from position 0: RoPE over thousands of positions",
+         _attn_far),
+    Case("packed", "packed rows: sequences back to back, positions restarting at each, block-diagonal causal mask",
+         _attn_packed),
     Case("query_is_key", "query and key one tensor, value another", _attn_query_is_key),
 ))
 
@@ -213,7 +295,7 @@ ATTENTION = Family(
     name="attention",
     call="(query (B,T,D), key (B,S,D), value (B,S,D), mask (B,T,S) bool True=may attend) -> (B,T,D)",
     doc="Multi-head attention with its Q, K, V and output projections.",
-    params=lambda cfg: _attn_params("", cfg.d_model, cfg.n_kv_heads * cfg.d_k),
+    params=lambda cfg: _attn_params("", cfg.d_model, cfg.n_kv_heads * cfg.d_k, cfg.heads * cfg.d_k),
     cases=CASES + REGIME_CASES,
     traits={
         "sublayer": TraitSpec("what the module returns", oracles.ATTENTION_SUBLAYERS),
@@ -231,16 +313,22 @@ ATTENTION = Family(
                                   kernel_oracle.GQA_GROUPINGS, default="consecutive"),
         "window": _WindowSpec("the keys diag-left .. diag+right a query keeps, its own or the call's "
                               "(HF sliding_window=w: (w-1, 0))", default="none"),
+        "window_diagonal": TraitSpec("the diagonal a window sits on when T < S (decoding after a cache): "
+                                     "top_left (query i faces key i) or bottom_right (query i faces key S - T + i, "
+                                     "its own position: HF, Mistral)", kernel_oracle.CAUSAL[:2], default="top_left"),
         "qk_norm": TraitSpec("q and k RMS-normalised before RoPE, per head over d_k (Qwen3) or over all heads "
                              "(OLMo2); eps the 'eps' trait, gains held at init", oracles.QK_NORMS, default="none"),
         "softcap": TraitSpec("scores s -> c tanh(s / c) before masking (Gemma 2's attn_logit_softcapping; "
                              "0: none)", number=True, default=0.0),
+        "score_scale": ScaleSpec("the factor on q k^T: '1/sqrt(d)' (d the head width) or a number (Gemma 2: "
+                                 "query_pre_attn_scalar ** -0.5)", default=kernel_oracle.DEFAULT_SCALE),
     },
     oracle=oracles.attention,
     case_semantic={"fully_masked": ("fully_masked_row", "mask_style")},
     grad_inputs=("query", "key", "value"),
     extra_configs={"gqa": Config(kv_heads=2, batch=2)},
-    case_declarers=dict.fromkeys(("decode", "decode_left_pad", "window"), ("rope", "window", "gqa_grouping")),
+    case_declarers={**dict.fromkeys(("decode", "decode_left_pad", "window"), ("rope", "window", "gqa_grouping")),
+                    "far": ("rope",), "packed": ("rope",), "decode_window": ("window",)},
     requires=_attention_requires,
     dropout_stats=lambda t: "mean" if t.get("sublayer") == "attention" else ("o.weight", "o.bias"),
 )

@@ -31,6 +31,7 @@ from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.devices import device_type
 from harness.base.errors import UnknownName
 from harness.families import oracles
+from harness.families.kernel_oracle import DEFAULT_SCALE
 
 ParamSpec = dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, init kind)
 
@@ -58,6 +59,19 @@ class TraitSpec:
     def known(self) -> str:
         parts = [repr(v) for v in self.values] + (["a number >= 0"] if self.number else [])
         return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class ScaleSpec(TraitSpec):
+    """``1/sqrt(d)`` or a number > 0."""
+
+    def accepts(self, value: Any) -> bool:
+        if value == DEFAULT_SCALE:
+            return True
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+    def known(self) -> str:
+        return f"{DEFAULT_SCALE!r}, a number > 0"
 
 
 # Traits every family knows besides its semantic ones: how a variant computes, not what.
@@ -309,13 +323,15 @@ class Family:
 
 # -- parameter specs ---------------------------------------------------------------------
 
-def _attn_params(prefix: str, d: int, kv_width: int | None = None) -> ParamSpec:
-    """q, k, v, o Linear weights and biases; K and V project to ``kv_width`` = H_kv * d_k
-    (default D: one K/V head per query head)."""
+def _attn_params(prefix: str, d: int, kv_width: int | None = None, q_width: int | None = None) -> ParamSpec:
+    """q, k, v, o Linear weights and biases; Q projects to ``q_width`` = H * d_k and K and V
+    to ``kv_width`` = H_kv * d_k (default D: d_k = D / H, one K/V head per query head); O
+    projects the H * d_k back to D."""
     spec: ParamSpec = {}
+    q_width = d if q_width is None else q_width
     for proj in "qkvo":
-        out = kv_width if proj in "kv" and kv_width is not None else d
-        spec[f"{prefix}{proj}.weight"] = ((out, d), "weight")
+        out = kv_width if proj in "kv" and kv_width is not None else (q_width if proj == "q" else d)
+        spec[f"{prefix}{proj}.weight"] = ((out, q_width if proj == "o" else d), "weight")
         spec[f"{prefix}{proj}.bias"] = ((out,), "bias")
     return spec
 

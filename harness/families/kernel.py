@@ -26,7 +26,7 @@ import torch
 from harness.base.config import Config
 from harness.families import kernel_oracle as K
 from harness.families.attention import random_mask
-from harness.families.base import Case, Family, TraitSpec, activations, left_pad, right_pad
+from harness.families.base import Case, Family, ScaleSpec, TraitSpec, activations, left_pad, right_pad
 
 LONG_T, LONG_S = 133, 157   # crosses 64- and 128-wide blocks on both axes
 
@@ -43,19 +43,6 @@ class WindowSpec(TraitSpec):
 
     def known(self) -> str:
         return f"{K.AS_CALLED!r}, (left, right) integers >= 0"
-
-
-@dataclass(frozen=True)
-class ScaleSpec(TraitSpec):
-    """``1/sqrt(d)`` or a number > 0."""
-
-    def accepts(self, value: Any) -> bool:
-        if value == K.DEFAULT_SCALE:
-            return True
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
-
-    def known(self) -> str:
-        return f"{K.DEFAULT_SCALE!r}, a number > 0"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,10 @@ What the call asks for (the case's inputs, from the config or the case itself):
   ``CausalVariant.UPPER_LEFT``, ``is_causal=True``, ``tril``). ``bottom_right``: the last
   query faces the last *real* key: key i + last_b - (T - 1), last_b the last real key of
   row b (PyTorch's ``CausalVariant.LOWER_RIGHT`` without padding; with key padding,
-  flash-attention's convention: aligned to the real keys). ``none``: the kernel applies no
+  flash-attention's convention: aligned to the real keys). ``bottom_right_padded``: the last
+  query faces key S - 1, the last of the padded length, whatever the padding (SDPA's
+  ``causal_lower_right`` combined with an attn_mask; flash-attention's test reference with
+  an additive bias and ``causal=True``). ``none``: the kernel applies no
   causal mask even when asked (its window, if any, is on the top-left diagonal).
 - ``window``: with (left, right), query i keeps keys diag-left .. diag+right (both
   inclusive), diag the diagonal above; flash-attention's ``window_size=(left, right)``.
@@ -34,7 +37,10 @@ What the call asks for (the case's inputs, from the config or the case itself):
   finfo.min: mean of V, none), ``additive_bias`` (+ a 0 / -inf bias: NaN, and the NaN
   reaches dQ and dK), ``additive_finfo_min`` (+ a 0 / finfo.min bias: mean of V, softmax).
   A kernel that repairs such rows (SDPA's safe softmax, flash kernels) declares
-  ``zeros`` / ``none``.
+  ``zeros`` / ``none``; one that zeroes them after a NaN softmax over an additive -inf bias
+  (a query padding mask applied to the output) declares ``additive_bias`` with ``zeros`` /
+  ``NaN``: zeros forward, and the NaN row still reaches dQ, dK (its softmax's backward) and
+  dV (NaN probabilities times a zero gradient).
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from harness.base.errors import SpecError
 
 Tensor = torch.Tensor
 
-CAUSAL = ("top_left", "bottom_right", "none")
+CAUSAL = ("top_left", "bottom_right", "bottom_right_padded", "none")
 GQA_GROUPINGS = ("consecutive", "tiled")
 MASK_METHODS = ("bool_fill_-inf", "bool_fill_finfo_min", "additive_bias", "additive_finfo_min")
 DEAD_ROWS = ("NaN", "zeros", "mean of V")
@@ -64,6 +70,7 @@ NATURAL = {
     "additive_finfo_min": ("mean of V", "softmax"),
 }
 REPAIRED = ("zeros", "none")  # a kernel that zeroes rows without keys, whatever its method
+ZEROED_AFTER = ("zeros", "NaN")  # a NaN row zeroed after the softmax: its backward is still NaN
 
 
 def _unknown(trait: str, value: Any, known) -> SpecError:
@@ -86,11 +93,12 @@ def dead_row_problem(traits: Mapping[str, Any]) -> str | None:
     if method not in NATURAL:
         return None  # the vocabulary check names it
     pair = dead_row_traits(traits)
-    if pair in (NATURAL[method], REPAIRED):
+    if pair in (NATURAL[method], REPAIRED) or (pair == ZEROED_AFTER and NATURAL[method][1] == "NaN"):
         return None
     return (f"mask_method {method!r} gives a row without keys {NATURAL[method][0]!r} with gradient "
             f"{NATURAL[method][1]!r} to q and k; a kernel that repairs such rows gives "
-            f"{REPAIRED[0]!r} / {REPAIRED[1]!r}; declared {pair[0]!r} / {pair[1]!r}")
+            f"{REPAIRED[0]!r} / {REPAIRED[1]!r}, one that zeroes a NaN row after the softmax "
+            f"{ZEROED_AFTER[0]!r} / {ZEROED_AFTER[1]!r}; declared {pair[0]!r} / {pair[1]!r}")
 
 
 def diagonal(key_pad: Tensor, T: int, causal: str) -> Tensor:
@@ -98,6 +106,8 @@ def diagonal(key_pad: Tensor, T: int, causal: str) -> Tensor:
     i = torch.arange(T)[None, :, None]
     if causal in ("top_left", "none"):
         return i
+    if causal == "bottom_right_padded":
+        return i + (key_pad.shape[-1] - T)
     if causal == "bottom_right":
         S = key_pad.shape[-1]
         last = torch.where(key_pad, torch.arange(S), -1).max(-1).values       # (B,) last real key
@@ -159,14 +169,20 @@ def kernel_attention(traits: Mapping[str, Any], inputs: Mapping[str, Any]) -> Te
                            traits.get("causal", "none"))[:, None]      # (B, 1, T, S)
     dead = ~allowed.any(-1, keepdim=True)                               # (B, 1, T, 1)
     p = torch.softmax(s.masked_fill(~allowed, float("-inf")).masked_fill(dead, 0.0), dim=-1)
-    if bool(dead.any()):
-        p = torch.where(dead, _dead_rows(s, *dead_row_traits(traits)), p)
-    return p @ v                                                        # (B, H, T, d)
+    if not bool(dead.any()):
+        return p @ v                                                    # (B, H, T, d)
+    rows = dead_row_traits(traits)
+    if rows == ZEROED_AFTER:  # the NaN row of an additive -inf bias, zeroed on the output: NaN into dQ, dK, dV
+        p = torch.where(dead, _dead_rows(s, dead, "NaN", "NaN"), p)
+        return (p @ v).masked_fill(dead, 0.0)
+    return torch.where(dead, _dead_rows(s, dead, *rows), p) @ v
 
 
-def _dead_rows(s: Tensor, row: str, grad: str) -> Tensor:
-    """The probabilities of a row without keys: its value by ``row``, its gradient to the
-    scores by ``grad``."""
+def _dead_rows(s: Tensor, dead: Tensor, row: str, grad: str) -> Tensor:
+    """The probabilities of a row without keys (``dead``, broadcast over ``s``): its value by
+    ``row``, its gradient to the scores by ``grad``. Only the dead rows' scores receive the
+    gradient of this branch (``torch.where`` sends the other rows a gradient of 0, and 0 times
+    a NaN factor would be NaN)."""
     S = s.shape[-1]
     if row == "NaN":
         value = torch.full_like(s, math.nan)
@@ -178,11 +194,25 @@ def _dead_rows(s: Tensor, row: str, grad: str) -> Tensor:
         raise _unknown("fully_masked_row", row, DEAD_ROWS)
     if grad == "none":
         return value
-    if grad == "NaN":        # the NaN softmax's backward: NaN into every score of the row
-        return value + s * math.nan
+    if grad == "NaN":        # the NaN softmax's backward: NaN into every score of a dead row
+        return value + _NaNBackward.apply(s, dead)
     if grad == "softmax":    # softmax(s + c), c a huge constant: uniform, with softmax's own gradient
         return value + torch.softmax(s - s.detach(), dim=-1) - 1.0 / S
     raise _unknown("fully_masked_grad", grad, DEAD_GRADS)
+
+
+class _NaNBackward(torch.autograd.Function):
+    """Zeros forward; NaN as the gradient of every score of a ``dead`` row, 0 elsewhere."""
+
+    @staticmethod
+    def forward(ctx, s: Tensor, dead: Tensor) -> Tensor:
+        ctx.save_for_backward(dead)
+        return torch.zeros_like(s)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (dead,) = ctx.saved_tensors
+        return torch.where(dead, math.nan, 0.0).to(grad.dtype).expand_as(grad).clone(), None
 
 
 def attention_kernel(traits, cfg, w, inputs, dtype) -> Tensor:

@@ -52,12 +52,25 @@ def _rows(cfg: Config, gen: torch.Generator) -> dict:
     return {"x": offset + activations(gen, cfg.batch, cfg.tgt_len, cfg.d_model, std=LAYER_STD)}
 
 
+def _large_rows(cfg: Config, gen: torch.Generator) -> dict:
+    """``rows`` with outlier features (a few per row, |x| from 300 to 1000, as in large
+    models' activations): float16 squares overflow beyond |x| = 256, so a norm that computes
+    its statistics in float16 returns zeros where a careful one upcasts."""
+    x = _rows(cfg, gen)["x"]
+    where = torch.rand(x.shape, generator=gen) < 0.1
+    where[..., 0] = True
+    size = 300.0 + 700.0 * torch.rand(x.shape, generator=gen, dtype=torch.float64)
+    sign = torch.where(torch.rand(x.shape, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)
+    return {"x": torch.where(where, sign * size, x)}
+
+
 NORM = Family(
     name="norm",
     call="(x (B,T,D)) -> (B,T,D)",
     doc="Normalisation over the last dimension, with a gain and a bias.",
     params=lambda cfg: _norm_params("", cfg.d_model),
-    cases=(Case("rows", "rows with non-zero mean and std 0.1", _rows),),
+    cases=(Case("rows", "rows with non-zero mean and std 0.1", _rows),
+           Case("large", "rows with outlier features |x| 300..1000 (float16's squares overflow)", _large_rows)),
     traits={"norm_formula": NORM_FORMULA, "eps": EPS,
             "gain": TraitSpec("the gain: the weight w, or 1 + w (Gemma)", oracles.NORM_GAINS, default="w"),
             "upcast": TraitSpec("where a half-precision input is upcast and cast back", oracles.NORM_UPCASTS,

@@ -22,15 +22,15 @@ import torch
 from harness.base.config import Config
 from harness.base.errors import ConfigError
 from harness.families import oracles
-from harness.families.attention import ATTENTION
+from harness.families.attention import ATTENTION, packed_positions, packed_segments
 from harness.families.base import Case, Family, ParamSpec, TraitSpec, activations, causal, left_pad, right_pad
 from harness.families.layers import GATED_FFN, LAYER_STD, NORM
 from harness.families.models import BOOL, ModelFamily, content_tokens, layers
 
 # The GQA config both families run besides the default one (two K/V heads for four query heads).
 GQA_CONFIG = Config(kv_heads=2, batch=2)
-_ATTN_TRAITS = ("rope", "rope_fraction", "gqa_grouping", "window", "qk_norm", "softcap", "fully_masked_row",
-                "mask_style")
+_ATTN_TRAITS = ("rope", "rope_fraction", "gqa_grouping", "window", "window_diagonal", "qk_norm", "softcap",
+                "score_scale", "fully_masked_row", "mask_style")
 BLOCK_TRAITS = {
     "norm_placement": TraitSpec("norm before the sublayer (pre, LLaMA) or after the residual add (post)",
                                 ("pre", "post")),
@@ -121,6 +121,16 @@ def _block_inputs(cfg: Config, gen: torch.Generator, pad: torch.Tensor) -> dict:
     return {"x": x, "mask": mask, "positions": positions_of(pad), "pad": pad}
 
 
+def _block_packed(cfg: Config, gen: torch.Generator) -> dict:
+    """Several sequences per row (no padding): the mask causal within each, the positions
+    restarting at each (``harness.families.attention.packed_segments``)."""
+    inputs = _block_inputs(cfg, gen, torch.ones(cfg.batch, cfg.tgt_len, dtype=torch.bool))
+    seg = packed_segments(gen, cfg.batch, cfg.tgt_len)
+    inputs["mask"] = inputs["mask"] & (seg[:, :, None] == seg[:, None, :])
+    inputs["positions"] = packed_positions(seg)
+    return inputs
+
+
 LLAMA_BLOCK = Family(
     name="llama_block",
     call="(x (B,T,D), mask (B,T,T) bool True=may attend, positions (B,T)) -> (B,T,D)",
@@ -131,6 +141,8 @@ LLAMA_BLOCK = Family(
             c, g, right_pad(g, c.batch, c.tgt_len))),
         Case("left_pad", "causal with left padding: early rows see no key; positions from the first real token",
              lambda c, g: _block_inputs(c, g, left_pad(g, c.batch, c.tgt_len))),
+        Case("packed", "packed rows: sequences back to back, positions restarting at each, block-diagonal causal",
+             _block_packed),
     ),
     traits=BLOCK_TRAITS,
     oracle=llama_block_oracle,
@@ -154,7 +166,9 @@ def model_params(cfg: Config) -> ParamSpec:
 
 def llama_model_oracle(traits, cfg, w, inputs, dtype) -> torch.Tensor:
     """Embedding (times the scale), N ``llama_block`` oracles over causal & pad at the
-    call's positions, the norm family's oracle, head (the embedding when tied), log-softmax."""
+    call's positions, the norm family's oracle, head (the embedding when tied), the final
+    logit softcap c tanh(logits / c) when declared (Gemma 2's final_logit_softcapping),
+    log-softmax."""
     tokens, pad = inputs["tokens"], inputs["pad"]
     t = tokens.shape[1]
     x = w["embed.weight"][tokens] * oracles.EMBEDDING_SCALES[traits["embedding_scale"]](cfg.d_model)
@@ -163,6 +177,9 @@ def llama_model_oracle(traits, cfg, w, inputs, dtype) -> torch.Tensor:
         x = llama_block_oracle(traits, cfg, _sub(w, f"layers.{i}."), {**block, "x": x}, dtype)
     x = oracles.norm(traits, cfg, _sub(w, "norm."), {"x": x}, dtype)
     logits = x @ (w["embed.weight"] if traits["tied_output"] else w["head.weight"]).T
+    cap = traits.get("final_softcap", 0.0)
+    if cap:
+        logits = cap * torch.tanh(logits / cap)
     return torch.log_softmax(logits, dim=-1)
 
 
@@ -188,7 +205,9 @@ LLAMA_MODEL = ModelFamily(
     traits={**BLOCK_TRAITS,
             "embedding_scale": TraitSpec("the factor token embeddings are multiplied by (Gemma: sqrt(D))",
                                          tuple(oracles.EMBEDDING_SCALES), default="1"),
-            "tied_output": TraitSpec("the output head is the embedding table", BOOL)},
+            "tied_output": TraitSpec("the output head is the embedding table", BOOL),
+            "final_softcap": TraitSpec("logits -> c tanh(logits / c) before the log-softmax (Gemma 2's "
+                                       "final_logit_softcapping; 0: none)", number=True, default=0.0)},
     oracle=llama_model_oracle,
     case_semantic={"left_pad": ("fully_masked_row", "mask_style")},
     matrix=("default",),

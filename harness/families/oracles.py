@@ -26,6 +26,7 @@ import torch
 from harness.base.config import Config
 from harness.base.errors import SpecError
 from harness.families import kernel_oracle
+from harness.families.rope import ROPE_LAYOUTS, rope  # noqa: F401 (ROPE_LAYOUTS: the attention family's vocabulary)
 
 Tensor = torch.Tensor
 Oracle = Callable[[Mapping[str, Any], Config, Mapping[str, Tensor], Mapping[str, Any], torch.dtype], Tensor]
@@ -58,7 +59,12 @@ NORM_FORMULAS = ("layernorm", "unbiased std, eps added to std", "rms")
 
 
 def normalize(x: Tensor, weight: Tensor, bias: Tensor, formula: str, eps: float) -> Tensor:
-    """Over the last dimension, then gain and bias."""
+    """Over the last dimension, then gain and bias. A half-precision ``x`` (the definition
+    evaluated in bfloat16 or float16: the precision baseline) is normalised as a careful
+    implementation does it, in float32, and rounded once to its dtype: its squares overflow
+    float16 beyond |x| = 256, where a baseline computed in float16 would be all zeros too."""
+    if x.dtype in (torch.float16, torch.bfloat16):
+        return normalize(x.float(), weight.float(), bias.float(), formula, eps).to(x.dtype)
     if formula == "layernorm":  # biased variance, eps inside the square root
         mean = x.mean(-1, keepdim=True)
         var = ((x - mean) ** 2).mean(-1, keepdim=True)
@@ -102,8 +108,9 @@ def norm(traits, cfg, w, inputs, dtype) -> Tensor:
     if upcast not in NORM_UPCASTS:
         raise _unknown("upcast", upcast, NORM_UPCASTS)
     one = torch.ones((), dtype=torch.float64)
-    y = normalize(inputs["x"], one, torch.zeros((), dtype=torch.float64), traits["norm_formula"],
-                  _eps(traits["eps"], dtype))
+    x = inputs["x"]
+    y = normalize(x.float() if x.dtype in (torch.float16, torch.bfloat16) else x, one,  # the declared upcast
+                  torch.zeros((), dtype=torch.float64), traits["norm_formula"], _eps(traits["eps"], dtype))
     if upcast == "float32, cast back before the gain" and dtype.itemsize < 4:
         y = y.to(dtype).to(torch.float64)
     # in the input's dtype: the definition computed in a lower dtype (the precision baseline)
@@ -117,35 +124,7 @@ FULLY_MASKED_ROWS = ("NaN", "mean of V", "zeros")
 MASK_STYLES = ("fill", "additive")
 
 
-ROPE_LAYOUTS = ("none", "half-split", "interleaved")
 QK_NORMS = ("none", "rms per head", "rms over all heads")
-
-
-def rope(x: Tensor, positions: Tensor, layout: str, fraction: float = 1.0, base: float = 10000.0) -> Tensor:
-    """Rotary position embedding of heads ``x`` (B, H, L, d) at ``positions`` (B, L).
-
-    The first r = 2 * floor(d * fraction / 2) dims of each head rotate (GPT-NeoX's partial
-    rotary: the rest pass through); pair i turns by position * base^(-2i / r). ``half-split``
-    pairs dim i with dim i + r/2 (HF's ``rotate_half``); ``interleaved`` pairs dims 2i and
-    2i + 1 (Meta's reference code, complex multiplication). ``none``: x unchanged."""
-    if layout == "none":
-        return x
-    if layout not in ROPE_LAYOUTS:
-        raise _unknown("rope", layout, ROPE_LAYOUTS)
-    r = int(x.shape[-1] * fraction) // 2 * 2
-    if r == 0:
-        return x
-    inv = base ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)            # (r/2,)
-    angle = positions.to(torch.float64)[:, None, :, None] * inv                  # (B, 1, L, r/2)
-    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
-    turn, rest = x[..., :r], x[..., r:]
-    if layout == "half-split":
-        a, b = turn[..., : r // 2], turn[..., r // 2:]
-        turned = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
-    else:
-        a, b = turn[..., 0::2], turn[..., 1::2]
-        turned = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
-    return torch.cat([turned, rest], dim=-1)
 
 
 # How the module-level mask style and fully-masked-row value read in the kernel oracle's terms.
@@ -163,7 +142,7 @@ def multi_head_attention(
     kv_heads: int | None = None, gqa_grouping: str = "consecutive", positions: Tensor | None = None,
     key_positions: Tensor | None = None, rope_layout: str = "none", rope_fraction: float = 1.0,
     rope_base: float = 10000.0, window: tuple[int, int] | None = None, softcap: float = 0.0,
-    qk_norm: str = "none", qk_eps: float = 1e-6,
+    qk_norm: str = "none", qk_eps: float = 1e-6, scale: float | None = None, window_diagonal: str = "top_left",
 ) -> Tensor:
     """The Q, K, V projections (K and V to ``kv_heads`` heads, default ``heads``), RoPE on q
     and k at their positions (default 0..L-1), the kernel oracle's attention over the heads
@@ -180,7 +159,11 @@ def multi_head_attention(
     "rms over all heads": over the whole projection before the head split (OLMo2); eps
     ``qk_eps``, unit gain (the module's gains are held at their init, outside the family),
     before RoPE; ``softcap`` c > 0: scores become
-    c tanh(s / c) before masking (Gemma 2's attention logit soft-capping)."""
+    c tanh(s / c) before masking (Gemma 2's attention logit soft-capping). The head width d_k
+    is the Q projection's width over ``heads`` (D / H unless the config sets ``head_dim``);
+    ``scale`` multiplies q k^T (default 1 / sqrt(d_k); Gemma 2: query_pre_attn_scalar ** -0.5);
+    ``window_diagonal`` "bottom_right": the window sits on query i's key S - T + i (decoding
+    after a cache: the query's own position)."""
     if mask_style == "additive" and fully_masked_row != "mean of V":
         raise SpecError(f"an additive mask gives the mean of V on a fully masked row, "
                         f"not {fully_masked_row!r}")
@@ -191,7 +174,7 @@ def multi_head_attention(
     method, row, grad = _KERNEL_DEAD_ROWS[(mask_style, fully_masked_row)]
     B, T, D = query.shape
     S = key.shape[1]
-    d_k = D // heads
+    d_k = w[prefix + "q.weight"].shape[0] // heads
     n_kv = heads if kv_heads is None else kv_heads
     split = lambda x, n, h: x.view(B, n, h, d_k).transpose(1, 2)  # noqa: E731  (B, h, L, d_k)
     here = lambda n: torch.arange(n).expand(B, n)  # noqa: E731
@@ -205,13 +188,26 @@ def multi_head_attention(
     k = rope(per_head(split(whole(linear(key, w, prefix + "k")), S, n_kv)),
              here(S) if key_positions is None else key_positions, rope_layout, rope_fraction, rope_base)
     v = split(linear(value, w, prefix + "v"), S, n_kv)
-    traits = {"gqa_grouping": gqa_grouping, "scale": 1.0 / math.sqrt(d_k), "softcap": float(softcap),
-              "window": kernel_oracle.AS_CALLED, "causal": "none", "mask_method": method,
+    traits = {"gqa_grouping": gqa_grouping, "scale": 1.0 / math.sqrt(d_k) if scale is None else float(scale),
+              "softcap": float(softcap),
+              "window": kernel_oracle.AS_CALLED, "mask_method": method,
+              # the window's diagonal: top-left, or bottom-right (no key padding here: both kinds agree)
+              "causal": "none" if window_diagonal == "top_left" else "bottom_right_padded",
               "fully_masked_row": row, "fully_masked_grad": grad}
     y = kernel_oracle.kernel_attention(traits, {
         "q": q, "k": k, "v": v, "mask": mask, "key_pad": torch.ones(B, S, dtype=torch.bool),
         "causal": False, "window": window, "softcap": 0.0})                      # (B, H, T, d_k)
-    return linear(y.transpose(1, 2).reshape(B, T, D), w, prefix + "o")
+    return linear(y.transpose(1, 2).reshape(B, T, heads * d_k), w, prefix + "o")
+
+
+def score_scale(value: Any) -> float | None:
+    """The ``score_scale`` trait as the factor on q k^T: None for 1/sqrt(d_k) (the head width
+    decides it), else the number."""
+    if value == kernel_oracle.DEFAULT_SCALE:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
+        return float(value)
+    raise _unknown("score_scale", value, [kernel_oracle.DEFAULT_SCALE, "a number > 0"])
 
 
 ATTENTION_SUBLAYERS = ("attention", "attention + residual + post-LayerNorm",
@@ -242,7 +238,9 @@ def attention(traits, cfg, w, inputs, dtype) -> Tensor:
         positions=inputs.get("positions"), key_positions=inputs.get("key_positions"),
         rope_layout=traits.get("rope", "none"), rope_fraction=traits.get("rope_fraction", 1.0),
         rope_base=cfg.rope_base, window=None if window is None else tuple(window),
-        softcap=traits.get("softcap", 0.0), qk_norm=traits.get("qk_norm", "none"), qk_eps=eps)
+        softcap=traits.get("softcap", 0.0), qk_norm=traits.get("qk_norm", "none"), qk_eps=eps,
+        scale=score_scale(traits.get("score_scale", kernel_oracle.DEFAULT_SCALE)),
+        window_diagonal=traits.get("window_diagonal", "top_left"))
     if sublayer == "attention":
         return out
     if sublayer == "attention + residual + post-LayerNorm":

@@ -1,5 +1,5 @@
 """Map entries (``Param``, ``Chunk``, ``PerHeadChunk``, ``Concat``, ``Absent``/``Zero``, ``Transposed``,
-``RopePermuted``, ``Tied``), the ``Region`` of a module parameter an entry lies in, and the
+``RopePermuted``, ``Offset``, ``Tied``), the ``Region`` of a module parameter an entry lies in, and the
 helpers that build maps of them. Each entry says where it lies (``regions``), the code that
 builds it (``code``) and itself under another module prefix (``rerooted``); no tensor is
 read or written here (``portmap`` does that)."""
@@ -217,8 +217,8 @@ class Transposed:
     def rerooted(self, canonical_prefix: str, module_prefix: str) -> Transposed:
         return Transposed(self.inner.rerooted(canonical_prefix, module_prefix))
 
-    def canonical(self, stored: torch.Tensor) -> torch.Tensor:
-        """The canonical tensor of what ``inner`` holds."""
+    def canonical(self, stored: torch.Tensor, grad: bool = False) -> torch.Tensor:
+        """The canonical tensor (or gradient) of what ``inner`` holds."""
         return stored.t()
 
     def stored(self, canonical: torch.Tensor) -> torch.Tensor:
@@ -237,6 +237,7 @@ class RopePermuted:
 
     inner: Union[Param, Chunk, PerHeadChunk, Concat]
     heads: int
+    fraction: float = 1.0  # a partial rotary: only the first r = 2 floor(d * fraction / 2) rows of a head
 
     def regions(self) -> list[Region]:
         return self.inner.regions()
@@ -246,13 +247,14 @@ class RopePermuted:
         return 0
 
     def code(self) -> str:
-        return f"RopePermuted({self.inner.code()}, heads={self.heads})"
+        tail = f", fraction={self.fraction:g}" if self.fraction != 1.0 else ""
+        return f"RopePermuted({self.inner.code()}, heads={self.heads}{tail})"
 
     def rerooted(self, canonical_prefix: str, module_prefix: str) -> RopePermuted:
-        return RopePermuted(self.inner.rerooted(canonical_prefix, module_prefix), self.heads)
+        return RopePermuted(self.inner.rerooted(canonical_prefix, module_prefix), self.heads, self.fraction)
 
-    def canonical(self, stored: torch.Tensor) -> torch.Tensor:
-        """The canonical tensor of what ``inner`` holds: its rows permuted."""
+    def canonical(self, stored: torch.Tensor, grad: bool = False) -> torch.Tensor:
+        """The canonical tensor (or gradient) of what ``inner`` holds: its rows permuted."""
         return stored[self.index(stored.shape[0]).to(stored.device)]
 
     def stored(self, canonical: torch.Tensor) -> torch.Tensor:
@@ -262,11 +264,44 @@ class RopePermuted:
         return back
 
     def index(self, rows: int) -> torch.Tensor:
-        """The module row each canonical row reads (a LongTensor of ``rows``)."""
+        """The module row each canonical row reads (a LongTensor of ``rows``); with a
+        ``fraction`` below 1 the rows past each head's rotary part r read themselves."""
         d = rows // self.heads
+        r = int(d * self.fraction) // 2 * 2
         j = torch.arange(d)
-        within = torch.where(j < d // 2, 2 * j, 2 * (j - d // 2) + 1)
+        within = torch.where(j < r // 2, 2 * j, torch.where(j < r, 2 * (j - r // 2) + 1, j))
         return (torch.arange(self.heads)[:, None] * d + within[None, :]).reshape(-1)
+
+
+@dataclass(frozen=True)
+class Offset:
+    """A parameter converted at load by adding ``offset``: the module holds canonical +
+    ``offset`` (a checkpoint converter that folds Gemma's ``1 + w`` gain into a plain
+    ``x * weight``: ``Offset(Param("weight"), 1.0)`` with the ``gain: "1+w"`` trait)."""
+
+    inner: Union[Param, Chunk, PerHeadChunk, Concat]
+    offset: float
+
+    def regions(self) -> list[Region]:
+        return self.inner.regions()
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def code(self) -> str:
+        return f"Offset({self.inner.code()}, {self.offset:g})"
+
+    def rerooted(self, canonical_prefix: str, module_prefix: str) -> Offset:
+        return Offset(self.inner.rerooted(canonical_prefix, module_prefix), self.offset)
+
+    def canonical(self, stored: torch.Tensor, grad: bool = False) -> torch.Tensor:
+        """The canonical tensor of what ``inner`` holds (canonical + offset); a gradient is the same."""
+        return stored if grad else stored - self.offset
+
+    def stored(self, canonical: torch.Tensor) -> torch.Tensor:
+        """What ``inner`` holds for a canonical tensor: converted at load, canonical + offset."""
+        return canonical + self.offset
 
 
 @dataclass(frozen=True)
@@ -287,14 +322,14 @@ class Tied:
         return Tied(canonical_prefix + self.to)
 
 
-MapEntry = Union[Param, Chunk, PerHeadChunk, Concat, Absent, Transposed, RopePermuted, Tied]
+MapEntry = Union[Param, Chunk, PerHeadChunk, Concat, Absent, Transposed, RopePermuted, Offset, Tied]
 ParamMap = Mapping[str, MapEntry]
 
 
 # Entries that lie in the module's parameters as the canonical tensor lays them out, and
 # those that hold it in another layout (``canonical``/``stored`` convert).
 Stored = Union[Param, Chunk, PerHeadChunk, Concat]
-Relaid = Union[Transposed, RopePermuted]
+Relaid = Union[Transposed, RopePermuted, Offset]
 
 
 def entry_code(entry: MapEntry) -> str:

@@ -181,7 +181,7 @@ class PortMap:
         return self._read_plain(entry, grad)
 
     def _read_plain(self, entry: MapEntry, grad: bool = False) -> torch.Tensor | None:
-        return read_entry(entry, lambda path: self.params[path].grad if grad else self.params[path])
+        return read_entry(entry, lambda path: self.params[path].grad if grad else self.params[path], grad)
 
     def export(self, grad: bool = False) -> dict[str, torch.Tensor | None]:
         with torch.no_grad():
@@ -225,7 +225,7 @@ class PortMap:
                             f"take another value (max |x - {said}| = {(value - want).abs().max().item():.3g})"
                         )
                     continue
-                while isinstance(entry, get_args(Relaid)):  # stored (in, out) or for interleaved RoPE
+                while isinstance(entry, get_args(Relaid)):  # stored (in, out), for interleaved RoPE, or + offset
                     entry, value = entry.inner, entry.stored(value)
                 offset = 0
                 for region in entry.regions():
@@ -242,12 +242,14 @@ class PortMap:
                     offset += size or 0
 
 
-def read_entry(entry: MapEntry, lookup: Callable[[str], torch.Tensor | None]) -> torch.Tensor | None:
+def read_entry(entry: MapEntry, lookup: Callable[[str], torch.Tensor | None],
+               grad: bool = False) -> torch.Tensor | None:
     """The canonical tensor a (non-``Absent``, non-``Tied``) entry reads from the tensors
-    ``lookup`` gives by path (a module's parameters, or a checkpoint's tensors)."""
+    ``lookup`` gives by path (a module's parameters, or a checkpoint's tensors); ``grad``:
+    they are gradients (an ``Offset`` then reads them as they are)."""
     if isinstance(entry, get_args(Relaid)):
-        inner = read_entry(entry.inner, lookup)
-        return None if inner is None else entry.canonical(inner)
+        inner = read_entry(entry.inner, lookup, grad)
+        return None if inner is None else entry.canonical(inner, grad)
     pieces = []
     for region in entry.regions():
         tensor = lookup(region.path)

@@ -33,6 +33,7 @@ from harness.families.catalog import FAMILIES, get_family
 from harness.porting.entries import ParamMap
 from harness.porting.portmap import MapSpec, PortMap
 from harness.registry.guard import guard, import_failure, variant_files, where_in
+from harness.registry.ids import namespaced
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,8 @@ def register(**fields: Any) -> Variant:
         own = variant.supports
         variant = dataclasses.replace(variant, supports=lambda cfg: requires(variant.traits, cfg) or own(cfg))
     variant = guard(variant)
+    if variant.key in REGISTRY and variant.origin in _user_files and REGISTRY[variant.key].origin not in _user_files:
+        variant = namespaced(variant, REGISTRY)
     if variant.key in REGISTRY:
         raise RegistryError(
             f"variant '{variant.key}' is registered twice "

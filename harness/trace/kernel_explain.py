@@ -21,7 +21,7 @@ from harness.base.errors import SpecError, UnknownName
 from harness.base.verdicts import Verdict
 from harness.check.own_dtype import gradient_scale, own_dtype_check
 from harness.check.runs import RunCache, applicable
-from harness.check.spec import _float64_check, expected_names
+from harness.check.spec import expected_names, float64_check
 from harness.families import kernel_oracle as K
 from harness.families.base import REQUIRED
 from harness.families.catalog import get_family
@@ -100,7 +100,7 @@ MODULE_CANDIDATES: dict[str, list[tuple[str, str, Callable]]] = {
 
 def _meets(run, oracle, names: Iterable[str]) -> bool:
 
-    return all(_float64_check(n, run.tensors.get(n), oracle.tensors[n], None).verdict == Verdict.EQUIVALENT
+    return all(float64_check(n, run.tensors.get(n), oracle.tensors[n], None).verdict == Verdict.EQUIVALENT
                for n in names)
 
 

@@ -15,6 +15,7 @@ call is printed only after it was executed and checked in a scratch registry, cl
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ import torch
 from harness.base.config import Config
 from harness.base.errors import HarnessError, UnknownName
 from harness.check.runs import RunCache, applicable
-from harness.check.spec import _float64_check, expected_names
+from harness.check.spec import expected_names, float64_check
 from harness.families import kernel_oracle as K
 from harness.families.catalog import get_family
 from harness.registry import REGISTRY, Variant, scratch
@@ -60,7 +61,7 @@ def _gap(run, oracle, names) -> float | None:
     """The worst float64 gap when the run misses the oracle, None when it meets it."""
     worst = None
     for n in names:
-        c = _float64_check(n, run.tensors.get(n), oracle.tensors[n], None)
+        c = float64_check(n, run.tensors.get(n), oracle.tensors[n], None)
         if c.verdict != "equivalent":
             worst = max(worst or 0.0, c.err if c.err == c.err else float("inf"))
     return worst
@@ -150,6 +151,28 @@ def _free_id(vid: str, import_line: str, folder: Path | None) -> str:
         return f"{vid}_mapped" if f"{FAMILY}/{vid}" in REGISTRY else vid
 
 
+def _why_no_form(fn, name: str, raised: dict[str, list[str]]) -> list[str]:
+    """Why a function ran under no form: what each form's call raised (the most common first),
+    and the two plain-function shapes register_kernel cannot call as they are."""
+    lines = [f"  {len(forms)} form(s) ({', '.join(forms[:3])}{', ...' if len(forms) > 3 else ''}): {why}"
+             for why, forms in sorted(raised.items(), key=lambda kv: -len(kv[1]))[:3]]
+    if any("returned tuple" in why or "returned list" in why for why in raised):
+        lines.append(f"{name} returns a tuple: register a function that returns the output alone, e.g. "
+                     f"fn=lambda q, k, v, mask: {name}(q, k, v, mask)[0]")
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    where = next((i for i, p in enumerate(params) if "mask" in p.name.lower() or "bias" in p.name.lower()), None)
+    if where is not None and where != 3:
+        order = ", ".join(p.name for p in params[:4])
+        call = ", ".join(("mask" if i == where else "qkv"[i - (i > where)]) for i in range(min(4, len(params))))
+        lines.append(f"{name} takes its mask in position {where + 1} ({order}); register_kernel calls "
+                     f"fn(q, k, v, mask, ...): register fn=lambda q, k, v, mask: {name}({call})")
+    return lines
+
+
 def propose_kernel_map(target: str, *, cfg: Config | None = None, variant_id: str | None = None) -> Proposal:
     cfg = cfg or Config()
     fn, import_line, source = load_object(target, "FUNCTION")
@@ -162,6 +185,7 @@ def propose_kernel_map(target: str, *, cfg: Config | None = None, variant_id: st
     options = accepted_options(fn)
     scored: list[tuple[tuple, Candidate]] = []
     ran: dict[tuple[str, str], Variant] = {}
+    raised: dict[str, list[str]] = {}   # why a form ran on no case -> the forms
     with scratch():
         forms = [(layout, mask) for layout in LAYOUTS
                  for mask in (("lengths",) if layout == "varlen" else [m for m in MASK_FORMS if m != "is_causal"])]
@@ -177,12 +201,15 @@ def propose_kernel_map(target: str, *, cfg: Config | None = None, variant_id: st
             for values in itertools.product(*CONVENTIONS.values()):
                 cand = _score(checker, variant, form, dict(zip(CONVENTIONS, values)), cases)
                 if len(cand.failing) == len(cases) and all("max_abs" not in w for w in cand.failing.values()):
+                    raised.setdefault(next(iter(cand.failing.values())), []).append(" ".join(form))
                     break   # this form does not run the function on any case
                 ran[form] = variant
                 scored.append((cand.key(order), cand))
         if not scored:
-            return Proposal(False, f"no layout or mask form of register_kernel runs {target} on the family's "
-                                   f"cases ({len(forms)} tried); options it takes: {list(options) or 'none'}")
+            lines = [f"no layout or mask form of register_kernel runs {target} on the family's cases "
+                     f"({len(forms)} tried); options it takes: {list(options) or 'none'}"]
+            lines += _why_no_form(fn, name, raised)
+            return Proposal(False, "\n".join(lines))
         best = min(scored, key=lambda kc: kc[0])[1]
         variant = ran[(best.layout, best.mask)]
         head = [f"map {target} as family '{FAMILY}'",

@@ -20,10 +20,15 @@ from typing import Any, Iterator
 
 import torch
 
+from harness.base.dtypes import dtype_of
 from harness.base.errors import SpecError
+from harness.base.verdicts import Verdict
 from harness.check import precision as P
+from harness.check.rules import float64_check
+from harness.check.runs import RunCache, run_variant
 from harness.families.base import REQUIRED, Family
 from harness.porting.portmap import absent_fills
+from harness.registry import Variant
 
 MAX_CHANGES = 2
 MAX_TRAIT_SETS = 400
@@ -39,6 +44,28 @@ def module_eps(module: torch.nn.Module) -> float | None:
         if isinstance(value, float):
             return value
     return None
+
+
+SOFTCAP_ATTRS = ("attn_logit_softcapping", "logit_softcapping", "softcap")
+
+
+def module_numbers(module: torch.nn.Module) -> dict[str, float]:
+    """Numbers an attention module keeps that the family declares as traits: its score scale
+    when it is not 1/sqrt(head_dim) (HF's ``scaling``: Gemma 2's query_pre_attn_scalar ** -0.5)
+    and its logit soft-cap (Gemma 2's ``attn_logit_softcapping``), read from the module or its
+    config: the search starts from them instead of the reference's."""
+    out: dict[str, float] = {}
+    config = getattr(module, "config", None)
+    scaling, head_dim = getattr(module, "scaling", None), getattr(module, "head_dim", None)
+    if isinstance(scaling, float) and isinstance(head_dim, int) and head_dim > 0 \
+            and abs(scaling - head_dim ** -0.5) > 1e-12 * scaling:
+        out["score_scale"] = scaling
+    for name in SOFTCAP_ATTRS:
+        cap = getattr(module, name, getattr(config, name, None))
+        if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
+            out["softcap"] = float(cap)
+            break
+    return out
 
 
 def _values(family: Family, name: str, base: Any, eps: float | None) -> list[Any]:
@@ -62,6 +89,7 @@ def trait_sets(family: Family, ref_traits: dict, module: torch.nn.Module, search
             if t not in case_traits and (t in ref_traits or spec.default is not REQUIRED)}
     if eps is not None and "eps" in base:
         base["eps"] = eps
+    base.update({t: v for t, v in module_numbers(module).items() if t in family.traits})
     names = [t for t in base if searched is None or t in searched]
     choices = {t: _values(family, t, base[t], eps)[1:] for t in names}
     yielded = 0
@@ -157,3 +185,31 @@ def infer_case_traits(checker, family, variant, base, ref_traits, semantic_cases
                      + (f" (and {len(matches) - 1} other value set(s) it cannot tell apart)"
                         if len(matches) > 1 else ""))
     return traits, notes, undecided
+
+
+def verify_case(checker: RunCache, variant: Variant, spec: dict, case: str) -> bool:
+    """Output and every gradient within float64's bound of the oracle of ``spec``; for a module
+    that declares ``internal_dtype``, within that dtype's tolerance or as close as the spec
+    check allows it (``harness.check.spec``: its RMS error against the definition computed
+    in that dtype)."""
+    family = variant.family_spec
+    zero = search_fills(checker, variant)
+    oracle = checker.oracle(family, spec, case, zero, torch.float64)
+    run = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero),
+                      torch.float64, record=False)
+    if run.error or oracle.error:
+        return False
+    internal = variant.traits.get("internal_dtype")
+    allowed = ("float64", "float32") if internal else ("float64",)
+    inner = None
+    for name, t in run.tensors.items():
+        if name not in oracle.tensors or agreement(t, oracle.tensors[name]) in allowed:
+            continue
+        if not internal:
+            return False
+        if inner is None:
+            inner = checker.oracle(family, spec, case, zero, torch.float64, compute=dtype_of(internal))
+        if float64_check(name, t, oracle.tensors[name], internal,
+                         baseline=inner.tensors.get(name)).verdict != Verdict.LESS_PRECISE:
+            return False
+    return True

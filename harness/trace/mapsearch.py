@@ -37,7 +37,7 @@ from harness.base.errors import (
 from harness.base.library import rotary_tables
 from harness.base.masks import additive_mask, masked, per_head
 from harness.base.verdicts import Verdict
-from harness.check.runs import RunCache, cast_inputs, run_variant
+from harness.check.runs import RunCache, cast_inputs
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.families.catalog import get_family
@@ -59,6 +59,7 @@ from harness.trace.map_candidates import (
 )
 from harness.trace.map_slots import candidate_maps
 from harness.trace.map_traits import agreement, infer_case_traits, search_fills, trait_sets
+from harness.trace.map_traits import verify_case as _verify
 from harness.trace.map_verify import verify_registration
 
 
@@ -81,6 +82,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     tried = 0
     scored: list[tuple] = []   # (first-case gap, order, call form, adapter, map, cases, module): those that ran
     ran_forms, failed = [], {}
+    unported: dict[str, str] = {}  # call form -> why its candidate maps did not port (the first reason)
     for form in forms:
         made = make_call(form, probe, cfg)
         if made is None:
@@ -104,7 +106,8 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
                               param_map=pmap, traits=dict(ref.traits))
             try:
                 got = _forward(checker, variant, first_case, module)
-            except (PortingError, InputError):
+            except (PortingError, InputError) as exc:
+                unported.setdefault(form, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
                 continue
             except _CallFailed as exc:
                 failed[form] = str(exc)
@@ -152,7 +155,18 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
                 f"fails on {fails}" + (f" ({closest['note']})" if closest.get("note") else "")
                 + f"; agrees on {', '.join(closest['agrees']) or 'no case'}; map {closest['map']}")
     else:
-        why += "\nno call form ran the module on the family's inputs: pass --call and --init"
+        why += "\nno call form ran the module on the family's inputs; why, per call form:"
+        reasons: dict[str, list[str]] = {}
+        for form in forms:
+            if form in unported:
+                reasons.setdefault(f"no candidate map ported: {unported[form]}", []).append(form)
+            elif form in failed:
+                said = failed[form]
+                reasons.setdefault(f"not tried: {said.removeprefix('nothing: ')}" if said.startswith("nothing")
+                                   else f"the call raised {said}", []).append(form)
+        for reason, named in reasons.items():
+            why += f"\n  {', '.join(named)}: {reason}"
+        why += "\npass --call (and --init) for a call form of your own"
     if call and call in failed:
         why += f"\n--call {call!r} " + ("ran " if failed[call].startswith("nothing") else "raised ") + failed[call]
     return Proposal(False, why, tried=tried, closest=closest)
@@ -281,20 +295,6 @@ def _gap(got: torch.Tensor, want: torch.Tensor) -> float:
     if got.shape != want.shape:
         return math.inf
     return float((got - want).abs().nan_to_num(math.inf).max()) if got.numel() else 0.0
-
-
-def _verify(checker: RunCache, variant: Variant, spec: dict, case: str) -> bool:
-    """Output and every gradient within float64's bound of the oracle of ``spec`` (float32's
-    for a module that declares ``internal_dtype``)."""
-    family = variant.family_spec
-    zero = search_fills(checker, variant)
-    oracle = checker.oracle(family, spec, case, zero, torch.float64)
-    run = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero),
-                      torch.float64, record=False)
-    if run.error or oracle.error:
-        return False
-    allowed = ("float64", "float32") if variant.traits.get("internal_dtype") else ("float64",)
-    return all(agreement(t, oracle.tensors[n]) in allowed for n, t in run.tensors.items() if n in oracle.tensors)
 
 
 def _traits_of(family: Family, ref: Variant, spec: dict, level: str, cfg: Config) -> dict:

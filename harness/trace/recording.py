@@ -13,7 +13,17 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from harness.base.config import Config
 from harness.families.base import Family
-from harness.porting.entries import Absent, Chunk, Concat, Param, PerHeadChunk, RopePermuted, Tied, Transposed
+from harness.porting.entries import (
+    Absent,
+    Chunk,
+    Concat,
+    Offset,
+    Param,
+    PerHeadChunk,
+    RopePermuted,
+    Tied,
+    Transposed,
+)
 from harness.porting.portmap import PortMap
 
 PROJECTIONS = ("q", "k", "v", "o")
@@ -38,7 +48,7 @@ def _entry_paths(entry) -> list[tuple[str, bool]]:
     """(module parameter path, whole parameter?) for every region of a map entry."""
     if isinstance(entry, (Absent, Tied)):  # no module parameter of its own
         return []
-    if isinstance(entry, (Transposed, RopePermuted)):
+    if isinstance(entry, (Transposed, RopePermuted, Offset)):
         return _entry_paths(entry.inner)
     if isinstance(entry, (Chunk, PerHeadChunk)):
         return [(entry.path, False)]
