@@ -1,4 +1,4 @@
-"""The shape of ``harness/``, measured for an issue's closing note (issue 14's before and after).
+"""The shape of ``harness/``, measured before and after a restructuring.
 
     python benchmarks/house_stats.py            # a Markdown table
     python benchmarks/house_stats.py --json     # the figures as JSON
@@ -30,7 +30,7 @@ def module_name(path: Path) -> str:
 
 
 def _resolve(name: str, modules: set[str]) -> str | None:
-    """The harness module an import names (``harness.a.b`` of ``harness.a.b.fn``)."""
+    """The harness module an import names (``harness.bench.sweep`` of ``harness.bench.sweep.run_sweep``)."""
     while name and name not in modules:
         name = name.rpartition(".")[0]
     return name or None

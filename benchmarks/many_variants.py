@@ -1,6 +1,6 @@
 """A user's variant file with many attention variants: the registered ones, again and again
 under new ids, until the attention family holds ``HARNESS_MANY`` variants (default 45).
-It measures how ``check`` scales with the number of variants (issue 7: 45 attention
+It measures how ``check`` scales with the number of variants (the aim: 45 attention
 variants within 60 s on an idle 2-core machine):
 
     python -m harness check --family attention --variants benchmarks/many_variants.py

@@ -17,7 +17,7 @@ figures can be re-read without a rerun (docs/verdict-calibration.md gives them).
 Two statistics are compared, each as a ratio to the baseline's (the oracle evaluated in
 float32, and the family reference where it shares the variant's traits):
 
-- **max** (the rule before issue 15): the largest absolute error of the tensor; the verdict
+- **max** (the rule the RMS replaced): the largest absolute error of the tensor; the verdict
   was "equivalent" while ``err <= 2 x baseline + 1 ulp``. On a tensor of a few dozen
   elements the largest error is one draw from the tail: its ratio swings with the shape.
 - **rms** (the rule now): the root mean square of the error; the verdict is "equivalent"
@@ -80,7 +80,7 @@ def families() -> list[str]:
 
 
 def old_ok(t, factor: float) -> bool:
-    """The rule before issue 15 on one tensor: largest error <= 2 x the baseline's + 1 ulp
+    """The "max" rule on one tensor: largest error <= 2 x the baseline's + 1 ulp
     (the floor read back from ``allowed = factor x ref_err + floor``, the check's own)."""
     ref = t.ref_err or 0.0
     floor = t.allowed - factor * ref

@@ -1,4 +1,4 @@
-"""Which of issue 15's wrong variants (tests/regime_variants.py) the harness catches today,
+"""Which of the regime mistakes (tests/regime_variants.py) the harness catches,
 and whether its controls stay equivalent.
 
     python benchmarks/regime_caught.py            # check + decode + pytest, prints the table
@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FILE = ROOT / "tests" / "regime_variants.py"
-DEFECTS = ROOT / "tests" / "regime_defects.py"  # issue 15 item 12: variants that break the harness itself
+DEFECTS = ROOT / "tests" / "regime_defects.py"  # variants that break the harness itself
 MODEL_FAMILIES = ("encoder_decoder", "decoder_only_model")
 HALF = ("rg_half_zero_after_softmax", "rg_norm_finfo_eps")  # only wrong in bfloat16 / float16
 
@@ -90,7 +90,7 @@ def check_family(family: str, ids: list[str], dtypes: list[str] | None = None) -
             for d in report["dropouts"]:
                 if not d["ok"] and d["variant"] in found:
                     found[d["variant"]].append(f"dropout {d['check']}: {d['measured']} (expected {d['expected']})")
-            for c in report.get("caches", []):  # two cached sessions against the full forward (issue 15)
+            for c in report.get("caches", []):  # two cached sessions against the full forward
                 if not c["ok"] and c["variant"] in found:
                     found[c["variant"]].append(f"k/v cache: {c['verdict']} ({c['max_abs']:.3g})")
             for vid in ids:  # paths are listed, not counted: keep the largest no_grad-vs-autograd gap

@@ -1,4 +1,4 @@
-"""Issue 15's defects (item 12) as variants: each makes the harness itself fail, not a
+"""Defects as variants: each makes the harness itself fail, not a
 verdict. Kept apart from tests/regime_variants.py because each can abort the run of its
 whole family (no JSON), which would hide the other variants' rows.
 
@@ -61,13 +61,13 @@ def _masks(case, tokens, pad_idx):
 TEXTBOOK = {"sublayer": "attention", "fill": -1e9, "fully_masked_row": "mean of V"}
 register(
     id="df_kv_other_shape", family="attention", source="tests/regime_defects.py",
-    summary="issue 15 defect: a K/V weight of another shape", build=lambda cfg: KVHalf(cfg.d_model, cfg.heads),
+    summary="harness defect: a K/V weight of another shape", build=lambda cfg: KVHalf(cfg.d_model, cfg.heads),
     call=lambda m, i: m(i["query"], i["key"], i["value"], i["mask"]),
     param_map=linear_entries({"q": "q", "k": "k", "v": "v", "o": "o"}), traits=TEXTBOOK,
 )
 register(
     id="df_mask_polarity", family="masks", source="tests/regime_defects.py",
-    summary="issue 15 defect: pad mask of the wrong polarity (a contradiction)", build=lambda cfg: None,
+    summary="harness defect: pad mask of the wrong polarity (a contradiction)", build=lambda cfg: None,
     call=lambda m, i: _masks(i["case"], i["tokens"], i["pad_idx"]),
     traits={"mask_convention": "True = keep", "causal_mask": "tril", "pad_mask": "tokens != pad",
             "target_mask": "causal & key not pad"},
@@ -93,7 +93,7 @@ class FlexAttention(nn.Module):
 
 register(
     id="df_flex_attention", family="attention", source="tests/regime_defects.py",
-    summary="issue 15 defect: flex_attention (correct)", build=lambda cfg: FlexAttention(cfg.d_model, cfg.heads),
+    summary="harness defect: flex_attention (correct)", build=lambda cfg: FlexAttention(cfg.d_model, cfg.heads),
     call=lambda m, i: m(i["query"], i["key"], i["value"], i["mask"]),
     param_map=linear_entries({"q": "q", "k": "k", "v": "v", "o": "o"}), traits=TEXTBOOK,
 )

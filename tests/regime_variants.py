@@ -1,24 +1,19 @@
-"""Issue 15's evidence set: subtly wrong components that hide outside the single regime the
-harness generates today, and correct-but-differently-computed controls.
+"""Subtly wrong components that hide outside a single input regime (one length, right
+padding only, small activations, ...), and correct-but-differently-computed controls.
 
 Each wrong variant makes a one-line mistake that real code makes and declares the traits of
 the correct design it imitates, so a harness that exercised the regime would contradict
-it. ``REGIME_WRONG`` maps each id to its issue-15 class; ``REGIME_CONTROLS`` maps each
-control to why it must stay equivalent. ``benchmarks/regime_caught.py`` prints which are
-caught today and ``tests/test_regime_variants.py`` asserts it (strict xfail where a
-mechanism of issue 15 is not built yet).
+it. ``REGIME_WRONG`` maps each id to the class of mistake it stands for; ``REGIME_CONTROLS``
+maps each control to why it must stay equivalent. ``benchmarks/regime_caught.py`` prints
+which are caught and ``tests/test_regime_variants.py`` asserts it (strict xfail where the
+mechanism that would catch one is not built).
 
 Public API used: ``harness.register``, ``Param``, ``Zero``, ``Absent``, ``nest``,
-``linear_entries``, ``fused_entries``, ``norm_entries``. Not public, imported from
-submodules (findings for issue 15):
-
-- ``harness.model_families.register_decoding``: the only way to give a model a cache or
-  its own greedy loop (the k/v-cache and greedy-decoding classes need it);
-- ``harness.training_families.smoothed_target``, ``SPREADS``, ``STEP_COUNTS``: the trait
-  values of the loss and schedule families (the strings could be spelled out instead);
-- the project's own ``variants`` package (``variants.decoder_only``,
-  ``variants.torch_reference``): the whole models and their maps are reused rather than
-  rewritten, as a user's file would import its own models.
+``linear_entries``, ``fused_entries``, ``norm_entries``, ``register_decoding`` (the only way to
+give a model a cache or its own greedy loop), ``smoothed_target``, ``SPREADS``, ``STEP_COUNTS``
+(the trait values of the loss and schedule families); and the project's own ``variants``
+package (``variants.decoder_only``, ``variants.torch_reference``): the whole models and their
+maps are reused rather than rewritten, as a user's file would import its own models.
 """
 
 from __future__ import annotations
@@ -47,7 +42,7 @@ from harness import (
     smoothed_target,
 )
 
-REGIME_WRONG = {  # id -> the issue-15 class it stands for
+REGIME_WRONG = {  # id -> the class of mistake it stands for
     # 1. state across calls
     "rg_pe_cached_first_len": "state across calls: PE table cached at the first call's length",
     "rg_mask_cached_by_length": "state across calls: key padding mask cached, keyed on the length only",
@@ -165,7 +160,7 @@ class RegimeAttention(nn.Module):
 
 def _attention(vid, mistake, traits=TEXTBOOK, summary=""):
     register(
-        id=vid, family="attention", source="tests/regime_variants.py", summary=summary or f"issue 15: {mistake}",
+        id=vid, family="attention", source="tests/regime_variants.py", summary=summary or f"regime mistake: {mistake}",
         build=lambda cfg, m=mistake: RegimeAttention(cfg.d_model, cfg.heads, cfg.dropout, m),
         call=lambda m, i: m(i["query"], i["key"], i["value"], i["mask"]),
         param_map=QKVO, traits=traits,
@@ -207,7 +202,7 @@ NORM_MAP = {"weight": Param("weight"), "bias": Param("bias")}
 NORM_TRAITS = {"norm_formula": "layernorm", "eps": 1e-5, "std": "biased, eps inside sqrt"}
 register(
     id="rg_norm_finfo_eps", family="norm", source="tests/regime_variants.py",
-    summary="issue 15: eps = finfo(x.dtype).eps on the half path",
+    summary="regime mistake: eps = finfo(x.dtype).eps on the half path",
     build=lambda cfg: LayerNorm(cfg.d_model, "finfo_eps"), call=lambda m, i: m(i["x"]),
     param_map=NORM_MAP, traits=NORM_TRAITS,
 )
@@ -241,7 +236,7 @@ class FFN(nn.Module):
 
 
 FFN_TRAITS = {"sublayer": "ffn", "activation": "relu", "dropout_sites": ("hidden",)}
-for vid, mistake, summary in (("rg_dropout_hardcoded_rate", "hardcoded_rate", "issue 15: F.dropout(h, 0.1)"),
+for vid, mistake, summary in (("rg_dropout_hardcoded_rate", "hardcoded_rate", "regime mistake: F.dropout(h, 0.1)"),
                               ("ctl_rand_like_dropout", "rand_like", "dropout by torch.rand_like (control)")):
     register(
         id=vid, family="ffn", source="tests/regime_variants.py", summary=summary,
@@ -304,7 +299,7 @@ for vid, mistake in (("rg_mask_cached_by_length", "mask_cached_by_length"),
                      ("rg_dropout_whole_residual", "dropout_whole_residual"),
                      ("rg_layer_norm_no_affine", "no_affine")):
     register(
-        id=vid, family="encoder_layer", source="tests/regime_variants.py", summary=f"issue 15: {mistake}",
+        id=vid, family="encoder_layer", source="tests/regime_variants.py", summary=f"regime mistake: {mistake}",
         build=lambda cfg, m=mistake: PostLNEncoderLayer(cfg, m), call=lambda m, i: m(i["x"], i["pad"]),
         param_map=NO_AFFINE_MAP if mistake == "no_affine" else ENCODER_MAP, traits=ENCODER_TRAITS,
     )
@@ -332,7 +327,7 @@ class CachedCausalBlock(nn.TransformerEncoderLayer):
 
 register(
     id="rg_causal_buffer_first_T", family="decoder_only_block", source="tests/regime_variants.py",
-    summary="issue 15: causal mask buffer built at the first T",
+    summary="regime mistake: causal mask buffer built at the first T",
     build=lambda cfg: CachedCausalBlock(cfg.d_model, cfg.heads, cfg.d_ff, dropout=cfg.dropout, batch_first=True),
     call=lambda m, i: m(i["x"], i["pad"]), param_map=ENCODER_MAP,
     traits={**ENCODER_TRAITS, "fully_masked_row": "zeros"},
@@ -357,7 +352,7 @@ class CachedPE(nn.Module):
 
 register(
     id="rg_pe_cached_first_len", family="positional_encoding", source="tests/regime_variants.py",
-    summary="issue 15: PE table cached at the first call's length",
+    summary="regime mistake: PE table cached at the first call's length",
     build=lambda cfg: CachedPE(cfg.d_model), call=lambda m, i: m(i["x"]),
     traits={"pe_layout": "interleaved sin/cos", "pe_frequencies": "10000^(-2i/D)", "internal_dtype": "float32"},
 )
@@ -376,7 +371,7 @@ class ZeroPadEmbedding(nn.Module):
 
 register(
     id="rg_pad_idx_zero", family="embedding", source="tests/regime_variants.py",
-    summary="issue 15: pad rows zeroed at token 0, not pad_idx",
+    summary="regime mistake: pad rows zeroed at token 0, not pad_idx",
     build=lambda cfg: ZeroPadEmbedding(cfg.vocab, cfg.d_model), call=lambda m, i: m(i["tokens"], i["pad_idx"]),
     param_map={"weight": Param("weight")}, traits={"embedding_scale": "1", "pad_rows": "zeroed"},
 )
@@ -386,7 +381,7 @@ def _pad_mask_zero(tokens, pad_idx):
 
 register(
     id="rg_mask_pad_zero", family="masks", source="tests/regime_variants.py",
-    summary="issue 15: pad mask tokens != 0, not != pad_idx",
+    summary="regime mistake: pad mask tokens != 0, not != pad_idx",
     build=lambda cfg: None, call=lambda m, i: _pad_mask_zero(i["tokens"], i["pad_idx"]),
     traits={"cases": ("pad",), "mask_convention": "True = keep", "pad_mask": "tokens != pad"},
 )
@@ -403,12 +398,12 @@ def _log_softmax_loss(i):
 CE_TRAITS = {"smoothing_spread": SPREADS[1], "loss_form": "cross-entropy"}
 register(
     id="rg_log_softmax_loss", family="loss", source="tests/regime_variants.py",
-    summary="issue 15: cross-entropy as log(softmax(x))", build=lambda cfg: None,
+    summary="regime mistake: cross-entropy as log(softmax(x))", build=lambda cfg: None,
     call=lambda m, i: _log_softmax_loss(i), traits=CE_TRAITS,
 )
 register(
     id="rg_target_filled_inplace", family="loss", source="tests/regime_variants.py",
-    summary="issue 15: pad targets set to -100 in the caller's tensor", build=lambda cfg: None,
+    summary="regime mistake: pad targets set to -100 in the caller's tensor", build=lambda cfg: None,
     call=lambda m, i: F.cross_entropy(i["logits"], i["target"].masked_fill_(i["target"] == i["pad_idx"], -100),
                                       label_smoothing=i["smoothing"]),
     traits=CE_TRAITS,
@@ -424,7 +419,7 @@ def _rates(i, rate):
 
 register(
     id="rg_lr_ignores_factor", family="lr_schedule", source="tests/regime_variants.py",
-    summary="issue 15: the factor left out", build=lambda cfg: None,
+    summary="regime mistake: the factor left out", build=lambda cfg: None,
     call=lambda m, i: _rates(i, lambda s, d, f, w: d ** (-0.5) * min(s ** (-0.5), s * w ** (-1.5))),
     traits={"step_count": STEP_COUNTS[1]},
 )
@@ -443,7 +438,7 @@ from variants.torch_reference import TorchSeq2Seq, _seq2seq_map  # noqa: E402
 
 register(
     id="rg_kv_cache_not_reset", family="decoder_only_model", source="tests/regime_variants.py",
-    summary="issue 15: 002's Decoder whose k/v cache lives on the module and is never reset",
+    summary="regime mistake: 002's Decoder whose k/v cache lives on the module and is never reset",
     build=lambda cfg: Decoder(cfg.vocab, cfg.d_model, cfg.heads, layers(cfg), cfg.dropout, block=SimpleDecoderLayer),
     call=lambda m, i: m(i["tokens"], block_mask(i["pad"], m.head_num)).log(),
     param_map=lambda cfg: _decoder_map(cfg, "simple_decoder_layer"),
@@ -496,7 +491,7 @@ def _greedy_newest(model, inputs, steps):
 
 register(
     id="rg_greedy_newest_token", family="encoder_decoder", source="tests/regime_variants.py",
-    summary="issue 15: nn.Transformer (post-norm) whose greedy loop feeds only the newest token",
+    summary="regime mistake: nn.Transformer (post-norm) whose greedy loop feeds only the newest token",
     build=lambda cfg: TorchSeq2Seq(cfg, norm_first=False, eps=1e-5, final_norm=False, scale=False),
     call=lambda m, i: m(i["src"], i["tgt"], i["src"] == i["pad_idx"], i["tgt"] == i["pad_idx"]),
     param_map=lambda cfg: _seq2seq_map(cfg, False), traits=SEQ2SEQ_TRAITS,
@@ -507,7 +502,7 @@ register_decoding("encoder_decoder", "rg_greedy_newest_token", prepare=_seq2seq_
 
 # == Exhibits: each wrong variant is wrong in its regime, each control right there ==================
 # ``EXHIBITS[id]()`` -> (regime, measured, baseline). For a wrong variant, ``measured`` is how
-# far it is from the correct computation in the regime issue 15 names (inf: it raises or
+# far it is from the correct computation in the regime its class names (inf: it raises or
 # gives NaN) and ``baseline`` the same measure for its correct sibling (0 where that is
 # exact); for a control, ``measured`` is its distance from the correct computation there and
 # ``baseline`` the bound it must stay within. Small sizes, float64 unless said, CPU, seconds.

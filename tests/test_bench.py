@@ -342,8 +342,8 @@ def test_load_rows_reads_pytest_benchmark_json(tmp_path):
     path.write_text(json.dumps(data))
     [row] = load_rows(path)
     m = row.measurement
-    assert m.median_s == 0.001 and m.gflops == pytest.approx(1e-3) and row.environment.cpu == "test cpu"
-    assert m.interleaved is False and m.vs_baseline is None and "vs_baseline" not in row.to_json()
+    assert m.stats.median_s == 0.001 and m.stats.gflops == pytest.approx(1e-3) and row.environment.cpu == "test cpu"
+    assert m.interleaved is False and m.stats.vs_baseline is None and "vs_baseline" not in row.to_json()
 
 
 @pytest.mark.parametrize("q1, q3, met", [(0.90, 0.95, True), (0.70, 0.80, False), (0.80, 0.90, "undecided")])

@@ -4,13 +4,16 @@ No measurement: rows are written by hand, in the shapes the sweep and earlier ve
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import pytest
 
 from harness.base.errors import ResultsFileError
-from harness.bench.row import KEY_ORDER, BenchRow, PeakRow, typed_rows
+from harness.bench import timing
+from harness.bench.measured import Rounds, Status
+from harness.bench.row import KEY_ORDER, BenchRow, Measurement, PeakRow, RowSpec, typed_rows
 
 # A case row as the sweep writes it (keys in its order; nulls where it writes nulls).
 OK_ROW = {
@@ -58,8 +61,8 @@ def test_rows_of_earlier_versions_and_of_other_writers_are_read():
     column, None where a row had nothing, numbers through a DataFrame, the report's
     ``change`` and ``regression``)."""
     minimal = BenchRow.from_json({"kind": "case", "key": "k"})
-    assert minimal.key == "k" and minimal.spec.family is None and minimal.measurement.median_s is None
-    assert BenchRow.from_json({"key": "k2", "median_s": 1}).measurement.median_s == 1.0  # no kind: a case
+    assert minimal.key == "k" and minimal.spec.family is None and minimal.measurement.stats.median_s is None
+    assert BenchRow.from_json({"key": "k2", "median_s": 1}).measurement.stats.median_s == 1.0  # no kind: a case
     from_frame = {**{k: None for k in KEY_ORDER}, **OK_ROW, "peak_bytes": 4096.0, "error": math.nan,
                   "change": 0.05, "regression": False}
     row = BenchRow.from_json(from_frame)
@@ -116,3 +119,45 @@ def test_peak_rows_and_the_log_header_and_end():
     assert [type(r) for r in rows] == [PeakRow, BenchRow]
     assert _line(rows[0].to_json()) == _line(peak) and rows[0].disturbed == "" and rows[0].environment.cpu == "a cpu"
     assert typed_rows(rows) == rows  # typed rows pass through
+
+
+def test_min_time_and_status_are_typed_fields_read_from_the_keys_logs_have_always_had():
+    """``min_time`` (what --compare holds like with like) is a field, not an extra key: a
+    log line that carried it after the environment is read into the field and written back
+    in the same place; ``status`` is a ``Status`` and writes its text."""
+    logged = {**OK_ROW, "min_time": 0.02}
+    row = BenchRow.from_json(logged)
+    assert row.measurement.min_time == 0.02 and row.extra == {} and row.measurement.status is Status.OK
+    assert _line(row.to_json()) == _line(logged) and list(row.to_json())[-1] == "min_time"
+    assert "min_time" not in BenchRow.from_json(OK_ROW).to_json()  # a row without one gains none
+    from harness.report.bench_frame import frame
+
+    assert "min_time" not in frame([OK_ROW])[0] and frame([logged])[0]["min_time"].tolist() == [0.02]  # nor a column
+    with pytest.raises(ResultsFileError, match="status is 'fine', not one of"):
+        BenchRow.from_json({**OK_ROW, "status": "fine"})
+    with pytest.raises(ResultsFileError, match="min_time is 'long', not float"):
+        BenchRow.from_json({**OK_ROW, "min_time": "long"})
+
+
+def test_statistics_are_derived_from_the_raw_rounds_and_read_back_as_recorded():
+    """The sweep keeps the raw rounds; the statistics are computed from them when asked
+    (median over blocks, the ratios of medians with their intervals) and are what the row
+    writes; read back (the log has no blocks), they are the recorded figures."""
+    rounds = Rounds(round_s=(2e-3, 3e-3, 2.5e-3), reps=12, blocks=(2e-3, 2.2e-3, 3e-3, 2.6e-3),
+                    peak_rounds=(1e10, 1.2e10, 1.1e10), baseline_round_s=(4e-3, 5e-3, 6e-3))
+    m = Measurement(status=Status.OK, flops=10**7, flops_dense=2 * 10**7, rounds=3, times=rounds)
+    st = m.stats
+    assert st.median_s == pytest.approx(2.4e-3) and st.iqr_s == st.q3_s - st.q1_s > 0
+    assert st.gflops == pytest.approx(10**7 / 2.4e-3 / 1e9) and st.peak_flops == 1.1e10
+    assert st.peak_fraction == timing.ratio_of_medians([10**7 / t for t in rounds.round_s], [1e10, 1.2e10, 1.1e10])[0]
+    assert st.peak_fraction_dense == pytest.approx(2 * st.peak_fraction)
+    assert (st.vs_baseline, st.vs_baseline_lo, st.vs_baseline_hi) == timing.ratio_of_medians(
+        [4e-3, 5e-3, 6e-3], [2e-3, 3e-3, 2.5e-3])
+    assert m.stats is st  # computed once for the same rounds
+    out = BenchRow(RowSpec(key="k"), m).to_json()
+    assert out["round_s"] == [2e-3, 3e-3, 2.5e-3] and out["reps"] == 12 and out["vs_baseline"] == st.vs_baseline
+    back = BenchRow.from_json(out)
+    assert back.measurement.stats == st and back.measurement.times == Rounds(round_s=rounds.round_s, reps=12)
+    assert _line(back.to_json()) == _line(out)
+    without = Measurement(status=Status.OK, flops=10**7, times=dataclasses.replace(rounds, baseline_round_s=None))
+    assert without.stats.vs_baseline is None and "vs_baseline" not in BenchRow(RowSpec(key="k"), without).to_json()

@@ -1,6 +1,6 @@
-"""The issue-20 measurement, made a test: 80+ fresh bad inputs a user could give, across every
-subcommand and the pytest plugin (paths, numbers, flags, variants files, sizes, filters, logs),
-none of them the issue's own examples. Each must fail fast with one ``error:`` line, exit 2
+"""80+ bad inputs a user could give, across every subcommand and the pytest plugin (paths,
+numbers, flags, variants files, sizes, filters, logs), chosen apart from the examples the
+other tests use. Each must fail fast with one ``error:`` line, exit 2
 (pytest: its usage error, exit 4), no traceback, and no file changed outside the declared
 outputs. The heavy functions are replaced by a sentinel: an input that reaches one was
 accepted silently. Two are accepted on purpose, each with its reason in the manual

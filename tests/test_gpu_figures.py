@@ -16,7 +16,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from harness.bench import counters
 from harness.bench.flops import FUSED_TILES, FlopCount, _tile_pairs
-from harness.bench.row import BenchRow, FlopBasis
+from harness.bench.measured import FlopBasis
+from harness.bench.row import BenchRow
 from harness.cli.main import main
 
 aten = torch.ops.aten
@@ -115,7 +116,7 @@ def test_rows_logged_before_the_tile_count_say_their_cuda_flops_are_dense_equiva
             if r.get("kind", "case") == "case"}
     fused = rows[("fused_sdpa", "fwd")]
     assert fused.measurement.flops_basis is None and fused.flop_basis is FlopBasis.DENSE_EQUIVALENT
-    assert fused.measurement.peak_fraction == pytest.approx(0.875, abs=0.001)
+    assert fused.measurement.stats.peak_fraction == pytest.approx(0.875, abs=0.001)
     assert fused.counting_error() == ""  # dense-equivalent: labelled as such, no executed figure
 
 

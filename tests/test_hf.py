@@ -37,7 +37,7 @@ TABLE = [
     ("transformers.models.gpt2.modeling_gpt2:GPT2Attention", "attention", "hf_gpt2", DEFAULT),
     ("transformers.models.bert.modeling_bert:BertSelfAttention", "attention", "hf_bert", DEFAULT),
     ("transformers.models.gemma.modeling_gemma:GemmaRMSNorm", "norm", "hf_gemma_rmsnorm", DEFAULT),
-    # a LLaMA block family (issue 16's llama_block) when there is one: not in the pack
+    # a LLaMA block family (llama_block) when there is one: not in the pack
     ("transformers.models.llama.modeling_llama:LlamaDecoderLayer", "llama_block", None, DEFAULT),
 ]
 

@@ -1,4 +1,4 @@
-"""The false alarms issue 21 measured, each checked gone: a kernel that computes in float32
+"""False alarms a kernel once raised, each checked gone: a kernel that computes in float32
 inside and declares it (gradcheck and ``--pairs all``), layout hints on a case whose output
 does not read the weights, a backward-only difference localised in the backward, ``map``
 over every case, and one variant's failing backward as its own error row

@@ -1,4 +1,4 @@
-"""The seed systems whole (issue 11): model families, greedy decoding, the k/v cache, the
+"""The seed systems whole: model families, greedy decoding, the k/v cache, the
 loss and the schedule, one training step, the copy task, and the manual's commands (docs/models.md).
 
 The pairwise verdicts of the model families run in test_equivalence.py (registry-driven);

@@ -1,4 +1,4 @@
-"""Behaviour that depends on the path taken, per case (issue 21): a kernel that takes another
+"""Behaviour that depends on the path taken, per case: a kernel that takes another
 path for one shape (B = 1, T = 1: the edge config) is reported on that case and config with
 the declaration that would make it a finding; declared (``traits['path_findings']``), it is
 a finding in its own section and no contradiction, and the same kernel's failure elsewhere

@@ -11,6 +11,17 @@ from torch import nn
 from harness import Chunk, Concat, Param, PortingError, Zero
 from harness.base.config import Config
 from harness.families.catalog import FAMILIES, get_family
+from harness.porting.entries import (
+    Identity,
+    Offset,
+    PerHeadChunk,
+    Region,
+    RopePermuted,
+    Tied,
+    Transposed,
+    entry_code,
+    nest,
+)
 from harness.porting.portmap import PortMap, port_weights, zero_unrepresented
 from harness.registry import build, get_variant, variants_of
 
@@ -120,3 +131,29 @@ def test_missing_or_extra_canonical_weights_on_load():
         pm.load({"w.weight": torch.zeros(4, 4)})
     with pytest.raises(PortingError, match=r"unknown \['x'\]"):
         pm.load({"w.weight": torch.zeros(4, 4), "w.bias": torch.zeros(4), "x": torch.zeros(1)})
+
+
+def test_an_entry_says_where_it_lies_as_regions_and_rebuilds_as_its_own_code():
+    """A region is a type (whole, a chunk, a chunk inside each head's block), not a tagged
+    tuple; an entry re-rooted under a prefix and written as code says the same entry."""
+    assert Param("w").regions() == [Region("w")]
+    assert Concat(["a", "b"], 1).regions() == [Region("a", 1), Region("b", 1)]
+    per_head = PerHeadChunk("qkv", 1, 3, heads=2)
+    [region] = per_head.regions()
+    assert region == Region("qkv", 0, 1, 3, heads=2)
+    w = torch.arange(12.0).reshape(12, 1)  # head 0: rows 0-5 (q 0-1, k 2-3, v 4-5), head 1: rows 6-11
+    assert region.flat(region.view(w)).flatten().tolist() == [2.0, 3.0, 8.0, 9.0]
+    assert torch.equal(region.shaped(region.flat(region.view(w)), region.view(w)), region.view(w))
+    assert Region("c", 0, 2, 4).view(w).flatten().tolist() == [6.0, 7.0, 8.0]
+    with pytest.raises(PortingError, match="cannot split size 12 into 5 equal chunks"):
+        Region("c", 0, 0, 5).view(w)
+    entries = {"q.weight": Transposed(Chunk("c_attn.weight", 0, 3, dim=1)), "k.weight": RopePermuted(per_head, 2),
+               "lm_head.weight": Tied("embed.weight"), "o.weight": Identity(), "o.bias": Zero(),
+               "g.weight": Offset(Param("ln.weight"), 1.0), "r.weight": RopePermuted(Param("r"), 2, 0.5)}
+    nested = nest(entries, "layers.0.", "h.0.")
+    assert {k: entry_code(e) for k, e in nested.items()} == {
+        "layers.0.q.weight": 'Transposed(Chunk("h.0.c_attn.weight", 0, 3, dim=1))',
+        "layers.0.k.weight": 'RopePermuted(PerHeadChunk("h.0.qkv", 1, 3, heads=2), heads=2)',
+        "layers.0.lm_head.weight": 'Tied("layers.0.embed.weight")', "layers.0.o.weight": "Identity()",
+        "layers.0.o.bias": "Zero()", "layers.0.g.weight": 'Offset(Param("h.0.ln.weight"), 1)',
+        "layers.0.r.weight": 'RopePermuted(Param("h.0.r"), heads=2, fraction=0.5)'}

@@ -11,7 +11,7 @@ with ``$ ``), so the documentation and the tool cannot drift apart.
   ``--variants`` file measures in a copy of its own). Each copy's commands are one test class (``TestCopy_<copy>``), so
   pytest-xdist's ``--dist loadscope`` keeps a copy on one worker and runs independent
   copies side by side. (Not ``--dist loadgroup``: with pytest 9.2 its ``xdist_group`` marks
-  are silently ignored, pytest-xdist issue 1386.)
+  are silently ignored, github.com/pytest-dev/pytest-xdist/issues/1386.)
 - A ``text`` block right after ``<!-- expect -->`` is output the command before it must
   print: each of its lines, but ``...``, appears in the command's output (runs of spaces
   count as one; a line may stop short of the printed one's end).

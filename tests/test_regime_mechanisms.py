@@ -1,4 +1,4 @@
-"""Issue 15's mechanisms, CPU-side and fast: the kernel-path recorder leaves flex_attention
+"""The mechanisms that catch regime mistakes, CPU-side and fast: the kernel-path recorder leaves flex_attention
 (a higher-order op) and later calls working, the trace compares bool tensors, and a call
 that changes an input in place is told and named."""
 

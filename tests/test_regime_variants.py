@@ -1,9 +1,10 @@
-"""Issue 15's evidence: every wrong variant of tests/regime_variants.py is caught by the
-default check (a contradiction naming it), every control stays equivalent.
+"""Wrong variants that hide outside one input regime: every wrong variant of
+tests/regime_variants.py is caught by the default check (a contradiction naming it), every
+control stays equivalent.
 
-Where the harness misses a class today the test is ``xfail(strict=True)`` naming the
-mechanism issue 15 asks for: once that mechanism lands the test passes, strict xfail turns
-that into a failure, and the mark must be removed. ``benchmarks/regime_caught.py`` prints
+Where the harness misses a class the test is ``xfail(strict=True)`` naming the mechanism
+that would catch it: once that mechanism lands the test passes, strict xfail turns that
+into a failure, and the mark must be removed. ``benchmarks/regime_caught.py`` prints
 the same evidence as a table.
 
 One check run per family (the default config matrix, float64 + float32, as ``python -m
@@ -11,7 +12,7 @@ harness check --family F``), shared by the module; the model families also run t
 checks (greedy pairs, the k/v cache), and the half-precision classes a bfloat16 check.
 Unmarked, and passing today: each wrong variant is shown wrong outside the harness's regime
 (``EXHIBITS`` in the variants file), so an xfail here is a real miss, not a dud variant.
-Last, tests/regime_defects.py: variants that break the harness itself (item 12), one CLI
+Last, tests/regime_defects.py: variants that break the harness itself, one CLI
 check each in a subprocess (the flex one poisons flex_attention in its process).
 """
 
@@ -31,11 +32,11 @@ FILE = Path(__file__).with_name("regime_variants.py")
 MODEL_FAMILIES = ("encoder_decoder", "decoder_only_model")
 HALF = {"rg_half_zero_after_softmax", "rg_norm_finfo_eps"}
 
-# id -> the issue-15 mechanism that would catch it, for the ones missed today (HEAD 138b553)
+# id -> the mechanism that would catch it, for the ones missed
 MISSED: dict[str, str] = {}  # every class is caught now (regimes, dropout by statistics, greedy, parameters)
 # control -> the mechanism that stops today's false alarm
-FLAGGED_CONTROLS: dict[str, str] = {}  # all three fixed by issue 15 (tolerances, rand_like, internal_dtype)
-# caught before issue 15 only by accident (gradcheck re-used its inputs); now as a changed input, named
+FLAGGED_CONTROLS: dict[str, str] = {}  # none: tolerances, rand_like and internal_dtype are understood
+# inputs changed in place: named as a changed input, not caught by accident (gradcheck re-using its inputs)
 ACCIDENTAL = {"rg_pad_flipped_inplace", "rg_target_filled_inplace"}
 
 
@@ -95,7 +96,7 @@ def runs():
 
 def _mark(vid, table):
     if vid in table:
-        return pytest.param(vid, marks=pytest.mark.xfail(strict=True, reason=f"issue 15: {table[vid]} not built yet"))
+        return pytest.param(vid, marks=pytest.mark.xfail(strict=True, reason=f"{table[vid]} not built yet"))
     return vid
 
 
@@ -124,7 +125,7 @@ def test_control_stays_equivalent(runs, vid):
 @pytest.mark.parametrize("vid", sorted(ACCIDENTAL))
 def test_an_input_changed_in_place_is_named(runs, vid):
     """Inputs are read-only: the contradiction says which input the variant changed
-    (before issue 15 these were caught only because gradcheck re-used its inputs)."""
+    (not only because gradcheck happens to re-use its inputs)."""
     notes = " ".join(str(getattr(f, "note", "")) for f in runs.contradictions(vid))
     assert "input" in notes and "changed" in notes, notes
 
@@ -154,7 +155,7 @@ def test_control_is_right_in_its_regime(vid):
     assert measured <= bound, f"{vid}: {regime}: {measured} > {bound}"
 
 
-# -- defects (issue 15 item 12): variants that break the harness itself, one check each -----------------
+# -- defects: variants that break the harness itself, one check each ------------------------------------
 
 DEFECTS_FILE = Path(__file__).with_name("regime_defects.py")
 

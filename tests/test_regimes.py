@@ -1,4 +1,4 @@
-"""Regimes by construction (issue 15): the Hypothesis strategies of ``harness.base.regimes``
+"""Regimes by construction: the Hypothesis strategies of ``harness.base.regimes``
 keep their promises, the default matrix's fixed regime cases are drawn from them, drawn
 regimes raise no false alarm, and ``check --explore N --seed K`` draws N configs, the same
 for the same K. Hypothesis runs derandomized here, with small ``max_examples``."""

@@ -135,7 +135,7 @@ register(
 )
 
 
-# == A whole model from these components (issue 11) ==========================================
+# == A whole model from these components =====================================================
 # The notebook stops at its components; it shows no layers, stacks or ``make_model``.
 # Its model is therefore the annotated transformer's ``make_model`` structure as the 004
 # write-up writes it (pre-LN layers, custom LayerNorm, Generator), built with this

@@ -275,7 +275,7 @@ register(
 )
 
 
-# == The whole model and its training pieces (issue 11) ======================================
+# == The whole model and its training pieces =================================================
 # ``make_model`` as the write-up builds it: Encoder/Decoder stacks of deep copies ending
 # with the custom LayerNorm, separate source/target ``Embeddings`` (x sqrt(D)) each
 # followed by a deep copy of the interleaved ``PositionalEncoding``, a ``Generator``

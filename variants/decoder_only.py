@@ -198,7 +198,7 @@ register(
 )
 
 
-# == The whole model (issue 11) ==============================================================
+# == The whole model =========================================================================
 # The write-up's ``Decoder``: ``nn.Embedding`` (no scale, **no positional encoding**), a
 # stack of ``SimpleDecoderLayer`` blocks sharing one (B, H, T, T) mask, a ``Linear`` head
 # and a **softmax** (probabilities; the adapter takes their log). Deviations: the write-up

@@ -179,7 +179,7 @@ register(
 )
 
 
-# == The whole model (issue 11) ==============================================================
+# == The whole model =========================================================================
 # nanoGPT's ``GPT``: token and **learned position** embeddings (``wte``, ``wpe``), dropout,
 # the pre-norm ``Block`` stack, a final ``ln_f``, and ``lm_head`` (bias-free) **tied** to
 # ``wte``; ``forward(idx, targets)`` returns logits for every position with targets and

@@ -323,7 +323,7 @@ register(
 )
 
 
-# == The LLaMA-style decoder block and model (issue 16) ======================================
+# == The LLaMA-style decoder block and model =================================================
 # ``LlamaBlock``: HF's LlamaDecoderLayer restated: x + attention(RMSNorm(x)) at the call's
 # positions, then x + SwiGLU(RMSNorm(x)). ``LlamaModel``: embedding, N blocks, final RMSNorm,
 # a bias-free head (or the embedding table, tied: Gemma, small LLaMA 3.2). Deviations: the

@@ -240,7 +240,7 @@ register(
 )
 
 
-# == The whole model (issue 11) ==============================================================
+# == The whole model =========================================================================
 # The blog's ``Transformer``: separate source/target ``nn.Embedding`` (not scaled), one
 # interleaved ``PositionalEncoding`` then dropout, ModuleLists of post-norm layers with
 # **no final norm**, a final ``Linear`` to the vocabulary returning logits (log_softmax

@@ -1,4 +1,4 @@
-"""The project's performance targets (issue 3), evaluated by ``python -m harness report``
+"""The project's performance targets, evaluated by ``python -m harness report``
 on the rows it measured. Shown in the report; never asserted in a timed test.
 
 Speed-up and peak fraction are read from interleaved rounds as the ratio of the medians

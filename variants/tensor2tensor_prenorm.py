@@ -327,7 +327,7 @@ register(
 )
 
 
-# == The whole model (issue 11) ==============================================================
+# == The whole model =========================================================================
 # The write-up's Encoder/Decoder stacks (each ending with LayerNorm(eps=1e-6)) and its
 # Transformer: one embedding table shared by source and target (share_target_embedding),
 # pad rows zeroed, x sqrt(D), [sin | cos] positions, the target **shifted right inside

@@ -237,7 +237,7 @@ register(
 )
 
 
-# == Whole models (issue 11) =================================================================
+# == Whole models ============================================================================
 # ``nn.Transformer`` with embeddings, the paper's interleaved positional encoding and a
 # generator (Linear + log_softmax): ``torch_post`` (post-norm stacks without a final
 # norm, as the paper and the 003 blog; unscaled embeddings) and ``torch_pre`` (pre-norm,

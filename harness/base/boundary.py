@@ -25,7 +25,8 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from types import FrameType, TracebackType
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, NoReturn
 
 import torch
 
@@ -72,7 +73,7 @@ class CallTimeout(Exception):
 _ctrl_c = threading.Event()
 
 
-def _on_sigint(signum, frame):
+def _on_sigint(signum: int, frame: FrameType | None) -> NoReturn:
     _ctrl_c.set()
     raise KeyboardInterrupt
 
@@ -173,7 +174,7 @@ class _Alarm:
     installed = False
 
     @classmethod
-    def ring(cls, signum, frame):
+    def ring(cls, signum: int, frame: FrameType | None) -> None:
         if not cls.seconds:
             return
         if frame is not None and _is_library(frame.f_code.co_filename):
@@ -230,7 +231,8 @@ class user_code:  # noqa: N801  (used as a function: ``with user_code("call"): .
         self._armed = _Alarm.arm(self.timeout)
         return self
 
-    def __exit__(self, kind, exc, tb) -> bool:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         if self._armed:
             _Alarm.disarm()
         for r in reversed(self._redirects):
@@ -270,7 +272,7 @@ class user_code:  # noqa: N801  (used as a function: ``with user_code("call"): .
             torch.set_grad_enabled(grad)
         return " and ".join(said)
 
-    def _raise(self, problem: str, exc: BaseException | None):
+    def _raise(self, problem: str, exc: BaseException | None) -> NoReturn:
         error = UserCodeError(self.stage, problem, output=self.text, who=self.who, original=exc)
         raise error from None
 
@@ -284,7 +286,7 @@ def guarded(stage: str, fn: Callable, *, files: Iterable[str] = (), who: str = "
     files = tuple(files)
     hung: list[UserCodeError] = []  # a function that ran past the timeout once is not waited for again
 
-    def call(*args, **kwargs):
+    def call(*args: Any, **kwargs: Any) -> Any:
         if hung:
             raise UserCodeError(stage, f"{hung[0].problem} (an earlier call; not called again)", who=who)
         try:

@@ -17,6 +17,7 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from harness.base.errors import ConfigError
 
@@ -43,7 +44,7 @@ class Config:
     block: int = 64                         # block size of a blocked (flash-style) kernel
     rope_base: float = 10000.0              # RoPE's base: pair i turns by position * base^(-2i/r)
     head_dim: int | None = None             # d_k when it is not D / H (Gemma: 256 at D = 2048, H = 8)
-    # The input regime (issue 15): the defaults are the cases' own inputs. Drawn by the
+    # The input regime: the defaults are the cases' own inputs. Drawn by the
     # Hypothesis strategies of harness.base.regimes (``check --explore``), fixed in the
     # families' regime cases ("padded@left", "self@x12", ...), settable with --set.
     padding: str = "right"   # key padding: right, left, arbitrary (holes) or per_row (each row another)
@@ -113,14 +114,14 @@ class Config:
     @property
     def n_kv_heads(self) -> int:
         """H_kv, the same as ``kv_heads`` (always an integer: ``heads`` when not given)."""
-        return self.kv_heads
+        return self.heads if self.kv_heads is None else self.kv_heads
 
     @property
     def d_k(self) -> int:
         """The head width: ``head_dim``, or D / H when it is not set."""
         return self.d_model // self.heads if self.head_dim is None else self.head_dim
 
-    def replace(self, **changes) -> "Config":
+    def replace(self, **changes: Any) -> "Config":
         """A copy with ``changes``; a ``kv_heads`` that was not given keeps following ``heads``."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
@@ -231,8 +232,9 @@ def _parse_window(raw: str) -> tuple[int, int] | None:
     return int(left), int(right)
 
 
-_PARSERS = {"window": _parse_window, "kv_heads": lambda raw: None if raw.lower() == "none" else int(raw),
-            "head_dim": lambda raw: None if raw.lower() == "none" else int(raw), "padding": str}
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "window": _parse_window, "kv_heads": lambda raw: None if raw.lower() == "none" else int(raw),
+    "head_dim": lambda raw: None if raw.lower() == "none" else int(raw), "padding": str}
 _KINDS = {"window": "LEFT,RIGHT (e.g. 2,0; HF's sliding_window=w is w-1,0) or none",
           "kv_heads": "an integer dividing heads, or none", "head_dim": "a positive integer, or none (D / H)",
           "padding": "right, left, arbitrary or per_row"}

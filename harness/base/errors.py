@@ -1,7 +1,11 @@
 """Errors a user can cause. Each one names the thing that is wrong.
 
 The CLI turns any ``HarnessError`` into one line on stderr and exit code 2; it never
-shows a traceback for them. Everything else is a bug in the harness and propagates.
+shows a traceback for them. Anything else raised while a variant runs is that variant's
+finding, and anything else raised while the check itself judges a spec (its oracle, its
+baseline, the comparison) is that spec's error row, named as the harness's failure: in
+both cases the run goes on. Outside those, an exception other than these is a bug in the
+harness and propagates.
 """
 
 from __future__ import annotations

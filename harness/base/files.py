@@ -12,7 +12,7 @@ import signal
 import tempfile
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from harness.base.errors import HarnessError
 from harness.base.output import write_failed
@@ -112,7 +112,7 @@ def is_own_json(path: Path) -> bool:
     return isinstance(data, list) and all(isinstance(r, dict) for r in data)
 
 
-def refuse_foreign(path: str | Path, what: str, own=is_own_json) -> None:
+def refuse_foreign(path: str | Path, what: str, own: Callable[[Path], bool] = is_own_json) -> None:
     """Refuse to replace an existing non-empty file the harness did not write (one line)."""
     target = Path(path)
     if not target.exists() or target.is_dir():
@@ -236,7 +236,7 @@ def file_set(folder: str | Path) -> Iterator[Path]:
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def save_figure(fig, target: str | Path, **kwargs) -> None:
+def save_figure(fig: Any, target: str | Path, **kwargs: Any) -> None:
     """``fig.savefig`` through ``atomic_path`` (a plot is whole or absent)."""
     with atomic_path(target) as tmp:
         fig.savefig(tmp, **kwargs)

@@ -43,13 +43,13 @@ def _fields(cfg: Config) -> dict[str, Any]:
     }
 
 
-def library_config(config_cls: type, cfg: Config, **overrides: Any):
+def library_config(config_cls: type, cfg: Config, **overrides: Any) -> Any:
     """An instance of ``config_cls`` sized by ``cfg`` (see the module docstring)."""
     if not is_library_config(config_cls):
         raise ConfigError(f"{getattr(config_cls, '__name__', config_cls)!r} is not a library config class "
                           f"(a subclass of {' or '.join(CONFIG_BASES)})")
     try:
-        accepted = set(inspect.signature(config_cls.__init__).parameters)
+        accepted = set(inspect.signature(config_cls.__init__).parameters)  # type: ignore[misc]  # a class's own
     except (TypeError, ValueError):
         accepted = set()
     accepted |= set(getattr(config_cls, "attribute_map", {}) or {})
@@ -68,7 +68,7 @@ def library_config(config_cls: type, cfg: Config, **overrides: Any):
     return config
 
 
-def _rotary_class(module: torch.nn.Module):
+def _rotary_class(module: torch.nn.Module) -> type:
     """The rotary embedding class beside the module's class (``LlamaRotaryEmbedding`` in
     ``modeling_llama``): the model builds it from the same config."""
     home = sys.modules.get(type(module).__module__)
@@ -84,7 +84,7 @@ def _rotary_class(module: torch.nn.Module):
 _ROTARY: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
 
 
-def rotary_tables(module: torch.nn.Module, x: torch.Tensor, positions: torch.Tensor):
+def rotary_tables(module: torch.nn.Module, x: torch.Tensor, positions: torch.Tensor) -> Any:
     """The module's own (cos, sin) at ``positions`` (B, L), as its model computes them and
     passes them in (``position_embeddings``): the library's rotary embedding class built
     from the module's config (kept beside the module, built once)."""

@@ -1,5 +1,5 @@
 """Input regimes by construction: Hypothesis strategies for the configs and regimes every
-family's cases are drawn on (issue 15), and ``explore`` (``check --explore N``).
+family's cases are drawn on, and ``explore`` (``check --explore N``).
 
 A regime is a ``Config``: its sizes, and the input regime fields the cases read (``padding``,
 ``scale``, ``pad_idx``, ``factor``; their defaults give the cases' own inputs). The strategies:
@@ -36,7 +36,7 @@ MAX_EXPLORE = 100
 
 
 @st.composite
-def sizes(draw) -> Config:
+def sizes(draw: st.DrawFn) -> Config:
     """B, H, T, S distinct in 2..9; d_k even, 10..18; D = H d_k; F = 2..4 D: all seven apart."""
     batch, heads, tgt, src = draw(st.lists(st.integers(2, 9), min_size=4, max_size=4, unique=True))
     d_k = draw(st.sampled_from((10, 12, 14, 16, 18)))
@@ -46,7 +46,7 @@ def sizes(draw) -> Config:
 
 
 @st.composite
-def edges(draw) -> Config:
+def edges(draw: st.DrawFn) -> Config:
     """One head (d_k = D), B = 1, T = 1, or the long config (B = 2, small widths)."""
     base = draw(sizes())
     kind = draw(st.sampled_from(("one_head", "batch1", "tgt1", "long")))
@@ -61,7 +61,7 @@ def edges(draw) -> Config:
 
 
 @st.composite
-def regimes(draw, cfg: Config) -> Config:
+def regimes(draw: st.DrawFn, cfg: Config) -> Config:
     """``cfg`` in a drawn input regime."""
     return cfg.replace(padding=draw(st.sampled_from(PADDINGS)), scale=draw(st.sampled_from(SCALES)),
                        pad_idx=draw(st.integers(0, cfg.vocab - 1)), factor=draw(st.sampled_from(FACTORS)))

@@ -257,7 +257,7 @@ def _unique(cases: list[BenchCase]) -> list[BenchCase]:
     return unique
 
 
-# -- running one group -----------------------------------------------------------------------
+# -- preparing a case ------------------------------------------------------------------------
 
 COMPILE_BACKEND = "inductor"  # torch.compile's default; the tests use "eager" (Dynamo only, cheap)
 
@@ -340,6 +340,8 @@ def prepare(case: BenchCase) -> Prepared:
     graphs = counters["stats"]["unique_graphs"] - before
     return Prepared(forward, step, eager_step, resident, compile_s, graphs, output)
 
+
+# -- sizes that cannot fit -------------------------------------------------------------------
 
 ATTENTION_FAMILIES = {"attention", "encoder_layer", "decoder_layer", "decoder_only_block"}
 

@@ -17,7 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from harness.base.kernels import PATH_OPS
 from harness.bench.flops import FlopCount
-from harness.bench.row import FlopBasis
+from harness.bench.measured import FlopBasis
 from harness.bench.timing import LiveStorages, _storage_key, tensor_peak
 
 

@@ -119,7 +119,7 @@ def _rewrite_without_cut_line(path: Path, rows: list[dict]) -> None:
         atomic_write(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))
 
 
-# -- sizes that cannot fit ---------------------------------------------------------------------------
+# -- rows from a log, a results file or pytest-benchmark ---------------------------------------------
 
 
 def load_rows(path: Path) -> list[Row]:

@@ -1,7 +1,8 @@
 """Typed benchmark rows, the way ``torch.utils.benchmark`` passes a ``Measurement`` built
 around a frozen ``TaskSpec``: a case row is ``BenchRow`` (``spec``: what was measured and
-where; ``measurement``: what came out; ``environment``: the machine), a matmul-peak row is
-``PeakRow``. The sweep builds them and writes ``to_json()`` lines to the JSONL log; the
+where; ``measurement``: what came out, its ``status`` a ``Status``, the raw ``Rounds`` it
+was timed in and the ``Statistics`` derived from them; ``environment``: the machine), a
+matmul-peak row is ``PeakRow``. The sweep builds them and writes ``to_json()`` lines to the JSONL log; the
 report reads them back with ``from_json`` and never coerces a dict again.
 
 JSON out: one flat object, keys in the order the sweep has always written them
@@ -25,25 +26,10 @@ import types
 import typing
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypeVar
 
 from harness.base.errors import ResultsFileError
-
-
-class FlopBasis(str, Enum):
-    """What a row's ``flops`` count. ``executed``: the work the kernels ran (a fused causal
-    kernel's skipped tiles not counted); ``dense-equivalent``: every score of QK^T and PV,
-    masked or skipped or not (an attention kernel ran whose skipping is not modelled): its
-    rate is not the machine's work, and no executed fraction of the peak is read from it."""
-
-    EXECUTED = "executed"
-    DENSE_EQUIVALENT = "dense-equivalent"
-
-
-# The fused attention kernels of SDPA's CUDA backends: before the executed counting of
-# ``harness.bench.flops.FUSED_TILES``, torch's dense formulas counted them.
-CUDA_FUSED_OPS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-                  "_scaled_dot_product_cudnn_attention")
+from harness.bench.measured import CUDA_FUSED_OPS, FlopBasis, Rounds, Statistics, Status, statistics_of
 
 
 @dataclass(frozen=True)
@@ -83,14 +69,22 @@ class Environment:
     device_name: str | None = None
 
 
+_T = TypeVar("_T")
+
+# A field of a row that is not one JSON key (written through its own parts).
+_NOT_A_KEY = {"json": False}
+
+
 @dataclass
 class Measurement:
-    """What one case gave: its status (ok, unsupported, error, oom) and error; time
-    (median and quartiles over blocks, per-round medians); FLOPs and rates against the
-    matmul peak and the baseline, each with its per-round quartiles and bootstrap interval;
-    memory; the kernel path; the state of the machine (load, disturbed)."""
+    """What one case gave: its status and error; what one instrumented call showed (compile
+    time, kernel path, FLOPs executed and dense-equivalent, memory); how it was timed
+    (``min_time`` per round, ``rounds``) and the state of the window (load, disturbed,
+    interleaved); the raw ``times`` of its rounds and the ``stats`` derived from them
+    (lazily, as ``torch.utils.benchmark``'s ``Measurement`` does), or as recorded where a row
+    read back from a log has no raw blocks; the probe's resident-set peak."""
 
-    status: str | None = None
+    status: Status | None = None
     error: str | None = None
     compile_s: float | None = None
     compile_graphs: int | None = None
@@ -103,37 +97,43 @@ class Measurement:
     largest_tensor: str | None = None
     peak_method: str | None = None
     saved_bytes: int | None = None
-    median_s: float | None = None
-    q1_s: float | None = None
-    q3_s: float | None = None
-    iqr_s: float | None = None
-    round_s: list | None = None
+    min_time: float | None = None
     rounds: int | None = None
-    reps: int | None = None
-    gflops: float | None = None
-    gflops_dense: float | None = None
-    peak_flops: float | None = None
-    peak_fraction: float | None = None
-    peak_fraction_q1: float | None = None
-    peak_fraction_q3: float | None = None
-    peak_fraction_lo: float | None = None
-    peak_fraction_hi: float | None = None
-    peak_fraction_dense: float | None = None
     load: list | None = None
     disturbed: str | None = None
     interleaved: bool | None = None
-    vs_baseline: float | None = None
-    vs_baseline_q1: float | None = None
-    vs_baseline_q3: float | None = None
-    vs_baseline_lo: float | None = None
-    vs_baseline_hi: float | None = None
     rss_peak_bytes: int | None = None
     rss_note: str | None = None
     source: str | None = None
+    times: Rounds | None = field(default=None, metadata=_NOT_A_KEY)
+    recorded: Statistics = field(default_factory=Statistics, metadata=_NOT_A_KEY)
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status is Status.OK
+
+    @property
+    def stats(self) -> Statistics:
+        """Derived from the raw ``times`` (computed once per rounds), or as recorded."""
+        if self.times is not None and self.times.blocks:
+            return statistics_of(self.times, self.flops, self.flops_dense)
+        return self.recorded
+
+    def values(self) -> dict[str, Any]:
+        """The measurement as JSON keys (None where it has no value)."""
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if not f.metadata}
+        times = self.times or Rounds()
+        return {**own, "round_s": None if times.round_s is None else list(times.round_s), "reps": times.reps,
+                **dataclasses.asdict(self.stats)}
+
+    @classmethod
+    def from_values(cls, data: Mapping[str, Any], key: Any) -> Measurement:
+        times = None
+        if "round_s" in data or "reps" in data:
+            round_s = _typed("round_s", data.get("round_s"), list | None, key)
+            reps = _typed("reps", data.get("reps"), int | None, key)
+            times = Rounds(None if round_s is None else tuple(round_s), reps)
+        return dataclasses.replace(_part(cls, data, key), times=times, recorded=_part(Statistics, data, key))
 
 
 # The order the sweep has always written a case row's keys in (BenchCase's fields, the
@@ -148,6 +148,11 @@ KEY_ORDER = (
     "vs_baseline_q3", "vs_baseline_lo", "vs_baseline_hi", "rss_peak_bytes", "rss_note", "source", "kind",
     "profile", "torch", "python", "cpu", "cpu_count", "commit", "device_name",
 )
+# Fields rows carried as extra keys before they were fields: written where they always were,
+# after every key of KEY_ORDER (and, unlike those, no column of their own for a report of
+# rows that lack them).
+PROMOTED_KEYS = ("min_time",)
+_CASE_KEYS = KEY_ORDER + PROMOTED_KEYS
 
 
 # What every case row must carry: the tables group and label rows by them.
@@ -175,18 +180,19 @@ def _renamed(data: Mapping[str, Any]) -> Mapping[str, Any]:
     return {RENAMED.get(k, k) if RENAMED.get(k, k) not in data else k: v for k, v in data.items()}
 
 
-def _fields(cls) -> dict[str, Any]:
+def _fields(cls: type) -> dict[str, Any]:
+    """A dataclass's fields that are JSON keys, with their types."""
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if not f.metadata}
 
 
-def _base_type(hint) -> type:
+def _base_type(hint: Any) -> Any:
     """``int | None`` -> int, ``list | None`` -> list."""
     args = [a for a in typing.get_args(hint) if a is not type(None)] if isinstance(hint, types.UnionType) else [hint]
     return typing.get_origin(args[0]) or args[0]  # list[str] -> list
 
 
-def _typed(name: str, value: Any, hint, key: Any) -> Any:
+def _typed(name: str, value: Any, hint: Any, key: Any) -> Any:
     """``value`` as the field's type: None stays None; an int is a float where a float is
     wanted; anything else of the wrong type is refused in one line."""
     if value is None:
@@ -212,13 +218,21 @@ def _typed(name: str, value: Any, hint, key: Any) -> Any:
                            "of this harness, or damaged")
 
 
-def _part(cls, data: Mapping[str, Any], key: Any):
+def _part(cls: type[_T], data: Mapping[str, Any], key: Any) -> _T:
     return cls(**{name: _typed(name, data.get(name), hint, key) for name, hint in _fields(cls).items()
                   if name in data})
 
 
 # Keys written as null when their companion is written (see the module docstring).
 _NULL_BESIDE = {"baseline": None, "largest_tensor": "path", "rss_peak_bytes": "rss_note"}
+
+
+def _null_written(key: str, values: Mapping[str, Any]) -> bool:
+    """Whether a None ``key`` is written as a null (see ``_NULL_BESIDE``)."""
+    if key not in _NULL_BESIDE:
+        return False
+    companion = _NULL_BESIDE[key]
+    return companion is None or values.get(companion) is not None
 
 
 def _flat(values: dict[str, Any], order: tuple[str, ...], extra: Mapping[str, Any],
@@ -232,8 +246,7 @@ def _flat(values: dict[str, Any], order: tuple[str, ...], extra: Mapping[str, An
         if k not in values or k in out:
             continue
         v = values[k]
-        if v is None and not (k in _NULL_BESIDE and (_NULL_BESIDE[k] is None
-                                                     or values.get(_NULL_BESIDE[k]) is not None)):
+        if v is None and not _null_written(k, values):
             continue
         out[k] = v
     out.update({k: v for k, v in extra.items() if k not in out})
@@ -266,14 +279,16 @@ class BenchRow:
         if data.get("kind", "case") != "case":
             raise ResultsFileError(f"benchmark row {key!r} is a {data.get('kind')!r} row, not a case")
         data = _renamed(data)
-        known = set(KEY_ORDER)
-        return cls(_part(RowSpec, data, key), _part(Measurement, data, key), _part(Environment, data, key),
+        known = set(_CASE_KEYS)
+        return cls(_part(RowSpec, data, key), Measurement.from_values(data, key), _part(Environment, data, key),
                    {k: v for k, v in data.items() if k not in known}, tuple(data))
 
     def to_json(self) -> dict[str, Any]:
-        values = {**dataclasses.asdict(self.spec), **dataclasses.asdict(self.measurement),
-                  **dataclasses.asdict(self.environment), "kind": self.kind}
-        return _flat(values, KEY_ORDER, self.extra, self.read_order)
+        return _flat({**self.values(), "kind": self.kind}, _CASE_KEYS, self.extra, self.read_order)
+
+    def values(self) -> dict[str, Any]:
+        """The known fields of every part, by JSON key."""
+        return {**dataclasses.asdict(self.spec), **self.measurement.values(), **dataclasses.asdict(self.environment)}
 
     @property
     def key(self) -> str:
@@ -299,7 +314,7 @@ class BenchRow:
         """"" or, when the row's executed FLOP/s exceed the matmul peak timed beside it (no
         kernel executes faster than the machine's matmul), the line naming the row: its
         FLOPs count work that was not executed."""
-        f = self.measurement.peak_fraction
+        f = self.measurement.stats.peak_fraction
         if self.flop_basis is not FlopBasis.EXECUTED or f is None or not f > 1:
             return ""
         return (f"counting error: {self.key}: executed FLOP/s {f:.0%} of the matmul peak timed beside it, "
@@ -308,10 +323,8 @@ class BenchRow:
 
     def value(self, name: str) -> Any:
         """The field called ``name`` in whichever part holds it (an unknown key: ``extra``)."""
-        for part in (self.spec, self.measurement, self.environment):
-            if name in part.__dataclass_fields__:
-                return getattr(part, name)
-        return self.extra.get(name)
+        values = self.values()
+        return values[name] if name in values else self.extra.get(name)
 
 
 PEAK_ORDER = ("kind", "key", "group", "family", "device", "dtype", "size", "peak_flops", "peak_q1", "peak_q3",

@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import io
 import json
-import math
 import os
 import sys
 import time
@@ -34,6 +33,7 @@ from harness.bench.log import (
     stamp_difference,
 )
 from harness.bench.machine import cpu_model, environment, git_commit  # noqa: F401  (environment: re-exported)
+from harness.bench.measured import Rounds, Status
 from harness.bench.memprobe import MemProbe
 from harness.bench.row import BenchRow, Environment, Measurement, PeakRow, RowSpec
 from harness.check.runs import fill_overflow
@@ -101,9 +101,9 @@ def _failed(m: Measurement, case: BenchCase, exc: Exception) -> None:
     if isinstance(exc, torch.cuda.OutOfMemoryError) or (
             "out of memory" in str(exc).lower() and torch.cuda.is_available()):
         torch.cuda.empty_cache()
-        m.status, m.error = "oom", str(exc).splitlines()[0]
+        m.status, m.error = Status.OOM, str(exc).splitlines()[0]
         return
-    m.status = "unsupported" if case.compiled else "error"  # e.g. torch.compile unsupported here
+    m.status = Status.UNSUPPORTED if case.compiled else Status.ERROR  # e.g. torch.compile unsupported here
     m.error = describe(exc)
 
 
@@ -131,7 +131,7 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
         reason = variant.refuses(case.config(), case.device) or variant.dtype_reason(case.dtype)
         overflow = fill_overflow(variant, dtype_of(case.dtype))
         if reason or overflow:  # a declared fill the dtype cannot hold raises by design: not run, said why
-            m.status, m.error = "unsupported", reason or f"declared error: {overflow}"
+            m.status, m.error = Status.UNSUPPORTED, reason or f"declared error: {overflow}"
             continue
         try:
             prepared = prepare(case)
@@ -140,7 +140,7 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
                 if not prepared.graphs:
                     raise RuntimeError("torch.compile compiled no graph: the case would run eager")
             _static(case, prepared, m)
-            m.status = "ok"
+            m.status = Status.OK
             fns[case.variant] = prepared.step
             outputs[case.variant] = prepared.output
         except HarnessError:
@@ -148,7 +148,7 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
         except Exception as exc:  # a finding, not a crash: the sweep goes on
             _failed(m, case, exc)
     for vid, why in wrong_outputs(outputs, ref.id if ref else None).items():  # not timed: its error row
-        rows[vid].measurement.status, rows[vid].measurement.error = "error", why
+        rows[vid].measurement.status, rows[vid].measurement.error = Status.ERROR, why
         del fns[vid]
     size = PEAK_SIZE["cuda" if first.device.startswith("cuda") else "cpu"]
     mm, mm_flops = timing.matmul_callable(first.device, dtype_of(first.dtype), size)
@@ -166,14 +166,11 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
         row = rows[vid]
         m = row.measurement
         row.spec = dataclasses.replace(row.spec, group=group)
-        _timed(m, timed, vid, peak_rounds, rounds)
-        m.peak_flops, m.load, m.disturbed, m.interleaved = pk, loads, disturbed, True
-        row.extra["min_time"] = min_time  # like with like: --compare reads it
-        if ref is not None and ref.id in fns:
-            _, r1, r3 = timing.quartiles(timed.ratio(ref.id, vid))
-            r, r_lo, r_hi = timing.ratio_of_medians(timed.rounds[ref.id], timed.rounds[vid])
-            m.vs_baseline, m.vs_baseline_q1, m.vs_baseline_q3 = r, r1, r3
-            m.vs_baseline_lo, m.vs_baseline_hi = r_lo, r_hi
+        baseline = tuple(timed.rounds[ref.id]) if ref is not None and ref.id in fns else None
+        m.times = Rounds(round_s=tuple(timed.rounds[vid]), reps=len(timed.blocks[vid]) * timed.number[vid],
+                         blocks=tuple(timed.blocks[vid]), peak_rounds=tuple(peak_rounds), baseline_round_s=baseline)
+        m.rounds, m.min_time = rounds, min_time  # like with like: --compare reads min_time
+        m.load, m.disturbed, m.interleaved = loads, disturbed, True
     if probe is not None:
         for vid in fns:
             case = next(c for c in cases if c.variant == vid)
@@ -184,25 +181,6 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
                 m.rss_peak_bytes, m.rss_note = probe.measure(dataclasses.asdict(case))
     peak_row.elapsed_s = time.perf_counter() - started
     return [rows[c.variant] for c in cases], peak_row
-
-
-def _timed(m: Measurement, timed: timing.Interleaved, vid: str, peak_rounds: list[float], rounds: int) -> None:
-    """Time, rates and the fraction of the matmul peak of one variant from the group's rounds."""
-    med, q1, q3 = timing.quartiles(timed.blocks[vid])
-    per_round = timed.rounds[vid]
-    flops, dense = m.flops, m.flops_dense
-    fractions = [flops / t / p for t, p in zip(per_round, peak_rounds)] if flops else []
-    _, f1, f3 = timing.quartiles(fractions)  # the per-round spread, shown
-    # the figure and the interval a target is decided on: ratio of the medians over rounds
-    f, f_lo, f_hi = (timing.ratio_of_medians([flops / t for t in per_round], peak_rounds)
-                     if flops else (math.nan,) * 3)
-    m.median_s, m.q1_s, m.q3_s, m.iqr_s, m.round_s, m.rounds = med, q1, q3, q3 - q1, per_round, rounds
-    m.reps = len(timed.blocks[vid]) * timed.number[vid]
-    m.gflops = flops / med / 1e9 if flops else math.nan
-    m.gflops_dense = dense / med / 1e9 if dense else math.nan
-    m.peak_fraction, m.peak_fraction_q1, m.peak_fraction_q3 = f, f1, f3
-    m.peak_fraction_lo, m.peak_fraction_hi = f_lo, f_hi
-    m.peak_fraction_dense = f * dense / flops if flops and dense else math.nan
 
 
 def log_stamp(*, device: str, profile: str, min_time: float, rounds: int, threads: int, memory: bool,

@@ -239,7 +239,3 @@ def tensor_peak(fn: Callable[[], object], device: str) -> tuple[int, tuple[int, 
     with LiveStorages() as tracker:
         fn()
     return tracker.peak, tracker.largest
-
-
-
-# -- kernel path -------------------------------------------------------------------------------------

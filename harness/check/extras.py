@@ -116,7 +116,7 @@ def expected_draws(variant: Variant, cfg: Config) -> int:
 
 
 def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
-    """Built with dropout p (``cfg.dropout``, or 0.5 when it is 0): eval mode gives the
+    """Built with dropout p (``cfg.dropout``, or ``DROPOUT_P`` when it is 0): eval mode gives the
     dropout-0 output and draws nothing; train mode draws once per declared site; then the
     statistics of ``harness.check.dropout_stats`` (kept fraction per site at two rates, the
     mean of train calls or the zeroed residual branches against eval)."""
@@ -225,6 +225,3 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
     return CompiledResult(**base, verdict=verdict, ok=graphs > 0 and verdict.agrees,
                           err=bad.err, eager_err=math.nan if bad.ref_err is None else bad.ref_err,
                           note="; ".join(x for x in (note, bad.note) if x))
-
-
-# -- the whole check ----------------------------------------------------------------------------------

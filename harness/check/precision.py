@@ -4,8 +4,8 @@ Two separate questions, two rules:
 
 - **Semantics, in float64.** A variant computes its declared function when its float64
   result lies within ``|a - o| <= FLOAT64_ATOL + FLOAT64_RTOL * |o|`` of the oracle. Float64
-  rounding on these sizes is ~1e-15; the bound (1e-10) leaves room for accumulation and
-  still catches a real difference of 1e-8. A variant that declares ``internal_dtype``
+  rounding on these sizes is ~1e-15; the bound leaves room for accumulation and still
+  catches a real difference of 1e-8. A variant that declares ``internal_dtype``
   (part of its work in float32 whatever the input dtype) is held to that dtype's bound
   instead, and its verdict is "less precise", not "different".
 
@@ -13,13 +13,14 @@ Two separate questions, two rules:
   against the float64 oracle of its own traits is compared with the family reference's
   error against *its* oracle, in the same dtype, on the same weights and inputs (the rule
   flash-attention's tests use): equivalent while ``rms <= factor * rms_ref + floor``, on the
-  **root mean square** of the error (``Gap.rms``), ``factor`` = 2 by default
-  (``--precision-factor``), ``floor`` = one unit in the last place of the dtype at the
+  **root mean square** of the error (``Gap.rms``), ``factor`` = ``PRECISION_FACTOR`` by
+  default (``--precision-factor``), ``floor`` = one unit in the last place of the dtype at the
   output's scale (an exact reference has error 0). Above that the verdict is "less precise
   (N x the reference's RMS error)". A variant's own imprecision never widens the tolerance
   of anything else.
 
-  Why the RMS and not the largest error (the rule before issue 15): on a tensor of a few
+  Why the RMS and not the largest error (the rule ``benchmarks/precision_calibration.py``
+  calls "max"): on a tensor of a few
   dozen elements the largest error is one draw from the tail, so its ratio to the
   reference's swings with the shape; random (seed, shape) draws raised false alarms on
   PyTorch's own modules. ``benchmarks/precision_calibration.py`` measures both ratios'

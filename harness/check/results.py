@@ -75,7 +75,7 @@ class TensorCheck:
     allowed: float
     ratio: float
     note: str = ""
-    max_ratio: float = math.nan  # the largest error's ratio to the baseline's (the statistic before issue 15)
+    max_ratio: float = math.nan  # the largest error's ratio to the baseline's (shown; the verdict reads the RMS)
     n: int = 0                   # elements the RMS averages
 
     def __post_init__(self) -> None:

@@ -4,11 +4,12 @@ and the caches that keep a whole check linear in the number of variants.
 
 The verdicts are made elsewhere, in readable pieces: ``harness.families.oracles`` (the spec each
 variant is held to, built from its traits), ``harness.check.precision`` (how close, per dtype),
-``harness.check.spec`` (each variant against its spec, gradcheck, dropout, the equivalence
-classes and the pair matrix derived from them).
+``harness.check.spec`` (each variant against its spec), ``harness.check.extras`` (gradcheck,
+dropout, torch.compile), ``harness.check.pairs`` (the pair matrix derived from the specs).
 
-``compare_tensors`` compares two runs of one variant (autograd path against the no_grad
-fast path) with a tolerance from each run's own float64 error.
+``RunCache.compare_paths`` compares two runs of one variant (autograd path against the no_grad
+fast path) with ``harness.check.tensors.compare_tensors``, a tolerance from each run's own
+float64 error.
 """
 
 from __future__ import annotations
@@ -251,7 +252,7 @@ def inference_run(variant: Variant, cfg: Config, inputs64, weights64, dtype, dev
         return run_variant(variant, cfg, inputs64, weights64, dtype, device, backward=False, record=record)
 
 
-# -- comparing tensors ---------------------------------------------------------------------------
+# -- declared fills ---------------------------------------------------------------------------
 
 
 def fill_overflow(variant: Variant, dtype: torch.dtype) -> str | None:
@@ -263,7 +264,7 @@ def fill_overflow(variant: Variant, dtype: torch.dtype) -> str | None:
     return None
 
 
-# -- the pairwise check ---------------------------------------------------------------------------------
+# -- the cache of runs ---------------------------------------------------------------------------------
 
 
 class RunCache:

@@ -359,8 +359,6 @@ class SpecChecker:
                     if result is not None:
                         out.append(result)
 
-    # -- classes and pairs -------------------------------------------------------------------------
-
 
 @contextlib.contextmanager
 def one_thread():

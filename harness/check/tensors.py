@@ -77,6 +77,3 @@ def compare_tensors(
 
 def worst(verdicts: Iterable[str]) -> Verdict:
     return Verdict.worst(verdicts, default=Verdict.IDENTICAL)
-
-
-# -- expectations ------------------------------------------------------------------------------------

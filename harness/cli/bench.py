@@ -70,8 +70,10 @@ def add_commands(sub, common) -> None:
         p.add_argument("--fresh", action="store_true", help="ignore rows already measured in the log")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
         p.add_argument("--min-time", type=float,
-                       help="seconds of timed calls per variant per round (default: quick 0.02, full 0.05)")
-        p.add_argument("--rounds", type=int, help="interleaved rounds per group (default 7)")
+                       help="seconds of timed calls per variant per round (default: quick "
+                            f"{TIMING['quick']['min_time']:g}, full {TIMING['full']['min_time']:g})")
+        p.add_argument("--rounds", type=int, help="interleaved rounds per group (default: quick "
+                       f"{TIMING['quick']['rounds']}, full {TIMING['full']['rounds']})")
         p.add_argument("--no-rss", action="store_true", help="skip the CPU resident-set probe process")
         p.add_argument("--time-budget", type=float, metavar="S",
                        help="seconds for the whole command: a group is started only if it ends in time (the "
@@ -98,7 +100,7 @@ def add_commands(sub, common) -> None:
                            help="a change column against an earlier results.json "
                                 "(default: the committed reference <out>/<device>/full/results.json)")
             p.add_argument("--no-compare", action="store_true", help="no change column")
-            p.add_argument("--threshold", type=float, default=0.10, help="regression threshold (default 0.10)")
+            p.add_argument("--threshold", type=float, default=0.10, help="regression threshold (default %(default).2f)")
             p.add_argument("--skip-check", action="store_true", help="leave the verdicts out")
             p.set_defaults(func=cmd_report)
 
@@ -171,18 +173,18 @@ def _writable_dir(path: Path, what: str) -> None:
 def _summary(rows: list[BenchRow]) -> str:
     out = []
     for row in rows:
-        s, m = row.spec, row.measurement
-        ratio = m.vs_baseline
+        s, m, st = row.spec, row.measurement, row.measurement.stats
+        ratio = st.vs_baseline
         out.append({
             "family": s.family, "variant": s.variant,
             "shape": f"B={s.batch} T={s.seq} D={s.d_model}" + "".join(f" {x}" for x in s.sets or ()),
             "dtype": s.dtype,
             "mode": s.mode + (" compiled" if s.compiled else ""),
-            "median ms": f"{m.median_s * 1e3:.3g}" if m.ok else m.status,
-            "IQR ms": f"{m.iqr_s * 1e3:.2g}" if m.ok else str(m.error if m.error is not None else "")[:40],
-            "vs baseline [round q1-q3]": (f"{ratio:.2f}x [{m.vs_baseline_q1:.2f}-{m.vs_baseline_q3:.2f}]"
+            "median ms": f"{st.median_s * 1e3:.3g}" if m.ok else m.status,
+            "IQR ms": f"{st.iqr_s * 1e3:.2g}" if m.ok else str(m.error if m.error is not None else "")[:40],
+            "vs baseline [round q1-q3]": (f"{ratio:.2f}x [{st.vs_baseline_q1:.2f}-{st.vs_baseline_q3:.2f}]"
                                           if m.ok and ratio is not None and ratio == ratio else "-"),
-            "GFLOP/s": f"{m.gflops:.1f}" if m.ok and m.gflops == m.gflops else "-",
+            "GFLOP/s": f"{st.gflops:.1f}" if m.ok and st.gflops == st.gflops else "-",
             "path": (m.path if m.path is not None else "-") if m.ok else "-",
         })
     return tabulate(pd.DataFrame(out), headers="keys", tablefmt="simple", showindex=False) if out else "(no rows)"

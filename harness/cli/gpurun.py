@@ -219,7 +219,7 @@ def add_command(sub) -> None:
                                        "quick report, full profile in the time left; one log")
     p.add_argument("--device", default="cuda", help="cuda (default), or cpu to rehearse the run")
     p.add_argument("--budget", type=float, default=480.0, metavar="S",
-                   help="seconds for the whole run (default 480: an 8-minute GPU window)")
+                   help="seconds for the whole run (default %(default)g: an 8-minute GPU window)")
     p.add_argument("--out", default="reports", help="parent folder of <device dir>/ (default reports)")
     p.add_argument("--no-install", action="store_true", help="skip `pip install --no-deps -e .`")
     p.add_argument("--tests", nargs="+", default=["tests"], metavar="PATH", help="what pytest collects (default tests)")

@@ -1,4 +1,4 @@
-"""Commands for the whole models (issue 11).
+"""Commands for the whole models.
 
 decode       greedy tokens of every pair of models compared, per-token KL and top-k
              agreement of their distributions, each cache against re-running the whole
@@ -56,9 +56,9 @@ def add_commands(sub, common) -> None:
     common(p, families=False)
     with_config(p)
     p.add_argument("--out", required=True, metavar="DIR", help="writes copy_task.{json,md,png} here")
-    p.add_argument("--steps", type=int, default=300, help="updates per model (default 300)")
-    p.add_argument("--batch", type=int, default=32, help="sequences per update (default 32)")
-    p.add_argument("--eval", type=int, default=64, help="held-out sequences decoded for accuracy (default 64)")
+    p.add_argument("--steps", type=int, default=300, help="updates per model (default %(default)s)")
+    p.add_argument("--batch", type=int, default=32, help="sequences per update (default %(default)s)")
+    p.add_argument("--eval", type=int, default=64, help="held-out sequences decoded for accuracy (default %(default)s)")
     p.add_argument("--variant", action="append", metavar="ID", help="only this model (repeatable)")
     p.set_defaults(func=cmd_copy_task)
 
@@ -66,7 +66,7 @@ def add_commands(sub, common) -> None:
     common(p, families=False)
     with_config(p)
     p.add_argument("--out", required=True, metavar="DIR", help="writes cache_bench.{json,md,png} here")
-    p.add_argument("--seq", default="8,16,32,64", help="generated lengths (default 8,16,32,64)")
+    p.add_argument("--seq", default="8,16,32,64", help="generated lengths (default %(default)s)")
     p.set_defaults(func=cmd_cache_bench)
 
 

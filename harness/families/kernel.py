@@ -5,7 +5,7 @@ one's own), with no parameters.
 Call: (q (B, H, T, d), k (B, H_kv, S, d), v (B, H_kv, S, d), mask (B, T, S) bool True = may
 attend, key_pad (B, S) bool True = real key, causal, window, softcap) -> (B, H, T, d). A
 kernel is registered with ``harness.register_kernel`` (its layout and mask form as
-data); its traits declare how it reads the call (``harness.kernel_oracle`` says each
+data); its traits declare how it reads the call (``harness.families.kernel_oracle`` says each
 convention and its branch). The config states the problem: ``heads``, ``d_k`` (= d),
 ``kv_heads``, ``window``, ``softcap``, ``block``; a case takes its window, softcap and K/V
 heads from the config unless it exists to exercise one (``window``: (2, 1) when the config

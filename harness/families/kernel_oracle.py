@@ -216,5 +216,5 @@ class _NaNBackward(torch.autograd.Function):
 
 
 def attention_kernel(traits, cfg, w, inputs, dtype) -> Tensor:
-    """The family's oracle (``harness.oracles.Oracle`` signature; no weights)."""
+    """The family's oracle (``harness.families.oracles.Oracle`` signature; no weights)."""
     return kernel_attention(traits, inputs)

@@ -25,7 +25,7 @@ from harness.families.base import (
     right_pad,
 )
 
-# Layer inputs have std 0.1: LayerNorm's eps (1e-5 vs 1e-6) then changes the output by
+# The standard deviation of layer inputs: at 0.1, LayerNorm's eps (1e-5 vs 1e-6) then changes the output by
 # ~5e-4 relative, well above float32 rounding, so an eps mismatch cannot pass as noise.
 LAYER_STD = 0.1
 

@@ -9,7 +9,7 @@
 
 Canonical parameters nest the layer families' own (``encoder.0.self_attn.q.weight`` is
 the encoder_layer family's ``self_attn.q.weight`` of layer 0), so a model's map is its
-layers' maps re-rooted with ``harness.porting.nest``. N layers: ``layers(cfg)`` (the
+layers' maps re-rooted with ``harness.porting.entries.nest``. N layers: ``layers(cfg)`` (the
 config's ``layers`` field when it has one, else 2).
 
 Weight tying: a model that holds its target embedding and output projection in one

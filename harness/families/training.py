@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
 
 from harness.base.config import Config
@@ -121,7 +123,7 @@ LR_SCHEDULE = Family(
 TRAINING_FAMILIES = (LOSS, LR_SCHEDULE)  # listed in harness.families.catalog
 
 
-def optimizer_rates(scheduler_factory, steps: int) -> torch.Tensor:
+def optimizer_rates(scheduler_factory: Callable[[torch.optim.Optimizer], Any], steps: int) -> torch.Tensor:
     """The rate each of ``steps`` Adam updates uses, with ``scheduler.step()`` after each
     ``optimizer.step()`` (004's run_epoch order), on a one-parameter optimizer with lr 1."""
     param = torch.nn.Parameter(torch.zeros(1))

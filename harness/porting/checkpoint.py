@@ -31,7 +31,7 @@ import torch
 
 from harness.base.errors import InputError
 from harness.porting.entries import Absent, MapEntry, Tied
-from harness.porting.portmap import _view, coverage_counters, read_entry
+from harness.porting.portmap import coverage_counters, read_entry
 
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
@@ -252,14 +252,15 @@ class CheckpointReader:
         ckpt = self.checkpoint
         meta = {n: torch.empty(ckpt.shape(n), dtype=ckpt.dtype(n), device="meta") for n in ckpt.names}
         for canonical, entry in self.entries.items():
-            for path, _, _ in entry.regions():
-                if path not in meta:
-                    raise self._fail(f"missing tensor '{path}' (canonical '{canonical}')")
+            for region in entry.regions():
+                if region.path not in meta:
+                    raise self._fail(f"missing tensor '{region.path}' (canonical '{canonical}')")
         coverage = coverage_counters(meta, self.entries.values())
         for canonical, entry in self.entries.items():
-            for path, region, dim in entry.regions():
+            for region in entry.regions():
+                path = region.path
                 try:
-                    _view(coverage[path], region, dim).add_(1)
+                    region.view(coverage[path]).add_(1)
                 except Exception as exc:
                     raise self._fail(f"tensor '{path}' of shape {ckpt.shape(path)} cannot be split as canonical "
                                      f"'{canonical}' reads it ({exc})") from None
@@ -272,7 +273,7 @@ class CheckpointReader:
                     from None
             want = self.shapes.get(canonical)
             if want is not None and shape != want:
-                paths = ", ".join(f"'{p}' {ckpt.shape(p)}" for p, _, _ in entry.regions())
+                paths = ", ".join(f"'{r.path}' {ckpt.shape(r.path)}" for r in entry.regions())
                 raise self._fail(f"tensor {paths} gives canonical '{canonical}' the shape {shape}; "
                                  f"the model's is {want}")
         for name, count in coverage.items():

@@ -1,13 +1,57 @@
 """Map entries (``Param``, ``Chunk``, ``PerHeadChunk``, ``Concat``, ``Absent``/``Zero``, ``Transposed``,
-``RopePermuted``, ``Offset``, ``Tied``)
-and the helpers that build maps of them; no tensors are moved here (``portmap`` does that)."""
+``RopePermuted``, ``Offset``, ``Tied``), the ``Region`` of a module parameter an entry lies in, and the
+helpers that build maps of them. Each entry says where it lies (``regions``), the code that
+builds it (``code``) and itself under another module prefix (``rerooted``); no tensor is
+read or written here (``portmap`` does that)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Union
+from typing import ClassVar, Iterable, Mapping, Union
 
 import torch
+
+from harness.base.errors import PortingError
+
+
+@dataclass(frozen=True)
+class Region:
+    """Where an entry lies in the module parameter ``path``: the whole of it (``chunks``
+    None), or the ``index``-th of ``chunks`` equal slices along ``dim``; with ``heads``, that
+    slice inside each of ``heads`` equal blocks along ``dim`` (``PerHeadChunk``)."""
+
+    path: str
+    dim: int = 0
+    index: int = 0
+    chunks: int | None = None
+    heads: int | None = None
+
+    def view(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The region of ``tensor`` (a view); per head it is shaped (..., heads, n, ...) along ``dim``."""
+        if self.chunks is None:
+            return tensor
+        size, dim, chunks = tensor.shape[self.dim], self.dim, self.chunks
+        if self.heads is not None:
+            if size % (self.heads * chunks):
+                raise PortingError(f"cannot split size {size} into {self.heads} heads of {chunks} equal chunks")
+            return tensor.unflatten(dim, (self.heads, chunks, size // (self.heads * chunks))).select(dim + 1,
+                                                                                                    self.index)
+        if size % chunks:
+            raise PortingError(f"cannot split size {size} into {chunks} equal chunks")
+        step = size // chunks
+        return tensor.narrow(dim, self.index * step, step)
+
+    def flat(self, view: torch.Tensor) -> torch.Tensor:
+        """A view as the canonical tensor lays it out: per head, (..., heads, n, ...) -> (..., heads * n, ...)."""
+        return view.flatten(self.dim, self.dim + 1) if self.heads is not None else view
+
+    def shaped(self, source: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
+        """A canonical slice in the shape of the region's ``view`` (``flat``'s inverse)."""
+        return source.unflatten(self.dim, view.shape[self.dim:self.dim + 2]) if self.heads is not None else source
+
+
+def _dim(dim: int) -> str:
+    return f", dim={dim})" if dim else ")"
 
 
 @dataclass(frozen=True)
@@ -15,9 +59,16 @@ class Param:
     """A whole module parameter."""
 
     path: str
+    dim: ClassVar[int] = 0  # a whole parameter: along its first dim, as a Concat of one
 
-    def regions(self) -> list[tuple[str, slice | None, int]]:
-        return [(self.path, None, 0)]
+    def regions(self) -> list[Region]:
+        return [Region(self.path)]
+
+    def code(self) -> str:
+        return f'Param("{self.path}")'
+
+    def rerooted(self, canonical_prefix: str, module_prefix: str) -> Param:
+        return Param(module_prefix + self.path)
 
 
 @dataclass(frozen=True)
@@ -32,11 +83,17 @@ class Chunk:
     def __post_init__(self) -> None:
         _check_index(self)
 
-    def regions(self) -> list[tuple[str, slice | None, int]]:
-        return [(self.path, ("chunk", self.index, self.chunks), self.dim)]
+    def regions(self) -> list[Region]:
+        return [Region(self.path, self.dim, self.index, self.chunks)]
+
+    def code(self) -> str:
+        return f'Chunk("{self.path}", {self.index}, {self.chunks}' + _dim(self.dim)
+
+    def rerooted(self, canonical_prefix: str, module_prefix: str) -> Chunk:
+        return Chunk(module_prefix + self.path, self.index, self.chunks, self.dim)
 
 
-def _check_index(entry) -> None:
+def _check_index(entry: Chunk | PerHeadChunk) -> None:
     """An index outside 0..chunks-1 (one counted from 1) is refused where the map is written."""
     if not (isinstance(entry.chunks, int) and entry.chunks >= 1):
         raise ValueError(f"{type(entry).__name__}({entry.path!r}, {entry.index!r}, {entry.chunks!r}): chunks must "
@@ -64,8 +121,14 @@ class PerHeadChunk:
     def __post_init__(self) -> None:
         _check_index(self)
 
-    def regions(self) -> list[tuple[str, tuple | None, int]]:
-        return [(self.path, ("per head", self.index, self.chunks, self.heads), self.dim)]
+    def regions(self) -> list[Region]:
+        return [Region(self.path, self.dim, self.index, self.chunks, self.heads)]
+
+    def code(self) -> str:
+        return f'PerHeadChunk("{self.path}", {self.index}, {self.chunks}, heads={self.heads}' + _dim(self.dim)
+
+    def rerooted(self, canonical_prefix: str, module_prefix: str) -> PerHeadChunk:
+        return PerHeadChunk(module_prefix + self.path, self.index, self.chunks, self.heads, self.dim)
 
 
 @dataclass(frozen=True)
@@ -79,8 +142,14 @@ class Concat:
         object.__setattr__(self, "paths", tuple(paths))
         object.__setattr__(self, "dim", dim)
 
-    def regions(self) -> list[tuple[str, slice | None, int]]:
-        return [(p, None, self.dim) for p in self.paths]
+    def regions(self) -> list[Region]:
+        return [Region(p, self.dim) for p in self.paths]
+
+    def code(self) -> str:
+        return "Concat([" + ", ".join(f'"{p}"' for p in self.paths) + "]" + _dim(self.dim)
+
+    def rerooted(self, canonical_prefix: str, module_prefix: str) -> Concat:
+        return Concat([module_prefix + p for p in self.paths], self.dim)
 
 
 @dataclass(frozen=True)
@@ -94,10 +163,19 @@ class Absent:
 
     fill: float | str = 0.0
 
-    def regions(self) -> list:
+    def regions(self) -> list[Region]:
         return []
 
-    def value(self, shape, dtype=torch.float64, device="cpu") -> torch.Tensor:
+    def code(self) -> str:
+        if self.fill == IDENTITY:
+            return "Identity()"
+        return "Zero()" if self.fill == 0 else f"Absent({self.fill:g})"
+
+    def rerooted(self, canonical_prefix: str, module_prefix: str) -> Absent:
+        return self
+
+    def value(self, shape: Iterable[int], dtype: torch.dtype = torch.float64,
+              device: torch.device | str = "cpu") -> torch.Tensor:
         """The tensor it reads as."""
         if self.fill == IDENTITY:
             return torch.eye(*shape, dtype=dtype, device=device)
@@ -126,12 +204,26 @@ class Transposed:
 
     inner: Union[Param, Chunk, PerHeadChunk, Concat]
 
-    def regions(self) -> list[tuple[str, slice | None, int]]:
+    def regions(self) -> list[Region]:
         return self.inner.regions()
 
     @property
     def dim(self) -> int:
         return self.inner.dim
+
+    def code(self) -> str:
+        return f"Transposed({self.inner.code()})"
+
+    def rerooted(self, canonical_prefix: str, module_prefix: str) -> Transposed:
+        return Transposed(self.inner.rerooted(canonical_prefix, module_prefix))
+
+    def canonical(self, stored: torch.Tensor, grad: bool = False) -> torch.Tensor:
+        """The canonical tensor (or gradient) of what ``inner`` holds."""
+        return stored.t()
+
+    def stored(self, canonical: torch.Tensor) -> torch.Tensor:
+        """What ``inner`` holds for a canonical tensor (``canonical``'s inverse)."""
+        return canonical.t()
 
 
 @dataclass(frozen=True)
@@ -147,14 +239,31 @@ class RopePermuted:
     heads: int
     fraction: float = 1.0  # a partial rotary: only the first r = 2 floor(d * fraction / 2) rows of a head
 
-    def regions(self) -> list[tuple[str, slice | None, int]]:
+    def regions(self) -> list[Region]:
         return self.inner.regions()
 
     @property
     def dim(self) -> int:
         return 0
 
-    def index(self, rows: int):
+    def code(self) -> str:
+        tail = f", fraction={self.fraction:g}" if self.fraction != 1.0 else ""
+        return f"RopePermuted({self.inner.code()}, heads={self.heads}{tail})"
+
+    def rerooted(self, canonical_prefix: str, module_prefix: str) -> RopePermuted:
+        return RopePermuted(self.inner.rerooted(canonical_prefix, module_prefix), self.heads, self.fraction)
+
+    def canonical(self, stored: torch.Tensor, grad: bool = False) -> torch.Tensor:
+        """The canonical tensor (or gradient) of what ``inner`` holds: its rows permuted."""
+        return stored[self.index(stored.shape[0]).to(stored.device)]
+
+    def stored(self, canonical: torch.Tensor) -> torch.Tensor:
+        """What ``inner`` holds for a canonical tensor: the permutation undone."""
+        back = torch.empty_like(canonical)
+        back[self.index(canonical.shape[0]).to(canonical.device)] = canonical
+        return back
+
+    def index(self, rows: int) -> torch.Tensor:
         """The module row each canonical row reads (a LongTensor of ``rows``); with a
         ``fraction`` below 1 the rows past each head's rotary part r read themselves."""
         d = rows // self.heads
@@ -173,12 +282,26 @@ class Offset:
     inner: Union[Param, Chunk, PerHeadChunk, Concat]
     offset: float
 
-    def regions(self) -> list[tuple[str, slice | None, int]]:
+    def regions(self) -> list[Region]:
         return self.inner.regions()
 
     @property
     def dim(self) -> int:
         return self.inner.dim
+
+    def code(self) -> str:
+        return f"Offset({self.inner.code()}, {self.offset:g})"
+
+    def rerooted(self, canonical_prefix: str, module_prefix: str) -> Offset:
+        return Offset(self.inner.rerooted(canonical_prefix, module_prefix), self.offset)
+
+    def canonical(self, stored: torch.Tensor, grad: bool = False) -> torch.Tensor:
+        """The canonical tensor of what ``inner`` holds (canonical + offset); a gradient is the same."""
+        return stored if grad else stored - self.offset
+
+    def stored(self, canonical: torch.Tensor) -> torch.Tensor:
+        """What ``inner`` holds for a canonical tensor: converted at load, canonical + offset."""
+        return canonical + self.offset
 
 
 @dataclass(frozen=True)
@@ -189,66 +312,37 @@ class Tied:
 
     to: str
 
-    def regions(self) -> list:
+    def regions(self) -> list[Region]:
         return []
+
+    def code(self) -> str:
+        return f'Tied("{self.to}")'
+
+    def rerooted(self, canonical_prefix: str, module_prefix: str) -> Tied:
+        return Tied(canonical_prefix + self.to)
 
 
 MapEntry = Union[Param, Chunk, PerHeadChunk, Concat, Absent, Transposed, RopePermuted, Offset, Tied]
 ParamMap = Mapping[str, MapEntry]
 
 
+# Entries that lie in the module's parameters as the canonical tensor lays them out, and
+# those that hold it in another layout (``canonical``/``stored`` convert).
+Stored = Union[Param, Chunk, PerHeadChunk, Concat]
+Relaid = Union[Transposed, RopePermuted, Offset]
+
+
 def entry_code(entry: MapEntry) -> str:
     """The entry as the code that builds it: ``Transposed(Chunk("c_attn.weight", 0, 3, dim=1))``."""
-    if isinstance(entry, Transposed):
-        return f"Transposed({entry_code(entry.inner)})"
-    if isinstance(entry, RopePermuted):
-        tail = f", fraction={entry.fraction:g}" if entry.fraction != 1.0 else ""
-        return f"RopePermuted({entry_code(entry.inner)}, heads={entry.heads}{tail})"
-    if isinstance(entry, Offset):
-        return f"Offset({entry_code(entry.inner)}, {entry.offset:g})"
-    if isinstance(entry, Param):
-        return f'Param("{entry.path}")'
-    if isinstance(entry, Chunk):
-        return f'Chunk("{entry.path}", {entry.index}, {entry.chunks}' + (f", dim={entry.dim})" if entry.dim else ")")
-    if isinstance(entry, PerHeadChunk):
-        return (f'PerHeadChunk("{entry.path}", {entry.index}, {entry.chunks}, heads={entry.heads}'
-                + (f", dim={entry.dim})" if entry.dim else ")"))
-    if isinstance(entry, Concat):
-        paths = ", ".join(f'"{p}"' for p in entry.paths)
-        return "Concat([" + paths + "]" + (f", dim={entry.dim})" if entry.dim else ")")
-    if isinstance(entry, Tied):
-        return f'Tied("{entry.to}")'
-    if entry.fill == IDENTITY:
-        return "Identity()"
-    return "Zero()" if entry.fill == 0 else f"Absent({entry.fill:g})"
+    return entry.code()
 
 
 def nest(param_map: ParamMap, canonical_prefix: str, module_prefix: str) -> dict[str, MapEntry]:
     """Re-root a sub-module's map: ``{"q.weight": Param("w_q.weight")}`` nested under
-    ``("self_attn.", "attn.")`` gives ``{"self_attn.q.weight": Param("attn.w_q.weight")}``."""
-    out: dict[str, MapEntry] = {}
-    for name, entry in param_map.items():
-        out[canonical_prefix + name] = (Tied(canonical_prefix + entry.to) if isinstance(entry, Tied)
-                                        else _rerooted(entry, module_prefix))
-    return out
-
-
-def _rerooted(entry: MapEntry, module_prefix: str) -> MapEntry:
-    if isinstance(entry, Transposed):
-        return Transposed(_rerooted(entry.inner, module_prefix))
-    if isinstance(entry, RopePermuted):
-        return RopePermuted(_rerooted(entry.inner, module_prefix), entry.heads, entry.fraction)
-    if isinstance(entry, Offset):
-        return Offset(_rerooted(entry.inner, module_prefix), entry.offset)
-    if isinstance(entry, Param):
-        entry = Param(module_prefix + entry.path)
-    elif isinstance(entry, Chunk):
-        entry = Chunk(module_prefix + entry.path, entry.index, entry.chunks, entry.dim)
-    elif isinstance(entry, PerHeadChunk):
-        entry = PerHeadChunk(module_prefix + entry.path, entry.index, entry.chunks, entry.heads, entry.dim)
-    elif isinstance(entry, Concat):
-        entry = Concat([module_prefix + p for p in entry.paths], entry.dim)
-    return entry
+    ``("self_attn.", "attn.")`` gives ``{"self_attn.q.weight": Param("attn.w_q.weight")}``
+    (a ``Tied`` entry's ``to`` is canonical: it takes the canonical prefix)."""
+    return {canonical_prefix + name: entry.rerooted(canonical_prefix, module_prefix)
+            for name, entry in param_map.items()}
 
 
 def linear_entries(names: Mapping[str, str], bias: bool = True) -> dict[str, MapEntry]:

@@ -32,7 +32,7 @@ error that names the parameter. Nothing is dropped silently.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Union
+from typing import Callable, Mapping, Union, get_args
 
 import torch
 from torch import nn
@@ -44,35 +44,14 @@ from harness.porting.entries import (
     Chunk,
     Concat,
     MapEntry,
-    Offset,
-    Param,
     ParamMap,
-    PerHeadChunk,
-    RopePermuted,
+    Relaid,
+    Stored,
     Tied,
     Transposed,
     Zero,
     entry_code,
 )
-
-
-def _view(tensor: torch.Tensor, region, dim: int) -> torch.Tensor:
-    """The region of ``tensor`` (a view): whole, a chunk along ``dim``, or (``PerHeadChunk``)
-    the chunk inside each head's block, shaped (..., heads, size / heads / chunks, ...)."""
-    if region is None:
-        return tensor
-    if region[0] == "per head":
-        _, index, chunks, heads = region
-        size = tensor.shape[dim]
-        if size % (heads * chunks):
-            raise PortingError(f"cannot split size {size} into {heads} heads of {chunks} equal chunks")
-        return tensor.unflatten(dim, (heads, chunks, size // (heads * chunks))).select(dim + 1, index)
-    _, index, chunks = region
-    size = tensor.shape[dim]
-    if size % chunks:
-        raise PortingError(f"cannot split size {size} into {chunks} equal chunks")
-    step = size // chunks
-    return tensor.narrow(dim, index * step, step)
 
 
 class PortMap:
@@ -107,7 +86,8 @@ class PortMap:
             raise self._fail(f"parameter map names unknown canonical {extra}")
         coverage = coverage_counters(self.params, self.entries.values())
         for canonical, entry in self.entries.items():
-            for path, region, dim in entry.regions():
+            for region in entry.regions():
+                path = region.path
                 if path not in self.params and path in dict(self.module.named_buffers()):
                     raise self._fail(
                         f"canonical '{canonical}' maps to '{path}', which the module holds as a buffer, not a "
@@ -118,15 +98,14 @@ class PortMap:
                         f"canonical '{canonical}' maps to '{path}', which the module does not have"
                     )
                 try:
-                    _view(coverage[path], region, dim).add_(1)
+                    region.view(coverage[path]).add_(1)
                 except PortingError as exc:
                     want = tuple(self.canonical_shapes[canonical])
-                    raise self._fail(f"canonical '{canonical}': {exc} (dim {dim} of '{path}', shape "
+                    raise self._fail(f"canonical '{canonical}': {exc} (dim {region.dim} of '{path}', shape "
                                      f"{tuple(self.params[path].shape)})"
                                      f"{self._orientation_hint(entry, want)}") from None
             tied_to = self.entries.get(entry.to) if isinstance(entry, Tied) else None
-            if isinstance(entry, Tied) and not isinstance(tied_to, (Param, Chunk, PerHeadChunk, Concat, Transposed,
-                                                                    RopePermuted, Offset)):
+            if isinstance(entry, Tied) and not isinstance(tied_to, (*get_args(Stored), *get_args(Relaid))):
                 raise self._fail(f"canonical '{canonical}' is tied to '{entry.to}', which is not held by a parameter")
             if not isinstance(entry, Absent):
                 shape = tuple(self.read(canonical).shape)
@@ -246,26 +225,17 @@ class PortMap:
                             f"take another value (max |x - {said}| = {(value - want).abs().max().item():.3g})"
                         )
                     continue
-                if isinstance(entry, Transposed):  # stored (in, out): write the transpose
-                    entry, value = entry.inner, value.t()
-                if isinstance(entry, Offset):  # converted at load: the module holds canonical + offset
-                    entry, value = entry.inner, value + entry.offset
-                if isinstance(entry, Transposed):
-                    entry, value = entry.inner, value.t()
-                if isinstance(entry, RopePermuted):  # stored for interleaved RoPE: undo the row permutation
-                    back = torch.empty_like(value)
-                    back[entry.index(value.shape[0])] = value
-                    entry, value = entry.inner, back
+                while isinstance(entry, get_args(Relaid)):  # stored (in, out), for interleaved RoPE, or + offset
+                    entry, value = entry.inner, entry.stored(value)
                 offset = 0
-                for path, region, dim in entry.regions():
-                    target = _view(self.params[path], region, dim)
+                for region in entry.regions():
+                    dim = region.dim
+                    target = region.view(self.params[region.path])
                     size = target.shape[dim] if isinstance(entry, Concat) else None
-                    source = value.narrow(dim, offset, size) if size is not None else value
-                    if region is not None and region[0] == "per head":  # (.., heads * n, ..) -> (.., heads, n, ..)
-                        source = source.unflatten(dim, target.shape[dim:dim + 2])
+                    source = region.shaped(value.narrow(dim, offset, size) if size is not None else value, target)
                     if tuple(source.shape) != tuple(target.shape):
                         raise self._fail(
-                            f"'{name}' slice for '{path}' has shape {tuple(source.shape)}, "
+                            f"'{name}' slice for '{region.path}' has shape {tuple(source.shape)}, "
                             f"the parameter region has {tuple(target.shape)}"
                         )
                     target.copy_(source.to(dtype=target.dtype, device=target.device))
@@ -277,22 +247,15 @@ def read_entry(entry: MapEntry, lookup: Callable[[str], torch.Tensor | None],
     """The canonical tensor a (non-``Absent``, non-``Tied``) entry reads from the tensors
     ``lookup`` gives by path (a module's parameters, or a checkpoint's tensors); ``grad``:
     they are gradients (an ``Offset`` then reads them as they are)."""
-    if isinstance(entry, Transposed):
+    if isinstance(entry, get_args(Relaid)):
         inner = read_entry(entry.inner, lookup, grad)
-        return None if inner is None else inner.t()
-    if isinstance(entry, RopePermuted):
-        inner = read_entry(entry.inner, lookup, grad)
-        return None if inner is None else inner[entry.index(inner.shape[0]).to(inner.device)]
-    if isinstance(entry, Offset):  # the module holds canonical + offset; a gradient is the same
-        inner = read_entry(entry.inner, lookup, grad)
-        return inner if inner is None or grad else inner - entry.offset
+        return None if inner is None else entry.canonical(inner, grad)
     pieces = []
-    for path, region, dim in entry.regions():
-        tensor = lookup(path)
+    for region in entry.regions():
+        tensor = lookup(region.path)
         if tensor is None:
             return None
-        piece = _view(tensor, region, dim)
-        pieces.append(piece.flatten(dim, dim + 1) if region is not None and region[0] == "per head" else piece)
+        pieces.append(region.flat(region.view(tensor)))
     return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=entry.dim)
 
 
@@ -302,9 +265,9 @@ def coverage_counters(shapes: Mapping[str, torch.Tensor | tuple], entries) -> di
     model's counters stay small."""
     sliced: dict[str, set[int]] = {}
     for entry in entries:
-        for path, region, dim in entry.regions():
-            if region is not None:
-                sliced.setdefault(path, set()).add(dim)
+        for region in entry.regions():
+            if region.chunks is not None:
+                sliced.setdefault(region.path, set()).add(region.dim)
     out = {}
     for name, value in shapes.items():
         shape = tuple(value.shape) if isinstance(value, torch.Tensor) else tuple(value)

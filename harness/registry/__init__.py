@@ -382,7 +382,7 @@ class Target:
 TARGETS: list[Target] = []
 
 
-def register_target(**fields) -> Target:
+def register_target(**fields: Any) -> Target:
     target = Target(**fields)
     TARGETS.append(target)
     return target

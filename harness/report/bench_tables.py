@@ -10,7 +10,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from harness.bench.flops import FUSED_TILES
-from harness.bench.row import CUDA_FUSED_OPS, FlopBasis
+from harness.bench.measured import CUDA_FUSED_OPS, FlopBasis, Status
 from harness.report.bench_frame import frame
 from harness.report.targets import MET_TEXT, asked_targets, evaluate
 
@@ -82,12 +82,12 @@ def family_table(cases: pd.DataFrame, family: str) -> str:
             "% peak dense-eq.": dense_cell(r),
             "saved MiB": _mib(r["saved_bytes"]), "tensor peak MiB": _mib(r["peak_bytes"]),
             "RSS peak MiB": _mib(r["rss_peak_bytes"]) if not pd.isna(r["rss_peak_bytes"]) else (
-                "not measured" if r["status"] == "ok" and r["device"] == "cpu" else "-"),
+                "not measured" if r["status"] == Status.OK and r["device"] == "cpu" else "-"),
             "path": short_path(r["path"]) if isinstance(r["path"], str) else "-",
         }
         if compiled:
             row["compile s"] = "-" if pd.isna(r["compile_s"]) else f"{r['compile_s']:.1f}"
-        if r["status"] != "ok":
+        if r["status"] != Status.OK:
             row["median ms"] = r["status"]
             row["IQR ms"] = str(r.get("error", ""))[:40]
         if isinstance(r["disturbed"], str) and r["disturbed"]:
@@ -191,7 +191,7 @@ def mechanism(r) -> str:
 
 def mechanisms_table(cases: pd.DataFrame, family: str) -> str:
     """Per variant and mode, at the family's largest measured shape: the path and what it means."""
-    g = cases[(cases["family"] == family) & (cases["status"] == "ok")]
+    g = cases[(cases["family"] == family) & (cases["status"] == Status.OK)]
     rows = []
     for (mode, comp), m in g.groupby(["mode", "compiled"]):
         top = m.assign(size=m["batch"] * m["seq"] * m["d_model"]).sort_values("size").iloc[-1]

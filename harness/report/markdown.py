@@ -22,6 +22,7 @@ from tabulate import tabulate
 from harness.base.errors import HarnessError, ResultsFileError
 from harness.base.files import atomic_write, held_signals, make_public, output_lock
 from harness.bench.flops import FUSED_TILES
+from harness.bench.measured import Status
 from harness.bench.timing import CPU_PEAK_METHOD, CUDA_PEAK_METHOD, PEAK_FRACTION, PEAK_SPREAD_LIMIT
 from harness.check.results import PairResult, PathResult
 from harness.families.catalog import get_family
@@ -224,7 +225,7 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
         headers=["", ""], tablefmt="github"), "",
         "The matmul peak is timed beside each group's rows, in the same rounds (per family in TABLES.md).", ""]
     lines += models_section(out.parent.parent / "models")
-    failed = cases[cases["status"] != "ok"]
+    failed = cases[cases["status"] != Status.OK]
     if len(failed):
         lines += ["## Not measured", "", tabulate(failed[["key", "status", "error"]], headers="keys",
                                                   tablefmt="github", showindex=False), ""]

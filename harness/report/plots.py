@@ -9,6 +9,7 @@ import pandas as pd
 
 from harness.base.files import save_figure
 from harness.base.verdicts import Verdict
+from harness.bench.measured import Status
 from harness.check.results import PairResult
 from harness.families.catalog import get_family
 from harness.registry import reference_of, variants_of
@@ -26,7 +27,7 @@ def _plt():
 
 def _sweeps(cases: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
     """Groups (family, batch, d_model, dtype, mode, compiled) with several sequence lengths."""
-    ok = cases[cases["status"] == "ok"]
+    ok = cases[cases["status"] == Status.OK]
     keys = ["family", "batch", "d_model", "dtype", "mode", "compiled"]
     return [(k, g) for k, g in ok.groupby(keys) if g["seq"].nunique() > 1]
 
@@ -231,6 +232,3 @@ def _verdict_panel(ax, family: str, res: list[PairResult], ids: list[str], cmap)
     ax.set_xticks(range(len(ids)), ids, rotation=60, ha="right", fontsize=8)
     ax.set_yticks(range(len(ids)), ids, fontsize=8)
     ax.set_title(f"{family} ({res[0].dtype}, {len(cases)} cases)", fontsize=10)
-
-
-# -- tables ------------------------------------------------------------------------------------------

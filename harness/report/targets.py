@@ -10,7 +10,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from harness.bench.row import FlopBasis
+from harness.bench.measured import FlopBasis, Status
 from harness.bench.timing import INTERVAL_LEVEL, ratio_of_medians
 from harness.registry import TARGETS, Target, reference_of
 
@@ -32,7 +32,7 @@ def asked_targets(cases: pd.DataFrame) -> list[Target]:
 def _select(df: pd.DataFrame, family: str, variant: str, where: Mapping[str, object]) -> pd.DataFrame:
     if df.empty:
         return df
-    sel = df[(df["family"] == family) & (df["variant"] == variant) & (df["status"] == "ok")]
+    sel = df[(df["family"] == family) & (df["variant"] == variant) & (df["status"] == Status.OK)]
     for column, value in where.items():
         sel = sel[sel[column] == value]
     return sel

@@ -108,6 +108,3 @@ def write_copy_task(out_dir: str | Path, cfg: Config | None = None, steps: int =
     if not runs:
         raise ConfigError(f"no encoder-decoder model to train (asked for {variants})")
     return runs
-
-
-# -- the cache benchmark ------------------------------------------------------------------------

@@ -291,6 +291,3 @@ def _cache_sessions(models: Models, variant: Variant, decoding: Decoding, sessio
     return [compare_tensors(runs[torch.float32, True, i], runs[torch.float32, False, i],
                             runs[torch.float64, True, i], runs[torch.float64, False, i], torch.float32)
             for i in range(len(sessions))]
-
-
-# -- one training step ---------------------------------------------------------------------------

@@ -93,6 +93,3 @@ class Models:
         if key not in self._built:
             self._built[key] = build(variant, self.cfg, dtype=dtype, weights=self.weights(zero))[0]
         return self._built[key]
-
-
-# -- greedy decoding compared ------------------------------------------------------------------

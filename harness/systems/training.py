@@ -100,6 +100,3 @@ def _compare_train_step(family: str, cfg: Config) -> list[StepResult]:
         results.append(StepResult(family, a.id, b.id, expected, reason, verdict, matches(verdict, expected),
                                   name, verdicts[name].max_abs, verdicts[name].noise_ratio))
     return results
-
-
-# -- the copy task (004) ------------------------------------------------------------------------

@@ -384,6 +384,3 @@ def where_differs(family: Family, inputs, name, a, b, *, a64, b64, dtype) -> Whe
                  float(a[index]) if a.numel() else math.nan,
                  float(b[index]) if b.numel() else math.nan,
                  row_kind(family, inputs, name, index), kinds)
-
-
-# -- aligned ops --------------------------------------------------------------------------------------

@@ -135,6 +135,3 @@ def layout_hints(family: Family, a: Variant, b: Variant, case: str, cfg: Config,
         if hints:
             break
     return hints, tried
-
-
-# -- the whole diff ------------------------------------------------------------------------------------------
