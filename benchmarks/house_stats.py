@@ -5,7 +5,8 @@
 
 From the source alone (``ast``; nothing is imported): files and lines; the import graph
 between harness modules (every ``import``/``from`` that names a harness module, at module
-level or inside a function), its circles (strongly connected components of more than one
+level or inside a function; not those under ``if TYPE_CHECKING:``, which run only in a type
+checker), its circles (strongly connected components of more than one
 module) and its levels (the longest chain of imports, in modules, a circle counted as
 one); imports inside functions;
 the largest files, functions and classes by lines. import-linter's layers are its own
@@ -36,12 +37,22 @@ def _resolve(name: str, modules: set[str]) -> str | None:
     return name or None
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
 def imports_of(tree: ast.Module, own: str, is_package: bool, modules: set[str]) -> tuple[set[str], int, int]:
     """(harness modules imported, imports inside functions, those of them naming a harness module)."""
     found, nested, nested_any = set(), 0, 0
     functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     inside = {id(x) for f in functions for x in ast.walk(f) if isinstance(x, (ast.Import, ast.ImportFrom))}
+    # `if TYPE_CHECKING:` imports are read by a type checker only: no arrow at run time
+    typing_only = {id(x) for n in ast.walk(tree) if isinstance(n, ast.If) and _is_type_checking(n.test)
+                   for x in ast.walk(n) if isinstance(x, (ast.Import, ast.ImportFrom))}
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from harness.cli.main import main
 
@@ -19,15 +20,16 @@ def bad_inputs(tmp):
     broken.write_text("{not json")
     foreign = tmp / "foreign.json"
     foreign.write_text(json.dumps({"rows": [{"no": "key"}]}))
-    log = tmp / "log.jsonl"
-    log.write_text('{"kind": "case", "key": "k"}\n')
+    log = tmp / "log.jsonl"  # a real log: the refusals below are about the other arguments
+    log.write_text((Path(__file__).parent / "fixtures" / "report-mine-cpu.jsonl").read_text())
+    special = "it is on a special filesystem"
     return [
         (["bench", *CPU, "--family", "masks"], "family 'masks' has no benchmark"),
         (["bench", *CPU, "--family", "norm", "--seq", "0"], "impossible sweep"),
         (["bench", *CPU, "--family", "norm", "--seq", "a,b"], "impossible sweep"),
         (["bench", *CPU, "--variant", "nope"], "no benchmarked variant is called ['nope']; variants: annotated"),
-        (["bench", *CPU, "--log", "/proc/x.jsonl"], "cannot write the bench log '/proc/x.jsonl'"),
-        (["bench", *CPU, "--log", str(folder)], f"cannot write the bench log '{folder}'"),
+        (["bench", *CPU, "--log", "/proc/x.jsonl"], f"cannot write --log '/proc/x.jsonl': {special}"),
+        (["bench", *CPU, "--log", str(folder)], f"cannot write --log '{folder}': it is a directory"),
         (["bench", *CPU, "--json", "/proc/x.json"], "cannot write --json '/proc/x.json'"),
         (["bench", *CPU, "--min-time", "-1"], "--min-time -1 must be a positive number of seconds"),
         (["bench", *CPU, "--min-time", "0"], "--min-time 0 must be a positive"),
@@ -37,17 +39,17 @@ def bad_inputs(tmp):
         (["report", *CPU, "--batch", "100000", "--seq", "100000", "--skip-check", "--out", str(tmp / "r")],
          "lower --batch or --seq"),
         (["report", *CPU, "--from", "missing.json"], "results file 'missing.json' does not exist"),
-        (["report", *CPU, "--from", str(folder)], f"results file '{folder}' is a directory"),
+        (["report", *CPU, "--from", str(folder)], f"--from file '{folder}' is a directory"),
         (["report", *CPU, "--from", str(broken)], "is not JSON"),
         (["report", *CPU, "--from", str(foreign)], "not a results file of this harness"),
-        (["report", *CPU, "--from", str(log), "--compare", str(folder)], f"results file '{folder}' is a directory"),
+        (["report", *CPU, "--from", str(log), "--compare", str(folder)], f"--compare file '{folder}' is a directory"),
         (["report", *CPU, "--from", str(log), "--compare", str(broken)], "is not JSON"),
         (["report", *CPU, "--from", str(log), "--compare", "missing.json"], "'missing.json' does not exist"),
         (["report", *CPU, "--from", str(log), "--full"], "--full (a profile to measure) contradicts it"),
         (["report", *CPU, "--from", str(log), "--quick"], "--quick (a profile to measure) contradicts it"),
         (["report", *CPU, "--from", str(log), "--seq", "8"], "--seq does not apply"),
-        (["report", *CPU, "--from", str(log), "--out", "/proc/x"], "cannot write the report to '/proc/x/cpu/from'"),
-        (["report", *CPU, "--out", "/proc/x", "--skip-check"], "cannot write the report to '/proc/x/cpu/quick'"),
+        (["report", *CPU, "--from", str(log), "--out", "/proc/x"], f"cannot write --out '/proc/x': {special}"),
+        (["report", *CPU, "--out", "/proc/x", "--skip-check"], f"cannot write --out '/proc/x': {special}"),
         (["report", *CPU, "--threshold", "-1"], "--threshold -1 must be a fraction >= 0"),
         (["report", *CPU, "--threshold", "nan"], "--threshold nan must be a fraction >= 0"),
         (["report", *CPU, "--min-time", "-1"], "--min-time -1 must be a positive number"),

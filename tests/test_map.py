@@ -129,3 +129,13 @@ def test_map_shows_the_exception_of_a_custom_call(capsys):
                      "--call", "m(query, key, value, mask, 5)"]) == 1
     printed = capsys.readouterr().out
     assert "--call 'm(query, key, value, mask, 5)' raised TypeError" in printed and "positional" in printed
+
+
+def test_map_of_a_file_already_loaded_as_variants(capsys):
+    """A file loaded with --variants earlier in the process (pytest's plugin, another command)
+    is imported again by map: its own registrations do not collide with the earlier ones."""
+    with scratch():
+        load_file(str(EXAMPLES / "my_attention.py"))
+        code = main(["map", f"{EXAMPLES / 'my_attention.py'}:EinsumAttention", "--family", "attention",
+                     "--init", "d_model=48, heads=4"])
+    assert code == 0, capsys.readouterr().err

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from harness.base.errors import HarnessError
-from harness.base.output import write_failed
+from harness.base.output import STDOUT, data_stream, write_failed
 
 OUTPUT_MAGIC = "attention-harness"
 # The schema of every JSON object and log header the harness writes (``"schema": N``). A file
@@ -255,3 +255,13 @@ def check_output_folder(out: Path, names: tuple[str, ...], what: str) -> None:
         if path.exists() and not ours:
             raise HarnessError(f"'{path}' exists and was not written by this harness (no {names[0]} beside it); "
                                "it is left as it is: give another --out")
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """``text`` to ``-`` (standard output) or written whole to a file."""
+    if str(path) == STDOUT:
+        stream = data_stream()
+        stream.write(text)
+        stream.flush()
+        return
+    atomic_write(path, text)

@@ -112,18 +112,6 @@ def stdout_for_data(taken: bool) -> Iterator[None]:
         _data.pop()
 
 
-def write_text(path: str | Path, text: str) -> None:
-    """``text`` to ``-`` (standard output) or written whole to a file."""
-    if str(path) == STDOUT:
-        stream = data_stream()
-        stream.write(text)
-        stream.flush()
-        return
-    from harness.base.files import atomic_write
-
-    atomic_write(path, text)
-
-
 # -- paths -----------------------------------------------------------------------------------------
 
 STDOUT = "-"

@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m harness", usage="python -m harness command [options]",
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="command",
+                                prog="python -m harness",  # a command's errors read "python -m harness bench: ..."
                                 help=argparse.SUPPRESS)  # listed by question in the description
     parser.add_argument("--version", action="version", version=f"attention-harness {_version()}")
 

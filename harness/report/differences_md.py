@@ -8,8 +8,8 @@ from pathlib import Path
 from tabulate import tabulate
 
 from harness.base.config import Config
-from harness.base.files import atomic_write, refuse_foreign
-from harness.base.output import STDOUT, write_text
+from harness.base.files import atomic_write, refuse_foreign, write_text
+from harness.base.output import STDOUT
 from harness.trace.findings import FamilyFindings
 
 

@@ -9,8 +9,16 @@ import math
 from pathlib import Path
 
 from harness.base.errors import HarnessError
-from harness.base.files import OUTPUT_MAGIC, SCHEMA_VERSION, atomic_path, atomic_write, is_own_json, refuse_foreign
-from harness.base.output import STDOUT, refuse_special, write_text
+from harness.base.files import (
+    OUTPUT_MAGIC,
+    SCHEMA_VERSION,
+    atomic_path,
+    atomic_write,
+    is_own_json,
+    refuse_foreign,
+    write_text,
+)
+from harness.base.output import STDOUT, refuse_special
 
 __all__ = ["atomic_path", "atomic_write", "ensure_writable", "refuse_foreign", "strict_json", "write_json"]
 

@@ -118,7 +118,11 @@ def load_object(target: str, what: str = "CLASS") -> tuple[object, str, str]:
         if spec is None or spec.loader is None:
             raise VariantFileError(f"'{where}' is not a Python file")
         module = importlib.util.module_from_spec(spec)
-        with scratch():
+        with scratch() as registry:
+            # the file may have been loaded as a variants file already: its registrations are
+            # set aside while it runs again here, and come back with the rest on the way out
+            for key in [k for k, v in registry.items() if v.origin == str(path.resolve())]:
+                del registry[key]
             try:
                 with user_code("import", files=(str(path),), timeout=0):
                     spec.loader.exec_module(module)
