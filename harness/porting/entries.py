@@ -196,11 +196,9 @@ def Identity() -> Absent:  # noqa: N802 - reads as the entry it builds, like Par
     return Absent(IDENTITY)
 
 
-@dataclass(frozen=True)
-class Transposed:
-    """The transpose of another 2-D entry: a weight stored as (in, out) where the family's
-    canonical layout is (out, in), as GPT-2's ``Conv1D`` stores it. For a fused Conv1D
-    weight (D, 3D) each projection is a column block: ``Transposed(Chunk(path, i, 3, dim=1))``."""
+class _Converted:
+    """An entry that converts another entry's tensor (a transpose, a row permutation, an
+    offset): it reads the same regions of the module, along the same dimension."""
 
     inner: Union[Param, Chunk, PerHeadChunk, Concat]
 
@@ -210,6 +208,15 @@ class Transposed:
     @property
     def dim(self) -> int:
         return self.inner.dim
+
+
+@dataclass(frozen=True)
+class Transposed(_Converted):
+    """The transpose of another 2-D entry: a weight stored as (in, out) where the family's
+    canonical layout is (out, in), as GPT-2's ``Conv1D`` stores it. For a fused Conv1D
+    weight (D, 3D) each projection is a column block: ``Transposed(Chunk(path, i, 3, dim=1))``."""
+
+    inner: Union[Param, Chunk, PerHeadChunk, Concat]
 
     def code(self) -> str:
         return f"Transposed({self.inner.code()})"
@@ -227,7 +234,7 @@ class Transposed:
 
 
 @dataclass(frozen=True)
-class RopePermuted:
+class RopePermuted(_Converted):
     """A q or k projection stored for interleaved RoPE (pairs 2i, 2i+1 rotate together, Meta's
     layout) where the canonical rows are for half-split RoPE (dims i and i + d/2, HF's
     ``rotate_half``): within each of ``heads`` heads of width d, canonical row j reads module
@@ -239,11 +246,8 @@ class RopePermuted:
     heads: int
     fraction: float = 1.0  # a partial rotary: only the first r = 2 floor(d * fraction / 2) rows of a head
 
-    def regions(self) -> list[Region]:
-        return self.inner.regions()
-
     @property
-    def dim(self) -> int:
+    def dim(self) -> int:  # the permutation is of rows, whatever the inner entry's dimension
         return 0
 
     def code(self) -> str:
@@ -274,20 +278,13 @@ class RopePermuted:
 
 
 @dataclass(frozen=True)
-class Offset:
+class Offset(_Converted):
     """A parameter converted at load by adding ``offset``: the module holds canonical +
     ``offset`` (a checkpoint converter that folds Gemma's ``1 + w`` gain into a plain
     ``x * weight``: ``Offset(Param("weight"), 1.0)`` with the ``gain: "1+w"`` trait)."""
 
     inner: Union[Param, Chunk, PerHeadChunk, Concat]
     offset: float
-
-    def regions(self) -> list[Region]:
-        return self.inner.regions()
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
 
     def code(self) -> str:
         return f"Offset({self.inner.code()}, {self.offset:g})"
