@@ -15,7 +15,7 @@ CONTROL = ("raise", "print", "hang", "interrupt", "exit", "skip", "keyerror", "g
 # what a stage can answer wrongly
 ANSWERS = {
     "build": ("not_module",),
-    "call": ("tuple", "meta", "shape", "mutate", "view", "float32"),
+    "call": ("tuple", "meta", "shape", "mutate", "view", "float32", "integer", "boolean"),
     "param_map": ("not_mapping",),
     "supports": ("not_reason",),
     "backward": (),
@@ -36,6 +36,8 @@ MESSAGE = {
     "mutate": "changed in place",
     "view": "a view of its input",
     "float32": "output returned in float32",
+    "integer": "returned a int64 tensor where the family's output is floating",
+    "boolean": "returned a bool tensor where the family's output is floating",
     "not_mapping": "not a dict",
     "not_reason": "supports returned int",
 }
@@ -153,6 +155,10 @@ def call_with(kind):
             return x[..., :]
         if kind == "float32":
             return m(x).float()
+        if kind == "integer":
+            return m(x).long()
+        if kind == "boolean":
+            return m(x) > 0
         fault(kind)
         return m(x)
     return call

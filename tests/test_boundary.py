@@ -494,3 +494,28 @@ def test_a_map_mistake_is_named_where_the_map_is_written():
     with pytest.raises(PortingError, match="holds as a buffer, not a parameter"):
         PortMap("norm/mine", Buffers(), {"weight": Param("weight"), "bias": Param("bias")},
                 {"weight": (4,), "bias": (4,)})
+
+
+def test_a_malformed_call_timeout_is_one_line_and_a_closed_stdout_no_traceback(tmp_path, monkeypatch, capsys):
+    """$HARNESS_CALL_TIMEOUT that is not a number of seconds is refused before any work (it
+    was silently replaced by the default); a stdout the shell closed (`>&-`) is no traceback."""
+    for bad in ("abc", "-5", "0.5s", "inf"):
+        monkeypatch.setenv("HARNESS_CALL_TIMEOUT", bad)
+        assert main(["list", "--family", "norm"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"$HARNESS_CALL_TIMEOUT={bad!r} is not a number of seconds" in err
+    monkeypatch.setenv("HARNESS_CALL_TIMEOUT", "0")
+    monkeypatch.setattr(sys, "stdout", None)
+    assert main(["list", "--json", str(tmp_path / "list.json"), "--family", "norm"]) == 0
+    assert (tmp_path / "list.json").exists()
+
+
+def test_a_bool_or_integer_answer_is_named_by_check_and_different_in_diff(tmp_path, capsys):
+    """A comparison or a cast at the end of forward (a bool or int64 output): check names it on
+    the variant's rows; diff calls it different, with no traceback from the comparison core."""
+    crossed = [("call", "boolean"), ("call", "integer")]
+    path = faults.variants_file(tmp_path / "gen_faults.py", crossed)
+    for stage, fault in crossed:
+        code, out, err = _run(["diff", "norm", faults.vid(stage, fault), "torch_layernorm", "--dtype", "float64",
+                               "--set", "d_model=8", "--variants", str(path)], capsys)
+        assert code in (0, 1) and "Traceback" not in err and "verdict: different" in out, (fault, err[-500:])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import math
 import os
 import signal
 import sys
@@ -155,12 +156,22 @@ def failure_text(exc: BaseException) -> str:
     return f"{who}: {describe(exc)}" if who else describe(exc)
 
 
-def _timeout() -> float:
-    try:
-        value = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT))
-    except ValueError:
+def call_timeout() -> float:
+    """The seconds a call into user code may run (``$HARNESS_CALL_TIMEOUT``; 0 turns it off);
+    a value that is not a number of seconds is refused in one line, not silently replaced."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
         return DEFAULT_TIMEOUT
-    return value if value > 0 else 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value >= 0 or math.isinf(value):
+        raise HarnessError(f"${TIMEOUT_ENV}={raw!r} is not a number of seconds (e.g. 60; 0 turns the limit off)")
+    return value
+
+
+_timeout = call_timeout
 
 
 class _Alarm:

@@ -52,6 +52,9 @@ def compare_tensors(
     if a.shape != b.shape:
         return TensorVerdict(Verdict.DIFFERENT, math.inf, math.inf, 0.0, math.inf,
                              f"shapes {tuple(a.shape)} vs {tuple(b.shape)}")
+    if a.is_floating_point() != b.is_floating_point():  # a bool or integer answer where the other is floating
+        kinds = f"{str(a.dtype).replace('torch.', '')} vs {str(b.dtype).replace('torch.', '')}"
+        return TensorVerdict(Verdict.DIFFERENT, math.inf, math.inf, 0.0, math.inf, f"dtypes {kinds}")
     if not a.is_floating_point():
         same = torch.equal(a, b)
         mismatches = int((a != b).sum())

@@ -15,7 +15,7 @@ import sys
 import textwrap
 
 from harness._interrupt import started
-from harness.base.boundary import UserCodeError, failure_text, watch_ctrl_c
+from harness.base.boundary import UserCodeError, call_timeout, failure_text, watch_ctrl_c
 from harness.base.errors import HarnessError
 from harness.base.output import (
     EXIT_CLOSED_PIPE,
@@ -154,9 +154,11 @@ def main(argv: list[str] | None = None) -> int:
                 return exc.code if isinstance(exc.code, int) else EXIT_USAGE
             vars(args).pop("_given_once", None)
             validate_args(args)
+            call_timeout()  # a malformed $HARNESS_CALL_TIMEOUT: one line before any work
             with stdout_for_data(_takes_stdout(args)):
                 code = args.func(args)
-            sys.stdout.flush()
+            if sys.stdout is not None:  # None: the shell closed it (`>&-`)
+                sys.stdout.flush()
             return code
         except HarnessError as exc:
             print(f"error: {exc}", file=sys.stderr)
