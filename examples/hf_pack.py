@@ -65,7 +65,7 @@ ROPE_TRAITS = {"sublayer": "attention", "rope": "half-split", "gqa_grouping": "c
                "fully_masked_row": "mean of V", "mask_style": "additive", "internal_dtype": "float32",
                "cases": SELF_CASES[:4] + ("fully_masked", "window", "packed")}
 EAGER_TRAITS = {"sublayer": "attention", "fully_masked_row": "mean of V", "mask_style": "additive",
-                "cases": SELF_CASES[:4] + ("fully_masked", "window")}
+                "cases": SELF_CASES[:4] + ("fully_masked", "window", "packed")}
 
 
 def rope_call(m, i):
