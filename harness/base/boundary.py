@@ -339,10 +339,11 @@ def _dtype(d: torch.dtype) -> str:
 
 def check_output(out: Any, *, inputs: Any = (), device: str | torch.device | None = None,
                  dtype: torch.dtype | None = None, shape: tuple | None = None,
-                 what: str = "the call") -> str | None:
+                 what: str = "the call", floating: bool = False) -> str | None:
     """The one problem with ``out`` as a call's answer, or None: not a tensor, on another
-    device (the meta device included), another floating dtype, another shape, or a view of
-    one of ``inputs`` (it would change when the input does)."""
+    device (the meta device included), not floating where ``floating`` asks it, another
+    floating dtype, another shape, or a view of one of ``inputs`` (it would change when the
+    input does)."""
     if not isinstance(out, torch.Tensor):
         extra = " (return the output tensor, e.g. m(...)[0])" if isinstance(out, (tuple, list)) else ""
         return f"{what} returned {type(out).__name__}, not a tensor{extra}"
@@ -353,6 +354,8 @@ def check_output(out: Any, *, inputs: Any = (), device: str | torch.device | Non
             return (f"{what} returned a tensor on the meta device (shapes only, no values): compute it on the "
                     "inputs' device")
         return f"{what} returned a tensor on {out.device}, not on the call's device ({', '.join(sorted(devices))})"
+    if floating and not (out.is_floating_point() or out.is_complex()):  # a cast or a comparison: no gradient
+        return f"{what} returned a {_dtype(out.dtype)} tensor where the family's output is floating"
     if dtype is not None and out.is_floating_point() and out.dtype != dtype:
         return f"{what} returned {_dtype(out.dtype)}, not the call's {_dtype(dtype)} (a cast dropped or added)"
     if shape is not None and tuple(out.shape) != tuple(shape):

@@ -190,12 +190,9 @@ def run_variant(
                                  compile_backend=compile_backend)
         run.error = describe(exc)
         return run
-    if problem := check_output(out, device=device):  # its answer: a tensor on the call's device
+    # its answer: a tensor on the call's device, floating where the family's output has a gradient
+    if problem := check_output(out, device=device, floating=family.differentiable):
         run.error = problem
-        return run
-    if family.differentiable and not (out.is_floating_point() or out.is_complex()):  # int or bool: no gradient
-        run.error = (f"the call returned a {str(out.dtype).replace('torch.', '')} tensor where the family's output "
-                     f"is floating ({str(dtype).replace('torch.', '')} here): a cast or a comparison in the output")
         return run
     run.changed = changed_inputs(snap)
     if out.is_floating_point() and out.dtype != dtype:  # a bfloat16 call answered in float32 (a cast dropped)
