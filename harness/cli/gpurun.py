@@ -38,6 +38,7 @@ from pathlib import Path
 
 from harness.base.dtypes import resolve_device
 from harness.base.errors import HarnessError
+from harness.base.files import atomic_write
 from harness.bench.sweep import device_dir
 from harness.families.catalog import get_family
 
@@ -107,7 +108,9 @@ def run_side_by_side(steps: list[Step], t0: float, budget: float) -> None:
             continue
         refuse_foreign(step.output, OUTPUT_MAGIC)
         step.output.parent.mkdir(parents=True, exist_ok=True)
-        out = step.output.open("w")
+        # written beside its output, renamed onto it when the step ends: a Ctrl-C or a second
+        # run never leaves an earlier run's finished output cut short
+        out = _partial(step.output).open("w")
         out.write(f"{OUTPUT_MAGIC} {step.name}: {shlex.join(step.argv)}\n")
         out.flush()
         step.started = now
@@ -126,6 +129,11 @@ def run_side_by_side(steps: list[Step], t0: float, budget: float) -> None:
         out.write(f"\n{OUTPUT_MAGIC} {step.name}: " +
                   (f"killed at its timeout of {step.timeout:.0f} s" if step.timed_out else f"exit {step.rc}") + "\n")
         out.close()
+        os.replace(_partial(step.output), step.output)
+
+
+def _partial(output: Path) -> Path:
+    return output.with_name(f".{output.name}.partial-{os.getpid()}")
 
 
 def plan_steps(args, device: str, folder: Path) -> list[list[Step]]:
@@ -209,9 +217,7 @@ def cmd_gpu_run(args) -> int:
 
 def _write_log(log: Path, header: list[str], steps: list[Step], t0: float) -> None:
     lines = [*header, *(s.line() for s in steps), f"total {time.monotonic() - t0:.1f} s"]
-    tmp = log.with_name(f".{log.name}.tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, log)
+    atomic_write(log, "\n".join(lines) + "\n")
 
 
 def add_command(sub) -> None:
