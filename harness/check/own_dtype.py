@@ -85,11 +85,10 @@ def own_dtype_check(name: str, a: torch.Tensor | None, truth: torch.Tensor, refe
     the rounded inputs), the allowance from ``reference`` (the oracle computed in ``dtype``);
     ``scale``: see ``rounding_atol``."""
     if a is None:
-        return TensorCheck(name, Verdict.DIFFERENT, math.inf, None, 0.0, math.inf, f"{name} is missing")
+        return TensorCheck.missing(name)
     g = P.gap(a, truth)
     if not g.comparable:
-        return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, None, 0.0, math.inf,
-                           f"{name}: NaN/inf pattern differs from the oracle in {g.nan_mismatch} element(s)")
+        return TensorCheck.pattern_differs(name, g.max_abs, None, g.nan_mismatch)
     err = error(a, truth)
     ref_err = error(reference, truth) if reference is not None and P.gap(reference, truth).comparable else 0.0
     atol = rounding_atol(truth, dtype, scale)

@@ -81,6 +81,17 @@ class TensorCheck:
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
 
+    @classmethod
+    def missing(cls, name: str) -> TensorCheck:
+        """A tensor the variant's run did not produce: different."""
+        return cls(name, Verdict.DIFFERENT, math.inf, None, 0.0, math.inf, f"{name} is missing")
+
+    @classmethod
+    def pattern_differs(cls, name: str, err: float, ref_err: float | None, mismatched: int) -> TensorCheck:
+        """NaN or inf where the oracle has a finite value, or the reverse: different."""
+        return cls(name, Verdict.DIFFERENT, err, ref_err, 0.0, math.inf,
+                   f"{name}: NaN/inf pattern differs from the oracle in {mismatched} element(s)")
+
 
 @dataclass
 class SpecResult:

@@ -36,7 +36,7 @@ def float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal: 
     an error still within ``factor`` times the baseline's RMS error (``harness.check.precision``)
     is that dtype's rounding, "less precise" as declared; beyond both, "different"."""
     if a is None:
-        return TensorCheck(name, Verdict.DIFFERENT, math.inf, None, 0.0, math.inf, f"{name} is missing")
+        return TensorCheck.missing(name)
     g = P.gap(a, o)
     if not g.comparable:
         return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, None, 0.0, math.inf,
@@ -76,14 +76,13 @@ def _lower_check(name: str, a: torch.Tensor | None, o: torch.Tensor, baselines: 
     function as the variant: the oracle evaluated in ``dtype``, and the family reference
     when it shares the variant's semantics. The largest of their errors is the baseline."""
     if a is None:
-        return TensorCheck(name, Verdict.DIFFERENT, math.inf, None, 0.0, math.inf, f"{name} is missing")
+        return TensorCheck.missing(name)
     g = P.gap(a, o)
     gaps = [bg for b, bo in baselines if (bg := P.gap(b, bo)).comparable]
     ref_err = max(bg.max_abs for bg in gaps) if gaps else None
     ref_rms = max(bg.rms for bg in gaps) if gaps else None
     if not g.comparable:
-        return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, ref_err, 0.0, math.inf,
-                           f"{name}: NaN/inf pattern differs from the oracle in {g.nan_mismatch} element(s)")
+        return TensorCheck.pattern_differs(name, g.max_abs, ref_err, g.nan_mismatch)
     at = max(g.scale, scale)
     allowed = P.allowance(dtype, ref_err, at, factor)  # on the largest error: what a pair can resolve
     # the decision: the RMS error against the baseline's (stable across shapes, where the
