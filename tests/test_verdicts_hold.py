@@ -319,14 +319,14 @@ class FoldedGainRMSNorm(torch.nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
 
 
-class PartialInterleavedRope(torch.nn.Module):
+class PartialInterleavedRope(RopeAttention):
     """Attention rotating interleaved pairs (Meta's layout) on the first half of each head's
-    dims only (a partial rotary, GPT-NeoX's rotary_pct = 0.5, stored for interleaved RoPE)."""
+    dims only (a partial rotary, GPT-NeoX's rotary_pct = 0.5, stored for interleaved RoPE);
+    RopeAttention's projections and forward, its own rotation."""
 
     def __init__(self, cfg):
-        super().__init__()
-        self.h, self.d, self.base = cfg.heads, cfg.d_k, cfg.rope_base
-        self.q, self.k, self.v, self.o = (torch.nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(4))
+        super().__init__(cfg, cast_buffer=False)
+        del self.inv_freq  # the rotation below computes its own frequencies
 
     def rotate(self, x, positions):
         r = self.d // 2
@@ -336,13 +336,6 @@ class PartialInterleavedRope(torch.nn.Module):
         a, b = x[..., :r:2], x[..., 1:r:2]
         turned = torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
         return torch.cat([turned, x[..., r:]], -1)
-
-    def forward(self, query, key, value, mask, positions, key_positions):
-        B, T, D = query.shape
-        split = lambda t: t.view(B, -1, self.h, self.d).transpose(1, 2)  # noqa: E731
-        q, k = self.rotate(split(self.q(query)), positions), self.rotate(split(self.k(key)), key_positions)
-        s = (q @ k.transpose(-2, -1) / self.d ** 0.5).masked_fill(~mask[:, None], float("-inf"))
-        return self.o((s.softmax(-1) @ split(self.v(value))).transpose(1, 2).reshape(B, T, D))
 
 
 def test_map_entries_for_a_folded_gain_and_a_partial_rotary_stored_interleaved():
