@@ -101,6 +101,49 @@ def test_map_says_why_none_fits_and_names_the_closest(tmp_path, capsys):
     assert proposal["closest"]["max_abs"] > 1e-3
 
 
+GQA_NO_SCALE = '''
+import torch
+from torch import nn
+
+
+class GqaNoScale(nn.Module):
+    """Grouped K/V heads (repeat_interleave), but the scores are never divided by sqrt(d_k)."""
+
+    def __init__(self, d_model, heads, kv_heads):
+        super().__init__()
+        self.heads, self.kv_heads, self.d = heads, kv_heads, d_model // heads
+        self.q = nn.Linear(d_model, d_model)
+        self.k = nn.Linear(d_model, kv_heads * self.d)
+        self.v = nn.Linear(d_model, kv_heads * self.d)
+        self.o = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask):
+        B, T, D = query.shape
+        split = lambda x, h: x.view(B, -1, h, self.d).transpose(1, 2)
+        q = split(self.q(query), self.heads)
+        k, v = (split(p(x), self.kv_heads).repeat_interleave(self.heads // self.kv_heads, 1)
+                for p, x in ((self.k, key), (self.v, value)))
+        scores = (q @ k.transpose(-1, -2)).masked_fill(~mask[:, None], float("-inf"))
+        return self.o((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D))
+'''
+
+
+def test_map_with_fewer_kv_heads_than_the_reference_takes_names_the_closest(tmp_path):
+    """kv_heads=2, which the reference (torch_mha) cannot be built for: the closest candidate
+    is held to the oracle of the search's own trait set (its GQA grouping included), so the
+    answer is the closest map and the cases it fails, not an error about torch_mha (a module
+    that fits is found under kv_heads=2: test_hf's LlamaAttention-gqa)."""
+    path = tmp_path / "gqa.py"
+    path.write_text(GQA_NO_SCALE)
+    with scratch():
+        proposal = propose_map(f"{path}:GqaNoScale", "attention", cfg=Config(kv_heads=2), call="qkv_mask",
+                               init="d_model=cfg.d_model, heads=cfg.heads, kv_heads=cfg.n_kv_heads")
+    assert not proposal.found
+    closest = proposal.closest
+    assert closest["agrees"] == [] and closest["max_abs"] > 0.5 and "self" in closest["failing"], proposal.text
+    assert "closest" in proposal.text and "torch_mha cannot be built" not in proposal.text
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["map", "missing.py:X", "--family", "attention"], "does not exist"),
     (["map", "torch.nn:Nope", "--family", "attention"], "not an nn.Module class"),

@@ -147,7 +147,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     why = (f"no candidate map makes {target} agree with the float64 oracle of any of {len(specs)} trait sets "
            f"around {ref.id}'s ({tried} candidates tried; "
            f"call forms that ran: {', '.join(ran_forms) or 'none'})")
-    closest = _closest(checker, scored, vid, family, source, build, ref)
+    closest = _closest(checker, scored, vid, family, source, build, ref, _full(ref, specs[0]))
     if closest:
         fails = "; ".join(f"{c} (max_abs {g:.3g})" for c, g in closest["failing"].items())
         why += (f"\nclosest (the {CLOSEST_POOL} nearest on the first case, scored over every case, forward "
@@ -242,10 +242,13 @@ def _forward(checker: RunCache, variant: Variant, case: str, module: torch.nn.Mo
 CLOSEST_POOL = 12  # candidates nearest on the first case that are scored over every case
 
 
-def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, source: str, build, ref) -> dict:
+def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, source: str, build, ref,
+             base: dict) -> dict:
     """The candidate that fails the fewest cases (then the smallest worst gap), each of the
     ``CLOSEST_POOL`` candidates nearest on the first case (and every one that agreed there)
-    held, float64 forward, to the reference's on every case it takes."""
+    held, float64 forward, on every case it takes to the oracle of ``base``, the trait set the
+    search starts from (the one its first-case gap is measured to; an oracle, not the reference
+    module, so a config the reference refuses, fewer K/V heads than torch_mha takes, is scored too)."""
     best, best_key = {}, None
     pool = sorted(scored, key=lambda s: (s[0], s[1]))
     pool = [s for i, s in enumerate(pool) if i < CLOSEST_POOL or s[0] == 0.0]
@@ -255,7 +258,7 @@ def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, s
         gaps, notes = {}, []
         for case in cases:
             try:
-                verdict, gap, note = _forward_verdict(checker, variant, ref, case, module)
+                verdict, gap, note = _forward_verdict(checker, variant, ref, base, case, module)
             except (PortingError, InputError):
                 verdict, gap, note = Verdict.ERROR, math.inf, ""
             if not verdict.agrees:
@@ -270,24 +273,24 @@ def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, s
     return best
 
 
-def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: str,
+def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, base: dict, case: str,
                      module: torch.nn.Module) -> tuple[str, float, str]:
     """The quick test of a candidate: the module built once, the candidate's weights
-    ported in, float64 forward only, no op recording."""
+    ported in, float64 forward only, no op recording, against ``base``'s oracle."""
     family = ref.family_spec
-    zero = search_fills(checker, variant) | checker.fills(ref)
-    want = checker.run(ref, case, zero, torch.float64).tensors.get("output")
-    PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(
-        checker.weights(family, zero))
+    weights = checker.weights(family, search_fills(checker, variant))
+    inputs = cast_inputs(checker.inputs(family, case), torch.float64, "cpu")
+    PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(weights)
     try:
         with torch.no_grad():
-            got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
+            want = family.oracle(family.semantic_traits(base), checker.cfg, weights, inputs, torch.float64)
+            got = variant.call(module, inputs)
     except Exception:  # noqa: BLE001  (this call form does not run the module on this case)
         return Verdict.ERROR, math.inf, ""
-    if want is None or not isinstance(got, torch.Tensor):
+    if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor):
         return Verdict.ERROR, math.inf, ""
     tv = compare_tensors(got.detach().double().cpu(), want, None, None, torch.float64)
-    note = f"output: {tv.note}, the module's vs {ref.id}'s" if tv.note else ""
+    note = f"output: {tv.note}, the module's vs the oracle of {ref.id}'s traits" if tv.note else ""
     return tv.verdict, tv.max_abs, note
 
 
