@@ -213,6 +213,42 @@ def test_register_kernel_takes_only_the_cases_its_function_can():
         register_kernel(id="bad", fn=lambda q, k, v, mask: q, layout="BTHD", traits={})
 
 
+
+def softmax_additive(q, k, v, bias):
+    """Softmax over the scores plus the additive mask it is given."""
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    return (q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5 + bias).softmax(-1) @ v
+
+
+def softmax_additive_zeroed(q, k, v, bias):
+    """The same, its NaN rows (no key) zeroed after the softmax: the NaN stays in the backward."""
+    return softmax_additive(q, k, v, bias).nan_to_num(0.0)
+
+
+@pytest.mark.parametrize("mask,fn,traits,ok", [
+    ("additive", softmax_additive, {"fully_masked_row": "NaN"}, True),
+    ("additive_min", softmax_additive, {}, True),
+    ("additive", softmax_additive_zeroed, {"fully_masked_row": "zeros"}, True),
+    ("additive", softmax_additive_zeroed, {}, False),
+], ids=["additive-NaN", "additive_min-mean-of-V", "additive-zeroed-declared", "additive-zeroed-undeclared"])
+def test_the_mask_form_gives_the_mask_method(mask, fn, traits, ok):
+    """mask='additive' is an additive -inf bias (mask_method additive_bias: a row without keys
+    is NaN, and so are its gradients), 'additive_min' a finfo.min one (additive_finfo_min: the
+    mean of V, the uniform softmax's gradient), unless the traits declare a method: correct
+    kernels agree on fully_masked with no mask_method declared; a row zeroed but declared as
+    the method's NaN is caught."""
+    from harness.check.spec import SpecChecker
+
+    with scratch():
+        variant = register_kernel(id="additive", fn=fn, mask=mask, traits={**traits, "cases": ("fully_masked",)})
+        result = SpecChecker(ONE_CONFIG).check(variant, "default", "fully_masked", "float64")
+    assert variant.traits["mask_method"] == {"additive": "additive_bias", "additive_min": "additive_finfo_min"}[mask]
+    assert result.ok is ok, result.note
+    with scratch():
+        declared = register_kernel(id="additive", fn=fn, mask=mask, traits={"mask_method": "bool_fill_-inf"})
+    assert declared.traits["mask_method"] == "bool_fill_-inf"
+
 def test_packed_layouts_take_the_cases_one_tensor_can_hold():
     """qkvpacked stacks q, k, v on one axis: only self-attention over as many K/V heads as
     query heads fits (T = S); kvpacked stacks k and v only, so every case fits."""
