@@ -332,7 +332,8 @@ def _failures(report, vid):
 
 
 @pytest.mark.parametrize("vid", ["wrong_window_off_by_one", "wrong_causal_swapped", "wrong_softcap_dropped",
-                                 "wrong_heads_tiled", "wrong_no_rescale"])
+                                 "wrong_heads_tiled", "wrong_no_rescale", "wrong_no_max_subtraction",
+                                 "wrong_block_drops_last_key"])
 def test_every_wrong_kernel_is_caught_on_the_case_that_shows_its_mistake(wrong, vid):
     report, module = wrong
     case, mistake = module.WRONG[vid]
@@ -393,8 +394,13 @@ def test_the_diff_command_prints_the_mistake(capsys):
 
 
 def test_the_missing_rescale_shows_only_beyond_one_key_block(wrong):
+    """On the causal long case and on cross@long, the one a kernel without a causal option
+    crosses its blocks on (wrong_block_drops_last_key is caught there alone); a softmax
+    without its max subtracted only on large logits, in float32 (float64's exp reaches 709)."""
     report, _ = wrong
-    assert {s.case for s in _failures(report, "wrong_no_rescale")} == {"long"}
+    assert {s.case for s in _failures(report, "wrong_no_rescale")} == {"long", "cross@long"}
+    assert {s.case for s in _failures(report, "wrong_block_drops_last_key")} == {"cross@long"}
+    assert {(s.case, s.dtype) for s in _failures(report, "wrong_no_max_subtraction")} == {("self@large", "float32")}
 
 
 def test_the_list_covers_every_wrong_kernel(wrong):
@@ -403,7 +409,7 @@ def test_the_list_covers_every_wrong_kernel(wrong):
     assert {v for v in ids if v.startswith("wrong_")} == set(module.WRONG)
 
 
-@pytest.mark.parametrize("vid", ["control_block16", "control_bshd", "control_lengths",
+@pytest.mark.parametrize("vid", ["control_block16", "control_blocked_mask_only", "control_bshd", "control_lengths",
                                  "control_varlen_bottom_right", "control_qkvpacked", "control_kvpacked"])
 def test_controls_stay_equivalent(wrong, vid):
     report, _ = wrong

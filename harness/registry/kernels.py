@@ -140,9 +140,10 @@ def kernel_call(module: KernelModule, i: Mapping[str, Any]) -> torch.Tensor:
 
 
 def kernel_cases(mask: str, options: tuple[str, ...]) -> tuple[str, ...]:
-    """The family's cases a kernel with this mask form and these options can take."""
-    return tuple(c.name for c in ATTENTION_KERNEL.cases
-                 if CASE_MASKS[c.name] in FORM_CASES[mask]
+    """The family's cases a kernel with this mask form and these options can take (a regime
+    case, ``self@large``, applies where its base case does)."""
+    return tuple(c.name for c in ATTENTION_KERNEL.cases if not c.base
+                 and CASE_MASKS[c.name] in FORM_CASES[mask]
                  and all(need in options for need in CASE_NEEDS.get(c.name, ())))
 
 
@@ -170,7 +171,7 @@ def register_kernel(*, id: str, fn: Callable, layout: str = "BHSD", mask: str = 
     if not cases:
         raise RegistryError(f"kernel '{id}': no case of attention_kernel fits mask={mask!r} "
                             f"and the options {list(options)}")
-    if len(cases) < len(ATTENTION_KERNEL.cases):
+    if len(cases) < len([c for c in ATTENTION_KERNEL.cases if not c.base]):
         traits["cases"] = cases
 
     def config_reason(cfg) -> str | None:
