@@ -75,7 +75,7 @@ def derive_pairs(checkers: Mapping[str, RunCache], family_name: str, config: str
         if differing and not in_case and biggest <= tol64:
             reason = ""
         specs_ok = sa.ok and sb.ok
-        allowed = _allowed(sa) + _allowed(sb)
+        allowed = _accepted(sa) + _accepted(sb)
         if measured:  # the pair's own runs, on the same weights, against each other
             ra, rb = checker.run(a, case, zero, dtype), checker.run(b, case, zero, dtype)
             m_out, m_grad, m_worst = _gap(ra, rb, checker, a, b)
@@ -141,6 +141,15 @@ def _spec_note(sa: SpecResult, sb: SpecResult) -> str:
 
 def _allowed(spec: SpecResult) -> float:
     return max((c.allowed for c in spec.tensors), default=0.0)
+
+def _accepted(spec: SpecResult) -> float:
+    """The largest gap to the oracle a spec accepts: its allowance, or, less precise by
+    declaration and holding, its own measured error (judged against the definition computed
+    in the declared dtype): two runs each that close to one oracle are that close together."""
+    accepted = _allowed(spec)
+    if spec.ok and spec.verdict == Verdict.LESS_PRECISE:
+        accepted = max([accepted] + [c.err for c in spec.tensors if math.isfinite(c.err)])
+    return accepted
 
 def _scale(run: Run) -> float:
     out = run.tensors["output"]
