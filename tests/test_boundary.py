@@ -128,7 +128,7 @@ def test_a_file_whose_import_goes_wrong_is_one_line(fault, tmp_path, capsys):
 
 def test_a_declaration_the_oracle_refuses_is_refused_at_load(tmp_path, capsys):
     text = (ROOT / "examples" / "my_attention.py").read_text().replace('"fully_masked_row": "NaN",',
-                                                                         '"fully_masked_row": "NaN", '
+                                                                         '"fully_masked_row": "zeros", '
                                                                          '"mask_style": "additive",')
     path = tmp_path / "additive.py"
     path.write_text(text)

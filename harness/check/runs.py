@@ -7,9 +7,8 @@ variant is held to, built from its traits), ``harness.check.precision`` (how clo
 ``harness.check.spec`` (each variant against its spec), ``harness.check.extras`` (gradcheck,
 dropout, torch.compile), ``harness.check.pairs`` (the pair matrix derived from the specs).
 
-``RunCache.compare_paths`` compares two runs of one variant (autograd path against the no_grad
-fast path) with ``harness.check.tensors.compare_tensors``, a tolerance from each run's own
-float64 error.
+``RunCache.compare_paths`` compares two runs of one variant (autograd path against the no_grad fast
+path) with ``harness.check.tensors.compare_tensors``, a tolerance from each run's own float64 error.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from harness.check.recorder import OpRecorder
 from harness.check.results import PathResult
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
+from harness.families.no_key_rows import traits_at_dtype
 from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
 from harness.registry import Variant, build, variant_files
 
@@ -233,7 +233,7 @@ def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64:
     inputs = cast_inputs(cast_inputs(inputs64, first, "cpu") if first != compute else inputs64, compute, "cpu",
                          family.grad_inputs)
     via = (lambda t: t.to(through)) if through is not None else (lambda t: t)  # noqa: E731
-    out = family.oracle(traits, cfg, weights, inputs, dtype)
+    out = family.oracle(traits_at_dtype(traits, dtype), cfg, weights, inputs, dtype)  # a ByDtype read for ``dtype``
     as64 = lambda t: via(t.detach()).to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
     run.tensors["output"] = as64(out)
     if family.differentiable and out.requires_grad:

@@ -30,7 +30,7 @@ import torch
 from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.devices import device_type
 from harness.base.errors import UnknownName
-from harness.families import oracles
+from harness.families import no_key_rows, oracles
 from harness.families.kernel_oracle import DEFAULT_SCALE
 
 ParamSpec = dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, init kind)
@@ -201,6 +201,7 @@ class Family:
     # norm follows the dropout: the mean is biased, zeroed branches leave the output as in
     # eval), or None (only the draw count and the kept fraction).
     dropout_stats: Callable[[Mapping[str, Any]], Any] | None = None
+    no_key_causes: tuple[str, ...] = ("mask",)  # what empties a row in its cases (``no_key_rows.CAUSES``)
 
     def configs_of(self, configs: Mapping[str, Config]) -> dict[str, Config]:
         """``configs`` narrowed to this family's matrix (a --set config always applies), with
@@ -255,6 +256,8 @@ class Family:
 
     def validate_traits(self, variant_id: str, traits: Mapping[str, Any]) -> list[str]:
         """Problems with a variant's declared traits (empty when they are executable)."""
+        if no_key_rows.varies(traits):  # ByCause / ByDtype: each combination as a plain declaration
+            return no_key_rows.problems(traits, self, lambda plain: self.validate_traits(variant_id, plain))
         problems = []
         for key in traits:
             if key not in self.traits and key not in DESCRIPTIVE_TRAITS:
