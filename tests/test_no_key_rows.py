@@ -172,3 +172,58 @@ def test_a_single_value_reads_as_the_same_value_for_every_cause_and_dtype(row, s
             for r in (row, ByCause(other=row), ByDtype(other=ByCause(mask=row)))]
     for other in runs[1:]:
         assert all(torch.equal(runs[0][n].nan_to_num(7.0), other[n].nan_to_num(7.0)) for n in runs[0])
+
+
+# -- map: a row that depends on the dtype is inferred per dtype ------------------------------------
+
+EAGER_MIN = '''
+import math
+
+import torch
+from torch import nn
+
+
+class EagerMinAttention(nn.Module):
+    """Adds the additive mask it is given, softmax in float32 (Hugging Face's eager attention)."""
+
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.h = heads
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, query, key, value, attention_mask):
+        B, T, D = query.shape
+        split = lambda x: x.view(B, x.shape[1], self.h, D // self.h).transpose(1, 2)
+        q, k, v = split(self.q_proj(query)), split(self.k_proj(key)), split(self.v_proj(value))
+        s = q @ k.transpose(-2, -1) / math.sqrt(D // self.h) + attention_mask
+        p = torch.softmax(s, dim=-1, dtype=torch.float32).to(query.dtype)
+        return self.o_proj((p @ v).transpose(1, 2).reshape(B, T, D))
+'''
+
+
+def test_map_infers_a_row_that_depends_on_the_dtype_per_dtype(tmp_path):
+    """Called with finfo(dtype).min (the mask built in the call's dtype), the module's row
+    without keys is NaN in float64 and the mean of V in float32: map's one extra float32 run
+    tells it, and the registration it prints declares ByDtype and checks clean in both."""
+    from harness.trace.map_verify import verify_registration
+    from harness.trace.mapsearch import propose_map
+
+    path = tmp_path / "eager_min.py"
+    path.write_text(EAGER_MIN)
+    load_packs()
+    with scratch():
+        proposal = propose_map(f"{path}:EagerMinAttention", "attention",
+                               call='m(i["query"], i["key"], i["value"], additive_mask(i["mask"], i["query"].dtype))')
+    assert proposal.found, proposal.text
+    assert proposal.traits["fully_masked_row"] == ByDtype(float64="NaN", other="mean of V")
+    assert proposal.traits["mask_style"] == "additive" and "from harness import" in proposal.code
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("eager_min", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with scratch():
+        clean, said = verify_registration(proposal.code, "attention", "eagerminattention", Config(),
+                                          scope={"EagerMinAttention": module.EagerMinAttention},
+                                          dtypes=("float64", "float32"), extras=False)
+    assert clean, said

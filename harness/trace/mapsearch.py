@@ -378,7 +378,8 @@ def _found(hit: Hit) -> Proposal:
     (family, ref, variant, pmap, form, code, import_line, source, cls, init, traits, notes, cases, tried,
      ran_forms, target, uses_mask, cfg, restrict) = (getattr(hit, f.name) for f in fields(hit))
     uses = sorted(set().union(*(_entry_classes(e) for e in pmap.values())))
-    helpers = [h for h in ("additive_mask", "library_config", "rotary_tables") if f"{h}(" in code + init]
+    helpers = [h for h in ("additive_mask", "library_config", "rotary_tables") if f"{h}(" in code + init] \
+        + (["ByDtype"] if "ByDtype(" in repr(traits) else [])
     lines = (["import torch"] if "torch." in code + init else []) + ([import_line] if import_line else []) \
         + init_imports(cls, init)
     lines.append(f"from harness import {', '.join(uses + helpers + ['register'])}")
