@@ -12,6 +12,7 @@ from harness.check import precision as P
 from harness.check.extras import COMPILED_FAMILIES, compiled_check, dropout_checks, gradcheck_variant
 from harness.check.pairs import derive_pairs
 from harness.check.results import CheckReport
+from harness.check.runs import applicable
 from harness.check.spec import SpecChecker, one_thread
 from harness.families.catalog import get_family
 from harness.registry import Variant, variants_of
@@ -66,6 +67,13 @@ def _check_family(report: CheckReport, engine: SpecChecker, family_name: str, co
                 report.specs.append(engine._failed(v, config, family.cases[0].name, dtypes[0], why.error))
             elif why:
                 report.skipped.append((family_name, v.id, config, why))
+            else:  # a case its supports refuses (a model that takes no segment ids: packed)
+                for case in (c.name for c in family.cases if not c.base and applicable(v, c.name)):
+                    why = v.refuses(cfg, engine.device, case)
+                    if isinstance(why, FailedReason):
+                        report.specs.append(engine._failed(v, config, case, dtypes[0], why.error))
+                    elif why:
+                        report.skipped.append((family_name, v.id, config, f"case {case}: {why}"))
         report.specs += engine.check_specs(v, dtypes)
     index = {(s.variant, s.config, s.case, s.dtype): s for s in report.specs if s.family == family_name}
     for dtype_name in family.dtypes or report.dtypes:

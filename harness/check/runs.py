@@ -390,8 +390,8 @@ class RunCache:
 
     def compare_paths(self, variant: Variant, case: str, dtype_name: str) -> PathResult | None:
         family = variant.family_spec
-        if (not family.differentiable or not applicable(variant, case) or variant.refuses(self.cfg, self.device)
-                or variant.dtype_reason(dtype_name)):
+        if (not family.differentiable or not applicable(variant, case)
+                or variant.refuses(self.cfg, self.device, family.base_case(case)) or variant.dtype_reason(dtype_name)):
             return None
         dtype = dtype_of(dtype_name)
         zero = self.fills(variant)

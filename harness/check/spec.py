@@ -194,7 +194,7 @@ class SpecChecker:
     def _judge(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
         checker = self.checkers[config]
         family = variant.family_spec
-        if (not applicable(variant, case) or variant.refuses(checker.cfg, checker.device)
+        if (not applicable(variant, case) or variant.refuses(checker.cfg, checker.device, family.base_case(case))
                 or variant.dtype_reason(dtype_name)):
             return None
         dtype = dtype_of(dtype_name)
