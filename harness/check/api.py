@@ -68,12 +68,12 @@ def _check_family(report: CheckReport, engine: SpecChecker, family_name: str, co
             elif why:
                 report.skipped.append((family_name, v.id, config, why))
             else:  # a case its supports refuses (a model that takes no segment ids: packed)
-                for case in (c.name for c in family.cases if not c.base and applicable(v, c.name)):
-                    why = v.refuses(cfg, engine.device, case)
+                for name in (c.name for c in family.cases if not c.base and applicable(v, c.name)):
+                    why = v.refuses(cfg, engine.device, name)
                     if isinstance(why, FailedReason):
-                        report.specs.append(engine._failed(v, config, case, dtypes[0], why.error))
+                        report.specs.append(engine._failed(v, config, name, dtypes[0], why.error))
                     elif why:
-                        report.skipped.append((family_name, v.id, config, f"case {case}: {why}"))
+                        report.skipped.append((family_name, v.id, config, f"case {name}: {why}"))
         report.specs += engine.check_specs(v, dtypes)
     index = {(s.variant, s.config, s.case, s.dtype): s for s in report.specs if s.family == family_name}
     for dtype_name in family.dtypes or report.dtypes:

@@ -40,7 +40,9 @@ What the call asks for (the case's inputs, from the config or the case itself):
   ``zeros`` / ``none``; one that zeroes them after a NaN softmax over an additive -inf bias
   (a query padding mask applied to the output) declares ``additive_bias`` with ``zeros`` /
   ``NaN``: zeros forward, and the NaN row still reaches dQ, dK (its softmax's backward) and
-  dV (NaN probabilities times a zero gradient).
+  dV (NaN probabilities times a zero gradient). Each of the three may be a ``ByCause`` or
+  ``ByDtype`` (``harness.families.no_key_rows``): each row gets the value of what emptied it
+  (``dead_causes``: the causal diagonal, else the window, else the mask).
 """
 
 from __future__ import annotations
