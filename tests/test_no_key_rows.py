@@ -227,3 +227,20 @@ def test_map_infers_a_row_that_depends_on_the_dtype_per_dtype(tmp_path):
                                           scope={"EagerMinAttention": module.EagerMinAttention},
                                           dtypes=("float64", "float32"), extras=False)
     assert clean, said
+
+
+def test_kernel_map_infers_a_row_that_depends_on_the_cause_per_cause():
+    """The mask's rows decide first (the mean of V, from a finfo.min fill); the window's rows
+    differ (never visited: zeros): a ByCause for the row, one value for the gradient."""
+    from harness.check.runs import RunCache
+    from harness.trace.kernel_map import _dead_rows_by_cause
+
+    with scratch():
+        variant = register_kernel(id="skipping_probe", fn=_skipping, source="test", traits={"causal": "top_left"})
+        found = _dead_rows_by_cause(RunCache(CONFIG_MATRIX["default"]), variant,
+                                    {"causal": "top_left", "gqa_grouping": "consecutive"})
+    assert found is not None
+    dead, cases = found
+    assert dead == {"mask_method": "bool_fill_finfo_min",
+                    "fully_masked_row": ByCause(window="zeros", other="mean of V")}
+    assert set(cases) == {"fully_masked", "causal_short", "window_short"}
