@@ -42,7 +42,7 @@ def test_list_prints_and_writes_json(tmp_path, capsys, own):
     assert "torch_mha" in printed and "000_4f2b0681cf261e4d.txt" in printed
     # a seed file named in the table is explained: where the write-ups come from
     assert "source (variants): NNN_<hash>.txt" in printed and "../shared/seeds/" in printed
-    rows = json.loads(out.read_text())
+    rows = json.loads(out.read_text())["variants"]
     assert {"id", "family", "source", "traits"} <= set(rows[0])
     ids = {(r["family"], r["id"]) for r in rows}
     assert ("attention", "annotated") in ids and ("norm", "annotated_preln") in ids

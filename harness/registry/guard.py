@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from harness.base.boundary import FailedReason, UserCodeError, guarded, tensor_result
 from harness.base.config import Config
 from harness.base.errors import RegistryError, not_python_source
+from harness.base.process_state import ProcessExit
 
 if TYPE_CHECKING:
     from harness.registry import Variant
@@ -83,6 +84,9 @@ def import_failure(given: str, resolved: Path, failed: UserCodeError) -> str:
         where = exc.filename if exc.filename and Path(exc.filename).resolve() != resolved else None
         return (f"variant file '{given}' has a syntax error at line {exc.lineno}"
                 f"{f' of {where}' if where else ''}: {exc.msg}")
+    if isinstance(exc, ProcessExit):
+        return (f"variant file '{given}' called os._exit({exc.code!r}) at import{where_in(exc, resolved)}: a variants "
+                "file must not end the process; guard script code with if __name__ == '__main__':")
     if isinstance(exc, SystemExit):
         return (f"variant file '{given}' exited at import with SystemExit({exc.code!r}){where_in(exc, resolved)}: "
                 "a variants file must not call sys.exit; guard script code with if __name__ == '__main__':")
