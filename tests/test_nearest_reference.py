@@ -12,7 +12,7 @@ from harness import register
 from harness.base.config import CONFIG_MATRIX
 from harness.check.pairs import derive_pairs
 from harness.check.spec import SpecChecker
-from harness.cli.bench import _checked_variants
+from harness.cli.report import _checked_variants
 from harness.registry import REGISTRY, get_variant, load_all, reference_of, scratch, variants_of
 from harness.registry.nearest import differing_traits, nearest_reference, nearness, ranked_references
 from harness.report.summary import reference_verdict, short_verdict
