@@ -342,12 +342,8 @@ def _attn_params(prefix: str, d: int, kv_width: int | None = None, q_width: int 
 
 
 def _ffn_params(prefix: str, d: int, f: int) -> ParamSpec:
-    return {
-        f"{prefix}w1.weight": ((f, d), "weight"),
-        f"{prefix}w1.bias": ((f,), "bias"),
-        f"{prefix}w2.weight": ((d, f), "weight"),
-        f"{prefix}w2.bias": ((d,), "bias"),
-    }
+    return {f"{prefix}w1.weight": ((f, d), "weight"), f"{prefix}w1.bias": ((f,), "bias"),
+            f"{prefix}w2.weight": ((d, f), "weight"), f"{prefix}w2.bias": ((d,), "bias")}
 
 
 def _norm_params(prefix: str, d: int) -> ParamSpec:
