@@ -73,7 +73,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     try:
         module, portmap = build(variant, cfg, dtype=torch.float64)
         if portmap is not None:
-            portmap.load(zero_unrepresented(family.canonical_weights(cfg), portmap.zero_names()))
+            portmap.load(zero_unrepresented(family.canonical_weights(cfg, traits=variant.traits), portmap.zero_names()))
         inputs = cast_inputs(family.inputs(case, cfg), torch.float64, "cpu", family.grad_inputs)
         leaves = unique_grad_inputs(family, inputs)
         params = dict(module.named_parameters()) if isinstance(module, torch.nn.Module) else {}
@@ -129,7 +129,7 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
     p = cfg.dropout if cfg.dropout > 0 else DROPOUT_P  # --set dropout=p chooses it
     cfg = cfg.replace(dropout=0.0)
     dropped = cfg.replace(dropout=p)
-    weights = family.canonical_weights(cfg)
+    weights = family.canonical_weights(cfg, traits=variant.traits)
     inputs = family.inputs(case, cfg)
     out = []
 

@@ -334,7 +334,7 @@ def build(
     module = variant.build(cfg)
     family = variant.family_spec
     if not isinstance(module, torch.nn.Module):
-        if family.canonical_shapes(cfg):
+        if family.canonical_shapes(cfg, variant.traits):
             raise UserCodeError("build", f"returned {type(module).__name__}, not a torch.nn.Module (the "
                                 f"{family.name} family ports weights into the module build returns)")
         return module, None  # builders without parameters (the masks family)
@@ -342,7 +342,7 @@ def build(
     with user_code("port", files=files, who=variant.key):  # the module's own .to, parameters, buffers
         module = module.to(device=device, dtype=dtype).eval()
         portmap = PortMap(
-            variant.key, module, variant.map_for(cfg), family.canonical_shapes(cfg), variant.fixed
+            variant.key, module, variant.map_for(cfg), family.canonical_shapes(cfg, variant.traits), variant.fixed
         )
         if weights is not None:
             portmap.load(weights)
