@@ -384,7 +384,8 @@ def test_qk_norm_gains_are_canonical_where_declared_and_only_there():
     """A variant declaring ``qk_norm`` has the canonical ``q_norm.weight`` and ``k_norm.weight``
     ((d_k,) per head; (H d_k,) and (H_kv d_k,) over all heads), drawn away from one and ported
     into its module; one declaring none keeps the family's parameters, with the same tensors;
-    a QK-norm variant whose map leaves a gain out is a PortingError naming it."""
+    a QK-norm variant whose map leaves a gain out is a PortingError naming it; ``diff`` runs a
+    QK-norm variant beside one without and refuses two whose gains differ in shape."""
     from harness import register
     from harness.base.errors import PortingError
     from harness.families.catalog import get_family
@@ -411,6 +412,14 @@ def test_qk_norm_gains_are_canonical_where_declared_and_only_there():
                  fixed={"q_norm.weight": "test", "k_norm.weight": "test"})
         with pytest.raises(PortingError, match=r"no entry for canonical \['k_norm.weight', 'q_norm.weight'\]"):
             build(get_variant("attention", "no_gain_entry"), cfg)
+    # diff ports each side its own parameters (the shared ones one tensor); gains of two shapes: refused
+    from harness.base.errors import ConfigError
+    from harness.trace.pairs import diff_pair
+
+    d = diff_pair("attention", "qwen3", "llama", "causal", Config(), "float64", hints=False, attribution=False)
+    assert d["verdict"] == "different" and not d["errors"]
+    with pytest.raises(ConfigError, match="k_norm.weight, q_norm.weight in different shapes"):
+        diff_pair("attention", "qwen3", "olmo2_qk_norm", "causal", Config(), "float64")
 
 
 def test_a_wrong_qk_norm_is_caught_on_its_gains_and_a_correct_one_computed_another_way_is_not():

@@ -96,12 +96,13 @@ def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32",
             raise ConfigError(f"{v.key} cannot be built for this config: {reason}")
     dt = dtype_of(dtype)
     own = [fam.params_for(cfg, v.traits) for v in (va, vb)]
-    if own[0] != own[1]:
-        apart = ", ".join(sorted({n for n, _ in set(own[0].items()) ^ set(own[1].items())}))
-        raise ConfigError(f"{va.key} and {vb.key} hold different canonical parameters ({apart}: their traits "
-                          "bring them): diff runs two variants on one set of weights")
+    apart = sorted(n for n in set(own[0]) & set(own[1]) if own[0][n] != own[1][n])
+    if apart:
+        raise ConfigError(f"{va.key} and {vb.key} hold {', '.join(apart)} in different shapes (their traits differ: "
+                          f"{declared(fam, va, vb, case)[1]}): diff runs two variants on one set of weights")
     zero = absent_fills(va.map_for(cfg)) | absent_fills(vb.map_for(cfg))
-    weights = zero_unrepresented(fam.canonical_weights(cfg, traits=va.traits), zero)
+    both = {**fam.canonical_weights(cfg, traits=vb.traits), **fam.canonical_weights(cfg, traits=va.traits)}
+    weights = zero_unrepresented(both, zero)  # each side ports its own; the parameters they share are one
     inputs = fam.inputs(case, cfg)
     ta64 = trace_variant(va, cfg, inputs, weights, torch.float64, device="cpu")
     tb64 = trace_variant(vb, cfg, inputs, weights, torch.float64, device="cpu", others=ta64.units)
