@@ -451,3 +451,36 @@ def test_a_wrong_qk_norm_is_caught_on_its_gains_and_a_correct_one_computed_anoth
             assert gains, (vid, c, [(t.name, t.verdict) for t in r.tensors])
         else:
             assert r.ok and r.verdict == "equivalent", (vid, c, r.note)
+
+
+def test_qwen3s_model_port_is_held_to_the_llama_model_oracle_with_its_qk_norm_gains():
+    """``llama_block`` and ``llama_model`` nest the attention family's QK-norm gains under each
+    layer's ``self_attn.``: examples/checkpoint_ports.py's ``qwen3_port`` runs on a plain config
+    and is equivalent; the same port with each layer's q and k gains read from the other's
+    parameter (a map that swaps them) is "different"."""
+    from pathlib import Path
+
+    from harness import layers, register
+    from harness.check.spec import SpecChecker
+    from harness.families.catalog import get_family
+    from harness.registry import load_file, scratch
+
+    cfg = Config(d_model=16, heads=2, d_ff=32, batch=2, tgt_len=4)
+    with scratch():
+        load_file(Path(__file__).resolve().parents[1] / "examples" / "checkpoint_ports.py")
+        port = get_variant("llama_model", "qwen3_port")
+        assert "layers.1.self_attn.k_norm.weight" in get_family("llama_model").canonical_shapes(cfg, port.traits)
+        assert port.supports(cfg) is None
+
+        def swapped(c):
+            out = port.map_for(c)
+            for i in range(layers(c)):
+                q, k = (f"layers.{i}.self_attn.{x}_norm.weight" for x in "qk")
+                out[q], out[k] = out[k], out[q]
+            return out
+        wrong = register(id="qwen3_gains_swapped", family="llama_model", source="test", build=port.build,
+                         call=port.call, param_map=swapped, traits=port.traits)
+        checker = SpecChecker({"tiny": cfg})
+        right, bad = (checker.check(v, "tiny", "left_pad", "float64") for v in (port, wrong))
+    assert right.ok and right.verdict == "equivalent", right.note
+    assert not bad.ok and bad.verdict == "different"
