@@ -417,7 +417,7 @@ def test_qk_norm_gains_are_canonical_where_declared_and_only_there():
     from harness.trace.pairs import diff_pair
 
     d = diff_pair("attention", "qwen3", "llama", "causal", Config(), "float64", hints=False, attribution=False)
-    assert d["verdict"] == "different" and not d["errors"]
+    assert d.verdict == "different" and not d.errors
     with pytest.raises(ConfigError, match="k_norm.weight, q_norm.weight in different shapes"):
         diff_pair("attention", "qwen3", "olmo2_qk_norm", "causal", Config(), "float64")
 

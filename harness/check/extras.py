@@ -204,8 +204,9 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
     oracle = checker.oracle(family, variant.traits, case, zero, dtype)
     torch._dynamo.reset()
     graphs0, breaks0 = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
-    compiled = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero),
-                           dtype, checker.device, record=False, compile_backend=backend)
+    compiled = run_variant(variant, checker.cfg, checker.inputs(family, case),
+                           checker.weights(family, zero, variant.traits), dtype, checker.device, record=False,
+                           compile_backend=backend)
     graphs = counters["stats"]["unique_graphs"] - graphs0
     breaks = sum(counters["graph_break"].values()) - breaks0
     base = dict(family=family.name, variant=variant.id, config=config, case=case, dtype=dtype_name,

@@ -131,9 +131,11 @@ def path_finding_problems(findings: Any, cases: set[str]) -> list[str]:
     if findings is None:
         return []
     if not isinstance(findings, Mapping) or not all(
-            isinstance(k, str) and ((isinstance(v, str) and v) or (isinstance(v, PathFinding) and v.why))
+            isinstance(k, str) and ((isinstance(v, str) and v) or (isinstance(v, PathFinding) and v.why and not any(
+                isinstance(x, str) for x in (v.devices, v.dtypes))))  # a str there is read as its letters
             for k, v in findings.items()):
-        return [f"traits['path_findings'] must map 'CASE' or 'CASE@CONFIG' to a reason, got {findings!r}"]
+        return [f"traits['path_findings'] must map 'CASE' or 'CASE@CONFIG' to a reason or a PathFinding(why, "
+                f"devices=(...,), dtypes=(...,)) (tuples of names), got {findings!r}"]
     unknown = sorted({k.partition("@")[0] for k in findings} - cases)
     return [f"traits['path_findings'] names unknown case(s) {unknown}; cases: {sorted(cases)}"] if unknown else []
 
@@ -200,8 +202,7 @@ class Family:
     # norm follows the dropout: the mean is biased, zeroed branches leave the output as in
     # eval), or None (only the draw count and the kept fraction).
     dropout_stats: Callable[[Mapping[str, Any]], Any] | None = None
-    # (a variant's semantic traits, config) -> the canonical parameters only a declared trait
-    # brings (the attention family's QK-norm gains), after ``params``; see ``params_for``.
+    # (semantic traits, config) -> the parameters a declared trait brings (QK-norm's gains): ``params_for``
     trait_params: Callable[[Mapping[str, Any], Config], ParamSpec] | None = None
 
     def configs_of(self, configs: Mapping[str, Config]) -> dict[str, Config]:
@@ -296,8 +297,7 @@ class Family:
         return problems
 
     def params_for(self, cfg: Config, traits: Mapping[str, Any] | None = None) -> ParamSpec:
-        """The canonical parameters of a variant declaring ``traits``: ``params``, then those
-        its traits bring (``trait_params``); without traits, ``params`` alone."""
+        """A variant's canonical parameters: ``params``, then those its ``traits`` bring (``trait_params``)."""
         extra = self.trait_params(self.semantic_traits(traits), cfg) if traits and self.trait_params else {}
         return {**self.params(cfg), **extra}
 
