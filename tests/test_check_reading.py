@@ -94,7 +94,7 @@ def test_the_legend_and_the_count_name_every_config_a_cell_has_a_symbol_for():
 def test_a_report_of_named_variants_checks_them_and_their_references(tmp_path, monkeypatch):
     """``report --variant my_einsum`` checks my_einsum and the attention reference its
     verdict is taken against, not every variant."""
-    import harness.cli.bench as bench
+    import harness.cli.report as report
 
     asked = []
 
@@ -105,7 +105,7 @@ def test_a_report_of_named_variants_checks_them_and_their_references(tmp_path, m
         asked.append(variants)
         raise Stop
 
-    monkeypatch.setattr(bench, "check_all", check_all_seen)
+    monkeypatch.setattr(report, "check_all", check_all_seen)
     with scratch(), pytest.raises(Stop):
         main(["report", "--family", "attention", "--variants", str(EXAMPLE), "--variant", "my_einsum",
               "--out", str(tmp_path)])

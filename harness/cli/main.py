@@ -32,6 +32,7 @@ from harness.cli import bench as bench_commands
 from harness.cli import gpurun
 from harness.cli import models as models_commands
 from harness.cli import parity as parity_commands
+from harness.cli import report as report_commands
 from harness.cli.arguments import settle, subcommand_first
 from harness.cli.check import cmd_check, cmd_list
 from harness.cli.common import VARIANTS_ENV, OneLineParser
@@ -122,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_review_commands(sub, common)
 
-    bench_commands.add_commands(sub, common)  # bench, report
+    bench_commands.add_commands(sub, common)  # bench
+    report_commands.add_command(sub, common)  # report
     models_commands.add_commands(sub, common)  # decode, train-step, copy-task, cache-bench
     gpurun.add_command(sub)  # gpu-run: a whole GPU run in one command
     parity_commands.add_commands(sub, common)  # parity (a port on its checkpoint's weights)

@@ -13,6 +13,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from harness.base.verdicts import Verdict
+from harness.bench.measured import Status
 from harness.check.results import PairResult
 from harness.registry import reference_of
 
@@ -114,7 +115,7 @@ def _disturbed(row: pd.Series) -> bool:
 def _ratio(row: pd.Series | None) -> str:
     if row is None:
         return "-"
-    if row.get("status") != "ok":
+    if row.get("status") != Status.OK:
         return str(row.get("status"))
     if _disturbed(row):
         return NOT_CLAIMED
@@ -131,7 +132,7 @@ def _baseline_ratio(row: pd.Series | None) -> str:
     a disturbed window marks the other rows' ratios, which are the claims)."""
     if row is None:
         return "-"
-    return "1.00x" if row.get("status") == "ok" else str(row.get("status"))
+    return "1.00x" if row.get("status") == Status.OK else str(row.get("status"))
 
 
 def _mib(row: pd.Series | None) -> str:

@@ -84,7 +84,7 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mist
                 s.family, ref.id, s.variant, s.case, cfg, s.dtype if s.dtype != "bool" else "float32")))
             continue
         lines.append(head + "\n" + "\n".join("    " + x for x in d.text.splitlines()))
-        lines.append("    reproduce: " + diff_command(s.family, d.data["a"], d.data["b"], s.case, cfg, d.data["dtype"]))
+        lines.append("    reproduce: " + diff_command(s.family, d.data.a, d.data.b, s.case, cfg, d.data.dtype))
     pairs = [p for p in report.failures if isinstance(p, PairResult) and p.verdict != Verdict.ERROR]
     for p in pairs[:limit]:  # a pair that contradicts its declaration while both specs hold
         cfg = configs.get(p.config) or get_family(p.family).configs_of(configs).get(p.config)
