@@ -25,6 +25,7 @@ from harness.families.base import Family
 from harness.families.catalog import get_family
 from harness.porting.portmap import Fills
 from harness.registry import Variant, reference_of, variants_of
+from harness.registry.nearest import differing_traits
 
 
 def derive_pairs(checkers: Mapping[str, RunCache], family_name: str, config: str, case: str, dtype_name: str, *,
@@ -170,8 +171,7 @@ def _grad_verdict(f: PairFacts) -> Verdict:
 
 def _differing(family: Family, a: Variant, b: Variant, case: str) -> tuple[list[str], list[str]]:
     """The semantic traits on which ``a`` and ``b`` differ, and those of them ``case`` reads."""
-    sem_a, sem_b = family.semantic_traits(a.traits), family.semantic_traits(b.traits)
-    differing = [t for t in family.traits if sem_a.get(t) != sem_b.get(t)]
+    differing = list(differing_traits(a, b))
     return differing, [t for t in differing if t in family.semantic_for(case)]
 
 
