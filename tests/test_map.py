@@ -146,6 +146,21 @@ def test_a_file_that_is_not_python_source_says_so_without_a_line(tmp_path, capsy
     assert "None" not in err[0]
 
 
+def test_the_compilers_refusals_without_a_line_read_as_not_python_source():
+    """Older Pythons refuse null bytes with a ValueError, newer ones with a SyntaxError whose
+    line is None; an ordinary syntax error keeps its line; a user's own ValueError is no
+    refusal of the source."""
+    from harness.base.errors import exception_line, not_python_source
+
+    why = "source code string cannot contain null bytes"
+    assert not_python_source(ValueError(why)) == why
+    assert not_python_source(SyntaxError(why)) == why
+    said = exception_line(SyntaxError(why, ("mine.py", None, None, None)))
+    assert said == f"mine.py is not valid Python source: {why}"
+    assert not_python_source(SyntaxError("invalid syntax", ("mine.py", 3, 1, "x = ("))) is None
+    assert not_python_source(ValueError("bad value")) is None
+
+
 def test_map_call_keeps_a_mask_keyword():
     """A ``mask=`` keyword in --call stays a keyword (it was rewritten into i["mask"]=..., a
     syntax error); its value is the case's mask."""

@@ -56,3 +56,17 @@ def test_a_path_finding_scoped_by_a_bare_str_is_refused_at_registration():
 def test_one_set_item_given_as_a_str_is_that_item():
     case = BenchCase("attention", "torch_mha", 2, 8, 16, 2, 32, "float32", "cpu", "fwd", sets="kv_heads=1")
     assert case.sets == ("kv_heads=1",) and case.key.endswith("|kv_heads=1")
+
+
+def test_a_decoding_s_one_padding_side_given_as_a_str_is_that_side():
+    from harness.families.models import DECODINGS, register_decoding
+
+    saved = dict(DECODINGS)
+    try:
+        steps = {"prepare": lambda m, i, c: None, "step": lambda m, s, ys: None}
+        assert register_decoding("llama_model", "one_side", padding="left", **steps).padding == ("left",)
+        with pytest.raises(RegistryError, match="must name the sides"):
+            register_decoding("llama_model", "no_side", padding=("up",), **steps)
+    finally:
+        DECODINGS.clear()
+        DECODINGS.update(saved)
