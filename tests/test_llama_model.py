@@ -102,7 +102,7 @@ def test_packed_rows_hold_the_reference_and_a_model_without_segments_says_so():
                  call=lambda m, i: m(i["tokens"], i["pad"], i["positions"]), param_map=ref.param_map,
                  traits=ref.traits, supports=lambda cfg, case: "takes no segment ids" if case == "packed" else None)
         report = check_all(["llama_model"], {"default": CONFIG_MATRIX["default"]}, "cpu", ["float32"], extras=False,
-                           pairs="none", variants=["llama_model/llama_model", "llama_model/no_segments"])
+                           variants=["llama_model/llama_model", "llama_model/no_segments"])
     packed = [s for s in report.specs if s.variant == "llama_model" and s.case == "packed"]
     assert {s.dtype for s in packed} == {"float64", "float32"} and all(s.ok for s in packed)
     mine = [s for s in report.specs if s.variant == "no_segments"]
