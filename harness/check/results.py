@@ -115,13 +115,19 @@ class SpecResult:
     # the declaration that expects a verdict other than agreement here (a mask fill the dtype
     # cannot hold: "annotated: fill -1e+09 overflows float16"; a path finding's reason), or ""
     declared: str = ""
+    # where the check itself failed (the harness's own failure, a bug): its whole traceback
+    # (``harness.base.boundary.harness_traceback``); None otherwise, and then not in ``as_dict``
+    traceback: str | None = None
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
         self.expected = Verdict(self.expected)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if self.traceback is None:
+            del out["traceback"]
+        return out
 
 
 @dataclass

@@ -31,7 +31,7 @@ from typing import Iterable, Mapping
 
 import torch
 
-from harness.base.boundary import UserCodeError, describe, failure_text, variant_failure
+from harness.base.boundary import UserCodeError, describe, failure_text, harness_traceback, variant_failure
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError, PortingError
@@ -141,7 +141,7 @@ class SpecChecker:
         return SpecResult(family=variant.family, variant=variant.id, config=config, case=case, dtype=dtype_name,
                           device=self.device, verdict=Verdict.ERROR, expected=Verdict.EQUIVALENT, ok=False,
                           err=math.nan, ref_err=math.nan, ratio=math.nan, worst="", reference=ref.id if ref else "",
-                          path="-", note=note[:400])
+                          path="-", note=note[:400], traceback=harness_traceback(exc))
 
     def _check(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
         result = self._judge(variant, config, case, dtype_name)
