@@ -58,7 +58,8 @@ class BenchCase:
     sets: tuple[str, ...] = ()  # --set items beyond the shape (kv_heads=2, window=3,0, ...)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sets", tuple(self.sets))  # a list after a JSON round trip
+        # a list after a JSON round trip; one item given as a str is that item, not its letters
+        object.__setattr__(self, "sets", (self.sets,) if isinstance(self.sets, str) else tuple(self.sets))
 
     @property
     def case(self) -> str:

@@ -23,6 +23,7 @@ from harness.check.runs import (
 from harness.check.spec import PATH_FINDING
 from harness.families.catalog import get_family
 from harness.registry import Variant, reference_of, variants_of
+from harness.registry.nearest import differing_traits
 
 
 def derive_pairs(checkers: Mapping[str, RunCache], family_name: str, config: str, case: str, dtype_name: str, *,
@@ -43,7 +44,7 @@ def derive_pairs(checkers: Mapping[str, RunCache], family_name: str, config: str
     for a, b in itertools.combinations(members, 2):
         sa, sb = specs[(a.id, config, case, dtype_name)], specs[(b.id, config, case, dtype_name)]
         sem_a, sem_b = family.semantic_traits(a.traits), family.semantic_traits(b.traits)
-        differing = [t for t in family.traits if sem_a.get(t) != sem_b.get(t)]
+        differing = differing_traits(a, b)
         in_case = [t for t in differing if t in family.semantic_for(case)]
         reason = "; ".join(f"{t}: {sem_a.get(t)} vs {sem_b.get(t)}" for t in (in_case or differing))
         base = dict(family=family_name, a=a.id, b=b.id, case=case, dtype=dtype_name, device=device,

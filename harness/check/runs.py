@@ -31,7 +31,7 @@ from harness.check.results import PathResult
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
-from harness.registry import Variant, build, variant_files
+from harness.registry import Variant, applicable, build, variant_files
 
 # -- running one variant -------------------------------------------------------------------
 
@@ -409,12 +409,3 @@ class RunCache:
                           grad_run.path or "-", inf_run.path or "-", verdict, max_abs)
 
 
-def applicable(variant: Variant, case: str) -> bool:
-    """Whether a family case applies to a variant (``traits["cases"]`` limits it, and a case
-    the family keeps for the variants declaring some trait: ``Family.case_declarers``)."""
-    case = variant.family_spec.base_case(case)  # a regime case applies where its base case does
-    cases = variant.traits.get("cases")
-    if cases is not None and case not in cases:
-        return False
-    declarers = variant.family_spec.case_declarers.get(case)
-    return declarers is None or any(t in variant.traits for t in declarers)

@@ -204,5 +204,5 @@ def cmd_bench(args) -> int:
         print(line, file=sys.stderr)
     print(f"\n{len(rows)} case(s) in {log}; threads {args.threads}")
     if args.json:
-        write_json(args.json, [r.to_json() for r in [*peaks, *rows]])
+        write_json(args.json, {"peaks": [r.to_json() for r in peaks], "rows": [r.to_json() for r in rows]})
     return 130 if interrupted else 0

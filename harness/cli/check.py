@@ -34,11 +34,11 @@ def cmd_list(args) -> int:
     for pack, note in sorted(registry.PACK_NOTES.items()):  # read now: loading packs adds notes
         print("\n" + textwrap.fill(f"source ({pack}): {note}", width))
     if args.json:
-        write_json(args.json, [
+        write_json(args.json, {"variants": [
             {"id": v.id, "family": v.family, "source": v.source, "reference": v.reference,
              "summary": v.summary, "traits": dict(v.traits), "origin": v.origin}
             for v in variants
-        ])
+        ]})
     return 0
 
 

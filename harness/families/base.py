@@ -132,9 +132,11 @@ def path_finding_problems(findings: Any, cases: set[str]) -> list[str]:
     if findings is None:
         return []
     if not isinstance(findings, Mapping) or not all(
-            isinstance(k, str) and ((isinstance(v, str) and v) or (isinstance(v, PathFinding) and v.why))
+            isinstance(k, str) and ((isinstance(v, str) and v) or (isinstance(v, PathFinding) and v.why and not any(
+                isinstance(x, str) for x in (v.devices, v.dtypes))))  # a str there is read as its letters
             for k, v in findings.items()):
-        return [f"traits['path_findings'] must map 'CASE' or 'CASE@CONFIG' to a reason, got {findings!r}"]
+        return [f"traits['path_findings'] must map 'CASE' or 'CASE@CONFIG' to a reason or a PathFinding(why, "
+                f"devices=(...,), dtypes=(...,)) (tuples of names), got {findings!r}"]
     unknown = sorted({k.partition("@")[0] for k in findings} - cases)
     return [f"traits['path_findings'] names unknown case(s) {unknown}; cases: {sorted(cases)}"] if unknown else []
 

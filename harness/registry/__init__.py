@@ -312,6 +312,17 @@ def get_variant(family: str, variant_id: str) -> Variant:
     return REGISTRY[key]
 
 
+def applicable(variant: Variant, case: str) -> bool:
+    """Whether a family case applies to a variant (``traits["cases"]`` limits it, and a case
+    the family keeps for the variants declaring some trait: ``Family.case_declarers``)."""
+    case = variant.family_spec.base_case(case)  # a regime case applies where its base case does
+    cases = variant.traits.get("cases")
+    if cases is not None and case not in cases:
+        return False
+    declarers = variant.family_spec.case_declarers.get(case)
+    return declarers is None or any(t in variant.traits for t in declarers)
+
+
 def reference_of(family: str) -> Variant | None:
     refs = [v for v in variants_of(family) if v.reference]
     return refs[0] if refs else None

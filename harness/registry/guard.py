@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from harness.base.boundary import FailedReason, UserCodeError, guarded, tensor_result
 from harness.base.config import Config
-from harness.base.errors import RegistryError
+from harness.base.errors import RegistryError, not_python_source
+from harness.base.process_state import ProcessExit
 
 if TYPE_CHECKING:
     from harness.registry import Variant
@@ -76,10 +77,16 @@ def import_failure(given: str, resolved: Path, failed: UserCodeError) -> str:
     exc = failed.original
     if isinstance(exc, RegistryError):
         return f"variant file '{given}': {exc}"
+    source = None if exc is None else not_python_source(exc)
+    if source is not None:  # a binary, null bytes, another encoding: no line to name
+        return f"variant file '{given}' is not valid Python source: {source}"
     if isinstance(exc, SyntaxError):  # its own lineno is the user's line; the traceback's is ours
         where = exc.filename if exc.filename and Path(exc.filename).resolve() != resolved else None
         return (f"variant file '{given}' has a syntax error at line {exc.lineno}"
                 f"{f' of {where}' if where else ''}: {exc.msg}")
+    if isinstance(exc, ProcessExit):
+        return (f"variant file '{given}' called os._exit({exc.code!r}) at import{where_in(exc, resolved)}: a variants "
+                "file must not end the process; guard script code with if __name__ == '__main__':")
     if isinstance(exc, SystemExit):
         return (f"variant file '{given}' exited at import with SystemExit({exc.code!r}){where_in(exc, resolved)}: "
                 "a variants file must not call sys.exit; guard script code with if __name__ == '__main__':")

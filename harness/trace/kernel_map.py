@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from harness.base.config import Config
-from harness.base.errors import HarnessError, UnknownName
+from harness.base.errors import HarnessError
 from harness.check.runs import RunCache, applicable
 from harness.check.spec import expected_names, float64_check
 from harness.families import kernel_oracle as K
@@ -173,12 +173,14 @@ def _why_no_form(fn, name: str, raised: dict[str, list[str]]) -> list[str]:
     return lines
 
 
+def _is_function(obj: object) -> bool:
+    return callable(obj) and not isinstance(obj, type)
+
+
 def propose_kernel_map(target: str, *, cfg: Config | None = None, variant_id: str | None = None) -> Proposal:
     cfg = cfg or Config()
-    fn, import_line, source = load_object(target, "FUNCTION")
+    fn, import_line, source = load_object(target, "FUNCTION", _is_function, "function")
     name = target.rpartition(":")[2]
-    if not callable(fn) or isinstance(fn, type):
-        raise UnknownName(f"'{name}' in '{target.rpartition(':')[0]}' is not a function")
     vid = variant_id or name.lower()
     family = get_family(FAMILY)
     checker = RunCache(cfg, record=False)
