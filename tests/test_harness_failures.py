@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from harness.base.boundary import UserCodeError, harness_failure, harness_traceback, user_code
+from harness.base.boundary import UserCodeError, user_code
 from harness.base.errors import ConfigError
+from harness.base.failures import harness_failure, harness_traceback
 from harness.cli.main import main
 from harness.registry import scratch
 from harness.trace import divergence

@@ -12,10 +12,8 @@ a variants file's import goes through ``guarded``/``user_code``. Inside it:
 - ``check_output`` checks what comes back: a tensor, on the call's device, of the call's
   dtype and shape, not a view of an input; one message per mistake.
 
-``describe(exc)`` is the one formatter of an exception for a row or a line. A failure of the
-harness's own code (``harness_failure``: a bug to report, not the user's) is one line there
-too; the row that records it keeps the whole traceback (``harness_traceback``) for JSON, and
-with ``--debug`` (``show_tracebacks``) it is printed on stderr as well.
+``describe(exc)`` is the one formatter of an exception for a row or a line; a failure of the
+harness's own code is one line there too (``harness.base.failures`` keeps its traceback).
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ import os
 import signal
 import sys
 import threading
-import traceback
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, NoReturn
@@ -139,35 +136,6 @@ def describe(exc: BaseException, files: Iterable[str] = (), limit: int = 300) ->
     else:
         text = exception_line(exc, limit)
     return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-_debug = False
-
-
-def show_tracebacks(on: bool = True) -> None:
-    """``--debug``: print the traceback of each failure of the harness's own code on stderr."""
-    global _debug
-    _debug = on
-
-
-def harness_failure(exc: BaseException) -> bool:
-    """Whether ``exc``, turned into a row, is a failure of the harness's own code (a bug to
-    report) rather than the user's: not raised through the boundary around their code
-    (``UserCodeError``), not a refusal of their input (``HarnessError``), not a stop."""
-    return not isinstance(exc, (UserCodeError, HarnessError, KeyboardInterrupt, SystemExit, GeneratorExit))
-
-
-def harness_traceback(exc: BaseException) -> str | None:
-    """The whole traceback of ``exc`` where a row records it as the harness's own failure, for
-    the row's JSON (``"traceback"``; with ``--debug`` printed on stderr as well, once); None
-    for the user's failures, whose one line names their file and line."""
-    if not harness_failure(exc):
-        return None
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    if _debug and not getattr(exc, "_harness_shown", False):
-        exc._harness_shown = True  # type: ignore[attr-defined]
-        print(f"--debug: the harness's own failure behind '{describe(exc)}':\n{text}", file=sys.stderr, end="")
-    return text
 
 
 # -- the guard ------------------------------------------------------------------------------------

@@ -116,7 +116,7 @@ class SpecResult:
     # cannot hold: "annotated: fill -1e+09 overflows float16"; a path finding's reason), or ""
     declared: str = ""
     # where the check itself failed (the harness's own failure, a bug): its whole traceback
-    # (``harness.base.boundary.harness_traceback``); None otherwise, and then not in ``as_dict``
+    # (``harness.base.failures.harness_traceback``); None otherwise, and then not in ``as_dict``
     traceback: str | None = None
 
     def __post_init__(self) -> None:

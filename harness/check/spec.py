@@ -31,10 +31,11 @@ from typing import Iterable, Mapping
 
 import torch
 
-from harness.base.boundary import UserCodeError, describe, failure_text, harness_traceback, variant_failure
+from harness.base.boundary import UserCodeError, describe, failure_text, variant_failure
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError, PortingError
+from harness.base.failures import harness_traceback
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.left_out import left_out_note, undeclared_absent

@@ -15,8 +15,9 @@ import sys
 import textwrap
 
 from harness._interrupt import started
-from harness.base.boundary import UserCodeError, call_timeout, failure_text, show_tracebacks, watch_ctrl_c
+from harness.base.boundary import UserCodeError, call_timeout, failure_text, watch_ctrl_c
 from harness.base.errors import HarnessError
+from harness.base.failures import show_tracebacks
 from harness.base.output import (
     EXIT_CLOSED_PIPE,
     EXIT_INTERRUPTED,

@@ -11,9 +11,10 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
-from harness.base.boundary import describe, harness_traceback
+from harness.base.boundary import describe
 from harness.base.config import Config
 from harness.base.errors import HarnessError
+from harness.base.failures import harness_traceback
 from harness.base.verdicts import Verdict
 from harness.check.mismatch import mismatch
 from harness.check.precision import DEFAULT_TOLERANCE
