@@ -29,7 +29,8 @@ Variants:
   ``RopePermuted`` (HF's converter's permutation): equivalent to ``llama``.
 - ``attention/mistral``: ``llama`` with a sliding window.
 - ``attention/qwen3`` and ``attention/olmo2_qk_norm``: ``llama`` with QK-norm (RMSNorm of q
-  and k before RoPE, per head or over all heads; the gains held at their init, ``fixed``);
+  and k before RoPE, per head or over all heads; their gains the family's ``q_norm.weight``
+  and ``k_norm.weight``);
   ``attention/gemma2_softcap``: ``llama`` with Gemma 2's logit soft-capping (50).
 - ``attention/sdpa_gqa``: ``F.scaled_dot_product_attention(enable_gqa=True)`` with biases,
   no RoPE: PyTorch's own GQA as a reference (in ``torch_sdpa``'s class where kv_heads =
@@ -172,11 +173,12 @@ def call_window(m, i):
     return m(i["query"], i["key"], i["value"], i["mask"], i["positions"], i["key_positions"], i["window"])
 
 
-def attention_map(permuted: bool = False, bias: bool = False):
+def attention_map(permuted: bool = False, bias: bool = False, qk_norm: bool = False):
     """Canonical q/k/v/o to the ``*_proj`` Linears; ``permuted``: q and k through
-    ``RopePermuted`` (the module's rows are for interleaved RoPE)."""
+    ``RopePermuted`` (the module's rows are for interleaved RoPE); ``qk_norm``: the QK-norm
+    gains to ``q_norm``'s and ``k_norm``'s."""
     def entries(cfg):
-        out = {}
+        out = {f"{c}_norm.weight": Param(f"{c}_norm.weight") for c in "qk"} if qk_norm else {}
         for c, name in zip("qkvo", ("q_proj", "k_proj", "v_proj", "o_proj")):
             weight = Param(f"{name}.weight")
             if permuted and c in "qk":
@@ -217,20 +219,20 @@ register(
     build=lambda cfg: LlamaAttention(cfg), call=call_window, param_map=attention_map(),
     traits={**LLAMA, "window": "as called", "cases": ("causal", "fully_masked", "decode", "window")},
 )
-QK_NORM_FIXED = {"q_norm.weight": "QK-norm gain, held at its init (ones): outside the attention family",
-                 "k_norm.weight": "QK-norm gain, held at its init (ones): outside the attention family"}
 register(
     id="qwen3", family="attention", source=SOURCE,
-    summary="llama with QK-norm: RMSNorm over each head's q and k before RoPE (Qwen3)",
-    build=lambda cfg: LlamaAttention(cfg, qk_norm="per head"), call=call, param_map=attention_map(),
-    traits={**LLAMA, "qk_norm": "rms per head", "eps": 1e-6, "cases": ROPE_CASES}, fixed=QK_NORM_FIXED,
+    summary="llama with QK-norm: RMSNorm over each head's q and k before RoPE, one gain per dim shared by the "
+            "heads (Qwen3)",
+    build=lambda cfg: LlamaAttention(cfg, qk_norm="per head"), call=call, param_map=attention_map(qk_norm=True),
+    traits={**LLAMA, "qk_norm": "rms per head", "eps": 1e-6, "cases": ROPE_CASES},
 )
 register(
     id="olmo2_qk_norm", family="attention", source=SOURCE,
-    summary="llama with QK-norm over all heads: RMSNorm of the whole q and k projections (OLMo2)",
-    build=lambda cfg: LlamaAttention(cfg, qk_norm="over all heads"), call=call, param_map=attention_map(),
+    summary="llama with QK-norm over all heads: RMSNorm of the whole q and k projections, a gain per head and "
+            "dim (OLMo2)",
+    build=lambda cfg: LlamaAttention(cfg, qk_norm="over all heads"), call=call,
+    param_map=attention_map(qk_norm=True),
     traits={**LLAMA, "qk_norm": "rms over all heads", "eps": 1e-6, "cases": ("self_kv", "causal")},
-    fixed=QK_NORM_FIXED,
 )
 register(
     id="gemma2_softcap", family="attention", source=SOURCE,

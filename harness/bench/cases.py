@@ -283,7 +283,7 @@ def prepare(case: BenchCase) -> Prepared:
     dtype = dtype_of(case.dtype)
     module, portmap = build(variant, cfg, dtype=dtype, device=case.device)
     if portmap is not None:
-        portmap.load(zero_unrepresented(family.canonical_weights(cfg), portmap.zero_names()))
+        portmap.load(zero_unrepresented(family.canonical_weights(cfg, traits=variant.traits), portmap.zero_names()))
     train = case.mode == "fwd+bwd"
     inputs = cast_inputs(family.inputs(case.case, cfg), dtype, case.device, family.grad_inputs if train else ())
     params = [p for p in module.parameters()] if isinstance(module, torch.nn.Module) else []

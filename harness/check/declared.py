@@ -25,7 +25,7 @@ def oracle_refusal(variant: Variant) -> str | None:
     except Exception:  # noqa: BLE001  (its own supports failing is said where it runs)
         return None
     semantic = family.semantic_traits(variant.traits)
-    weights = family.canonical_weights(cfg)
+    weights = family.canonical_weights(cfg, traits=variant.traits)
     for case in family.cases:
         if not applicable(variant, case.name):
             continue

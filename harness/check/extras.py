@@ -73,7 +73,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     try:
         module, portmap = build(variant, cfg, dtype=torch.float64)
         if portmap is not None:
-            portmap.load(zero_unrepresented(family.canonical_weights(cfg), portmap.zero_names()))
+            portmap.load(zero_unrepresented(family.canonical_weights(cfg, traits=variant.traits), portmap.zero_names()))
         inputs = cast_inputs(family.inputs(case, cfg), torch.float64, "cpu", family.grad_inputs)
         leaves = unique_grad_inputs(family, inputs)
         params = dict(module.named_parameters()) if isinstance(module, torch.nn.Module) else {}
@@ -129,7 +129,7 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
     p = cfg.dropout if cfg.dropout > 0 else DROPOUT_P  # --set dropout=p chooses it
     cfg = cfg.replace(dropout=0.0)
     dropped = cfg.replace(dropout=p)
-    weights = family.canonical_weights(cfg)
+    weights = family.canonical_weights(cfg, traits=variant.traits)
     inputs = family.inputs(case, cfg)
     out = []
 
@@ -204,8 +204,9 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
     oracle = checker.oracle(family, variant.traits, case, zero, dtype)
     torch._dynamo.reset()
     graphs0, breaks0 = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
-    compiled = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero),
-                           dtype, checker.device, record=False, compile_backend=backend)
+    compiled = run_variant(variant, checker.cfg, checker.inputs(family, case),
+                           checker.weights(family, zero, variant.traits), dtype, checker.device, record=False,
+                           compile_backend=backend)
     graphs = counters["stats"]["unique_graphs"] - graphs0
     breaks = sum(counters["graph_break"].values()) - breaks0
     base = dict(family=family.name, variant=variant.id, config=config, case=case, dtype=dtype_name,

@@ -2,10 +2,9 @@
 dtype (every tensor returned in float64), the oracle's run on the same weights and inputs,
 and the caches that keep a whole check linear in the number of variants.
 
-The verdicts are made elsewhere, in readable pieces: ``harness.families.oracles`` (the spec each
-variant is held to, built from its traits), ``harness.check.precision`` (how close, per dtype),
-``harness.check.spec`` (each variant against its spec), ``harness.check.extras`` (gradcheck,
-dropout, torch.compile), ``harness.check.pairs`` (the pair matrix derived from the specs).
+The verdicts are made elsewhere, in readable pieces: ``harness.families.oracles`` (the spec each variant is
+held to, built from its traits), ``harness.check.precision`` (how close, per dtype), ``harness.check.spec`` (each
+variant against its spec), ``harness.check.extras`` (gradcheck, dropout, torch.compile), ``.pairs`` (the pairs).
 
 ``RunCache.compare_paths`` compares two runs of one variant (autograd path against the no_grad
 fast path) with ``harness.check.tensors.compare_tensors``, a tolerance from each run's own
@@ -279,7 +278,7 @@ class RunCache:
         self.record = record  # record the kernel path of each run (costs time per op)
         self._runs: dict[tuple, Run] = {}
         self._inputs: dict[tuple, dict] = {}
-        self._weights: dict[str, dict] = {}
+        self._weights: dict[tuple, dict] = {}
 
     def inputs(self, family: Family, case: str) -> dict:
         key = (family.name, case)
@@ -287,10 +286,11 @@ class RunCache:
             self._inputs[key] = family.inputs(case, self.cfg)
         return self._inputs[key]
 
-    def weights(self, family: Family, zero: Fills) -> dict[str, torch.Tensor]:
-        if family.name not in self._weights:
-            self._weights[family.name] = family.canonical_weights(self.cfg)
-        return zero_unrepresented(self._weights[family.name], zero)
+    def weights(self, family: Family, zero: Fills, traits: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+        key = (family.name, tuple(family.params_for(self.cfg, traits).items()))  # the traits' parameters
+        if key not in self._weights:
+            self._weights[key] = family.canonical_weights(self.cfg, traits=traits)
+        return zero_unrepresented(self._weights[key], zero)
 
     def variant_weights(self, variant: Variant, zero: Fills) -> dict[str, torch.Tensor]:
         """The weights ported into ``variant``: ``zero`` filled, and every parameter its map
@@ -298,7 +298,7 @@ class RunCache:
         oracle keeps that one's canonical value, and the difference shows)."""
         entries = self._map(variant)
         absent = absent_fills(entries) if entries is not None else Fills()
-        return self.weights(variant.family_spec, Fills(zero) | absent)
+        return self.weights(variant.family_spec, Fills(zero) | absent, variant.traits)
 
     def _map(self, variant: Variant):
         """The variant's map, or None where its map fails (that is its run's error row)."""
@@ -335,7 +335,7 @@ class RunCache:
                dtype, compute, rounded, through)
         if key not in self._runs:
             self._runs[key] = oracle_run(family, semantic, self.cfg, self.inputs(family, case),
-                                         self.weights(family, zero), dtype=dtype, compute=compute,
+                                         self.weights(family, zero, traits), dtype=dtype, compute=compute,
                                          rounded=rounded, through=through)
         return self._runs[key]
 

@@ -44,10 +44,11 @@ def _nested(family: Family, prefix: str, cfg: Config) -> ParamSpec:
     return {prefix + name: spec for name, spec in family.params(cfg).items()}
 
 
-# Groups of parameters a model of this family may hold beyond what the family's oracle
-# computes with, named by ``ModelConfig.extensions`` when a checkpoint holds them. The
-# oracle never reads them; the checkpoint comparison (``harness.systems.checkpoint_parity``)
-# ports them like every other canonical tensor, so both sides must map them.
+# Groups of parameters a model of this family may hold beyond a plain LLaMA's, named by
+# ``ModelConfig.extensions`` when a checkpoint holds them: the checkpoint comparison
+# (``harness.systems.checkpoint_parity``) ports them like every other canonical tensor, so both
+# sides must map them. The oracle reads the QK-norm gains where ``qk_norm`` is declared (they
+# are then the attention family's trait parameters, ``block_trait_params``), never the others.
 EXTENSIONS = {
     "qk_norm": "RMSNorm gains of each head's q and k before RoPE (Qwen 3): "
                "self_attn.q_norm.weight and self_attn.k_norm.weight, (d_k,)",
@@ -74,6 +75,16 @@ def block_params(cfg: Config) -> ParamSpec:
     if "sandwich_norms" in groups:
         spec.update({f"post_{n}_norm.weight": ((cfg.d_model,), "norm_weight") for n in ("attn", "ffn")})
     return spec
+
+
+def block_trait_params(traits, cfg: Config) -> ParamSpec:
+    """The attention family's parameters its traits bring (QK-norm gains), under ``self_attn.``."""
+    return _nested_traits(ATTENTION, "self_attn.", traits, cfg)
+
+
+def _nested_traits(family: Family, prefix: str, traits, cfg: Config) -> ParamSpec:
+    extra = family.trait_params(traits, cfg) if family.trait_params else {}
+    return {prefix + name: spec for name, spec in extra.items()}
 
 
 def _sub(w, prefix: str) -> dict:
@@ -136,6 +147,7 @@ LLAMA_BLOCK = Family(
     call="(x (B,T,D), mask (B,T,T) bool True=may attend, positions (B,T)) -> (B,T,D)",
     doc="LLaMA-style decoder block: pre-RMSNorm, RoPE attention with GQA, pre-RMSNorm, SwiGLU.",
     params=block_params,
+    trait_params=block_trait_params,
     cases=(
         Case("right_pad", "causal with right padding, positions 0..", lambda c, g: _block_inputs(
             c, g, right_pad(g, c.batch, c.tgt_len))),
@@ -196,6 +208,8 @@ LLAMA_MODEL = ModelFamily(
     call="(tokens (B,T) int, pad (B,T) bool True=real token, positions (B,T)) -> log-probabilities (B,T,V); causal",
     doc="A LLaMA-style decoder-only model: embedding, N llama blocks, final RMSNorm, output head.",
     params=model_params,
+    trait_params=lambda traits, cfg: {name: spec for i in range(layers(cfg)) for name, spec in
+                                      _nested_traits(LLAMA_BLOCK, f"layers.{i}.", traits, cfg).items()},
     cases=(
         Case("full", "no padding", lambda c, g: _model_tokens(c, g, "full")),
         Case("right_pad", "right padding", lambda c, g: _model_tokens(c, g, "right")),

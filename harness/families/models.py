@@ -55,8 +55,9 @@ class ModelFamily(Family):
 
     ties: tuple[tuple[str, str], ...] = ()
 
-    def canonical_weights(self, cfg: Config, seed: int | None = None) -> dict[str, torch.Tensor]:
-        weights = super().canonical_weights(cfg, seed)
+    def canonical_weights(self, cfg: Config, seed: int | None = None,
+                          traits: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+        weights = super().canonical_weights(cfg, seed, traits)
         for name, source in self.ties:
             weights[name] = weights[source].clone()
         return weights

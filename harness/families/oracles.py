@@ -157,8 +157,8 @@ def multi_head_attention(
 
     ``qk_norm`` "rms per head": q and k of each head are RMS-normalised over d_k (Qwen3);
     "rms over all heads": over the whole projection before the head split (OLMo2); eps
-    ``qk_eps``, unit gain (the module's gains are held at their init, outside the family),
-    before RoPE; ``softcap`` c > 0: scores become
+    ``qk_eps``, then times the gains ``q_norm.weight`` and ``k_norm.weight`` (one per dim of
+    a head, shared by every head; or one per head and dim), before RoPE; ``softcap`` c > 0: scores become
     c tanh(s / c) before masking (Gemma 2's attention logit soft-capping). The head width d_k
     is the Q projection's width over ``heads`` (D / H unless the config sets ``head_dim``);
     ``scale`` multiplies q k^T (default 1 / sqrt(d_k); Gemma 2: query_pre_attn_scalar ** -0.5);
@@ -180,12 +180,18 @@ def multi_head_attention(
     here = lambda n: torch.arange(n).expand(B, n)  # noqa: E731
     if qk_norm not in QK_NORMS:
         raise _unknown("qk_norm", qk_norm, QK_NORMS)
-    rms = lambda x: normalize(x, torch.ones((), dtype=x.dtype), torch.zeros((), dtype=x.dtype), "rms", qk_eps)  # noqa: E731
-    whole = rms if qk_norm == "rms over all heads" else (lambda x: x)   # noqa: E731  (B, L, H d)
-    per_head = rms if qk_norm == "rms per head" else (lambda x: x)      # noqa: E731  (B, h, L, d_k)
-    q = rope(per_head(split(whole(linear(query, w, prefix + "q")), T, heads)),
+    def normed(x: Tensor, name: str, per_head: bool) -> Tensor:  # (B, L, H d) or (B, h, L, d_k)
+        if qk_norm != ("rms per head" if per_head else "rms over all heads"):
+            return x
+        if prefix + name not in w:
+            raise SpecError(f"qk_norm {qk_norm!r} reads the canonical gain '{prefix}{name}', which the weights lack")
+        return normalize(x, w[prefix + name], torch.zeros((), dtype=x.dtype), "rms", qk_eps)
+
+    q = rope(normed(split(normed(linear(query, w, prefix + "q"), "q_norm.weight", False), T, heads),
+                    "q_norm.weight", True),
              here(T) if positions is None else positions, rope_layout, rope_fraction, rope_base)
-    k = rope(per_head(split(whole(linear(key, w, prefix + "k")), S, n_kv)),
+    k = rope(normed(split(normed(linear(key, w, prefix + "k"), "k_norm.weight", False), S, n_kv),
+                    "k_norm.weight", True),
              here(S) if key_positions is None else key_positions, rope_layout, rope_fraction, rope_base)
     v = split(linear(value, w, prefix + "v"), S, n_kv)
     traits = {"gqa_grouping": gqa_grouping, "scale": 1.0 / math.sqrt(d_k) if scale is None else float(scale),

@@ -337,7 +337,9 @@ def build(
     weights: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[Any, PortMap | None]:
     """Seed, build ``variant`` for ``cfg`` in eval mode on ``device``/``dtype`` and, when
-    ``weights`` (canonical) are given, port them in. Returns (module, port map)."""
+    ``weights`` (canonical) are given, port them in: every one of its own canonical parameters
+    (``Family.params_for`` its traits), those only another's traits bring left aside (two
+    variants traced on one set: ``diff``). Returns (module, port map)."""
     reason = variant.refuses(cfg, device)
     if reason:
         raise ConfigError(f"{variant.key} cannot be built for this config: {reason}")
@@ -345,7 +347,7 @@ def build(
     module = variant.build(cfg)
     family = variant.family_spec
     if not isinstance(module, torch.nn.Module):
-        if family.canonical_shapes(cfg):
+        if family.canonical_shapes(cfg, variant.traits):
             raise UserCodeError("build", f"returned {type(module).__name__}, not a torch.nn.Module (the "
                                 f"{family.name} family ports weights into the module build returns)")
         return module, None  # builders without parameters (the masks family)
@@ -353,10 +355,10 @@ def build(
     with user_code("port", files=files, who=variant.key):  # the module's own .to, parameters, buffers
         module = module.to(device=device, dtype=dtype).eval()
         portmap = PortMap(
-            variant.key, module, variant.map_for(cfg), family.canonical_shapes(cfg), variant.fixed
+            variant.key, module, variant.map_for(cfg), family.canonical_shapes(cfg, variant.traits), variant.fixed
         )
         if weights is not None:
-            portmap.load(weights)
+            portmap.load({n: t for n, t in weights.items() if n in portmap.canonical_shapes})
     return module, portmap
 
 

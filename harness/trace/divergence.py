@@ -140,7 +140,7 @@ def trace_variant(
                      traceback=harness_traceback(exc))
     inputs = cast_inputs(inputs64, dtype, device, family.grad_inputs if backward else ())
     counter = [0]
-    owners = {u: owner_module(portmap, u) for u in canonical_units(family, cfg)} if portmap else {}
+    owners = {u: owner_module(portmap, u) for u in canonical_units(family, cfg, variant.traits)} if portmap else {}
     hooks = _UnitHooks(owners, dict(patch or {}), counter)
     handles = hooks.install(dict(module.named_modules()) if isinstance(module, nn.Module) else {}, observe)
     mode = ParamOps(dict(portmap.params) if portmap else {}, counter)

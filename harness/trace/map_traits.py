@@ -37,13 +37,19 @@ WINDOWS = ("none", "as called")
 EPS_ATTRS = ("eps", "variance_epsilon", "epsilon", "layer_norm_eps", "rms_norm_eps")
 
 
+def _own_eps(module: torch.nn.Module) -> float | None:
+    values = [getattr(module, name, None) for name in EPS_ATTRS]
+    return next((v for v in values if isinstance(v, float)), None)
+
+
 def module_eps(module: torch.nn.Module) -> float | None:
-    """The epsilon a norm module keeps (``eps``, HF's ``variance_epsilon``), if one."""
-    for name in EPS_ATTRS:
-        value = getattr(module, name, None)
-        if isinstance(value, float):
-            return value
-    return None
+    """The epsilon a norm module keeps (``eps``, HF's ``variance_epsilon``), if one; else the one
+    its sub-modules all keep (an attention's QK-norms: Qwen3's ``q_norm`` and ``k_norm``)."""
+    own = _own_eps(module)
+    if own is not None:
+        return own
+    inner = {_own_eps(m) for m in module.modules() if m is not module} - {None}
+    return inner.pop() if len(inner) == 1 else None
 
 
 SOFTCAP_ATTRS = ("attn_logit_softcapping", "logit_softcapping", "softcap")
@@ -195,7 +201,7 @@ def verify_case(checker: RunCache, variant: Variant, spec: dict, case: str) -> b
     family = variant.family_spec
     zero = search_fills(checker, variant)
     oracle = checker.oracle(family, spec, case, zero, torch.float64)
-    run = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero),
+    run = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero, spec),
                       torch.float64, record=False)
     if run.error or oracle.error:
         return False

@@ -128,8 +128,14 @@ def _set_up(family: str, a, b, case: str, cfg: Config, dtype: str, device: str) 
         if reason:
             raise ConfigError(f"{v.key} cannot be built for this config: {reason}")
     dt = dtype_of(dtype)
+    own = [fam.params_for(cfg, v.traits) for v in (va, vb)]
+    apart = sorted(n for n in set(own[0]) & set(own[1]) if own[0][n] != own[1][n])
+    if apart:
+        raise ConfigError(f"{va.key} and {vb.key} hold {', '.join(apart)} in different shapes (their traits differ: "
+                          f"{declared(fam, va, vb, case)[1]}): diff runs two variants on one set of weights")
     zero = absent_fills(va.map_for(cfg)) | absent_fills(vb.map_for(cfg))
-    weights = zero_unrepresented(fam.canonical_weights(cfg), zero)
+    both = {**fam.canonical_weights(cfg, traits=vb.traits), **fam.canonical_weights(cfg, traits=va.traits)}
+    weights = zero_unrepresented(both, zero)  # each side ports its own; the parameters they share are one
     return _Pair(family, fam, va, vb, case, cfg, dtype, dt, device, fam.inputs(case, cfg), weights)
 
 
