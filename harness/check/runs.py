@@ -2,13 +2,11 @@
 dtype (every tensor returned in float64), the oracle's run on the same weights and inputs,
 and the caches that keep a whole check linear in the number of variants.
 
-The verdicts are made elsewhere, in readable pieces: ``harness.families.oracles`` (the spec each variant is
-held to, built from its traits), ``harness.check.precision`` (how close, per dtype), ``harness.check.spec`` (each
-variant against its spec), ``harness.check.extras`` (gradcheck, dropout, torch.compile), ``.pairs`` (the pairs).
-
-``RunCache.compare_paths`` compares two runs of one variant (autograd path against the no_grad
-fast path) with ``harness.check.tensors.compare_tensors``, a tolerance from each run's own
-float64 error.
+The verdicts are made elsewhere: ``harness.check.verdict`` (each variant against its spec,
+from the runs ``harness.check.spec`` reads here), ``harness.check.pairs`` (the pair matrix),
+``harness.check.extras`` (gradcheck, dropout, torch.compile). ``RunCache.compare_paths``
+compares two runs of one variant (autograd against the no_grad fast path) with
+``harness.check.tensors.compare_tensors``, a tolerance from each run's own float64 error.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from harness.base.verdicts import Verdict
 from harness.check.left_out import undeclared_absent
 from harness.check.recorder import OpRecorder
 from harness.check.results import PathResult
+from harness.check.run_keys import Mode, OracleKey, RunKey, frozen_fills
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
@@ -232,7 +231,9 @@ def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64:
     inputs = cast_inputs(cast_inputs(inputs64, first, "cpu") if first != compute else inputs64, compute, "cpu",
                          family.grad_inputs)
     via = (lambda t: t.to(through)) if through is not None else (lambda t: t)  # noqa: E731
-    out = family.oracle(traits, cfg, weights, inputs, dtype)
+    oracle = family.oracle
+    assert oracle is not None, f"family {family.name} has no oracle"  # a family whose variants are checked has one
+    out: torch.Tensor = oracle(traits, cfg, weights, inputs, dtype)
     as64 = lambda t: via(t.detach()).to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
     run.tensors["output"] = as64(out)
     if family.differentiable and out.requires_grad:
@@ -276,7 +277,7 @@ class RunCache:
         self.cfg = cfg
         self.device = device
         self.record = record  # record the kernel path of each run (costs time per op)
-        self._runs: dict[tuple, Run] = {}
+        self._runs: dict[RunKey | OracleKey, Run] = {}
         self._inputs: dict[tuple, dict] = {}
         self._weights: dict[tuple, dict] = {}
 
@@ -331,8 +332,8 @@ class RunCache:
         dtype first (the truth a kernel running only in that dtype is held to); ``through``:
         inputs and results rounded to that dtype (a declared ``internal_dtype``'s baseline)."""
         semantic = family.semantic_traits(traits)
-        key = ("oracle", family.name, tuple(sorted(semantic.items(), key=lambda kv: kv[0])), case, zero,
-               dtype, compute, rounded, through)
+        key = OracleKey(family.name, tuple(sorted(semantic.items(), key=lambda kv: kv[0])), case,
+                        frozen_fills(zero), dtype, compute, rounded, through)
         if key not in self._runs:
             self._runs[key] = oracle_run(family, semantic, self.cfg, self.inputs(family, case),
                                          self.weights(family, zero, traits), dtype=dtype, compute=compute,
@@ -340,15 +341,15 @@ class RunCache:
         return self._runs[key]
 
     def run(self, variant: Variant, case: str, zero: Fills, dtype: torch.dtype,
-            device: str | None = None, mode: str = "autograd") -> Run:
+            device: str | None = None, mode: Mode = Mode.AUTOGRAD) -> Run:
         device = device or self.device
-        key = (variant.key, case, zero, dtype, device, mode)
+        key = RunKey(variant.key, case, frozen_fills(zero), dtype, device, mode)
         if key not in self._runs:
             family = variant.family_spec
             args = (variant, self.cfg, self.inputs(family, case), self.variant_weights(variant, zero), dtype, device)
             # a kernel under torch.compile is not recorded: a dispatch mode makes Dynamo run it eager
             record = self.record and not variant.traits.get("compiled")
-            self._runs[key] = (inference_run(*args, record=record) if mode == "inference"
+            self._runs[key] = (inference_run(*args, record=record) if mode == Mode.INFERENCE
                                else run_variant(*args, record=record))
         return self._runs[key]
 
@@ -366,7 +367,7 @@ class RunCache:
         no-grad eval, as the fresh build's inference run it is compared with); also returns
         the sequence in words."""
         family = variant.family_spec
-        key = (variant.key, case, zero, "sequence")
+        key = RunKey(variant.key, case, frozen_fills(zero), torch.float64, self.device, Mode.SEQUENCE)
         calls = [w for w in self.warmups() if not variant.refuses(w, self.device)]
         said = ", then ".join(f"B={w.batch} T={w.tgt_len} S={w.src_len} seed {w.seed}" for w in calls)
         if key not in self._runs:
@@ -396,7 +397,7 @@ class RunCache:
         dtype = dtype_of(dtype_name)
         zero = self.fills(variant)
         grad_run = self.run(variant, case, zero, dtype)
-        inf_run = self.run(variant, case, zero, dtype, mode="inference")
+        inf_run = self.run(variant, case, zero, dtype, mode=Mode.INFERENCE)
         if grad_run.error or inf_run.error:
             verdict, max_abs = Verdict.ERROR, math.nan
         else:  # the rounding noise measured against its float64 run (the oracle's, for a half-only kernel)

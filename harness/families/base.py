@@ -141,14 +141,13 @@ def path_finding_problems(findings: Any, cases: set[str]) -> list[str]:
 
 
 def declared_path_finding(traits: Mapping[str, Any], case: str, config: str, device: str = "cpu",
-                          dtype: str = "float64") -> str | None:
-    """The reason declared for (case, config) in ``path_findings`` that holds on this device
-    and dtype, if any (with its scope, for a ``PathFinding`` bound to some)."""
+                          dtype: str = "float64") -> PathFinding | None:
+    """The finding declared for (case, config) in ``path_findings`` that holds on this device
+    and dtype, if any (a reason given alone is a ``PathFinding`` that holds everywhere)."""
     findings = traits.get("path_findings") or {}
     found = findings.get(f"{case}@{config}") or findings.get(case)
-    if isinstance(found, PathFinding):
-        return str(found) if found.applies(device, dtype) else None
-    return found
+    found = (PathFinding(found) if found else None) if isinstance(found, str) else found
+    return found if found is not None and found.applies(device, dtype) else None
 
 
 @dataclass(frozen=True)

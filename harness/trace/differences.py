@@ -23,6 +23,7 @@ from harness.base.verdicts import Verdict
 from harness.check.api import run_check
 from harness.check.mismatch import mismatch
 from harness.check.results import PairResult, PathResult
+from harness.check.run_keys import Mode
 from harness.check.runs import RunCache, applicable
 from harness.families.catalog import FAMILIES, get_family
 from harness.registry import get_variant, variants_of
@@ -130,7 +131,7 @@ def kernel_findings(family: str, paths: list[PathResult], cfg: Config,
         zero = checker.fills(v)
         dtype = getattr(torch, p.dtype)
         grad = checker.run(v, p.case, zero, dtype).tensors.get("output")
-        inf = checker.run(v, p.case, zero, dtype, mode="inference").tensors.get("output")
+        inf = checker.run(v, p.case, zero, dtype, mode=Mode.INFERENCE).tensors.get("output")
         if grad is None or inf is None:
             out.append(f"- `{p.variant}` on `{p.case}` ({p.dtype}): one path failed "
                        f"(autograd `{p.path_autograd}`, no_grad `{p.path_inference}`)")

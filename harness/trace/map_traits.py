@@ -196,7 +196,7 @@ def infer_case_traits(checker, family, variant, base, ref_traits, semantic_cases
 def verify_case(checker: RunCache, variant: Variant, spec: dict, case: str) -> bool:
     """Output and every gradient within float64's bound of the oracle of ``spec``; for a module
     that declares ``internal_dtype``, within that dtype's tolerance or as close as the spec
-    check allows it (``harness.check.spec``: its RMS error against the definition computed
+    check allows it (``harness.check.verdict``: its RMS error against the definition computed
     in that dtype)."""
     family = variant.family_spec
     zero = search_fills(checker, variant)
