@@ -37,6 +37,7 @@ from harness.base.boundary import UserCodeError, describe, failure_text, variant
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError, PortingError
+from harness.base.failures import harness_traceback
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.left_out import undeclared_absent
@@ -132,7 +133,7 @@ class SpecChecker:
         return SpecResult(family=variant.family, variant=variant.id, config=config, case=case, dtype=dtype_name,
                           device=self.device, verdict=Verdict.ERROR, expected=Verdict.EQUIVALENT, ok=False,
                           err=math.nan, ref_err=math.nan, ratio=math.nan, worst="", reference=ref.id if ref else "",
-                          path="-", note=note[:400])
+                          path="-", note=note[:400], traceback=harness_traceback(exc))
 
     # -- the evidence, read from the run cache -------------------------------------------------
     def evidence(self, variant: Variant, config: str, case: str, dtype_name: str) -> Evidence | None:
