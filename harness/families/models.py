@@ -55,8 +55,9 @@ class ModelFamily(Family):
 
     ties: tuple[tuple[str, str], ...] = ()
 
-    def canonical_weights(self, cfg: Config, seed: int | None = None) -> dict[str, torch.Tensor]:
-        weights = super().canonical_weights(cfg, seed)
+    def canonical_weights(self, cfg: Config, seed: int | None = None,
+                          traits: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+        weights = super().canonical_weights(cfg, seed, traits)
         for name, source in self.ties:
             weights[name] = weights[source].clone()
         return weights
@@ -276,7 +277,12 @@ def register_decoding(family: str, id: str, **fields: Any) -> Decoding:
     """Declare, beside a model's ``register``, how it decodes (see ``Decoding``)."""
     if family not in (ENCODER_DECODER.name, DECODER_ONLY_MODEL.name, "llama_model"):
         raise RegistryError(f"decoding is declared for model families only, not '{family}'")
+    if isinstance(fields.get("padding"), str):  # one side named: that side, not its letters
+        fields["padding"] = (fields["padding"],)
     decoding = Decoding(**fields)
+    if not decoding.padding or not set(decoding.padding) <= {"right", "left"}:
+        raise RegistryError(f"decoding '{family}/{id}': padding={decoding.padding!r} must name the sides the cache "
+                            "handles: ('right',), ('left',) or ('right', 'left')")
     who = f"{family}/{id}"
     stages = {"prepare": ("cache prefill (prepare)", None), "step": ("decoding step", _step_result),
               "greedy": ("greedy loop", _step_result)}
@@ -285,8 +291,6 @@ def register_decoding(family: str, id: str, **fields: Any) -> Decoding:
         for name, (stage, check) in stages.items() if getattr(decoding, name) is not None})
     DECODINGS[who] = decoding
     return decoding
-
-
 
 
 def _step_result(result: Any, args: tuple, kwargs: dict) -> str | None:
