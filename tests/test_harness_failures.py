@@ -119,3 +119,33 @@ def test_a_spec_check_that_fails_in_the_harness_keeps_its_traceback_in_check_jso
     specs = [s for s in json.loads(out.read_text())["specs"] if s["variant"] == "t2t_layernorm"]
     assert specs and all(s["verdict"] == "error" and s["traceback"].startswith(TRACEBACK)
                          and "planted harness bug" in s["traceback"] for s in specs)
+
+
+def test_a_gradcheck_that_fails_in_the_harness_keeps_its_traceback(monkeypatch):
+    from harness.check import extras
+    from harness.registry import get_variant, load_packs
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted harness bug")
+
+    load_packs()
+    variant = get_variant("norm", "t2t_layernorm")
+    assert "traceback" not in extras.gradcheck_variant(variant).as_dict()
+    monkeypatch.setattr(extras, "unique_grad_inputs", broken)
+    result = extras.gradcheck_variant(variant)
+    assert not result.ok and "planted harness bug" in result.note
+    assert result.as_dict()["traceback"].startswith(TRACEBACK)
+
+
+def test_a_train_step_that_fails_in_the_harness_keeps_its_traceback(monkeypatch):
+    """A whole-model command's rows (here train-step's) keep it as the check's do."""
+    from harness.base.config import Config
+    from harness.systems import training
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted harness bug")
+
+    monkeypatch.setattr(training, "train_step", broken)
+    rows = training.compare_train_step("decoder_only_model", Config().replace(seed=7919))  # a config of its own
+    assert rows and all(r.verdict == "error" and "planted harness bug" in r.error for r in rows)
+    assert all(r.as_dict()["traceback"].startswith(TRACEBACK) for r in rows)
