@@ -140,8 +140,8 @@ class SpecChecker:
         """What the verdict of one cell is decided from; None where the case does not apply or
         the variant cannot be built for the config or dtype."""
         checker = self.checkers[config]
-        if (not applicable(variant, case) or variant.refuses(checker.cfg, checker.device)
-                or variant.dtype_reason(dtype_name)):
+        if (not applicable(variant, case) or variant.dtype_reason(dtype_name)
+                or variant.refuses(checker.cfg, checker.device, variant.family_spec.base_case(case))):
             return None
         ref, dtype = self._reference(variant, case, checker), dtype_of(dtype_name)
         zero = checker.fills(variant) | (checker.fills(ref) if ref else {})
