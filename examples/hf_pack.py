@@ -18,6 +18,9 @@ What map found, and what each registration therefore says:
   GPT-NeoX soften in float32, so a float64 ``finfo.min`` would become -inf there and a row
   with no key NaN: a float64 side effect. With float32's minimum every module here gives
   such a row the mean of V (an additive mask), declared, and keeps the fully masked case.
+  (Called with the mask built in the call's own dtype instead, the row is NaN in float64 and
+  the mean of V in float32: declarable as ``ByDtype(float64="NaN", other="mean of V")``,
+  docs/declaring.md, tests/test_no_key_rows.py.)
 - Their float32 rotary tables are not within float32's elementwise bound of the float64
   oracle at large logits (``self@large``: inputs x12, logits of std ~140, q/k weight
   gradients off by up to ~4e-3); their RMS error there stays under that of the definition

@@ -159,7 +159,7 @@ def test_os_exit_in_a_forked_child_exits_and_in_a_thread_ends_the_process_with_a
 
 def test_a_declaration_the_oracle_refuses_is_refused_at_load(tmp_path, capsys):
     text = (ROOT / "examples" / "my_attention.py").read_text().replace('"fully_masked_row": "NaN",',
-                                                                         '"fully_masked_row": "NaN", '
+                                                                         '"fully_masked_row": "zeros", '
                                                                          '"mask_style": "additive",')
     path = tmp_path / "additive.py"
     path.write_text(text)

@@ -450,15 +450,16 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(cfg.d_model)
         self.head = None if tied else nn.Linear(cfg.d_model, cfg.vocab, bias=False)
 
-    def forward(self, tokens, pad, positions, cache: KVCache | None = None):
+    def forward(self, tokens, pad, positions, cache: KVCache | None = None, segments=None):
         """Log-probabilities (B, n, V) of the token after each of ``tokens`` (B, n); with a
-        ``cache``, ``tokens`` follow what it holds and are appended to it."""
+        ``cache``, ``tokens`` follow what it holds and are appended to it; ``segments`` (B, n)
+        numbers the sequences a row packs (no attention across them; a full forward only)."""
         n = tokens.shape[1]
         past = 0 if cache is None or cache.pad is None else cache.pad.shape[1]
         keys = pad if past == 0 else torch.cat([cache.pad, pad], dim=1)          # (B, P + n)
         if cache is not None:
             cache.pad = keys
-        mask = self.block_mask(keys, n, past) if self.flex else self.dense_mask(keys, n, past)
+        mask = self.block_mask(keys, n, past, segments) if self.flex else self.dense_mask(keys, n, past, segments)
         x = self.embed(tokens)                                                  # (B, n, D)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, positions, None if cache is None else cache.layers[i])
@@ -468,18 +469,21 @@ class LlamaModel(nn.Module):
             logits = self.final_softcap * torch.tanh(logits / self.final_softcap)
         return logits.log_softmax(-1)
 
-    def dense_mask(self, keys: torch.Tensor, n: int, past: int) -> torch.Tensor:
+    def dense_mask(self, keys: torch.Tensor, n: int, past: int, segments=None) -> torch.Tensor:
         """(B, n, P+n) bool, True = may attend: queries past .. past+n-1 over keys 0 .. past+n-1,
-        causal, not padding, in the window."""
+        causal, not padding, in the window, in the query's segment."""
         rows = torch.arange(n, device=keys.device)[:, None] + past
         cols = torch.arange(past + n, device=keys.device)[None, :]
         mask = (cols <= rows)[None] & keys[:, None, :]
         if self.window is not None:
             mask = mask & ((cols >= rows - self.window[0]) & (cols <= rows + self.window[1]))[None]
+        if segments is not None:
+            mask = mask & (segments[:, :, None] == segments[:, None, :])
         return mask
 
-    def block_mask(self, keys: torch.Tensor, n: int, past: int) -> BlockMask:
-        """Queries past .. past+n-1 over keys 0 .. past+n-1: causal, not padding, in the window."""
+    def block_mask(self, keys: torch.Tensor, n: int, past: int, segments=None) -> BlockMask:
+        """Queries past .. past+n-1 over keys 0 .. past+n-1: causal, not padding, in the window,
+        in the query's segment."""
         def causal(b, h, i, j):
             return j <= i + past
 
@@ -490,6 +494,8 @@ class LlamaModel(nn.Module):
         if self.window is not None:
             left, right = self.window
             mods.append(lambda b, h, i, j: (j >= i + past - left) & (j <= i + past + right))
+        if segments is not None:
+            mods.append(lambda b, h, i, j: segments[b, i] == segments[b, j])
         return create_block_mask(and_masks(*mods), keys.shape[0], None, n, past + n, device=keys.device)
 
 
@@ -540,7 +546,7 @@ def call_block(m, i):
 
 
 def call_model(m, i):
-    return m(i["tokens"], i["pad"], i["positions"])
+    return m(i["tokens"], i["pad"], i["positions"], segments=i["segments"])
 
 
 register(

@@ -12,7 +12,8 @@ a variants file's import goes through ``guarded``/``user_code``. Inside it:
 - ``check_output`` checks what comes back: a tensor, on the call's device, of the call's
   dtype and shape, not a view of an input; one message per mistake.
 
-``describe(exc)`` is the one formatter of an exception for a row or a line.
+``describe(exc)`` is the one formatter of an exception for a row or a line; a failure of the
+harness's own code is one line there too (``harness.base.failures`` keeps its traceback).
 """
 
 from __future__ import annotations

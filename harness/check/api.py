@@ -16,7 +16,7 @@ from harness.check.settings import CheckSettings, PairMode
 from harness.check.spec import SpecChecker, one_thread
 from harness.families.base import Family
 from harness.families.catalog import get_family
-from harness.registry import Variant, variants_of
+from harness.registry import Variant, applicable, variants_of
 
 
 def check_all(families: Iterable[str], configs: Mapping[str, Config], device: str | None = None,
@@ -56,7 +56,7 @@ def check_all(families: Iterable[str], configs: Mapping[str, Config], device: st
 
 def _refusals(report: CheckReport, engine: SpecChecker, v: Variant, configs: Mapping[str, Config],
               s: CheckSettings) -> None:
-    """Each config ``v`` refuses: a skip, said why, or its error row where its own supports failed."""
+    """Each config (or case) ``v`` refuses: a skip, said why, or its error row where its own supports failed."""
     family = v.family_spec
     for config, cfg in configs.items():
         why = v.refuses(cfg, engine.device)
@@ -64,6 +64,13 @@ def _refusals(report: CheckReport, engine: SpecChecker, v: Variant, configs: Map
             report.specs.append(engine.failed(v, config, family.cases[0].name, s.dtypes[0], why.error))
         elif why:
             report.skipped.append((family.name, v.id, config, why))
+        else:  # a case its supports refuses (a model that takes no segment ids: packed)
+            for name in (c.name for c in family.cases if not c.base and applicable(v, c.name)):
+                why = v.refuses(cfg, engine.device, name)
+                if isinstance(why, FailedReason):
+                    report.specs.append(engine.failed(v, config, name, s.dtypes[0], why.error))
+                elif why:
+                    report.skipped.append((family.name, v.id, config, f"case {name}: {why}"))
 
 
 def _pairs(report: CheckReport, engine: SpecChecker, family: Family, configs: Mapping[str, Config],

@@ -22,7 +22,7 @@ from harness.check.runs import (
     run_variant,
     unique_grad_inputs,
 )
-from harness.check.spec import _lower_check, expected_names
+from harness.check.spec import NO_KEY_CASES, _lower_check, expected_names
 from harness.porting.portmap import zero_unrepresented
 from harness.registry import Variant, build
 
@@ -65,7 +65,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     if cfg is None:
         return None
     cases = [c.name for c in family.cases if applicable(variant, c.name)
-             and c.name not in ("fully_masked", "left_pad")]
+             and c.name not in NO_KEY_CASES]
     if not cases:
         return None
     case = cases[0]

@@ -122,6 +122,9 @@ class SpecResult:
     # the declared path finding that makes this failure a finding (written first in ``note``;
     # not in ``as_dict``, whose ``declared`` and ``note`` say it), or None
     finding: PathFinding | None = None
+    # where the check itself failed (the harness's own failure, a bug): its whole traceback
+    # (``harness.base.failures.harness_traceback``); None otherwise, and then not in ``as_dict``
+    traceback: str | None = None
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
@@ -130,6 +133,8 @@ class SpecResult:
     def as_dict(self) -> dict:
         out = asdict(self)
         del out["finding"]
+        if self.traceback is None:
+            del out["traceback"]
         return out
 
 

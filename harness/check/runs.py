@@ -28,6 +28,7 @@ from harness.check.results import PathResult
 from harness.check.run_keys import Mode, OracleKey, RunKey, frozen_fills
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
+from harness.families.no_key_rows import traits_at_dtype
 from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
 from harness.registry import Variant, applicable, build, variant_files
 
@@ -233,7 +234,7 @@ def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64:
     via = (lambda t: t.to(through)) if through is not None else (lambda t: t)  # noqa: E731
     oracle = family.oracle
     assert oracle is not None, f"family {family.name} has no oracle"  # a family whose variants are checked has one
-    out: torch.Tensor = oracle(traits, cfg, weights, inputs, dtype)
+    out: torch.Tensor = oracle(traits_at_dtype(traits, dtype), cfg, weights, inputs, dtype)  # a ByDtype for dtype
     as64 = lambda t: via(t.detach()).to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
     run.tensors["output"] = as64(out)
     if family.differentiable and out.requires_grad:
@@ -391,8 +392,8 @@ class RunCache:
 
     def compare_paths(self, variant: Variant, case: str, dtype_name: str) -> PathResult | None:
         family = variant.family_spec
-        if (not family.differentiable or not applicable(variant, case) or variant.refuses(self.cfg, self.device)
-                or variant.dtype_reason(dtype_name)):
+        if (not family.differentiable or not applicable(variant, case)
+                or variant.refuses(self.cfg, self.device, family.base_case(case)) or variant.dtype_reason(dtype_name)):
             return None
         dtype = dtype_of(dtype_name)
         zero = self.fills(variant)

@@ -37,6 +37,7 @@ from harness.base.boundary import UserCodeError, describe, failure_text, variant
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError, PortingError
+from harness.base.failures import harness_traceback
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.left_out import undeclared_absent
@@ -132,15 +133,15 @@ class SpecChecker:
         return SpecResult(family=variant.family, variant=variant.id, config=config, case=case, dtype=dtype_name,
                           device=self.device, verdict=Verdict.ERROR, expected=Verdict.EQUIVALENT, ok=False,
                           err=math.nan, ref_err=math.nan, ratio=math.nan, worst="", reference=ref.id if ref else "",
-                          path="-", note=note[:400])
+                          path="-", note=note[:400], traceback=harness_traceback(exc))
 
     # -- the evidence, read from the run cache -------------------------------------------------
     def evidence(self, variant: Variant, config: str, case: str, dtype_name: str) -> Evidence | None:
         """What the verdict of one cell is decided from; None where the case does not apply or
         the variant cannot be built for the config or dtype."""
         checker = self.checkers[config]
-        if (not applicable(variant, case) or variant.refuses(checker.cfg, checker.device)
-                or variant.dtype_reason(dtype_name)):
+        if (not applicable(variant, case) or variant.dtype_reason(dtype_name)
+                or variant.refuses(checker.cfg, checker.device, variant.family_spec.base_case(case))):
             return None
         ref, dtype = self._reference(variant, case, checker), dtype_of(dtype_name)
         zero = checker.fills(variant) | (checker.fills(ref) if ref else {})

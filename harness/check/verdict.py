@@ -38,7 +38,7 @@ from harness.registry import Variant
 # rows otherwise (nested tensors zero the padded rows, where the autograd path gives NaN or
 # the mean of V), so there the no-grad eval run is compared with the autograd run (``paths``)
 # but not held to the spec.
-NO_KEY_CASES = ("fully_masked", "left_pad")
+NO_KEY_CASES = ("fully_masked", "left_pad", "causal_short", "window_short")
 # Regimes outside the one the precision rule was calibrated on (unit-scale inputs, short T, S):
 # activations scaled (logits in the hundreds, where the logits' own rounding dominates) or
 # sequences over one 64-wide key block. There each implementation's maximum error is one

@@ -29,7 +29,7 @@ import torch
 from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.devices import device_type
 from harness.base.errors import UnknownName
-from harness.families import oracles
+from harness.families import no_key_rows, oracles
 from harness.families.kernel_oracle import DEFAULT_SCALE
 
 ParamSpec = dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, init kind)
@@ -201,6 +201,7 @@ class Family:
     # norm follows the dropout: the mean is biased, zeroed branches leave the output as in
     # eval), or None (only the draw count and the kept fraction).
     dropout_stats: Callable[[Mapping[str, Any]], Any] | None = None
+    no_key_causes: tuple[str, ...] = ("mask",)  # what empties a row in its cases (``no_key_rows.CAUSES``)
     # (semantic traits, config) -> the parameters a declared trait brings (QK-norm's gains): ``params_for``
     trait_params: Callable[[Mapping[str, Any], Config], ParamSpec] | None = None
 
@@ -257,6 +258,8 @@ class Family:
 
     def validate_traits(self, variant_id: str, traits: Mapping[str, Any]) -> list[str]:
         """Problems with a variant's declared traits (empty when they are executable)."""
+        if no_key_rows.varies(traits):  # ByCause / ByDtype: each combination as a plain declaration
+            return no_key_rows.problems(traits, self, lambda plain: self.validate_traits(variant_id, plain))
         problems = []
         for key in traits:
             if key not in self.traits and key not in DESCRIPTIVE_TRAITS:
@@ -345,12 +348,8 @@ def _attn_params(prefix: str, d: int, kv_width: int | None = None, q_width: int 
 
 
 def _ffn_params(prefix: str, d: int, f: int) -> ParamSpec:
-    return {
-        f"{prefix}w1.weight": ((f, d), "weight"),
-        f"{prefix}w1.bias": ((f,), "bias"),
-        f"{prefix}w2.weight": ((d, f), "weight"),
-        f"{prefix}w2.bias": ((d,), "bias"),
-    }
+    return {f"{prefix}w1.weight": ((f, d), "weight"), f"{prefix}w1.bias": ((f,), "bias"),
+            f"{prefix}w2.weight": ((d, f), "weight"), f"{prefix}w2.bias": ((d,), "bias")}
 
 
 def _norm_params(prefix: str, d: int) -> ParamSpec:

@@ -32,7 +32,7 @@ from harness.families.base import Family
 from harness.families.catalog import FAMILIES, get_family
 from harness.porting.entries import ParamMap
 from harness.porting.portmap import MapSpec, PortMap
-from harness.registry.guard import guard, import_failure, variant_files, where_in
+from harness.registry.guard import call_supports, guard, import_failure, variant_files, where_in
 from harness.registry.ids import namespaced
 
 
@@ -50,7 +50,9 @@ class Variant:
     traits    declared facts; the family's semantic traits decide the expectations
     fixed     module parameters outside the family, with the reason they are held
     reference True for the family's baseline (speed ratios, error against it)
-    supports  Config -> None, or a reason the variant cannot be built for it
+    supports  Config -> None, or a reason the variant cannot be built for it; or (Config, case)
+              -> the same, case a case name where one case cannot run (a model that takes no
+              segment ids refusing ``packed``), None when asked for the config as a whole
     dtypes    the dtypes it runs in (``("float16", "bfloat16")``); empty: any. Without float64:
               semantics decided in each of them (``harness.check.own_dtype``)
     devices   the device types it runs on and why only there (``DeviceSet``); None: any
@@ -66,7 +68,7 @@ class Variant:
     fixed: Mapping[str, str] = field(default_factory=dict)
     summary: str = ""
     reference: bool = False
-    supports: Callable[[Config], str | None] = lambda cfg: None
+    supports: Callable[..., str | None] = lambda cfg: None
     dtypes: tuple[str, ...] = ()
     devices: DeviceSet | None = None
     origin: str = ""  # module or file that registered it
@@ -81,10 +83,11 @@ class Variant:
         still works; registration has already checked the name)."""
         return get_family(self.family)
 
-    def refuses(self, cfg: Config, device: str | torch.device = "cpu") -> str | None:
-        """Why the variant is not run for ``cfg`` on ``device`` (None: it is): its declared
-        device set first, then ``supports``."""
-        return (self.devices.refuses(device) if self.devices is not None else None) or self.supports(cfg)
+    def refuses(self, cfg: Config, device: str | torch.device = "cpu", case: str | None = None) -> str | None:
+        """Why the variant is not run for ``cfg`` on ``device`` (None: it is), or with ``case``
+        on that case: its declared device set first, then ``supports``."""
+        return ((self.devices.refuses(device) if self.devices is not None else None)
+                or call_supports(self.supports, cfg, case))
 
     def map_for(self, cfg: Config) -> ParamMap:
         return self.param_map(cfg) if callable(self.param_map) else self.param_map
@@ -138,7 +141,8 @@ def register(**fields: Any) -> Variant:
     requires = FAMILIES[variant.family].requires
     if requires is not None:
         own = variant.supports
-        variant = dataclasses.replace(variant, supports=lambda cfg: requires(variant.traits, cfg) or own(cfg))
+        variant = dataclasses.replace(variant, supports=lambda cfg, case=None: requires(variant.traits, cfg)
+                                      or call_supports(own, cfg, case))
     variant = guard(variant)
     if variant.key in REGISTRY and variant.origin in _user_files and REGISTRY[variant.key].origin not in _user_files:
         variant = namespaced(variant, REGISTRY)

@@ -153,6 +153,7 @@ class PairDiff:
     paths_no_grad: Mapping[str, str] = field(default_factory=dict)
     hints: tuple[str, ...] = ()
     hint_candidates: int = 0
+    tracebacks: Mapping[str, str] = field(default_factory=dict)  # id -> traceback, where the harness itself failed
 
     @property
     def worst_where(self) -> Where | None:
@@ -163,6 +164,7 @@ class PairDiff:
         head = {"family": self.family, "a": self.a, "b": self.b, "case": self.case, "dtype": self.dtype,
                 "device": self.device, "expected": self.expected, "declared_reason": self.declared_reason,
                 "traits": [_shallow(t) for t in self.traits], "errors": dict(self.errors),
+                **({"tracebacks": dict(self.tracebacks)} if self.tracebacks else {}),  # the harness's failures only
                 "paths": dict(self.paths), "mistakes": dict(self.mistakes), "verdict": self.verdict}
         if self.errors:
             body: dict[str, Any] = {"trace": [], "first": None, "attribution": None, "where": [], "ops": [],

@@ -27,6 +27,7 @@ from harness.check import precision as P
 from harness.check.rules import float64_check
 from harness.check.runs import RunCache, run_variant
 from harness.families.base import REQUIRED, Family
+from harness.families.no_key_rows import ByDtype
 from harness.porting.portmap import absent_fills
 from harness.registry import Variant
 
@@ -185,12 +186,40 @@ def infer_case_traits(checker, family, variant, base, ref_traits, semantic_cases
             continue
         defaults = {n: family.traits[n].default for n in names}
         pick = max(matches, key=lambda m: sum(m[n] == defaults[n] for n in names))
+        low = _float32_pick(checker, family, variant, case, zero, full, names, options, pick)
+        by_dtype = low is not None and low != pick
+        if by_dtype:  # the module's rows without keys differ in float32: declared per dtype
+            pick = {n: pick[n] if low[n] == pick[n] else ByDtype(float64=pick[n], other=low[n]) for n in names}
         traits.update({n: v for n, v in pick.items() if n in ref_traits or v != defaults[n]})
         shown = ", ".join(f"{n} = {v!r}" for n, v in pick.items())
         notes.append(f"{shown}: on '{case}' the module agrees with that oracle"
+                     + (" in float64 and in float32 (bfloat16 and float16 read as float32's, not run)"
+                        if by_dtype else "")
                      + (f" (and {len(matches) - 1} other value set(s) it cannot tell apart)"
                         if len(matches) > 1 else ""))
     return traits, notes, undecided
+
+
+def _float32_pick(checker, family, variant, case, zero, full, names, options, pick) -> dict | None:
+    """The values of ``names`` whose oracle the module agrees with on ``case`` in float32 (the
+    float64 ``pick`` when it is among them), or None where none does or the run fails: one more
+    run, which tells a row whose value depends on the dtype (a finfo.min bias that becomes -inf
+    in a float32 softmax only in float64)."""
+    run = checker.run(variant, case, zero, torch.float32)
+    if run.error:
+        return None
+    found = []
+    for combo in itertools.product(*options):
+        spec = {**full, **dict(zip(names, combo))}
+        try:
+            oracle = checker.oracle(family, spec, case, zero, torch.float32)
+        except (SpecError, RuntimeError):
+            continue
+        levels = [agreement(t, oracle.tensors[n]) for n, t in run.tensors.items() if n in oracle.tensors]
+        if levels and all(lv in ("float64", "float32") for lv in levels):
+            found.append(dict(zip(names, combo)))
+    same = [m for m in found if m == {n: pick[n] for n in names}]
+    return (same or found or [None])[0]
 
 
 def verify_case(checker: RunCache, variant: Variant, spec: dict, case: str) -> bool:

@@ -186,8 +186,7 @@ def _candidates(checker: RunCache, family: Family, cfg: Config, probe, ref: Vari
 
 
 def _full(ref: Variant, spec: dict) -> dict:
-    """A trait set with the reference's values for the traits it leaves out (a fully masked
-    row's, which the oracle reads on every case and the search infers on its own case)."""
+    """A trait set, the reference's values where it gives none (a fully masked row's: inferred on its own case)."""
     return {**ref.family_spec.semantic_traits(ref.traits), **spec}
 
 
@@ -253,6 +252,7 @@ def _forward(checker: RunCache, variant: Variant, case: str, module: torch.nn.Mo
 
 
 CLOSEST_POOL = 12  # candidates nearest on the first case that are scored over every case
+HELPERS = ("additive_mask", "library_config", "rotary_tables", "ByDtype")  # imported where the registration uses them
 
 
 def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, source: str, build, ref) -> dict:
@@ -388,7 +388,7 @@ def _found(hit: Hit) -> Proposal:
     (family, ref, variant, pmap, form, code, import_line, source, cls, init, traits, notes, cases, tried,
      ran_forms, target, uses_mask, cfg, restrict) = (getattr(hit, f.name) for f in fields(hit))
     uses = sorted(set().union(*(_entry_classes(e) for e in pmap.values())))
-    helpers = [h for h in ("additive_mask", "library_config", "rotary_tables") if f"{h}(" in code + init]
+    helpers = [h for h in HELPERS if f"{h}(" in code + init + repr(traits)]
     lines = (["import torch"] if "torch." in code + init else []) + ([import_line] if import_line else []) \
         + init_imports(cls, init)
     lines.append(f"from harness import {', '.join(uses + helpers + ['register'])}")

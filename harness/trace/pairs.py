@@ -159,6 +159,7 @@ def _declared_part(p: _Pair, t: _Traces, *, mistakes: bool) -> PairDiff:
         p.family, p.a.id, p.b.id, p.case, p.dtype_name, p.device, expected, reason,
         traits=tuple(traits_side_by_side(p.fam, p.a, p.b)),
         errors={v.id: tr.error for v, tr in sides if tr.error},
+        tracebacks={v.id: tr.traceback for v, tr in sides if tr.error and tr.traceback},
         paths={v.id: tr.path for v, tr in sides},
         mistakes=name_mistakes(p.family, (p.a, p.b), p.cfg) if mistakes else {},
         verdict=Verdict.ERROR, seconds=0.0)

@@ -192,6 +192,7 @@ class Trace:
     path: str
     error: str | None = None
     shapes: dict[str, tuple] = field(default_factory=dict)
+    traceback: str | None = None   # where ``error`` is the harness's own failure: its whole traceback
 
 
 def _projection_of(unit: str) -> str | None:
