@@ -52,7 +52,7 @@ from harness.trace.map_candidates import (
     load_class,
     make_call,
 )
-from harness.trace.map_slots import candidate_maps
+from harness.trace.map_slots import candidate_maps, unequal_stacks
 from harness.trace.map_traits import agreement, infer_case_traits, search_fills, trait_sets
 from harness.trace.map_traits import verify_case as _verify
 from harness.trace.map_verify import verify_registration
@@ -164,6 +164,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
         for reason, named in reasons.items():
             why += f"\n  {', '.join(named)}: {reason}"
         why += "\npass --call (and --init) for a call form of your own"
+    why += "".join(f"\nnote: {line}" for line in unequal_stacks(family, cfg, probe))
     if call and call in failed:
         why += f"\n--call {call!r} " + ("ran " if failed[call].startswith("nothing") else "raised ") + failed[call]
     return Proposal(False, why, tried=tried, closest=closest)
