@@ -296,3 +296,21 @@ def test_an_hf_module_follows_rope_base_and_one_that_pins_its_base_is_caught():
         wrong = checker.check(get_variant("attention", "hf_llama_base_10000"), "base", "causal", "float64")
     assert right.ok, right.note
     assert not wrong.ok and wrong.verdict == "different", wrong.note
+
+
+@pytest.mark.parametrize("home,config,attention", [("qwen2", "Qwen2Config", "Qwen2Attention"),
+                                                   ("gemma2", "Gemma2Config", "Gemma2Attention"),
+                                                   ("gemma3", "Gemma3TextConfig", "Gemma3Attention")])
+def test_library_config_makes_the_layer_sliding_exactly_when_the_window_is_set(home, config, attention):
+    """Qwen2 slides only from layer max_window_layers (28) on, Gemma 2 and 3 slide on layer 0
+    by default: built by library_config, the module's own sliding window is the config's
+    window (w = left + 1), and none without one."""
+    import importlib
+
+    from harness import library_config
+
+    modeling = importlib.import_module(f"transformers.models.{home}.modeling_{home}")
+    config_cls = getattr(importlib.import_module(f"transformers.models.{home}.configuration_{home}"), config)
+    for window, want in (((2, 0), 3), (None, None)):
+        module = getattr(modeling, attention)(library_config(config_cls, Config(window=window)), layer_idx=0)
+        assert module.sliding_window == want, (window, module.sliding_window)
