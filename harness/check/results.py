@@ -115,6 +115,9 @@ class SpecResult:
     # the declaration that expects a verdict other than agreement here (a mask fill the dtype
     # cannot hold: "annotated: fill -1e+09 overflows float16"; a path finding's reason), or ""
     declared: str = ""
+    # the case's own run holds or not, but a build called on other inputs first gives another
+    # output (state kept between calls: ``spec.call_order_dependence``)
+    depends_on_earlier_calls: bool = False
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)

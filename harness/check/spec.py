@@ -150,40 +150,21 @@ class SpecChecker:
         checker = self.checkers[config]
         dtype, zero = dtype_of(dtype_name), self._zero(variant, case, checker)
         changed = list(checker.run(variant, case, zero, dtype).changed)
+        stateful = ""
         if config == next(iter(self.checkers)) and dtype == torch.float64 and result.verdict != Verdict.ERROR:
-            changed += self._sequence(variant, case, zero, checker)
+            stateful = call_order_dependence(variant, case, zero, checker)
         if variant.family_spec.differentiable:
             inference = checker.run(variant, case, zero, dtype, mode="inference")
             changed += [c + " (no-grad eval)" for c in inference.changed]
-        if not changed:
+        if not changed and not stateful:
             return result
         # inputs are read-only, and a call does not depend on the calls before it: either
         # contradicts any declaration
-        note = "; ".join(dict.fromkeys([*changed, result.note] if result.note else changed))
-        return dataclasses.replace(result, verdict=worst_spec([result.verdict, Verdict.DIFFERENT]), ok=False, note=note)
-
-    @staticmethod
-    def _sequence(variant: Variant, case: str, zero, checker: RunCache) -> list[str]:
-        """A build called first on other inputs, then on this case's, against a fresh build's
-        call on this case (both float64, no-grad eval): state kept across calls (a table or
-        mask cached at the first length) shows as a difference or an error."""
-        seq, said = checker.sequence(variant, case, zero)
-        fresh = checker.run(variant, case, zero, torch.float64, mode="inference")
-        if not said or fresh.error:
-            return []
-        head = f"called first on {said}, then on these inputs"
-        if seq.error:
-            return [f"{head}: {seq.error}"]
-        a, b = seq.tensors["output"], fresh.tensors["output"]
-        if a.shape != b.shape:
-            return [f"{head}: output of shape {tuple(a.shape)}, a fresh build's {tuple(b.shape)}"]
-        if not a.is_floating_point():
-            bad = int((a != b).sum())
-            return [f"{head}: {bad} element(s) differ from a fresh build's"] if bad else []
-        c = float64_check("output", a, b, None)
-        if c.verdict == Verdict.EQUIVALENT:
-            return []
-        return [f"{head}: output differs from a fresh build's by {c.err:.3g}"]
+        note = "; ".join(dict.fromkeys([x for x in (stateful, *changed, result.note) if x]))
+        if stateful and result.ok:  # the case's own run holds: the earlier calls are the difference
+            result = dataclasses.replace(result, worst="output", err=math.nan, ratio=math.nan)
+        return dataclasses.replace(result, verdict=worst_spec([result.verdict, Verdict.DIFFERENT]), ok=False,
+                                   note=note, depends_on_earlier_calls=bool(stateful))
 
     def _zero(self, variant: Variant, case: str, checker: RunCache):
         ref = reference_of(variant.family)
@@ -370,3 +351,30 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(before)
+
+
+STATE_KEPT = "output depends on earlier calls (state kept between calls)"
+
+
+def call_order_dependence(variant: Variant, case: str, zero, checker: RunCache) -> str:
+    """'' when a build called first on other inputs (``RunCache.warmups``), then on this
+    case's, gives what a fresh build's call on this case gives (both float64, no-grad eval);
+    else ``STATE_KEPT`` and how it shows (an error, another shape, a difference): state kept
+    across calls (a table or mask cached at the first length)."""
+    seq, said = checker.sequence(variant, case, zero)
+    fresh = checker.run(variant, case, zero, torch.float64, mode="inference")
+    if not said or fresh.error:
+        return ""
+    head = f"{STATE_KEPT}: called first on {said}, then on these inputs"
+    if seq.error:
+        return f"{head}: {seq.error}"
+    a, b = seq.tensors["output"], fresh.tensors["output"]
+    if a.shape != b.shape:
+        return f"{head}: output of shape {tuple(a.shape)}, a fresh build's {tuple(b.shape)}"
+    if not a.is_floating_point():
+        bad = int((a != b).sum())
+        return f"{head}: {bad} element(s) differ from a fresh build's" if bad else ""
+    c = float64_check("output", a, b, None)
+    if c.verdict == Verdict.EQUIVALENT:
+        return ""
+    return f"{head}: output differs from a fresh build's by {c.err:.3g}"

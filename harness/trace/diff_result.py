@@ -153,6 +153,8 @@ class PairDiff:
     paths_no_grad: Mapping[str, str] = field(default_factory=dict)
     hints: tuple[str, ...] = ()
     hint_candidates: int = 0
+    stateful: Mapping[str, str] = field(default_factory=dict)  # variant id -> how its output
+    # depends on the calls before it (``harness.check.spec.call_order_dependence``)
 
     @property
     def worst_where(self) -> Where | None:
@@ -164,6 +166,8 @@ class PairDiff:
                 "device": self.device, "expected": self.expected, "declared_reason": self.declared_reason,
                 "traits": [_shallow(t) for t in self.traits], "errors": dict(self.errors),
                 "paths": dict(self.paths), "mistakes": dict(self.mistakes), "verdict": self.verdict}
+        if self.stateful:
+            head["stateful"] = dict(self.stateful)
         if self.errors:
             body: dict[str, Any] = {"trace": [], "first": None, "attribution": None, "where": [], "ops": [],
                                     "hints": []}

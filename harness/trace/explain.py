@@ -10,10 +10,10 @@ from harness.base.masks import one_key_at_most
 from harness.base.verdicts import Verdict
 from harness.check.results import PairResult
 from harness.check.runs import RunCache
-from harness.check.spec import PATH_FINDING
+from harness.check.spec import PATH_FINDING, STATE_KEPT
 from harness.families.catalog import get_family
-from harness.registry import get_variant, reference_of
-from harness.trace.kernel_explain import hidden_by_one_key, mistake_fits, mistake_line
+from harness.registry import get_variant, reference_of, variants_of
+from harness.trace.kernel_explain import hidden_by_one_key, mistake_fits, mistake_line, stateful_cases
 from harness.trace.pairs import diff_command, explain_variant, first_divergence
 
 MAX_EXPLAINED = 8  # a trace costs seconds: the first contradictions only
@@ -41,7 +41,12 @@ class Mistakes:
         """The one line naming the mistake, or saying that no single reading fits ('' where
         nothing is probed)."""
         fits = self._probe(family, variant)
-        return "" if fits is None else mistake_line(fits[1], fits[0])
+        said = "" if fits is None else mistake_line(fits[1], fits[0])
+        stateful = stateful_cases(self.report, variant, family)
+        if stateful:
+            state = f"{STATE_KEPT} on {', '.join(stateful)}"
+            said = f"{state}; elsewhere it {said}" if said else state
+        return said
 
 
 def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mistakes | None = None) -> str:
@@ -66,10 +71,15 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mist
                          f"{loads} traces any pair on any config")
             break
         head = f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): worst tensor {s.worst}"
+        cfg = configs.get(s.config) or get_family(s.family).configs_of(configs).get(s.config)
+        if s.depends_on_earlier_calls:  # a fresh build's trace on this case alone would agree
+            said = next(x for x in s.note.split("; ") if x.startswith(STATE_KEPT))
+            lines.append(f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): {said}\n    reproduce: "
+                         + diff_command(s.family, _peer(s.family), s.variant, s.case, cfg, s.dtype))
+            continue
         if s.verdict != Verdict.DIFFERENT:  # less precise: same function, more rounding; nothing to trace
             lines.append(head + f" ({s.verdict}, {s.ratio:.3g}x the baseline's error)")
             continue
-        cfg = configs.get(s.config) or get_family(s.family).configs_of(configs).get(s.config)
         failing = {f.variant for f in report.specs if f.family == s.family and f.case == s.case
                    and f.config == s.config and not f.ok}  # no peer to trace against
         try:
@@ -91,6 +101,13 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mist
         lines.append(f"  {p.family}: {p.a} ~ {p.b} on {p.case} ({p.config}, {p.dtype}) is {p.verdict}, declared "
                      f"{p.expected}\n    reproduce: " + diff_command(p.family, p.a, p.b, p.case, cfg, p.dtype))
     return "\n".join(lines)
+
+
+def _peer(family: str) -> str:
+    """The variant a stateful one's ``diff`` runs beside: the family reference (any variant
+    serves: ``diff`` says which side keeps state)."""
+    ref = reference_of(family) or next(iter(variants_of(family)))
+    return ref.id
 
 
 def explain_differences(report, configs) -> str:
@@ -127,7 +144,8 @@ def path_findings(report, configs, mistakes: Mistakes | None = None) -> str:
     for (family, variant, case), specs in by_case.items():
         bad = sorted({s.config for s in specs if not s.ok})
         good = sorted({s.config for s in specs if s.ok} - set(bad))
-        if not (bad and good) or any(s.verdict == Verdict.ERROR for s in specs):
+        if (not (bad and good) or any(s.verdict == Verdict.ERROR for s in specs)
+                or any(s.depends_on_earlier_calls for s in specs)):  # state kept: checked on one config only
             continue
         if mistakes.explains(family, variant):
             continue

@@ -178,11 +178,16 @@ def convention_fits(variant: Variant, failing: list[tuple[Config, str]], dtype: 
     """The single conventions, read another way, that make ``variant``'s own run meet the
     oracle on every (config, case) of ``failing`` (float64, or its own dtype for a kernel that
     runs only in half precision: ``judged_dtype``): the family's named mistakes, then each
-    other value of a trait with a default (a trait left out), each as '<label> (declared ...)'."""
+    other value of a trait with a default (a trait left out), each as '<label> (declared ...)'.
+    A reading is offered only where it meets what the declared traits miss: none when a
+    fresh build meets its declaration on one of ``failing`` (``reproduced``)."""
     family = variant.family_spec
     judged = judged_dtype(variant, dtype)
     declared = family.semantic_traits(variant.traits)
     checkers = {id(cfg): RunCache(cfg, record=False) for cfg, _ in failing}
+    if not failing or any(meets_spec(variant, checkers[id(cfg)], case, declared, judged)
+                          for cfg, case in failing):
+        return []  # a fresh build's run meets its declaration there: no reading fits better
     named = MODULE_CANDIDATES.get(family.name) or candidates()
     left_out = _left_out(family, variant) if family.name in MODULE_CANDIDATES else []
     fits, tried = [], set()
@@ -231,12 +236,21 @@ def explain_kernel(variant: Variant, failing: Iterable[tuple[Config, str]], dtyp
 def failing_cases(report, variant_id: str, configs: Mapping[str, Config],
                   family: str = "attention_kernel") -> list[tuple[Config, str]]:
     """The (config, case) pairs where ``variant_id`` of ``family`` is different in float64
-    (a config the family adds to the matrix, the attention family's GQA one, included)."""
+    (a config the family adds to the matrix, the attention family's GQA one, included),
+    less those whose output depends on the calls before it (``SpecResult.depends_on_earlier_calls``:
+    no convention explains state kept between calls; ``stateful_cases`` names them)."""
     every = get_family(family).configs_of(configs) | dict(configs)
     judged = _judged_name(report, family, variant_id)
     return [(every[s.config], s.case) for s in report.specs
             if s.family == family and s.variant == variant_id and s.dtype == judged
-            and not s.ok and s.verdict == Verdict.DIFFERENT and s.config in every]
+            and not s.ok and s.verdict == Verdict.DIFFERENT and s.config in every
+            and not s.depends_on_earlier_calls]
+
+
+def stateful_cases(report, variant_id: str, family: str) -> list[str]:
+    """The cases where ``variant_id``'s output depends on the calls before it."""
+    return list(dict.fromkeys(s.case for s in report.specs if s.family == family and s.variant == variant_id
+                              and s.depends_on_earlier_calls))
 
 
 def _failing_dtype(report, family: str, variant_id: str) -> str | None:

@@ -50,6 +50,7 @@ from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError
 from harness.base.verdicts import Verdict
 from harness.check.runs import OpRecorder, RunCache, applicable, cast_inputs
+from harness.check.spec import call_order_dependence
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.families.catalog import get_family
@@ -155,7 +156,16 @@ def _declared_part(p: _Pair, t: _Traces, *, mistakes: bool) -> PairDiff:
         errors={v.id: tr.error for v, tr in sides if tr.error},
         paths={v.id: tr.path for v, tr in sides},
         mistakes=name_mistakes(p.family, (p.a, p.b), p.cfg) if mistakes else {},
-        verdict=Verdict.ERROR, seconds=0.0)
+        verdict=Verdict.ERROR, seconds=0.0, stateful=_stateful(p))
+
+
+def _stateful(p: _Pair) -> dict[str, str]:
+    """Each side whose output on the case depends on the calls before it (float64, the
+    sequence ``check`` calls it in): a trace of one call cannot show that."""
+    checker = RunCache(p.cfg, record=False)
+    found = {v.id: call_order_dependence(v, p.case, checker.fills(v), checker) for v in (p.a, p.b)
+             if not v.refuses(p.cfg, "cpu") and not v.dtype_reason("float64")}
+    return {k: line for k, line in found.items() if line}
 
 
 def _compared(result: PairDiff, p: _Pair, t: _Traces, *, hints: bool, attribution: bool) -> PairDiff:

@@ -41,6 +41,7 @@ def summary_text(d: PairDiff) -> str:
     if d.attribution:
         lines.append(d.attribution.text)
     lines += [f"mistake of {v}: {line}" for v, line in d.mistakes.items()]
+    lines += [f"{v}: {line}" for v, line in d.stateful.items()]
     if worst is not None and not worst.verdict.agrees:
         idx = ", ".join(map(str, worst.worst_index))
         lines.append(f"worst tensor {worst.tensor}: {worst.mismatches}/{worst.numel} elements "
@@ -54,11 +55,13 @@ def summary_text(d: PairDiff) -> str:
 
 def render(d: PairDiff) -> str:
     out = [f"== diff {d.family}: {d.a} (A) vs {d.b} (B), case {d.case}, {d.dtype} on {d.device}",
-           f"verdict: {d.verdict}; declared: {d.expected}" + (f" ({d.declared_reason})" if d.declared_reason else "")]
+           f"verdict: {d.verdict}; declared: {d.expected}" + (f" ({d.declared_reason})" if d.declared_reason else "")
+           + "".join(f"; {v}'s output depends on earlier calls (below)" for v in d.stateful)]
     out.append("\n-- traits (* differs, S semantic)")
     out.append(tabulate([[("*" if t.differs else "") + ("S" if t.semantic else ""), t.trait, t.a, t.b]
                          for t in d.traits], headers=["", "trait", d.a, d.b], tablefmt="simple"))
     out += [f"mistake of {v}: {line}" for v, line in d.mistakes.items()]
+    out += [f"{v}: {line}" for v, line in d.stateful.items()]
     if d.errors:
         out.append("\n" + _errors(d))
         return "\n".join(out)

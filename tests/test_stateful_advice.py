@@ -1,0 +1,63 @@
+"""A module that keeps state between calls: the verdict says so, the advice offers no
+convention it cannot back, and the ``diff`` command ``check`` prints shows the same finding."""
+
+import torch
+from torch import nn
+
+from harness import Param, Zero, register
+from harness.base.config import CONFIG_MATRIX
+from harness.check.api import check_all
+from harness.check.spec import STATE_KEPT
+from harness.registry import get_variant, scratch
+from harness.trace.explain import explain_failures
+from harness.trace.kernel_explain import convention_fits
+from harness.trace.pairs import diff_pair
+
+
+class CausalInside(nn.Module):
+    """Self-attention that builds its causal mask itself; ``cached`` keeps the first call's."""
+
+    def __init__(self, cfg, cached):
+        super().__init__()
+        self.h, self.cached, self.mask = cfg.heads, cached, None
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+                                                              for _ in range(4))
+
+    def forward(self, x):
+        B, T, D = x.shape
+        d = D // self.h
+        q, k, v = (p(x).view(B, T, self.h, d).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        if self.cached:
+            self.mask = causal if self.mask is None else self.mask
+            causal = self.mask[:T, :T]
+        s = (q @ k.transpose(-2, -1) / d ** 0.5).masked_fill(~causal, float("-inf"))
+        return self.o_proj((s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D))
+
+
+def _register(vid, cached):
+    register(id=vid, family="attention", source="tests", summary="causal mask built inside",
+             build=lambda cfg: CausalInside(cfg, cached), call=lambda m, i: m(i["query"]),
+             param_map={**{f"{c}.weight": Param(f"{c}_proj.weight") for c in "qkvo"},
+                        **{f"{c}.bias": Zero() for c in "qkvo"}},
+             traits={"sublayer": "attention", "fully_masked_row": "zeros", "cases": ("causal_only",)})
+
+
+def test_state_kept_between_calls_is_said_and_reproduced_and_no_convention_is_offered():
+    configs = {"default": CONFIG_MATRIX["default"]}
+    with scratch():
+        _register("cached_mask", True)
+        _register("fresh_mask", False)
+        report = check_all(["attention"], configs, "cpu", [], variants=["attention/cached_mask"], extras=False)
+        text = explain_failures(report, configs)
+        diff = diff_pair("attention", "torch_mha", "cached_mask", "causal_only", configs["default"], "float64")
+        control = diff_pair("attention", "torch_mha", "fresh_mask", "causal_only", configs["default"], "float64")
+        # the evidence rule: a fresh build meets its declaration there, so no reading is offered
+        fits = convention_fits(get_variant("attention", "cached_mask"), [(configs["default"], "causal_only")])
+    bad = [s for s in report.specs if s.variant == "cached_mask" and s.dtype == "float64" and not s.ok]
+    assert bad and all(s.depends_on_earlier_calls and s.worst == "output" for s in bad), bad
+    assert f"cached_mask: {STATE_KEPT} on causal_only" in text, text
+    assert "reads as" not in text and "computation mistake" not in text, text
+    assert "reproduce: python -m harness diff attention torch_mha cached_mask --case causal_only" in text, text
+    assert "called first on" in diff.stateful["cached_mask"], diff.stateful  # the printed command shows it
+    assert not control.stateful and fits == []
