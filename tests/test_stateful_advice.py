@@ -61,3 +61,27 @@ def test_state_kept_between_calls_is_said_and_reproduced_and_no_convention_is_of
     assert "reproduce: python -m harness diff attention torch_mha cached_mask --case causal_only" in text, text
     assert "called first on" in diff.stateful["cached_mask"], diff.stateful  # the printed command shows it
     assert not control.stateful and fits == []
+
+
+def test_every_failing_variant_gets_its_mistake_line_and_the_trace_cap_is_said():
+    """The one-line diagnosis is given for every failing variant, not the first few; the
+    traces (seconds each) stop at ``limit``, and the line that says so counts the rest."""
+    import math
+
+    from harness.base.verdicts import Verdict
+    from harness.check.results import CheckReport, SpecResult
+    from harness.trace.explain import Mistakes
+
+    class Named(Mistakes):
+        def line(self, family, variant):
+            return f"named {variant}"
+
+    configs = {"default": CONFIG_MATRIX["default"]}
+    report = CheckReport(configs, ["float64"])
+    report.specs = [SpecResult(family="attention", variant=f"v{i}", config="default", case="self", dtype="float64",
+                               device="cpu", verdict=Verdict.DIFFERENT, expected=Verdict.EQUIVALENT, ok=False,
+                               err=1.0, ref_err=math.nan, ratio=math.nan, worst="output", reference="torch_mha",
+                               path="-") for i in range(12)]
+    text = explain_failures(report, configs, limit=0, mistakes=Named(report, configs))
+    assert all(f"attention/v{i}: named v{i}" in text for i in range(12)), text
+    assert "traced above: the first 0 of 12 failing (variant, case)" in text, text

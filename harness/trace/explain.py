@@ -16,7 +16,7 @@ from harness.registry import get_variant, reference_of, variants_of
 from harness.trace.kernel_explain import hidden_by_one_key, mistake_fits, mistake_line, stateful_cases
 from harness.trace.pairs import diff_command, explain_variant, first_divergence
 
-MAX_EXPLAINED = 8  # a trace costs seconds: the first contradictions only
+MAX_EXPLAINED = 8  # a trace costs seconds: the first contradictions only (each variant's mistake is named)
 
 
 class Mistakes:
@@ -50,16 +50,18 @@ class Mistakes:
 
 
 def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mistakes | None = None) -> str:
-    """Each failing variant's named mistake, one line each; then for each (variant, case)
-    whose spec fails: the first divergence against a peer that declares the same traits, or
+    """Each failing variant's named mistake, one line each (all of them); then for each of the
+    first ``limit`` (variant, case) whose spec fails: the first divergence against a peer that declares the same traits, or
     the worst tensor when it has no peer."""
     mistakes = mistakes or Mistakes(report, configs)
     lines, seen = [], set()
     failing = dict.fromkeys((s.family, s.variant) for s in report.specs if not s.ok and s.verdict != Verdict.ERROR)
-    for family, variant in list(failing)[:limit]:  # a probe costs seconds: the first variants only
+    for family, variant in failing:  # every failing variant: a probe costs about a second
         mistake = mistakes.line(family, variant)
         if mistake:
             lines.append(f"  {family}/{variant}: {mistake}")
+    traced = list(dict.fromkeys((s.family, s.variant, s.case) for s in report.specs
+                                if not s.ok and s.verdict != Verdict.ERROR))
     for s in report.specs:
         key = (s.family, s.variant, s.case)
         if s.ok or key in seen or s.verdict == Verdict.ERROR:
@@ -67,7 +69,8 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mist
         seen.add(key)
         if len(seen) > limit:
             loads = diff_command(s.family, s.variant, s.variant, "C", None, "D").partition(" --dtype D")[2]
-            lines.append(f"  ... and more: python -m harness diff {s.family} A B --case C --dtype D --set KEY=VALUE"
+            lines.append(f"  ... traced above: the first {limit} of {len(traced)} failing (variant, case); "
+                         f"python -m harness diff {s.family} A B --case C --dtype D --set KEY=VALUE"
                          f"{loads} traces any pair on any config")
             break
         head = f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): worst tensor {s.worst}"
