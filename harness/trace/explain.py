@@ -51,8 +51,8 @@ class Mistakes:
 
 def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mistakes | None = None) -> str:
     """Each failing variant's named mistake, one line each (all of them); then for each of the
-    first ``limit`` (variant, case) whose spec fails: the first divergence against a peer that declares the same traits, or
-    the worst tensor when it has no peer."""
+    first ``limit`` (variant, case) whose spec fails: the first divergence against a peer that
+    declares the same traits, or the worst tensor when it has no peer."""
     mistakes = mistakes or Mistakes(report, configs)
     lines, seen = [], set()
     failing = dict.fromkeys((s.family, s.variant) for s in report.specs if not s.ok and s.verdict != Verdict.ERROR)

@@ -1,5 +1,6 @@
-"""A module that keeps state between calls: the verdict says so, the advice offers no
-convention it cannot back, and the ``diff`` command ``check`` prints shows the same finding."""
+"""Advice offered only on its evidence: a module that keeps state between calls is said to
+(no convention offered; the printed ``diff`` command shows it); every failing variant gets its
+line; a gradcheck row names a NaN forward as the forward's."""
 
 import torch
 from torch import nn
@@ -23,7 +24,7 @@ class CausalInside(nn.Module):
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(cfg.d_model, cfg.d_model, bias=False)
                                                               for _ in range(4))
 
-    def forward(self, x):
+    def forward(self, x, mask=None):
         B, T, D = x.shape
         d = D // self.h
         q, k, v = (p(x).view(B, T, self.h, d).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
@@ -31,8 +32,10 @@ class CausalInside(nn.Module):
         if self.cached:
             self.mask = causal if self.mask is None else self.mask
             causal = self.mask[:T, :T]
-        s = (q @ k.transpose(-2, -1) / d ** 0.5).masked_fill(~causal, float("-inf"))
-        return self.o_proj((s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D))
+        keep = causal if mask is None else mask[:, None]
+        s = (q @ k.transpose(-2, -1) / d ** 0.5).masked_fill(~keep, float("-inf"))
+        p = s.softmax(-2 if self.cached is None else -1)  # None: softmax over the queries
+        return self.o_proj((p @ v).transpose(1, 2).reshape(B, T, D))
 
 
 def _register(vid, cached):
@@ -85,3 +88,18 @@ def test_every_failing_variant_gets_its_mistake_line_and_the_trace_cap_is_said()
     text = explain_failures(report, configs, limit=0, mistakes=Named(report, configs))
     assert all(f"attention/v{i}: named v{i}" in text for i in range(12)), text
     assert "traced above: the first 0 of 12 failing (variant, case)" in text, text
+
+
+def test_gradcheck_on_a_forward_that_is_nan_names_the_forward():
+    """Softmax over the queries: NaN where a key column is all padding; the backward is
+    autograd's own, so the gradcheck row blames the forward's NaN, not the backward."""
+    from harness.check.extras import gradcheck_variant
+
+    with scratch():
+        register(id="over_queries", family="attention", source="tests", summary="softmax over the queries",
+                 build=lambda cfg: CausalInside(cfg, None), call=lambda m, i: m(i["query"], i["mask"]),
+                 param_map={**{f"{c}.weight": Param(f"{c}_proj.weight") for c in "qkvo"},
+                            **{f"{c}.bias": Zero() for c in "qkvo"}},
+                 traits={"sublayer": "attention", "fully_masked_row": "zeros", "cases": ("self",)})
+        result = gradcheck_variant(get_variant("attention", "over_queries"))
+    assert not result.ok and result.note.startswith("the forward gives NaN/inf"), result.note
