@@ -103,3 +103,29 @@ def test_gradcheck_on_a_forward_that_is_nan_names_the_forward():
                  traits={"sublayer": "attention", "fully_masked_row": "zeros", "cases": ("self",)})
         result = gradcheck_variant(get_variant("attention", "over_queries"))
     assert not result.ok and result.note.startswith("the forward gives NaN/inf"), result.note
+
+
+def test_a_kv_swap_is_traced_where_k_and_v_have_their_own_inputs_and_hinted():
+    """On self-attention (query = key = value) a K/V swap in the map leaves the projections
+    equal; the trace follows it to a case with K and V apart, where k's wiring differs, and
+    the layout hint names the swap. The same swap inside the module gets the hint too."""
+    import importlib
+
+    from harness.porting.entries import linear_entries
+
+    wrong = importlib.import_module("tests.wrong_variants")
+    cfg = CONFIG_MATRIX["default"]
+    with scratch():
+        for vid, entries, mistake in (("honest", {"q": "q", "k": "k", "v": "v", "o": "o"}, None),
+                                      ("kv_map", {"q": "q", "k": "v", "v": "k", "o": "o"}, None),
+                                      ("kv_module", {"q": "q", "k": "k", "v": "v", "o": "o"}, "swapped_kv")):
+            register(id=vid, family="attention", source="tests", summary=vid,
+                     build=lambda c, m=mistake: wrong.Attention(c.d_model, c.heads, m),
+                     call=lambda m, i: m(i["query"], i["key"], i["value"], i["mask"]),
+                     param_map=linear_entries(entries), traits=wrong.HONEST)
+        by_map = diff_pair("attention", "honest", "kv_map", "self", cfg, "float64")
+        in_module = diff_pair("attention", "honest", "kv_module", "self", cfg, "float64", attribution=False)
+    assert "q, k, v agree" in by_map.first.text  # one tensor in three roles: the projections agree here
+    assert by_map.apart.startswith("on self_kv") and "wiring differs at k" in by_map.apart, by_map.apart
+    assert any("k and v look swapped" in h for h in by_map.hints), by_map.hints
+    assert any("k and v look swapped" in h for h in in_module.hints), in_module.hints

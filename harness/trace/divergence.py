@@ -278,9 +278,10 @@ def locate(rows: list[TraceRow]) -> FirstDivergence | None:
     if first.what == "out" and sa and sb and sa != sb:
         named = sb if sb.startswith("output of") else sa if sa.startswith("output of") else ""
         where = named.removeprefix("output of ") or first.unit
+        guess = ("(the inputs' roles swapped: in the module, or in its parameter map?)"
+                 if sa.startswith("input ") and sb.startswith("input ") else "(a norm placed before vs after?)")
         return FirstDivergence(where, label, DivergenceKind.WIRING,
-                               f"{where}: wiring differs at {first.unit}: A feeds it {sa}, B feeds it {sb} "
-                               "(a norm placed before vs after?)")
+                               f"{where}: wiring differs at {first.unit}: A feeds it {sa}, B feeds it {sb} {guess}")
     if first.what == "in":
         parent = first.unit.rsplit(".", 1)[0] if "." in first.unit else ""
         inside = [r for r in rows[:index] if r.what == "out" and _projection_of(r.unit) in ("q", "k", "v")

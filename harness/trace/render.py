@@ -33,6 +33,7 @@ def summary_text(d: PairDiff) -> str:
         lines.append(f"{d.a} and {d.b} agree on {d.case} ({d.verdict})")
     elif first:
         lines.append(first)
+        lines += [f"  {d.apart}"] if d.apart else []
     elif not d.trace:
         lines.append("no canonical sub-module to trace: the difference is the module's own computation")
     else:
@@ -89,6 +90,7 @@ def _trace_table(d: PairDiff) -> list[str]:
         tablefmt="simple")]
     first = _first_line(d)
     out += [first] if first else []
+    out += [f"  {d.apart}"] if d.apart else []
     out += [f"attribution: {d.attribution.text}"] if d.attribution else []
     return out
 
