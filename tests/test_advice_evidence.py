@@ -129,3 +129,45 @@ def test_a_kv_swap_is_traced_where_k_and_v_have_their_own_inputs_and_hinted():
     assert by_map.apart.startswith("on self_kv") and "wiring differs at k" in by_map.apart, by_map.apart
     assert any("k and v look swapped" in h for h in by_map.hints), by_map.hints
     assert any("k and v look swapped" in h for h in in_module.hints), in_module.hints
+
+
+def test_padded_positions_are_left_out_and_positions_show_on_real_tokens():
+    """A padded query position's output is unspecified: a correct block that zeroes its pad
+    rows is equivalent; a block that counts positions itself (ignores the ids it is given) is
+    caught, on the gapped case whose ids are not evenly spaced, where no row is padding."""
+    from harness.base.verdicts import Verdict
+
+    ref = get_variant("llama_block", "llama_block")
+
+    def ignoring(m, i):
+        b, t = i["positions"].shape
+        return ref.call(m, {**i, "positions": torch.arange(t).expand(b, t)})
+
+    def zeroing(m, i):
+        return ref.call(m, i) * i["pad"][..., None].to(i["x"].dtype)
+
+    with scratch():
+        for vid, call in (("positions_ignored", ignoring), ("pad_rows_zeroed", zeroing)):
+            register(id=vid, family="llama_block", source="tests", summary=vid, build=ref.build, call=call,
+                     param_map=ref.param_map, traits=dict(ref.traits))
+        report = check_all(["llama_block"], {"default": CONFIG_MATRIX["default"]}, "cpu", ["float64"], extras=False,
+                           variants=["llama_block/positions_ignored", "llama_block/pad_rows_zeroed"])
+    verdicts = {(s.variant, s.case): s.verdict for s in report.specs}
+    assert {c for (v, c), x in verdicts.items() if v == "positions_ignored" and x == Verdict.DIFFERENT} == {"gapped"}
+    assert all(x.agrees for (v, _), x in verdicts.items() if v == "pad_rows_zeroed"), verdicts
+
+
+def test_the_documented_cache_mistakes_are_caught_and_the_control_is_not():
+    """examples/cache_bugs.py (docs/models.md): keys cached before RoPE, positions one too far
+    after the prefill, a window left to a cache never trimmed: each fails the cache parity;
+    the control decodes like the full forward."""
+    from harness.registry import load_all, load_packs
+    from harness.systems.decoding import check_cache
+
+    load_packs()
+    with scratch():
+        load_all(["examples/cache_bugs.py"])
+        results = {r.variant: r for r in check_cache("llama_model", CONFIG_MATRIX["default"])}
+    assert not any(results[v].ok for v in ("cache_appends_before_rotating", "cache_positions_off_by_one",
+                                           "cache_not_trimmed_to_window")), results
+    assert results["cache_control"].ok and results["llama_model"].ok

@@ -163,6 +163,7 @@ def trace_variant(
     _label_sources(units, inputs)
     tensors: dict[str, torch.Tensor] = {}
     if isinstance(out, torch.Tensor):
+        out = family.specified(inputs, out)
         tensors["output"] = out.detach().to("cpu", torch.float64 if out.is_floating_point() else out.dtype)
         if backward and family.differentiable and out.requires_grad:
             tensors.update(backward_grads(family, cfg, out, inputs, portmap))
