@@ -273,9 +273,14 @@ DECODINGS: dict[str, Decoding] = {}
 
 
 def register_decoding(family: str, id: str, **fields: Any) -> Decoding:
-    """Declare, beside a model's ``register``, how it decodes (see ``Decoding``)."""
+    """Declare, beside a model's ``register``, how it decodes: the fields of ``Decoding``
+    (``prepare``, ``step``, ``greedy``, ``cache``, ``bos``, ``padding``; docs/models.md)."""
     if family not in (ENCODER_DECODER.name, DECODER_ONLY_MODEL.name, "llama_model"):
         raise RegistryError(f"decoding is declared for model families only, not '{family}'")
+    known = [f.name for f in dataclasses.fields(Decoding)]
+    if unknown := sorted(set(fields) - set(known)) or sorted({"prepare", "step"} - set(fields)):
+        raise RegistryError(f"register_decoding('{family}', '{id}'): field(s) {unknown} unknown or missing; "
+                            f"its fields: {known} (prepare and step required)")
     decoding = Decoding(**fields)
     who = f"{family}/{id}"
     stages = {"prepare": ("cache prefill (prepare)", None), "step": ("decoding step", _step_result),
