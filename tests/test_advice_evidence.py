@@ -171,3 +171,51 @@ def test_the_documented_cache_mistakes_are_caught_and_the_control_is_not():
     assert not any(results[v].ok for v in ("cache_appends_before_rotating", "cache_positions_off_by_one",
                                            "cache_not_trimmed_to_window")), results
     assert results["cache_control"].ok and results["llama_model"].ok
+
+
+class FusedGQA(nn.Module):
+    """Self-attention with one fused QKV Linear whose K and V are narrower than Q (GQA, as
+    Phi-3's ``qkv_proj``); ``order`` is how the module reads the fused rows."""
+
+    def __init__(self, cfg, order="qkv"):
+        super().__init__()
+        self.h, self.h_kv, self.d, self.order = cfg.heads, cfg.n_kv_heads, cfg.d_k, order
+        self.qkv_proj = nn.Linear(cfg.d_model, (cfg.heads + 2 * cfg.n_kv_heads) * cfg.d_k, bias=False)
+        self.o_proj = nn.Linear(cfg.heads * cfg.d_k, cfg.d_model, bias=False)
+
+    def forward(self, x, mask):
+        B, T, _ = x.shape
+        q, a, b = self.qkv_proj(x).split([self.h * self.d, self.h_kv * self.d, self.h_kv * self.d], dim=-1)
+        k, v = (a, b) if self.order == "qkv" else (b, a)
+        q = q.view(B, T, self.h, self.d).transpose(1, 2)
+        k, v = (t.view(B, T, self.h_kv, self.d).transpose(1, 2).repeat_interleave(self.h // self.h_kv, dim=1)
+                for t in (k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.h * self.d))
+
+
+def test_chunk_with_sizes_ports_a_fused_gqa_qkv_and_a_wrong_order_is_caught():
+    """``Chunk(..., sizes=(q, kv, kv))``: the unequal blocks of a fused GQA projection; the
+    module reading them as Q, K, V meets its oracle on the GQA config, one reading Q, V, K does not."""
+    from harness.check.runs import RunCache
+    from harness.families.llama import GQA_CONFIG
+    from harness.porting.entries import Chunk
+    from harness.trace.kernel_explain import meets_spec
+
+    def fused_map(cfg):
+        sizes = (cfg.heads * cfg.d_k, cfg.n_kv_heads * cfg.d_k, cfg.n_kv_heads * cfg.d_k)
+        return {**{f"{c}.weight": Chunk("qkv_proj.weight", i, sizes=sizes) for i, c in enumerate("qkv")},
+                "o.weight": Param("o_proj.weight"), **{f"{c}.bias": Zero() for c in "qkvo"}}
+
+    assert Chunk("w", 1, sizes=(8, 4, 4)).code() == 'Chunk("w", 1, sizes=(8, 4, 4))'
+    checker = RunCache(GQA_CONFIG, record=False)
+    with scratch():
+        for vid, order in (("fused_gqa", "qkv"), ("fused_gqa_wrong_order", "qvk")):
+            register(id=vid, family="attention", source="tests", summary=vid,
+                     build=lambda c, o=order: FusedGQA(c, o), call=lambda m, i: m(i["query"], i["mask"]),
+                     param_map=fused_map, traits={"sublayer": "attention", "fully_masked_row": "NaN",
+                                                  "gqa_grouping": "consecutive", "cases": ("self",)})
+        right, wrong = (get_variant("attention", v) for v in ("fused_gqa", "fused_gqa_wrong_order"))
+        traits = right.family_spec.semantic_traits(right.traits)
+        assert meets_spec(right, checker, "self", traits) is True
+        assert meets_spec(wrong, checker, "self", traits) is False
