@@ -92,8 +92,8 @@ def test_the_legend_and_the_count_name_every_config_a_cell_has_a_symbol_for():
 
 
 def test_a_report_of_named_variants_checks_them_and_their_references(tmp_path, monkeypatch):
-    """``report --variant my_einsum`` checks my_einsum and the attention reference its
-    verdict is taken against, not every variant."""
+    """``report --variant my_einsum`` checks my_einsum, the family's reference (the precision
+    baseline) and my_einsum's nearest reference (its summary verdict), not every variant."""
     import harness.cli.report as report
 
     asked = []
@@ -102,7 +102,11 @@ def test_a_report_of_named_variants_checks_them_and_their_references(tmp_path, m
         pass
 
     def check_all_seen(*args, variants=None, **kwargs):
+        from harness.registry import get_variant
+        from harness.registry.nearest import nearest_reference
+
         asked.append(variants)
+        asked.append(nearest_reference(get_variant("attention", "my_einsum"), "cpu").candidate.key)
         raise Stop
 
     monkeypatch.setattr(report, "check_all", check_all_seen)
@@ -111,7 +115,9 @@ def test_a_report_of_named_variants_checks_them_and_their_references(tmp_path, m
               "--out", str(tmp_path)])
     from harness.registry import reference_of
 
-    assert asked == [["attention/my_einsum", reference_of("attention").key]]
+    variants, nearest = asked
+    assert nearest == "attention/fused_explicit"  # declared traits, not names, pick it
+    assert variants == ["attention/my_einsum", reference_of("attention").key, nearest]
 
 
 def test_the_printed_reproduce_command_loads_the_users_file_and_runs(tmp_path, monkeypatch, capsys):

@@ -115,11 +115,33 @@ def test_pack_checks_clean(pack_report):
            if s.variant.startswith("hf_") and not s.ok]
     assert not bad
     ran = {s.variant for s in pack_report.specs if s.variant.startswith("hf_")}
-    assert ran == {"hf_llama", "hf_mistral", "hf_qwen2", "hf_gpt2", "hf_bert",
+    assert ran == {"hf_llama", "hf_mistral", "hf_qwen2", "hf_qwen3", "hf_olmo2", "hf_gpt2", "hf_bert",
                    "hf_llama_rmsnorm", "hf_gemma_rmsnorm", "hf_llama_mlp"}
     # GPT-NeoX's odd rotary dims at d_k = 12: skipped with the reason, never a verdict
     assert not any(s.variant == "hf_gpt_neox" for s in pack_report.specs)
     assert any(v == "hf_gpt_neox" and "odd" in why for _, v, _, why in pack_report.skipped)
+
+
+def test_gpt_neox_as_map_registers_it_on_the_default_configs():
+    """HF GPTNeoXAttention as map registers it (the pack's hf_gpt_neox, found at d_model = 64) on
+    every config of the default matrix: the family refuses the configs where d_k * 0.25 is odd
+    (d_k = 12: default, heads8, edge) and the GQA one (no grouping declared), each with its
+    reason; the one-head config (d_k = 16, four rotary dims) is checked and clean on every case it
+    takes: no false "different" anywhere."""
+    from harness.base.config import CONFIG_MATRIX
+
+    with scratch():
+        load_file(PACK)
+        report = check_all(["attention"], {**CONFIG_MATRIX, "gqa": GQA}, "cpu", ["float64"],
+                           variants=["attention/hf_gpt_neox"], extras=False)
+    specs = [s for s in report.specs if s.variant == "hf_gpt_neox"]
+    skipped = {c: why for _, v, c, why in report.skipped if v == "hf_gpt_neox"}
+    assert {s.config for s in specs} == {"one_head"} and len(specs) == 8  # its 7 cases and self@large
+    # float32 rotary tables inside: "less precise" in float64 by declaration, never "different"
+    assert all(s.ok and s.verdict in ("equivalent", "less precise") for s in specs), \
+        [(s.case, s.verdict, s.note) for s in specs if not s.ok]
+    assert {c for c, why in skipped.items() if "rotates 3 dim(s)" in why} == {"default", "heads8", "edge"}
+    assert "no gqa_grouping" in skipped["gqa"]
 
 
 @pytest.mark.parametrize("other", ["llama", "sdpa_gqa_rope"])
@@ -198,12 +220,22 @@ def test_gemma2_attention_with_its_own_head_width_and_score_scale():
 
 @pytest.mark.slow
 def test_map_shows_why_no_call_form_ran_and_finds_gemma2s_scale():
-    """Qwen3's q/k norm gains have no canonical counterpart: map shows that porting error per
-    call form (it said only "no call form ran"); Gemma 2's scale (query_pre_attn_scalar) and
+    """GPT-OSS's attention sinks have no canonical counterpart: map shows that porting error per
+    call form (it said only "no call form ran"); Qwen3's and OLMo2's q/k norm gains are the
+    family's QK-norm gains, found with their eps (their norms' own) and as the pack registers
+    them, OLMo2's at GQA (its k gain (H_kv d_k,)); Gemma 2's scale (query_pre_attn_scalar) and
     logit soft-cap are read from the module, and the registration it prints checks clean."""
-    qwen = propose_map("transformers.models.qwen3.modeling_qwen3:Qwen3Attention", "attention", cfg=DEFAULT)
-    assert not qwen.found
-    assert "no candidate map ported: PortingError" in qwen.text and "'q_norm.weight'" in qwen.text, qwen.text
+    oss = propose_map("transformers.models.gpt_oss.modeling_gpt_oss:GptOssAttention", "attention", cfg=DEFAULT)
+    assert not oss.found
+    assert "no candidate map ported: PortingError" in oss.text and "'sinks'" in oss.text, oss.text
+    with scratch():
+        load_file(PACK)
+        for target, vid, cfg in (("qwen3.modeling_qwen3:Qwen3Attention", "hf_qwen3", DEFAULT),
+                                 ("olmo2.modeling_olmo2:Olmo2Attention", "hf_olmo2", GQA)):
+            qk = propose_map(f"transformers.models.{target}", "attention", cfg=cfg)
+            _agrees_with_pack(qk, "attention", vid, cfg)
+            assert qk.traits["qk_norm"] == get_variant("attention", vid).traits["qk_norm"]
+            assert "0 contradict" in qk.text, qk.text
     cfg = Config(head_dim=16)
     gemma = propose_map("transformers.models.gemma2.modeling_gemma2:Gemma2Attention", "attention", cfg=cfg)
     assert gemma.found, gemma.text

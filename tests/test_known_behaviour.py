@@ -41,7 +41,8 @@ def _check(traits):
 def test_a_finding_bound_to_a_dtype_holds_there_only():
     report = _check({"path_findings": {"self": PathFinding(WHY, dtypes=("float32",))}})
     assert report.failures == []
-    found = [s for s in report.specs if s.note.startswith(PATH_FINDING)]
+    found = [s for s in report.specs if s.finding is not None]
+    assert all(s.note.startswith(f"{PATH_FINDING}: {WHY} (in float32)") for s in found)
     assert [s.dtype for s in found] == ["float32"] and not found[0].verdict.agrees   # the measurement stays
     assert f"{WHY} (in float32)" in path_findings(report, DEFAULT)
 

@@ -103,13 +103,62 @@ def test_map_says_why_none_fits_and_names_the_closest(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,needle", [
     (["map", "missing.py:X", "--family", "attention"], "does not exist"),
-    (["map", "torch.nn:Nope", "--family", "attention"], "not an nn.Module class"),
+    (["map", "torch.nn:Nope", "--family", "attention"], "'Nope' is not found in 'torch.nn'; its nn.Module classes:"),
+    (["map", "torch.nn:functional", "--family", "attention"], "is not an nn.Module class (it is a module)"),
     (["map", "torch.nn:MultiheadAttention", "--family", "attention", "--init", "embed_dim=("], "bad --init"),
 ])
 def test_map_bad_input_is_one_line(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+def test_map_names_what_the_file_has_where_the_name_is_missing_or_not_a_module(tmp_path, capsys):
+    """A name the file lacks is 'not found' with the file's own nn.Module classes (not those
+    it imports), the closest first; a name of another kind says what it is."""
+    mine = tmp_path / "mine.py"
+    mine.write_text("import torch\nfrom torch.nn import Linear\n\n\nclass MyAttention(torch.nn.Module):\n"
+                    "    pass\n\n\nclass Helper(torch.nn.Module):\n    pass\n\n\nclass Plain:\n    pass\n")
+    for name, needle in [("MyAttentoin", f"'MyAttentoin' is not found in '{mine}'; did you mean MyAttention? "
+                                         "its nn.Module classes: MyAttention, Helper"),
+                         ("Plain", f"'Plain' in '{mine}' is not an nn.Module class (it is the class Plain); "
+                                   "its nn.Module classes: MyAttention, Helper")]:
+        assert main(["map", f"{mine}:{name}", "--family", "attention"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"error: {needle}"]
+
+
+@pytest.mark.parametrize("content,why", [
+    (b"import torch\nx = 1\n\x00\x00\xff\xfe garbage\n", "source code string cannot contain null bytes"),
+    (b"x = '\xff\xfe'\n", "its bytes are not UTF-8 text"),
+])
+def test_a_file_that_is_not_python_source_says_so_without_a_line(tmp_path, capsys, content, why):
+    """A binary or another encoding: the compiler names no line (or line 1 for the decoding):
+    'is not valid Python source', for map and for a variants file, never 'at line None'."""
+    bad = tmp_path / "mine.py"
+    bad.write_bytes(content)
+    assert main(["map", f"{bad}:X", "--family", "attention"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"'{bad}' is not valid Python source: {why}" in err[0], err
+    assert main(["list", "--variants", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"variant file '{bad}' is not valid Python source: {why}" in err[0], err
+    assert "None" not in err[0]
+
+
+def test_the_compilers_refusals_without_a_line_read_as_not_python_source():
+    """Older Pythons refuse null bytes with a ValueError, newer ones with a SyntaxError whose
+    line is None; an ordinary syntax error keeps its line; a user's own ValueError is no
+    refusal of the source."""
+    from harness.base.errors import exception_line, not_python_source
+
+    why = "source code string cannot contain null bytes"
+    assert not_python_source(ValueError(why)) == why
+    assert not_python_source(SyntaxError(why)) == why
+    said = exception_line(SyntaxError(why, ("mine.py", None, None, None)))
+    assert said == f"mine.py is not valid Python source: {why}"
+    assert not_python_source(SyntaxError("invalid syntax", ("mine.py", 3, 1, "x = ("))) is None
+    assert not_python_source(ValueError("bad value")) is None
 
 
 def test_map_call_keeps_a_mask_keyword():

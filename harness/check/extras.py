@@ -22,7 +22,7 @@ from harness.check.runs import (
     run_variant,
     unique_grad_inputs,
 )
-from harness.check.spec import _lower_check, expected_names
+from harness.check.spec import NO_KEY_CASES, _lower_check, expected_names
 from harness.porting.portmap import zero_unrepresented
 from harness.registry import Variant, build
 
@@ -65,7 +65,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     if cfg is None:
         return None
     cases = [c.name for c in family.cases if applicable(variant, c.name)
-             and c.name not in ("fully_masked", "left_pad")]
+             and c.name not in NO_KEY_CASES]
     if not cases:
         return None
     case = cases[0]
@@ -73,7 +73,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     try:
         module, portmap = build(variant, cfg, dtype=torch.float64)
         if portmap is not None:
-            portmap.load(zero_unrepresented(family.canonical_weights(cfg), portmap.zero_names()))
+            portmap.load(zero_unrepresented(family.canonical_weights(cfg, traits=variant.traits), portmap.zero_names()))
         inputs = cast_inputs(family.inputs(case, cfg), torch.float64, "cpu", family.grad_inputs)
         leaves = unique_grad_inputs(family, inputs)
         params = dict(module.named_parameters()) if isinstance(module, torch.nn.Module) else {}
@@ -152,7 +152,7 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
     p = cfg.dropout if cfg.dropout > 0 else DROPOUT_P  # --set dropout=p chooses it
     cfg = cfg.replace(dropout=0.0)
     dropped = cfg.replace(dropout=p)
-    weights = family.canonical_weights(cfg)
+    weights = family.canonical_weights(cfg, traits=variant.traits)
     inputs = family.inputs(case, cfg)
     out = []
 
@@ -227,8 +227,9 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
     oracle = checker.oracle(family, variant.traits, case, zero, dtype)
     torch._dynamo.reset()
     graphs0, breaks0 = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
-    compiled = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero),
-                           dtype, checker.device, record=False, compile_backend=backend)
+    compiled = run_variant(variant, checker.cfg, checker.inputs(family, case),
+                           checker.weights(family, zero, variant.traits), dtype, checker.device, record=False,
+                           compile_backend=backend)
     graphs = counters["stats"]["unique_graphs"] - graphs0
     breaks = sum(counters["graph_break"].values()) - breaks0
     base = dict(family=family.name, variant=variant.id, config=config, case=case, dtype=dtype_name,

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from harness.base.config import Config
 from harness.base.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from harness.families.base import PathFinding
 
 
 @dataclass
@@ -118,13 +122,23 @@ class SpecResult:
     # the case's own run holds or not, but a build called on other inputs first gives another
     # output (state kept between calls: ``spec.call_order_dependence``)
     depends_on_earlier_calls: bool = False
+    # the declared path finding that makes this failure a finding (written first in ``note``;
+    # not in ``as_dict``, whose ``declared`` and ``note`` say it), or None
+    finding: PathFinding | None = None
+    # where the check itself failed (the harness's own failure, a bug): its whole traceback
+    # (``harness.base.failures.harness_traceback``); None otherwise, and then not in ``as_dict``
+    traceback: str | None = None
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
         self.expected = Verdict(self.expected)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        del out["finding"]
+        if self.traceback is None:
+            del out["traceback"]
+        return out
 
 
 @dataclass

@@ -20,7 +20,7 @@ from harness.base.errors import ConfigError, HarnessError
 from harness.bench.cases import TIMING, check_sizes, plan
 from harness.bench.log import is_own_log, read_log, slow_peaks
 from harness.bench.row import BenchRow, PeakRow, Row, typed_rows
-from harness.bench.sweep import device_dir, run_sweep, shard
+from harness.bench.sweep import SweepSettings, device_dir, run_sweep, shard
 from harness.cli.common import _load, _variant_files
 from harness.report.io import ensure_writable, write_json
 
@@ -168,9 +168,11 @@ def _measure(args, cases, log: Path, fresh: bool, reserve: float = 0.0) -> tuple
     rows, interrupted = [], False
     deadline = None if args.time_budget is None else args.started + args.time_budget - reserve
     try:
-        for row in run_sweep(cases, log, fresh=fresh, min_time=args.min_time, rounds=args.rounds,
-                             threads=args.threads, progress=not args.no_progress, memory=not args.no_rss,
-                             variant_files=_variant_files(args), profile=args.profile, deadline=deadline):
+        settings = SweepSettings(fresh=fresh, min_time=args.min_time, rounds=args.rounds, threads=args.threads,
+                                 progress=not args.no_progress, memory=not args.no_rss,
+                                 variant_files=tuple(_variant_files(args)), profile=args.profile,
+                                 deadline=deadline)
+        for row in run_sweep(cases, log, settings):
             rows.append(row)
     except KeyboardInterrupt:
         interrupted = True
@@ -204,5 +206,5 @@ def cmd_bench(args) -> int:
         print(line, file=sys.stderr)
     print(f"\n{len(rows)} case(s) in {log}; threads {args.threads}")
     if args.json:
-        write_json(args.json, [r.to_json() for r in [*peaks, *rows]])
+        write_json(args.json, {"peaks": [r.to_json() for r in peaks], "rows": [r.to_json() for r in rows]})
     return 130 if interrupted else 0

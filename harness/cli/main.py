@@ -17,6 +17,7 @@ import textwrap
 from harness._interrupt import started
 from harness.base.boundary import UserCodeError, call_timeout, failure_text, watch_ctrl_c
 from harness.base.errors import HarnessError
+from harness.base.failures import show_tracebacks
 from harness.base.output import (
     EXIT_CLOSED_PIPE,
     EXIT_INTERRUPTED,
@@ -33,7 +34,7 @@ from harness.cli import gpurun
 from harness.cli import models as models_commands
 from harness.cli import parity as parity_commands
 from harness.cli import report as report_commands
-from harness.cli.arguments import settle, subcommand_first
+from harness.cli.arguments import DEBUG_HELP, settle, subcommand_first
 from harness.cli.check import cmd_check, cmd_list
 from harness.cli.common import VARIANTS_ENV, OneLineParser
 from harness.cli.review import add_review_commands
@@ -62,6 +63,7 @@ def _description(sub) -> str:
         lines += [textwrap.fill(helps[name], 79, initial_indent=f"  {name:12s} ", subsequent_indent=" " * 15)
                   for name in names]
     lines.append("\nRun python -m harness <command> --help for a command's options.")
+    lines.append(textwrap.fill(f"Every command takes --debug: {DEBUG_HELP}.", 79))
     return "\n".join(lines)
 
 
@@ -155,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             except SystemExit as exc:  # a usage mistake (its line printed), --help or --version
                 return exc.code if isinstance(exc.code, int) else EXIT_USAGE
             vars(args).pop("_given_once", None)
+            show_tracebacks(vars(args).pop("debug", False))
             validate_args(args)
             call_timeout()  # a malformed $HARNESS_CALL_TIMEOUT: one line before any work
             with stdout_for_data(_takes_stdout(args)):

@@ -26,6 +26,7 @@ from harness.check.api import check_all
 from harness.cli.bench import _disturbed_lines, _measure, _plan, _setup, _writable_dir, sweep_options
 from harness.families.catalog import FAMILIES
 from harness.registry import reference_of, variants_of
+from harness.registry.nearest import nearest_reference
 from harness.report.bench_frame import compare_with, frame, load_old
 from harness.report.bench_tables import print_targets
 from harness.report.differences_md import is_own_differences, write_differences
@@ -95,14 +96,16 @@ def _check_configs(args) -> dict[str, Config]:
     return dict(CONFIG_MATRIX) if args.profile == "full" else {"default": Config()}
 
 
-def _checked_variants(names: list[str] | None, families: list[str]) -> list[str] | None:
-    """The keys the report's check covers: the variants ``--variant`` names and the
-    references of their families (the summary's verdict is taken against them); None: all."""
+def _checked_variants(names: list[str] | None, families: list[str], device: str) -> list[str] | None:
+    """The keys the report's check covers: the variants ``--variant`` names, the references
+    of their families (the precision baseline) and each one's nearest reference (the
+    summary's verdict is taken against it); None: all."""
     if not names:
         return None
-    keys = [v.key for f in families for v in variants_of(f) if v.id in names]
-    refs = [ref.key for ref in (reference_of(f) for f in dict.fromkeys(k.split("/")[0] for k in keys)) if ref]
-    return list(dict.fromkeys(keys + refs))
+    named = [v for f in families for v in variants_of(f) if v.id in names]
+    refs = [ref.key for ref in (reference_of(f) for f in dict.fromkeys(v.family for v in named)) if ref]
+    nearest = [n.candidate.key for v in named if (n := nearest_reference(v, device)) is not None]
+    return list(dict.fromkeys([v.key for v in named] + refs + nearest))
 
 
 class SweepEnd(Enum):
@@ -200,7 +203,7 @@ def _report_check(args, device: str):
     print("check: every variant against its spec, every pair ...", file=sys.stderr)
     families = args.family or list(FAMILIES)
     checked = check_all(families, _check_configs(args), device, args.dtype or default_dtypes(device),
-                        variants=_checked_variants(args.variant, families))
+                        variants=_checked_variants(args.variant, families, device))
     torch.set_num_threads(args.threads)  # the check may pin its own; the benchmark's are these
     return checked
 

@@ -112,7 +112,7 @@ def _compare(family: str, cfg: Config) -> list[ParityResult]:
                     outs[v.key, zero] = v.call(models.get(v, zero), inputs).detach()
             return outs[v.key, zero]
 
-        for va, vb in itertools.combinations(variants, 2):
+        for va, vb in itertools.combinations([v for v in variants if not v.refuses(cfg, case=case.name)], 2):
             zero = models.zero(va, vb)
             try:
                 la, lb = run(va, zero), run(vb, zero)

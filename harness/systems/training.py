@@ -77,7 +77,7 @@ def _compare_train_step(family: str, cfg: Config) -> list[StepResult]:
     def run(v, zero, dtype):
         key = (v.key, zero, dtype)
         if key not in after:
-            after[key] = train_step(v, cfg, models.weights(zero), models.inputs, labels, dtype)
+            after[key] = train_step(v, cfg, models.weights(zero, v), models.inputs, labels, dtype)
         return after[key]
 
     results = []

@@ -158,6 +158,7 @@ class PairDiff:
     apart: str = ""
     stateful: Mapping[str, str] = field(default_factory=dict)  # variant id -> how its output
     # depends on the calls before it (``harness.check.spec.call_order_dependence``)
+    tracebacks: Mapping[str, str] = field(default_factory=dict)  # id -> traceback, where the harness itself failed
 
     @property
     def worst_where(self) -> Where | None:
@@ -168,6 +169,7 @@ class PairDiff:
         head = {"family": self.family, "a": self.a, "b": self.b, "case": self.case, "dtype": self.dtype,
                 "device": self.device, "expected": self.expected, "declared_reason": self.declared_reason,
                 "traits": [_shallow(t) for t in self.traits], "errors": dict(self.errors),
+                **({"tracebacks": dict(self.tracebacks)} if self.tracebacks else {}),  # the harness's failures only
                 "paths": dict(self.paths), "mistakes": dict(self.mistakes), "verdict": self.verdict}
         if self.stateful:
             head["stateful"] = dict(self.stateful)

@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from harness.base.boundary import describe
 from harness.base.config import Config
 from harness.base.errors import HarnessError
+from harness.base.failures import harness_traceback
 from harness.base.verdicts import Verdict
 from harness.check.mismatch import mismatch
 from harness.check.precision import DEFAULT_TOLERANCE
@@ -135,14 +136,15 @@ def trace_variant(
     except HarnessError:
         raise
     except Exception as exc:  # the variant's constructor failing is a finding: its error, traced no further
-        return Trace(variant.id, {}, None, {}, [], "-", f"building it: {describe(exc)}")
+        return Trace(variant.id, {}, None, {}, [], "-", f"building it: {describe(exc)}",
+                     traceback=harness_traceback(exc))
     inputs = cast_inputs(inputs64, dtype, device, family.grad_inputs if backward else ())
     counter = [0]
-    owners = {u: owner_module(portmap, u) for u in canonical_units(family, cfg)} if portmap else {}
+    owners = {u: owner_module(portmap, u) for u in canonical_units(family, cfg, variant.traits)} if portmap else {}
     hooks = _UnitHooks(owners, dict(patch or {}), counter)
     handles = hooks.install(dict(module.named_modules()) if isinstance(module, nn.Module) else {}, observe)
     mode = ParamOps(dict(portmap.params) if portmap else {}, counter)
-    error = None
+    error, failed = None, None
     out = None
     try:
         if observe:
@@ -153,7 +155,7 @@ def trace_variant(
     except HarnessError:
         raise
     except Exception as exc:  # a variant failing on this case is a finding
-        error = describe(exc)
+        error, failed = describe(exc), harness_traceback(exc)
     finally:
         for h in handles:
             h.remove()
@@ -171,7 +173,7 @@ def trace_variant(
         error = f"adapter returned {type(out).__name__}, not a tensor"
     rec = OpRecorder()
     rec.ops = mode.ops
-    return Trace(variant.id, units, tensors.get("output"), tensors, mode.ops, rec.path(), error)
+    return Trace(variant.id, units, tensors.get("output"), tensors, mode.ops, rec.path(), error, traceback=failed)
 
 
 def _member_paths(portmap: PortMap, unit: str) -> set[str]:

@@ -10,7 +10,8 @@ from harness.base.masks import one_key_at_most
 from harness.base.verdicts import Verdict
 from harness.check.results import PairResult
 from harness.check.runs import RunCache
-from harness.check.spec import PATH_FINDING, STATE_KEPT
+from harness.check.spec import STATE_KEPT
+from harness.check.verdict import PATH_FINDING
 from harness.families.catalog import get_family
 from harness.registry import get_variant, reference_of, variants_of
 from harness.trace.kernel_explain import hidden_by_one_key, mistake_fits, mistake_line, stateful_cases
@@ -140,9 +141,9 @@ def path_findings(report, configs, mistakes: Mistakes | None = None) -> str:
     mistakes = mistakes or Mistakes(report, configs)
     lines, by_case = [], {}
     for s in report.specs:
-        if s.note.startswith(PATH_FINDING):
+        if s.finding is not None:
             lines.append(f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): {s.verdict}, "
-                         f"{s.note.split(';')[0]}")
+                         f"{PATH_FINDING}: {s.finding}")
         by_case.setdefault((s.family, s.variant, s.case), []).append(s)
     for (family, variant, case), specs in by_case.items():
         bad = sorted({s.config for s in specs if not s.ok})

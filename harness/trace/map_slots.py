@@ -106,7 +106,7 @@ def _vector_choices(shapes: dict, weights: list[str], params: dict[str, torch.Te
     def options(name):
         fit = [p for p in free if tuple(params[p].shape) == tuple(shapes[name])]
         leaf = name.rsplit(".", 1)[-1]
-        fit.sort(key=lambda p: p.rsplit(".", 1)[-1] != leaf)
+        fit.sort(key=lambda p: (not p.endswith(name), p.rsplit(".", 1)[-1] != leaf))
         return [Param(p) for p in fit] + [fills.get(name, Zero())]
 
     for combo in itertools.product(*(options(n) for n in names)):
@@ -115,16 +115,17 @@ def _vector_choices(shapes: dict, weights: list[str], params: dict[str, torch.Te
             yield dict(zip(names, combo))
 
 
-def candidate_maps(family: Family, cfg: Config, module: torch.nn.Module):
+def candidate_maps(family: Family, cfg: Config, module: torch.nn.Module, traits: dict | None = None):
     """Every assignment of the module's weight slots to the family's canonical (2-D)
     weights, grouped by shape (GQA's K/V beside Q/O, a gated FFN's down beside gate and up),
     biases following their weights; the other canonical parameters (norm gains and biases)
     to module parameters of their shape by name, or absent (a norm's gain reads as one,
     anything else as zero). When no assignment uses every slot and the module is one square
     weight short, then the assignments with one square canonical weight read as the identity
-    (``Identity()``: an attention without its output projection, BERT's self-attention)."""
-    shapes = family.canonical_shapes(cfg)
-    fills = {n: Absent(1.0) for n, (_, kind) in family.params(cfg).items() if kind == "norm_weight"}
+    (``Identity()``: an attention without its output projection, BERT's self-attention). The
+    canonical parameters are those of a variant declaring ``traits`` (``Family.params_for``)."""
+    shapes = family.canonical_shapes(cfg, traits)
+    fills = {n: Absent(1.0) for n, (_, kind) in family.params_for(cfg, traits).items() if kind == "norm_weight"}
     params = dict(module.named_parameters())
     weights = [n for n, s in shapes.items() if len(s) == 2]
     kinds = list(dict.fromkeys(tuple(shapes[n]) for n in weights))
@@ -159,7 +160,7 @@ def _by_shape(choice, kinds) -> dict[tuple[int, int], list[Slot]]:
 
 
 def _assignments(by_shape, need, kinds, shapes, weights, params, fills):
-    biases = {p: t for p, t in params.items() if t.dim() == 1}
+    biases = {p: t for p, t in params.items() if t.dim() == 1 and not p.endswith("weight")}  # not a norm's gain
     for perms in itertools.product(*(itertools.permutations(by_shape[k]) for k in kinds)):
         pmap: dict[str, Any] = {}
         taken: set = set()  # a bias (or its chunk) follows one weight only

@@ -28,12 +28,7 @@ import torch
 
 from harness.base.boundary import describe
 from harness.base.config import Config
-from harness.base.errors import (
-    InputError,
-    PortingError,
-    SpecError,
-    UnknownName,
-)
+from harness.base.errors import ConfigError, InputError, PortingError, SpecError, UnknownName
 from harness.base.library import rotary_tables
 from harness.base.masks import additive_mask, masked, per_head
 from harness.base.verdicts import Verdict
@@ -77,10 +72,14 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     vid = variant_id or cls.__name__.lower()
     semantic_cases = {c for c, ts in family.case_semantic.items() if ts}
     forms = [call] if call else list(CALL_FORMS)
-    specs = list(trait_sets(family, dict(ref.traits), probe))
+    specs, refused = [], []  # refused: why the family refuses a trait set at this config (odd rotary dims)
+    for spec in trait_sets(family, dict(ref.traits), probe):
+        reason = family.requires(_full(ref, spec), cfg) if family.requires else None
+        refused.extend([reason] if reason else [])
+        specs.extend([] if reason else [spec])
     checker = RunCache(cfg, record=False)
     tried = 0
-    scored: list[tuple] = []   # (first-case gap, order, call form, adapter, map, cases, module): those that ran
+    scored: list[tuple] = []   # (first-case gap, order, call form, adapter, map, cases, module, traits): those that ran
     ran_forms, failed = [], {}
     unported: dict[str, str] = {}  # call form -> why its candidate maps did not port (the first reason)
     for form in forms:
@@ -97,13 +96,12 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
         first_case = cases[0]
         ran = False
         module = build(cfg).to(torch.float64).eval()
-        oracles = _Oracles(checker, family, [_full(ref, t) for t in specs], first_case)
-        for pmap in candidate_maps(family, cfg, probe):
+        for pmap, layout, oracles in _candidates(checker, family, cfg, probe, ref, specs, first_case):
             if tried >= MAX_CANDIDATES:
                 break
             tried += 1
             variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
-                              param_map=pmap, traits=dict(ref.traits))
+                              param_map=pmap, traits=layout)
             try:
                 got = _forward(checker, variant, first_case, module)
             except (PortingError, InputError) as exc:
@@ -117,7 +115,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
             for k, (spec, want) in enumerate(oracles.outputs(zero)):
                 level = agreement(got, want)
                 if k == 0:
-                    scored.append((_gap(got, want), tried, form, adapter, pmap, cases, module))
+                    scored.append((_gap(got, want), tried, form, adapter, pmap, cases, module, layout))
                 if level is None:
                     continue
                 variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
@@ -145,15 +143,14 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
         if ran:
             ran_forms.append(form)
     why = (f"no candidate map makes {target} agree with the float64 oracle of any of {len(specs)} trait sets "
-           f"around {ref.id}'s ({tried} candidates tried; "
-           f"call forms that ran: {', '.join(ran_forms) or 'none'})")
+           f"around {ref.id}'s ({tried} candidates tried; call forms that ran: {', '.join(ran_forms) or 'none'})")
+    why += f"\nleft out: {len(refused)} trait set(s) the family refuses at this config ({refused[0]})" * bool(refused)
     closest = _closest(checker, scored, vid, family, source, build, ref)
     if closest:
         fails = "; ".join(f"{c} (max_abs {g:.3g})" for c, g in closest["failing"].items())
-        why += (f"\nclosest (the {CLOSEST_POOL} nearest on the first case, scored over every case, forward "
-                f"float64): call form {closest['call_form']}, "
-                f"fails on {fails}" + (f" ({closest['note']})" if closest.get("note") else "")
-                + f"; agrees on {', '.join(closest['agrees']) or 'no case'}; map {closest['map']}")
+        why += (f"\nclosest (the {CLOSEST_POOL} nearest on the first case, scored over every case, forward float64): "
+                f"call form {closest['call_form']}, fails on {fails}" + (f" ({closest['note']})" if closest.get("note")
+                else "") + f"; agrees on {', '.join(closest['agrees']) or 'no case'}; map {closest['map']}")
     else:
         why += "\nno call form ran the module on the family's inputs; why, per call form:"
         reasons: dict[str, list[str]] = {}
@@ -172,9 +169,24 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     return Proposal(False, why, tried=tried, closest=closest)
 
 
+def _candidates(checker: RunCache, family: Family, cfg: Config, probe, ref: Variant, specs: list[dict], case: str):
+    """Each candidate map, the traits deciding its canonical parameters and its oracles: trait sets grouped by the
+    parameters they bring (``Family.params_for``: QK-norm's gains), the reference's first; a map holding none of a
+    group's own parameters is left to the reference's group."""
+    groups: dict[tuple, list[dict]] = {}
+    for spec in specs:
+        groups.setdefault(tuple(family.params_for(cfg, _full(ref, spec)).items()), []).append(spec)
+    for group in groups.values():
+        layout = {**ref.traits, **group[0]}
+        oracles = _Oracles(checker, family, [_full(ref, t) for t in group], case, layout)
+        own = set(family.params_for(cfg, layout)) - set(family.params(cfg))
+        for pmap in candidate_maps(family, cfg, probe, layout):
+            if not own or not all(isinstance(pmap[n], Absent) for n in own):
+                yield pmap, layout, oracles
+
+
 def _full(ref: Variant, spec: dict) -> dict:
-    """A trait set with the reference's values for the traits it leaves out (a fully masked
-    row's, which the oracle reads on every case and the search infers on its own case)."""
+    """A trait set, the reference's values where it gives none (a fully masked row's: inferred on its own case)."""
     return {**ref.family_spec.semantic_traits(ref.traits), **spec}
 
 
@@ -189,15 +201,15 @@ class _Oracles:
     on this case (two changes that do not show here: an eps with no LayerNorm, a RoPE
     fraction with no RoPE)."""
 
-    def __init__(self, checker: RunCache, family: Family, specs: list[dict], case: str):
-        self.checker, self.family, self.specs, self.case = checker, family, specs, case
+    def __init__(self, checker: RunCache, family: Family, specs: list[dict], case: str, layout: dict):
+        self.checker, self.family, self.specs, self.case, self.layout = checker, family, specs, case, layout
         self._by_fills: dict = {}
 
     def outputs(self, zero) -> list[tuple[dict, torch.Tensor]]:
         if zero not in self._by_fills:
             family, checker = self.family, self.checker
             inputs = cast_inputs(checker.inputs(family, self.case), torch.float64, "cpu")
-            weights = checker.weights(family, zero)
+            weights = checker.weights(family, zero, self.layout)
             kept: list[tuple[dict, torch.Tensor]] = []
             seen: set[bytes] = set()
             silent: set[tuple] = set()  # single changes that do not show on this case
@@ -227,8 +239,8 @@ def _forward(checker: RunCache, variant: Variant, case: str, module: torch.nn.Mo
     in, float64 forward only, no op recording."""
     family = variant.family_spec
     zero = search_fills(checker, variant)
-    PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(
-        checker.weights(family, zero))
+    PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg, variant.traits)
+            ).load(checker.weights(family, zero, variant.traits))
     try:
         with torch.no_grad():
             got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
@@ -240,6 +252,7 @@ def _forward(checker: RunCache, variant: Variant, case: str, module: torch.nn.Mo
 
 
 CLOSEST_POOL = 12  # candidates nearest on the first case that are scored over every case
+HELPERS = ("additive_mask", "library_config", "rotary_tables", "ByDtype")  # imported where the registration uses them
 
 
 def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, source: str, build, ref) -> dict:
@@ -249,14 +262,14 @@ def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, s
     best, best_key = {}, None
     pool = sorted(scored, key=lambda s: (s[0], s[1]))
     pool = [s for i, s in enumerate(pool) if i < CLOSEST_POOL or s[0] == 0.0]
-    for _, _, form, adapter, pmap, cases, module in pool:
+    for _, _, form, adapter, pmap, cases, module, layout in pool:
         variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
-                          param_map=pmap, traits=dict(ref.traits))
+                          param_map=pmap, traits=layout)
         gaps, notes = {}, []
         for case in cases:
             try:
                 verdict, gap, note = _forward_verdict(checker, variant, ref, case, module)
-            except (PortingError, InputError):
+            except (PortingError, InputError, ConfigError):  # ConfigError: the reference refuses the config
                 verdict, gap, note = Verdict.ERROR, math.inf, ""
             if not verdict.agrees:
                 gaps[case] = gap
@@ -277,8 +290,8 @@ def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: st
     family = ref.family_spec
     zero = search_fills(checker, variant) | checker.fills(ref)
     want = checker.run(ref, case, zero, torch.float64).tensors.get("output")
-    PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(
-        checker.weights(family, zero))
+    PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg, variant.traits)
+            ).load(checker.weights(family, zero, variant.traits))
     try:
         with torch.no_grad():
             got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
@@ -292,16 +305,13 @@ def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: st
 
 
 def _gap(got: torch.Tensor, want: torch.Tensor) -> float:
-    if got.shape != want.shape:
-        return math.inf
-    return float((got - want).abs().nan_to_num(math.inf).max()) if got.numel() else 0.0
+    if got.shape != want.shape or not got.numel():
+        return math.inf if got.shape != want.shape else 0.0
+    return float((got - want).abs().nan_to_num(math.inf).max())
 
 
 def _traits_of(family: Family, ref: Variant, spec: dict, level: str, cfg: Config) -> dict:
-    traits = _printed(family, ref, spec, cfg)
-    if level == "float32":
-        traits["internal_dtype"] = "float32"
-    return traits
+    return _printed(family, ref, spec, cfg) | ({"internal_dtype": "float32"} if level == "float32" else {})
 
 
 def _printed(family: Family, ref: Variant, traits: dict, cfg: Config) -> dict:
@@ -378,7 +388,7 @@ def _found(hit: Hit) -> Proposal:
     (family, ref, variant, pmap, form, code, import_line, source, cls, init, traits, notes, cases, tried,
      ran_forms, target, uses_mask, cfg, restrict) = (getattr(hit, f.name) for f in fields(hit))
     uses = sorted(set().union(*(_entry_classes(e) for e in pmap.values())))
-    helpers = [h for h in ("additive_mask", "library_config", "rotary_tables") if f"{h}(" in code + init]
+    helpers = [h for h in HELPERS if f"{h}(" in code + init + repr(traits)]
     lines = (["import torch"] if "torch." in code + init else []) + ([import_line] if import_line else []) \
         + init_imports(cls, init)
     lines.append(f"from harness import {', '.join(uses + helpers + ['register'])}")

@@ -129,8 +129,14 @@ def _set_up(family: str, a, b, case: str, cfg: Config, dtype: str, device: str) 
         if reason:
             raise ConfigError(f"{v.key} cannot be built for this config: {reason}")
     dt = dtype_of(dtype)
+    own = [fam.params_for(cfg, v.traits) for v in (va, vb)]
+    apart = sorted(n for n in set(own[0]) & set(own[1]) if own[0][n] != own[1][n])
+    if apart:
+        raise ConfigError(f"{va.key} and {vb.key} hold {', '.join(apart)} in different shapes (their traits differ: "
+                          f"{declared(fam, va, vb, case)[1]}): diff runs two variants on one set of weights")
     zero = absent_fills(va.map_for(cfg)) | absent_fills(vb.map_for(cfg))
-    weights = zero_unrepresented(fam.canonical_weights(cfg), zero)
+    both = {**fam.canonical_weights(cfg, traits=vb.traits), **fam.canonical_weights(cfg, traits=va.traits)}
+    weights = zero_unrepresented(both, zero)  # each side ports its own; the parameters they share are one
     return _Pair(family, fam, va, vb, case, cfg, dtype, dt, device, fam.inputs(case, cfg), weights)
 
 
@@ -154,6 +160,7 @@ def _declared_part(p: _Pair, t: _Traces, *, mistakes: bool) -> PairDiff:
         p.family, p.a.id, p.b.id, p.case, p.dtype_name, p.device, expected, reason,
         traits=tuple(traits_side_by_side(p.fam, p.a, p.b)),
         errors={v.id: tr.error for v, tr in sides if tr.error},
+        tracebacks={v.id: tr.traceback for v, tr in sides if tr.error and tr.traceback},
         paths={v.id: tr.path for v, tr in sides},
         mistakes=name_mistakes(p.family, (p.a, p.b), p.cfg) if mistakes else {},
         verdict=Verdict.ERROR, seconds=0.0, stateful=_stateful(p))
