@@ -51,7 +51,7 @@ def one_key_at_most(mask: torch.Tensor) -> bool:
     return mask.dtype == torch.bool and bool((mask.sum(-1) <= 1).all())
 
 
-def leave_out_padded(out, pad: torch.Tensor | None):
+def leave_out_padded(out: object, pad: torch.Tensor | None) -> object:
     """``out`` (B, T, ...) with the query positions ``pad`` (B, T, True = real token) marks as
     padding set to zero: what a module gives there is unspecified (real code leaves it
     anything), so it is left out of every comparison, and no gradient flows from it."""

@@ -94,7 +94,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
         with user_code("gradcheck (its backward)", who=variant.key):
             ok = torch.autograd.gradcheck(fn, tuple(tensors), fast_mode=True, raise_exception=False,
                                           check_undefined_grad=False, **gradcheck_tolerance(variant))
-        note = "" if ok else _gradcheck_cause(variant, fn, tensors, f"{case} ({name})")
+        note = "" if ok else _gradcheck_cause(variant, fn, tuple(tensors), f"{case} ({name})")
     except PortingError as exc:  # the variant's own port fails: its error row
         ok, note = False, f"PortingError: {exc}"[:300]
     except NotImplementedError as exc:  # no backward on this device: nothing to check, said

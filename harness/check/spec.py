@@ -105,8 +105,9 @@ class SpecChecker:
                 stateful = self.state_kept(e, result)
                 changed = with_changes(result, [*([stateful] if stateful else []), *self.changes(e, result)])
                 if stateful:  # where the case's own run holds, the earlier calls are the difference
-                    changed = dataclasses.replace(changed, depends_on_earlier_calls=True, **(
-                        {"worst": "output", "err": math.nan, "ratio": math.nan} if result.ok else {}))
+                    changed = dataclasses.replace(changed, depends_on_earlier_calls=True)
+                    if result.ok:
+                        changed = dataclasses.replace(changed, worst="output", err=math.nan, ratio=math.nan)
                 self._specs[key] = changed
         except Exception as exc:  # this spec's error row, the run goes on
             if not variant_failure(exc):  # the user's input (a NaN, a bad config): one line, as ever
