@@ -69,9 +69,9 @@ class WindowLeftToTheCache(LlamaModel):
     """Decoding (a cache with keys in it) masks no window: a rolling cache of the window's
     length would hold only the keys in it, but this cache keeps every key."""
 
-    def dense_mask(self, keys, n, past):
+    def dense_mask(self, keys, n, past, segments=None):
         if past == 0:
-            return super().dense_mask(keys, n, past)
+            return super().dense_mask(keys, n, past, segments)
         rows = torch.arange(n)[:, None] + past
         cols = torch.arange(past + n)[None, :]
         return (cols <= rows)[None] & keys[:, None, :]
