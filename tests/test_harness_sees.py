@@ -201,10 +201,10 @@ def test_fully_masked_rows_match_the_write_ups():
     row = (~inputs["mask"]).all(-1)  # (B, T) True where the row sees no key
     outs = {}
     for vid in ("fused_explicit", "annotated", "fused_sdpa"):
-        run = checker.run(get_variant("attention", vid), "fully_masked", frozenset(), torch.float64)
+        run = checker.run(get_variant("attention", vid), "fully_masked", {}, torch.float64)
         outs[vid] = run.tensors["output"][row]
     assert torch.isnan(outs["fused_explicit"]).all()
-    o_bias = checker.weights(family, frozenset())["o.bias"]
+    o_bias = checker.weights(family, {})["o.bias"]
     torch.testing.assert_close(outs["fused_sdpa"], o_bias.expand_as(outs["fused_sdpa"]))  # zeros, then + o.bias
     assert not torch.isnan(outs["annotated"]).any()
     assert not torch.allclose(outs["annotated"], outs["fused_sdpa"])
