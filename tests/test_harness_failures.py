@@ -96,20 +96,56 @@ def test_what_counts_as_the_harness_own_failure():
     assert harness_failure(ours) and "KeyError: \"the harness's\"" in harness_traceback(ours)
 
 
-def test_a_spec_check_that_fails_in_the_harness_keeps_its_traceback_in_check_json(monkeypatch, tmp_path, capsys):
-    """The check itself failing (its oracle, here) is each spec's error row, one line on the
+@pytest.mark.parametrize("where", ["oracle", "run"])
+def test_a_spec_check_that_fails_in_the_harness_keeps_its_traceback_in_check_json(where, monkeypatch, tmp_path,
+                                                                                   capsys):
+    """The check itself failing (its oracle) or the harness's part of a variant's run (the
+    input snapshot, outside the variant's code): each spec's error row, one line on the
     terminal; ``check --json`` keeps the traceback in the spec row."""
-    from harness.check.runs import RunCache
+    from harness.check import runs
 
     def broken(*args, **kwargs):
         raise RuntimeError("planted harness bug")
 
-    monkeypatch.setattr(RunCache, "oracle", broken)
+    if where == "oracle":
+        monkeypatch.setattr(runs.RunCache, "oracle", broken)
+    else:
+        monkeypatch.setattr(runs, "snapshot", broken)
     out = tmp_path / "check.json"
     assert main(["check", "--family", "norm", "--variant", "t2t_layernorm", "--dtype", "float64", "--set",
                  "d_model=16", "--set", "heads=2", "--json", str(out)]) == 1
     printed, err = capsys.readouterr()
-    assert TRACEBACK not in printed + err and "the check itself failed" in printed
+    assert TRACEBACK not in printed + err and "planted harness bug" in printed
     specs = [s for s in json.loads(out.read_text())["specs"] if s["variant"] == "t2t_layernorm"]
     assert specs and all(s["verdict"] == "error" and s["traceback"].startswith(TRACEBACK)
                          and "planted harness bug" in s["traceback"] for s in specs)
+
+
+def test_a_gradcheck_that_fails_in_the_harness_keeps_its_traceback(monkeypatch):
+    from harness.check import extras
+    from harness.registry import get_variant, load_packs
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted harness bug")
+
+    load_packs()
+    variant = get_variant("norm", "t2t_layernorm")
+    assert "traceback" not in extras.gradcheck_variant(variant).as_dict()
+    monkeypatch.setattr(extras, "unique_grad_inputs", broken)
+    result = extras.gradcheck_variant(variant)
+    assert not result.ok and "planted harness bug" in result.note
+    assert result.as_dict()["traceback"].startswith(TRACEBACK)
+
+
+def test_a_train_step_that_fails_in_the_harness_keeps_its_traceback(monkeypatch):
+    """A whole-model command's rows (here train-step's) keep it as the check's do."""
+    from harness.base.config import Config
+    from harness.systems import training
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted harness bug")
+
+    monkeypatch.setattr(training, "train_step", broken)
+    rows = training.compare_train_step("decoder_only_model", Config().replace(seed=7919))  # a config of its own
+    assert rows and all(r.verdict == "error" and "planted harness bug" in r.error for r in rows)
+    assert all(r.as_dict()["traceback"].startswith(TRACEBACK) for r in rows)

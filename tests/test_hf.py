@@ -241,3 +241,58 @@ def test_map_shows_why_no_call_form_ran_and_finds_gemma2s_scale():
     assert gemma.found, gemma.text
     assert gemma.traits["score_scale"] == 256 ** -0.5 and gemma.traits["softcap"] == 50.0
     assert "0 contradict" in gemma.text
+
+
+# (module under transformers.models, its config class): the classes map takes from a config
+ROPE_CLASSES = [("llama", "LlamaConfig"), ("qwen2", "Qwen2Config"), ("mistral", "MistralConfig"),
+                ("cohere", "CohereConfig"), ("phi3", "Phi3Config"), ("gemma", "GemmaConfig"),
+                ("gemma2", "Gemma2Config"), ("gemma3", "Gemma3TextConfig"), ("gpt_neox", "GPTNeoXConfig")]
+
+
+@pytest.mark.parametrize("home,config", ROPE_CLASSES, ids=[r[0] for r in ROPE_CLASSES])
+def test_library_config_carries_the_rope_base(home, config):
+    """The class's own rotary embedding, built from library_config, turns pair i by
+    base^(-2i/r) at the harness config's base, not at the class's default (Cohere's 500000,
+    the others' 10000); Gemma 3's tables of both layer types; a caller's keyword still wins."""
+    import importlib
+
+    import torch
+
+    from harness import library_config
+
+    modeling = importlib.import_module(f"transformers.models.{home}.modeling_{home}")
+    config_cls = getattr(importlib.import_module(f"transformers.models.{home}.configuration_{home}"), config)
+    rotary = [v for k, v in vars(modeling).items()
+              if k.endswith("RotaryEmbedding") and v.__module__ == modeling.__name__]
+    for base in (12345.0, 500000.0):
+        made = rotary[0](library_config(config_cls, Config(d_model=64, rope_base=base)))  # d_k 16: NeoX turns 4
+        tables = {n: b for n, b in made.named_buffers() if n.endswith("inv_freq") and "original" not in n}
+        assert tables and all(torch.allclose(b.double(), base ** (-torch.arange(0, 2 * b.numel(), 2).double()
+                                                                   / (2 * b.numel())), rtol=1e-6)
+                              for b in tables.values()), (base, tables)
+    kept = library_config(config_cls, Config(rope_base=12345.0), rope_parameters={"rope_type": "default",
+                                                                                  "rope_theta": 777.0})
+    assert "777.0" in repr(kept.rope_parameters) and "12345" not in repr(kept.rope_parameters)
+
+
+def test_an_hf_module_follows_rope_base_and_one_that_pins_its_base_is_caught():
+    """HF's LlamaAttention (the pack's hf_llama) under rope_base = 500000 agrees with the oracle
+    at that base; the same module with its base pinned at 10000 is different."""
+    from transformers.models.llama.configuration_llama import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    from harness import library_config
+    from harness.check.spec import SpecChecker
+
+    pinned = {"rope_type": "default", "rope_theta": 10000.0}
+    with scratch():
+        load_file(PACK)
+        llama = get_variant("attention", "hf_llama")
+        register(id="hf_llama_base_10000", family="attention", source="test", call=llama.call,
+                 param_map=llama.param_map, traits=llama.traits,
+                 build=lambda c: LlamaAttention(library_config(LlamaConfig, c, rope_parameters=pinned), layer_idx=0))
+        checker = SpecChecker({"base": Config(rope_base=500000.0)})
+        right = checker.check(llama, "base", "causal", "float64")
+        wrong = checker.check(get_variant("attention", "hf_llama_base_10000"), "base", "causal", "float64")
+    assert right.ok, right.note
+    assert not wrong.ok and wrong.verdict == "different", wrong.note

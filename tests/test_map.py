@@ -95,10 +95,94 @@ def test_map_says_why_none_fits_and_names_the_closest(tmp_path, capsys):
                      "--json", str(out)]) == 1
     printed = capsys.readouterr().out
     assert "no candidate map" in printed and "candidates tried" in printed and "closest" in printed
+    assert "stacks" not in printed  # three equal blocks: Chunk holds them
     proposal = json.loads(out.read_text())
     # 24 orders x 2 orientations of `out` x 2 layouts of the fused qkv (thirds, thirds per head)
     assert not proposal["found"] and proposal["tried"] == 96
     assert proposal["closest"]["max_abs"] > 1e-3
+
+
+GQA_NO_SCALE = '''
+import torch
+from torch import nn
+
+
+class GqaNoScale(nn.Module):
+    """Grouped K/V heads (repeat_interleave), but the scores are never divided by sqrt(d_k)."""
+
+    def __init__(self, d_model, heads, kv_heads):
+        super().__init__()
+        self.heads, self.kv_heads, self.d = heads, kv_heads, d_model // heads
+        self.q = nn.Linear(d_model, d_model)
+        self.k = nn.Linear(d_model, kv_heads * self.d)
+        self.v = nn.Linear(d_model, kv_heads * self.d)
+        self.o = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask):
+        B, T, D = query.shape
+        split = lambda x, h: x.view(B, -1, h, self.d).transpose(1, 2)
+        q = split(self.q(query), self.heads)
+        k, v = (split(p(x), self.kv_heads).repeat_interleave(self.heads // self.kv_heads, 1)
+                for p, x in ((self.k, key), (self.v, value)))
+        scores = (q @ k.transpose(-1, -2)).masked_fill(~mask[:, None], float("-inf"))
+        return self.o((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D))
+'''
+
+
+def test_map_with_fewer_kv_heads_than_the_reference_takes_names_the_closest(tmp_path):
+    """kv_heads=2, which the reference (torch_mha) cannot be built for: the closest candidate
+    is held to the oracle of the search's own trait set (its GQA grouping included), so the
+    answer is the closest map and the cases it fails, not an error about torch_mha (a module
+    that fits is found under kv_heads=2: test_hf's LlamaAttention-gqa)."""
+    path = tmp_path / "gqa.py"
+    path.write_text(GQA_NO_SCALE)
+    with scratch():
+        proposal = propose_map(f"{path}:GqaNoScale", "attention", cfg=Config(kv_heads=2), call="qkv_mask",
+                               init="d_model=cfg.d_model, heads=cfg.heads, kv_heads=cfg.n_kv_heads")
+    assert not proposal.found
+    closest = proposal.closest
+    assert closest["agrees"] == [] and closest["max_abs"] > 0.5 and "self" in closest["failing"], proposal.text
+    assert "closest" in proposal.text and "torch_mha cannot be built" not in proposal.text
+
+
+FUSED_GQA = '''
+from torch import nn
+
+
+class FusedGqa(nn.Module):
+    """Phi-3's layout: one qkv Linear, H * d query rows, then H_kv * d key and value rows."""
+
+    def __init__(self, d_model, heads, kv_heads):
+        super().__init__()
+        self.heads, self.kv_heads, self.d = heads, kv_heads, d_model // heads
+        self.qkv = nn.Linear(d_model, (heads + 2 * kv_heads) * self.d, bias=False)
+        self.o = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, query, key, value, mask):
+        B, T, D = query.shape
+        sizes = [D, self.kv_heads * self.d, self.kv_heads * self.d]
+        q, k, v = (self.qkv(x).split(sizes, -1)[i] for i, x in enumerate((query, key, value)))
+        split = lambda x, h: x.view(B, -1, h, self.d).transpose(1, 2)
+        g = self.heads // self.kv_heads
+        q, k, v = split(q, self.heads), split(k, self.kv_heads), split(v, self.kv_heads)
+        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+        scores = (q @ k.transpose(-1, -2) / self.d ** 0.5).masked_fill(~mask[:, None], float("-inf"))
+        return self.o((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D))
+'''
+
+
+def test_map_says_why_a_fused_qkv_with_fewer_kv_heads_has_no_map(tmp_path):
+    """A fused QKV weight whose blocks differ in size (q's H * d rows, k's and v's H_kv * d)
+    has no map (Chunk cuts equal blocks): map says so, naming the parameter and the sizes; a
+    fused QKV of three equal blocks gets no such line (test_map_says_why_none_fits...)."""
+    path = tmp_path / "fused_gqa.py"
+    path.write_text(FUSED_GQA)
+    with scratch():
+        proposal = propose_map(f"{path}:FusedGqa", "attention", cfg=Config(kv_heads=2), call="qkv_mask",
+                               init="d_model=cfg.d_model, heads=cfg.heads, kv_heads=cfg.n_kv_heads")
+    assert not proposal.found
+    assert ("note: qkv.weight (96, 48) stacks q.weight, k.weight, v.weight (48 + 24 + 24 along dim 0): Chunk cuts "
+            "a parameter into equal blocks only") in proposal.text, proposal.text
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -39,3 +39,11 @@ def harness_traceback(exc: BaseException) -> str | None:
         exc._harness_shown = True  # type: ignore[attr-defined]
         print(f"--debug: the harness's own failure behind '{describe(exc)}':\n{text}", file=sys.stderr, end="")
     return text
+
+
+def traceback_if_any(row: dict) -> dict:
+    """A row as JSON: its ``traceback`` (the harness's own failure) only where there is one,
+    so that every other row is written as it always was."""
+    if row.get("traceback") is None:
+        row.pop("traceback", None)
+    return row

@@ -128,7 +128,7 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
         rows[case.variant] = row
         m = row.measurement
         variant = get_variant(case.family, case.variant)
-        reason = variant.refuses(case.config(), case.device) or variant.dtype_reason(case.dtype)
+        reason = variant.refuses(case.config(), case.device, case.case) or variant.dtype_reason(case.dtype)
         overflow = fill_overflow(variant, dtype_of(case.dtype))
         if reason or overflow:  # a declared fill the dtype cannot hold raises by design: not run, said why
             m.status, m.error = Status.UNSUPPORTED, reason or f"declared error: {overflow}"

@@ -10,6 +10,7 @@ from harness.base.boundary import describe, user_code
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, PortingError
+from harness.base.failures import harness_traceback
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.dropout_stats import DRAW_OPS, statistical_checks
@@ -104,7 +105,8 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     except HarnessError:
         raise
     except Exception as exc:
-        ok, note = False, describe(exc)[:300]
+        return GradcheckResult(family.name, variant.id, name, case, False, describe(exc)[:300],
+                               traceback=harness_traceback(exc))
     return GradcheckResult(family.name, variant.id, name, case, bool(ok), note)
 
 
@@ -236,7 +238,8 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
                 backend=backend, graphs=graphs, graph_breaks=breaks)
     if compiled.error or eager.error:
         return CompiledResult(**base, verdict=Verdict.ERROR, ok=False, err=math.nan, eager_err=math.nan,
-                              note=compiled.error or eager.error or "")
+                              note=compiled.error or eager.error or "",
+                              traceback=compiled.traceback if compiled.error else eager.traceback)
     names = expected_names(family, oracle, checker, variant)
     same = all(name in compiled.tensors and torch.equal(compiled.tensors[name], eager.tensors[name])
                for name in names)

@@ -134,10 +134,10 @@ def derived_pair(f: PairFacts, digest_a: str | None, digest_b: str | None) -> Pa
 
 def measured_pair(f: PairFacts, ra: Run, rb: Run, checker: RunCache, a: Variant, b: Variant) -> PairResult:
     """The pair's own runs, on the same weights, against each other: one class is
-    equivalent within both specs' allowances (or, where a side computes below float64 by
+    equivalent within what both specs accept (or, where a side computes below float64 by
     declaration, at that dtype's tolerance); two classes differ unless the runs agree."""
     m_out, m_grad, m_worst = _gap(ra, rb, checker, a, b)
-    allowed = _allowed(f.sa) + _allowed(f.sb)
+    allowed = _accepted(f.sa) + _accepted(f.sb)
     close = max(m_out, m_grad) <= allowed
     if not f.reason:
         lower = _declared_lower(a, b, f.sa, f.sb)
@@ -219,6 +219,15 @@ def _spec_note(sa: SpecResult, sb: SpecResult) -> str:
 
 def _allowed(spec: SpecResult) -> float:
     return max((c.allowed for c in spec.tensors), default=0.0)
+
+def _accepted(spec: SpecResult) -> float:
+    """The largest gap to the oracle a spec accepts: its allowance, or, less precise by
+    declaration and holding, its own measured error (judged against the definition computed
+    in the declared dtype): two runs each that close to one oracle are that close together."""
+    accepted = _allowed(spec)
+    if spec.ok and spec.verdict == Verdict.LESS_PRECISE:
+        accepted = max([accepted] + [c.err for c in spec.tensors if math.isfinite(c.err)])
+    return accepted
 
 def _scale(run: Run) -> float:
     out = run.tensors["output"]

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from harness.base.config import Config
+from harness.base.failures import traceback_if_any
 from harness.base.verdicts import Verdict
 
 if TYPE_CHECKING:
@@ -136,9 +137,7 @@ class SpecResult:
     def as_dict(self) -> dict:
         out = asdict(self)
         del out["finding"]
-        if self.traceback is None:
-            del out["traceback"]
-        return out
+        return traceback_if_any(out)
 
 
 @dataclass
@@ -149,9 +148,10 @@ class GradcheckResult:
     case: str
     ok: bool
     note: str
+    traceback: str | None = None  # where gradcheck failed in the harness's own code (then in ``as_dict``)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return traceback_if_any(asdict(self))
 
 
 @dataclass
@@ -182,12 +182,13 @@ class CompiledResult:
     err: float            # compiled vs oracle, worst tensor
     eager_err: float      # eager vs oracle, same tensor
     note: str = ""
+    traceback: str | None = None  # where a run failed in the harness's own code (then in ``as_dict``)
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return traceback_if_any(asdict(self))
 
 
 @dataclass

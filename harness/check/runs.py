@@ -21,6 +21,7 @@ from harness.base.boundary import check_output, describe, user_code, variant_fai
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, InputError, PortingError
+from harness.base.failures import harness_traceback
 from harness.base.verdicts import Verdict
 from harness.check.left_out import undeclared_absent
 from harness.check.recorder import OpRecorder
@@ -43,6 +44,7 @@ class Run:
     changed: list[str] = field(default_factory=list)  # inputs the call changed in place, each named (or
     # the output's dtype, when it is not the call's): contradictions of any declaration
     forward_only: str = ""  # why no gradient was taken: the backward is not implemented on this device
+    traceback: str | None = None  # where ``error`` is the harness's own failure: its whole traceback
 
 
 def snapshot(inputs: Mapping[str, Any]) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -187,7 +189,7 @@ def run_variant(
         if backward and family.differentiable and _not_implemented(exc):  # no backward on this device
             return _forward_only(variant, cfg, inputs64, weights64, dtype, device, exc, record=record,
                                  compile_backend=compile_backend)
-        run.error = describe(exc)
+        run.error, run.traceback = describe(exc), harness_traceback(exc)
         return run
     # its answer: a tensor on the call's device, floating where the family's output has a gradient
     if problem := check_output(out, device=device, floating=family.differentiable):
@@ -386,7 +388,7 @@ class RunCache:
             except HarnessError:
                 raise
             except Exception as exc:  # a module that cannot be called twice is a finding
-                run.error = describe(exc)
+                run.error, run.traceback = describe(exc), harness_traceback(exc)
             self._runs[key] = run
         return self._runs[key], said
 

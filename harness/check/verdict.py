@@ -164,7 +164,8 @@ def _error_row(e: Evidence, s: CheckSettings) -> SpecResult:
     declared = overflow if expected == Verdict.ERROR else (str(finding) if finding else None)
     note = (f"{PATH_FINDING}: {finding}; " if finding else "") + (e.run.error or "")
     return SpecResult(**_cell(e, s), verdict=Verdict.ERROR, expected=expected, ok=bool(declared), err=math.nan,
-                      ref_err=math.nan, ratio=math.nan, worst="", note=note, declared=declared or "", finding=finding)
+                      ref_err=math.nan, ratio=math.nan, worst="", note=note, declared=declared or "", finding=finding,
+                      traceback=e.run.traceback)
 
 
 def _exact(e: Evidence, s: CheckSettings) -> SpecResult:

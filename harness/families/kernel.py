@@ -26,7 +26,16 @@ import torch
 from harness.base.config import Config
 from harness.families import kernel_oracle as K
 from harness.families.attention import random_mask
-from harness.families.base import Case, Family, ScaleSpec, TraitSpec, activations, left_pad, right_pad
+from harness.families.base import (
+    Case,
+    Family,
+    ScaleSpec,
+    TraitSpec,
+    activations,
+    left_pad,
+    regime_case,
+    right_pad,
+)
 from harness.families.no_key_rows import varies
 
 LONG_T, LONG_S = 133, 157   # crosses 64- and 128-wide blocks on both axes
@@ -218,6 +227,15 @@ CASES = (
     Case("long", f"T = {LONG_T}, S = {LONG_S}: crosses 64- and 128-wide blocks; causal, right key padding, GQA",
          _long),
 )
+# The fixed regimes of the default matrix, as the attention family's: logits in the hundreds
+# (a softmax without its max subtracted overflows in float32 and below) on a case every kernel
+# takes, and a problem without the causal option across 64- and 128-wide blocks (``long`` is
+# causal; a kernel taking a mask alone crosses its blocks here).
+REGIME_CASES = (
+    regime_case(CASES[0], "large", "q, k, v x12: logits of std ~140", scale=12.0),
+    regime_case(CASES[1], "long", f"B = 2, T = 70, S = {LONG_S}: across a 64-wide query block and 64- and "
+                "128-wide key blocks", batch=2, tgt_len=70, src_len=LONG_S),
+)
 # What each case's mask is ("none": every key may be attended; "right": right key padding
 # only; "arbitrary": anything else) and which of the call's options it needs.
 CASE_MASKS = {
@@ -244,7 +262,7 @@ ATTENTION_KERNEL = KernelFamily(
          "causal, window, softcap) -> (B,H,T,d)",
     doc="Attention over projected heads (a kernel: SDPA, flex_attention, a blocked kernel); no parameters.",
     params=lambda cfg: {},
-    cases=CASES,
+    cases=CASES + REGIME_CASES,
     traits={
         "causal": TraitSpec("the causal diagonal: top-left (query i faces key i), bottom-right "
                             "(the last query faces the last real key), or none", K.CAUSAL),

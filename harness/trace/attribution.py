@@ -46,13 +46,13 @@ def _feed_point(row: TraceRow, ta: Trace, tb: Trace) -> tuple[str, torch.Tensor]
     fed A's attention output, which is its output projection's output)."""
     unit = row.unit
     ob = tb.units.get(unit)
-    if ob is not None and ob.how.startswith("module"):
+    if ob is not None and ob.hooked:
         value = _unit_value(ta, unit, row.what)
         return None if value is None else (f"{unit}:in" if row.what == "in" else unit, value)
     while "." in unit:
         unit = unit.rsplit(".", 1)[0]
         ob = tb.units.get(unit)
-        if ob is not None and ob.how.startswith("module"):
+        if ob is not None and ob.hooked:
             value = _unit_value(ta, unit, "out")
             if value is None:
                 value = _unit_value(ta, f"{unit}.o", "out")

@@ -53,7 +53,7 @@ class _UnitHooks:
             self.counter[0] += 1
             obs = self.units.get(unit)
             if obs is None:
-                obs = self.units[unit] = Observed(unit, self.counter[0], f"module {self.owners[unit]}")
+                obs = self.units[unit] = Observed(unit, self.counter[0], f"module {self.owners[unit]}", hooked=True)
                 obs.inp = _clone(_first_tensor((args, kwargs)))
             obs.calls += 1
             key = f"{unit}:in"
@@ -200,7 +200,7 @@ def _label_sources(units: dict[str, Observed], inputs: Mapping[str, Any]) -> Non
     """Name what each sub-module was fed: a family input, or another sub-module's output."""
     ordered = sorted(units.values(), key=lambda o: o.order)
     for obs in ordered:
-        if obs.inp is None or not obs.how.startswith("module"):
+        if obs.inp is None or not obs.hooked:
             continue
         obs.source = "computed"
         for name, value in inputs.items():

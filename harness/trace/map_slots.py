@@ -152,6 +152,25 @@ def candidate_maps(family: Family, cfg: Config, module: torch.nn.Module, traits:
                 yield {name: full[name] for name in shapes}
 
 
+def unequal_stacks(family: Family, cfg: Config, module: torch.nn.Module) -> list[str]:
+    """Why no map holds a module weight that stacks canonical weights of unequal sizes on one
+    axis (a fused QKV with fewer K/V heads: q's H * d_k rows beside k's and v's H_kv * d_k):
+    ``Chunk`` cuts a parameter into equal blocks only. One line per such parameter."""
+    weights = [(n, tuple(s)) for n, s in family.canonical_shapes(cfg).items() if len(s) == 2]
+    out = []
+    for path, p in module.named_parameters():
+        for axis, (size, other) in enumerate(zip(p.shape, reversed(p.shape)) if p.dim() == 2 else ()):
+            fits = [(n, s[0]) for n, s in weights if s[1] == other]
+            stacks = [c for k in range(2, len(fits) + 1) for c in itertools.combinations(fits, k)
+                      if sum(x for _, x in c) == size and len({x for _, x in c}) > 1]
+            if stacks:
+                names, sizes = zip(*stacks[0])
+                out.append(f"{path} {tuple(p.shape)} stacks {', '.join(names)} ({' + '.join(map(str, sizes))} "
+                           f"along dim {axis}): Chunk cuts a parameter into equal blocks only, so no map holds them")
+                break
+    return out
+
+
 def _by_shape(choice, kinds) -> dict[tuple[int, int], list[Slot]]:
     by_shape: dict[tuple[int, int], list[Slot]] = {k: [] for k in kinds}
     for shape, slots in choice:

@@ -28,7 +28,7 @@ import torch
 
 from harness.base.boundary import describe
 from harness.base.config import Config
-from harness.base.errors import ConfigError, InputError, PortingError, SpecError, UnknownName
+from harness.base.errors import InputError, PortingError, SpecError, UnknownName
 from harness.base.library import rotary_tables
 from harness.base.masks import additive_mask, masked, per_head
 from harness.base.verdicts import Verdict
@@ -52,7 +52,7 @@ from harness.trace.map_candidates import (
     load_class,
     make_call,
 )
-from harness.trace.map_slots import candidate_maps
+from harness.trace.map_slots import candidate_maps, unequal_stacks
 from harness.trace.map_traits import agreement, infer_case_traits, search_fills, trait_sets
 from harness.trace.map_traits import verify_case as _verify
 from harness.trace.map_verify import verify_registration
@@ -164,6 +164,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
         for reason, named in reasons.items():
             why += f"\n  {', '.join(named)}: {reason}"
         why += "\npass --call (and --init) for a call form of your own"
+    why += "".join(f"\nnote: {line}" for line in unequal_stacks(family, cfg, probe))
     if call and call in failed:
         why += f"\n--call {call!r} " + ("ran " if failed[call].startswith("nothing") else "raised ") + failed[call]
     return Proposal(False, why, tried=tried, closest=closest)
@@ -258,7 +259,7 @@ HELPERS = ("additive_mask", "library_config", "rotary_tables", "ByDtype")  # imp
 def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, source: str, build, ref) -> dict:
     """The candidate that fails the fewest cases (then the smallest worst gap), each of the
     ``CLOSEST_POOL`` candidates nearest on the first case (and every one that agreed there)
-    held, float64 forward, to the reference's on every case it takes."""
+    held, float64 forward, to its traits' oracle on every case it takes (a reference may refuse the config)."""
     best, best_key = {}, None
     pool = sorted(scored, key=lambda s: (s[0], s[1]))
     pool = [s for i, s in enumerate(pool) if i < CLOSEST_POOL or s[0] == 0.0]
@@ -269,7 +270,7 @@ def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, s
         for case in cases:
             try:
                 verdict, gap, note = _forward_verdict(checker, variant, ref, case, module)
-            except (PortingError, InputError, ConfigError):  # ConfigError: the reference refuses the config
+            except (PortingError, InputError):
                 verdict, gap, note = Verdict.ERROR, math.inf, ""
             if not verdict.agrees:
                 gaps[case] = gap
@@ -285,22 +286,21 @@ def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, s
 
 def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: str,
                      module: torch.nn.Module) -> tuple[str, float, str]:
-    """The quick test of a candidate: the module built once, the candidate's weights
-    ported in, float64 forward only, no op recording."""
-    family = ref.family_spec
-    zero = search_fills(checker, variant) | checker.fills(ref)
-    want = checker.run(ref, case, zero, torch.float64).tensors.get("output")
-    PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg, variant.traits)
-            ).load(checker.weights(family, zero, variant.traits))
+    """A candidate's float64 forward on one case (module built once, no op recording) against its traits' oracle."""
+    family, traits, cfg = ref.family_spec, variant.traits, checker.cfg
+    weights = checker.weights(family, search_fills(checker, variant), traits)
+    inputs = cast_inputs(checker.inputs(family, case), torch.float64, "cpu")
+    PortMap(variant.key, module, variant.map_for(cfg), family.canonical_shapes(cfg, traits)).load(weights)
     try:
         with torch.no_grad():
-            got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
+            want = family.oracle(family.semantic_traits(_full(ref, traits)), cfg, weights, inputs, torch.float64)
+            got = variant.call(module, inputs)
     except Exception:  # noqa: BLE001  (this call form does not run the module on this case)
         return Verdict.ERROR, math.inf, ""
-    if want is None or not isinstance(got, torch.Tensor):
+    if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor):
         return Verdict.ERROR, math.inf, ""
     tv = compare_tensors(got.detach().double().cpu(), want, None, None, torch.float64)
-    note = f"output: {tv.note}, the module's vs {ref.id}'s" if tv.note else ""
+    note = f"output: {tv.note}, the module's vs the oracle of {ref.id}'s traits" if tv.note else ""
     return tv.verdict, tv.max_abs, note
 
 

@@ -125,9 +125,9 @@ def _set_up(family: str, a, b, case: str, cfg: Config, dtype: str, device: str) 
     va, vb = _variant(family, a), _variant(family, b)
     fam.case(case)
     for v in (va, vb):
-        reason = v.refuses(cfg, device)
+        reason = v.refuses(cfg, device, fam.base_case(case))
         if reason:
-            raise ConfigError(f"{v.key} cannot be built for this config: {reason}")
+            raise ConfigError(f"{v.key} cannot be built for this config or case: {reason}")
     dt = dtype_of(dtype)
     own = [fam.params_for(cfg, v.traits) for v in (va, vb)]
     apart = sorted(n for n in set(own[0]) & set(own[1]) if own[0][n] != own[1][n])

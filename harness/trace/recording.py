@@ -175,11 +175,12 @@ def _storage_ptr(t: torch.Tensor) -> int | None:
 class Observed:
     unit: str
     order: int
-    how: str                       # "module <path>" or "dispatcher: <op>"
+    how: str                       # "module <path>" or "dispatcher: <op>", as shown
     out: torch.Tensor | None = None
     inp: torch.Tensor | None = None
     source: str = ""               # what its input was: "input 'x'", "output of norm1", "computed"
     calls: int = 0
+    hooked: bool = False           # observed by hooks on its own module (which can be fed), not at the dispatcher
 
 
 @dataclass
