@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from harness.base.devices import device_type
-from harness.base.errors import HarnessError, UnknownName
+from harness.base.errors import ConfigError, HarnessError, UnknownName
 from harness.base.masks import one_key_at_most
 from harness.base.verdicts import Verdict
 from harness.check.results import PairResult
@@ -116,18 +116,26 @@ def _peer(family: str) -> str:
 
 def explain_differences(report, configs) -> str:
     """One first divergence per declared difference (reason and case), on its first pair
-    and config that shows it."""
-    lines, seen = [], set()
+    and config that shows it and that ``diff`` can run (a pair holding a parameter in two
+    shapes cannot share one set of weights: the next pair with that difference is traced,
+    and a difference no pair can trace says why)."""
+    lines, done, untraced = [], set(), {}
     for p in report.pairs:
         key = (p.family, p.reason, p.case)
-        if p.verdict != Verdict.DIFFERENT or key in seen or p.dtype == "bool":
+        if p.verdict != Verdict.DIFFERENT or key in done or p.dtype == "bool":
             continue
-        seen.add(key)
         cfg = configs.get(p.config) or get_family(p.family).configs_of(configs).get(p.config)
-        d = first_divergence(p.family, p.a, p.b, p.case, cfg, p.dtype, p.device, hints=False)
+        try:
+            d = first_divergence(p.family, p.a, p.b, p.case, cfg, p.dtype, p.device, hints=False)
+        except ConfigError as exc:
+            untraced.setdefault(key, f"  {p.family}: {p.a} ~ {p.b} on {p.case} ({p.config}, {p.dtype}; "
+                                     f"{p.reason})\n    not traced: {exc}")
+            continue
+        done.add(key)
         lines.append(f"  {p.family}: {p.a} ~ {p.b} on {p.case} ({p.config}, {p.dtype}; {p.reason})\n"
                      + "\n".join("    " + x for x in d.text.splitlines())
                      + "\n    reproduce: " + diff_command(p.family, p.a, p.b, p.case, cfg, p.dtype))
+    lines += [line for key, line in untraced.items() if key not in done]
     return "\n".join(lines) or "(none)"
 
 
