@@ -147,3 +147,15 @@ def test_the_missing_scale_reads_as_a_score_scale_of_one_or_says_no_reading_fits
         assert line.startswith("reads as score_scale=1 (") and "on every failing case" in line
     else:
         assert line.startswith("no single convention read another way explains it on self")
+
+
+def test_explain_names_a_difference_diff_cannot_trace_and_the_check_goes_on(capsys):
+    """qwen3 and olmo2_qk_norm hold their QK-norm gains in two shapes, so no one set of
+    weights runs both: --explain says so on that difference's line, and check still exits 0."""
+    with scratch():
+        load_packs()
+        code = main(["check", "--family", "attention", "--variant", "qwen3", "--variant", "olmo2_qk_norm",
+                     "--explain", "--dtype", "float64"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert re.search(r"qwen3 ~ olmo2_qk_norm on \w+ .*\n    not traced: .*different shapes", out)

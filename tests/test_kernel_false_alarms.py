@@ -42,6 +42,18 @@ def test_gradcheck_honours_a_declared_float32_compute(internal):
     with scratch():
         result = gradcheck_variant(_register(internal))
     assert result.ok == internal, result.note
+    if not internal:  # the row names the cause: the forward's rounding, not the backward
+        assert "declare internal_dtype='float32'" in result.note and "disagrees" not in result.note, result.note
+
+
+def test_a_float32_compute_left_out_is_named_as_internal_dtype():
+    """The mistake line reads an undeclared float32 compute as ``internal_dtype='float32'``."""
+    from harness.trace.kernel_explain import convention_fits
+
+    load_packs()
+    with scratch():
+        fits = convention_fits(_register(internal=False), [(CONFIG_MATRIX["default"], "self")])
+    assert any(f.startswith("internal_dtype='float32'") for f in fits), fits
 
 
 def test_pairs_all_honours_a_declared_float32_compute_and_the_counts_agree():

@@ -95,7 +95,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
         with user_code("gradcheck (its backward)", who=variant.key):
             ok = torch.autograd.gradcheck(fn, tuple(tensors), fast_mode=True, raise_exception=False,
                                           check_undefined_grad=False, **gradcheck_tolerance(variant))
-        note = "" if ok else "the backward disagrees with finite differences of the forward"
+        note = "" if ok else _gradcheck_cause(variant, fn, tuple(tensors), f"{case} ({name})")
     except PortingError as exc:  # the variant's own port fails: its error row
         ok, note = False, f"PortingError: {exc}"[:300]
     except NotImplementedError as exc:  # no backward on this device: nothing to check, said
@@ -108,6 +108,29 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
         return GradcheckResult(family.name, variant.id, name, case, False, describe(exc)[:300],
                                traceback=harness_traceback(exc))
     return GradcheckResult(family.name, variant.id, name, case, bool(ok), note)
+
+
+def _gradcheck_cause(variant: Variant, fn, tensors: tuple, where: str) -> str:
+    """Why gradcheck failed: a forward that is not finite there (finite differences judge
+    nothing), a forward that rounds below float64 inside without declaring it (gradcheck
+    holds at float32's step and tolerance), or else the backward itself."""
+    with torch.no_grad(), user_code("gradcheck (its forward)", who=variant.key):
+        out = fn(*tensors)
+    if isinstance(out, torch.Tensor) and out.is_floating_point() and not bool(out.isfinite().all()):
+        bad = int((~out.isfinite()).sum())
+        return (f"the forward gives NaN/inf in {bad} of {out.numel()} output elements on {where}: finite "
+                "differences cannot judge the backward there (the spec rows show the forward's mistake)")
+    if not variant.traits.get("internal_dtype"):
+        eps = torch.finfo(torch.float32).eps
+        with user_code("gradcheck (its backward)", who=variant.key):
+            ok32 = torch.autograd.gradcheck(fn, tuple(tensors), fast_mode=True, raise_exception=False,
+                                            check_undefined_grad=False, eps=eps ** (1 / 3), atol=eps ** 0.5,
+                                            rtol=eps ** 0.5)
+        if ok32:
+            return ("the backward agrees with finite differences at float32's step and tolerance, not at "
+                    "float64's: the forward rounds below float64 inside (declare internal_dtype='float32' "
+                    "if it is meant to)")
+    return "the backward disagrees with finite differences of the forward"
 
 
 # -- dropout -----------------------------------------------------------------------------------------

@@ -120,6 +120,9 @@ class SpecResult:
     # the declaration that expects a verdict other than agreement here (a mask fill the dtype
     # cannot hold: "annotated: fill -1e+09 overflows float16"; a path finding's reason), or ""
     declared: str = ""
+    # the case's own run holds or not, but a build called on other inputs first gives another
+    # output (state kept between calls: ``spec.call_order_dependence``)
+    depends_on_earlier_calls: bool = False
     # the declared path finding that makes this failure a finding (written first in ``note``;
     # not in ``as_dict``, whose ``declared`` and ``note`` say it), or None
     finding: PathFinding | None = None

@@ -195,7 +195,7 @@ def run_variant(
     if problem := check_output(out, device=device, floating=family.differentiable):
         run.error = problem
         return run
-    run.changed = changed_inputs(snap)
+    run.changed, out = changed_inputs(snap), family.specified(inputs, out)
     if out.is_floating_point() and out.dtype != dtype:  # a bfloat16 call answered in float32 (a cast dropped)
         run.changed.append(f"output returned in {str(out.dtype).replace('torch.', '')}, "
                            f"not the call's {str(dtype).replace('torch.', '')}")
@@ -236,7 +236,7 @@ def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64:
     via = (lambda t: t.to(through)) if through is not None else (lambda t: t)  # noqa: E731
     oracle = family.oracle
     assert oracle is not None, f"family {family.name} has no oracle"  # a family whose variants are checked has one
-    out: torch.Tensor = oracle(traits_at_dtype(traits, dtype), cfg, weights, inputs, dtype)  # a ByDtype for dtype
+    out: torch.Tensor = family.specified(inputs, oracle(traits_at_dtype(traits, dtype), cfg, weights, inputs, dtype))
     as64 = lambda t: via(t.detach()).to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
     run.tensors["output"] = as64(out)
     if family.differentiable and out.requires_grad:
@@ -366,9 +366,8 @@ class RunCache:
         return [x for x in (shorter, c.replace(seed=c.seed + 202)) if x != c]
 
     def sequence(self, variant: Variant, case: str, zero: Fills) -> tuple[Run, str]:
-        """One build called on ``warmups()``' inputs, then on this case's inputs (float64,
-        no-grad eval, as the fresh build's inference run it is compared with); also returns
-        the sequence in words."""
+        """One build called on ``warmups()``' inputs, then on this case's inputs (float64, no-grad
+        eval, as the fresh build's inference run it is compared with), and the sequence in words."""
         family = variant.family_spec
         key = RunKey(variant.key, case, frozen_fills(zero), torch.float64, self.device, Mode.SEQUENCE)
         calls = [w for w in self.warmups() if not variant.refuses(w, self.device)]
@@ -381,7 +380,8 @@ class RunCache:
                                       weights=self.variant_weights(variant, zero))
                     for w in calls:
                         variant.call(module, cast_inputs(family.inputs(case, w), torch.float64, self.device))
-                    out = variant.call(module, cast_inputs(self.inputs(family, case), torch.float64, self.device))
+                    inputs = cast_inputs(self.inputs(family, case), torch.float64, self.device)
+                    out = family.specified(inputs, variant.call(module, inputs))
                 run.tensors["output"] = out.detach().to("cpu", torch.float64 if out.is_floating_point() else out.dtype)
             except PortingError as exc:
                 run.error = f"PortingError: {exc}"

@@ -102,7 +102,13 @@ class SpecChecker:
                 self._specs[key] = None
             else:
                 result = decide(e, self.settings)
-                self._specs[key] = with_changes(result, self.changes(e, result))
+                stateful = self.state_kept(e, result)
+                changed = with_changes(result, [*([stateful] if stateful else []), *self.changes(e, result)])
+                if stateful:  # where the case's own run holds, the earlier calls are the difference
+                    changed = dataclasses.replace(changed, depends_on_earlier_calls=True)
+                    if result.ok:
+                        changed = dataclasses.replace(changed, worst="output", err=math.nan, ratio=math.nan)
+                self._specs[key] = changed
         except Exception as exc:  # this spec's error row, the run goes on
             if not variant_failure(exc):  # the user's input (a NaN, a bad config): one line, as ever
                 raise
@@ -189,40 +195,21 @@ class SpecChecker:
                 baselines.append(ref_run)
         return sem64, tuple(baselines)
 
+    def state_kept(self, e: Evidence, result: SpecResult) -> str:
+        """(float64, first config) how the output depends on an earlier call, or ''."""
+        if e.config == next(iter(self.checkers)) and e.dtype == torch.float64 and result.verdict != Verdict.ERROR:
+            return call_order_dependence(e.variant, e.case, e.fills, self.checkers[e.config])
+        return ""
+
     def changes(self, e: Evidence, result: SpecResult) -> list[str]:
-        """What the call changed: its inputs written in place, its output's dtype, and (float64,
-        first config) state kept from an earlier call; the no-grad eval call's too."""
+        """What the call changed: its inputs written in place, its output's dtype; the no-grad
+        eval call's too."""
         checker, v, dtype = self.checkers[e.config], e.variant, e.dtype
         changed = list(checker.run(v, e.case, e.fills, dtype).changed)
-        if e.config == next(iter(self.checkers)) and dtype == torch.float64 and result.verdict != Verdict.ERROR:
-            changed += self._sequence(v, e.case, e.fills, checker)
         if e.family.differentiable:
             inference = checker.run(v, e.case, e.fills, dtype, mode=Mode.INFERENCE)
             changed += [c + " (no-grad eval)" for c in inference.changed]
         return changed
-
-    @staticmethod
-    def _sequence(variant: Variant, case: str, zero: Fills, checker: RunCache) -> list[str]:
-        """A build called first on other inputs, then on this case's, against a fresh build's
-        call on this case (both float64, no-grad eval): state kept across calls (a table or
-        mask cached at the first length) shows as a difference or an error."""
-        seq, said = checker.sequence(variant, case, zero)
-        fresh = checker.run(variant, case, zero, torch.float64, mode=Mode.INFERENCE)
-        if not said or fresh.error:
-            return []
-        head = f"called first on {said}, then on these inputs"
-        if seq.error:
-            return [f"{head}: {seq.error}"]
-        a, b = seq.tensors["output"], fresh.tensors["output"]
-        if a.shape != b.shape:
-            return [f"{head}: output of shape {tuple(a.shape)}, a fresh build's {tuple(b.shape)}"]
-        if not a.is_floating_point():
-            bad = int((a != b).sum())
-            return [f"{head}: {bad} element(s) differ from a fresh build's"] if bad else []
-        c = float64_check("output", a, b, None)
-        if c.verdict == Verdict.EQUIVALENT:
-            return []
-        return [f"{head}: output differs from a fresh build's by {c.err:.3g}"]
 
     @staticmethod
     def _reference(variant: Variant, case: str, checker: RunCache) -> Variant | None:
@@ -256,3 +243,30 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(before)
+
+
+STATE_KEPT = "output depends on earlier calls (state kept between calls)"
+
+
+def call_order_dependence(variant: Variant, case: str, zero: Fills, checker: RunCache) -> str:
+    """'' when a build called first on other inputs (``RunCache.warmups``), then on this
+    case's, gives what a fresh build's call on this case gives (both float64, no-grad eval);
+    else ``STATE_KEPT`` and how it shows (an error, another shape, a difference): state kept
+    across calls (a table or mask cached at the first length)."""
+    seq, said = checker.sequence(variant, case, zero)
+    fresh = checker.run(variant, case, zero, torch.float64, mode=Mode.INFERENCE)
+    if not said or fresh.error:
+        return ""
+    head = f"{STATE_KEPT}: called first on {said}, then on these inputs"
+    if seq.error:
+        return f"{head}: {seq.error}"
+    a, b = seq.tensors["output"], fresh.tensors["output"]
+    if a.shape != b.shape:
+        return f"{head}: output of shape {tuple(a.shape)}, a fresh build's {tuple(b.shape)}"
+    if not a.is_floating_point():
+        bad = int((a != b).sum())
+        return f"{head}: {bad} element(s) differ from a fresh build's" if bad else ""
+    c = float64_check("output", a, b, None)
+    if c.verdict == Verdict.EQUIVALENT:
+        return ""
+    return f"{head}: output differs from a fresh build's by {c.err:.3g}"

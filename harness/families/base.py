@@ -14,8 +14,8 @@ A family fixes
 Declarations are validated at ``register``: an unknown trait key, a semantic value the oracle
 cannot build, or an unknown case name in ``traits["cases"]`` is an error listing what is known.
 
-Mask convention everywhere in the harness: bool, True = may attend. Pad masks are
-(B, L) with True on real tokens (keys that may be attended).
+Mask convention everywhere in the harness: bool, True = may attend. Pad masks are (B, L) with
+True on real tokens; a padded query position's output is unspecified (``Family.padding``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import torch
 from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.devices import device_type
 from harness.base.errors import UnknownName
+from harness.base.masks import leave_out_padded
 from harness.families import no_key_rows, oracles
 from harness.families.kernel_oracle import DEFAULT_SCALE
 
@@ -204,6 +205,10 @@ class Family:
     no_key_causes: tuple[str, ...] = ("mask",)  # what empties a row in its cases (``no_key_rows.CAUSES``)
     # (semantic traits, config) -> the parameters a declared trait brings (QK-norm's gains): ``params_for``
     trait_params: Callable[[Mapping[str, Any], Config], ParamSpec] | None = None
+    padding: Callable[[Mapping[str, Any]], Any] | None = None  # inputs -> (B, T) True = real token
+
+    def specified(self, inputs: Mapping[str, Any], out: Any) -> Any:  # padded query positions zeroed
+        return leave_out_padded(out, self.padding(inputs) if self.padding else None)
 
     def configs_of(self, configs: Mapping[str, Config]) -> dict[str, Config]:
         """``configs`` narrowed to this family's matrix (a --set config always applies), with
@@ -263,9 +268,8 @@ class Family:
         problems = []
         for key in traits:
             if key not in self.traits and key not in DESCRIPTIVE_TRAITS:
-                problems.append(
-                    f"unknown trait {key!r}; semantic traits of {self.name}: {list(self.traits)}; "
-                    f"descriptive: {list(DESCRIPTIVE_TRAITS)}")
+                problems.append(f"unknown trait {key!r}; semantic traits of {self.name}: {list(self.traits)}; "
+                                f"descriptive: {list(DESCRIPTIVE_TRAITS)}")
         if "data_dependent" in traits and not (isinstance(traits["data_dependent"], str) and traits["data_dependent"]):
             problems.append(f"traits['data_dependent'] must say where the call reads tensor values, "
                             f"got {traits['data_dependent']!r}")
@@ -273,11 +277,9 @@ class Family:
         if cases is not None:
             if isinstance(cases, str) or not all(isinstance(c, str) for c in cases):
                 problems.append(f"traits['cases'] must be a tuple of case names, got {cases!r}")
-            else:
-                unknown = [c for c in cases if c not in {k.name for k in self.cases}]
-                if unknown:
-                    problems.append(f"traits['cases'] names unknown case(s) {unknown}; "
-                                    f"cases of {self.name}: {[c.name for c in self.cases]}")
+            elif unknown := [c for c in cases if c not in {k.name for k in self.cases}]:
+                problems.append(f"traits['cases'] names unknown case(s) {unknown}; "
+                                f"cases of {self.name}: {[c.name for c in self.cases]}")
         applicable = [c.name for c in self.cases if cases is None or c.name in cases]
         needed = {t for c in applicable for t in self.semantic_for(c)}
         for name, spec in self.traits.items():

@@ -145,6 +145,22 @@ def _block_packed(cfg: Config, gen: torch.Generator) -> dict:
     return inputs
 
 
+def gapped_positions(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
+    """(B, L) position ids that jump once mid-row by 1 .. 8 (tokens dropped from the middle of a
+    sequence, their ids kept: a pruned cache, a compressed prompt): under relative RoPE only ids
+    that are not evenly spaced show, on real tokens, a module that counts positions itself."""
+    cut = torch.randint(1, max(length, 2), (batch, 1), generator=gen)
+    jump = torch.randint(1, 9, (batch, 1), generator=gen)
+    idx = torch.arange(length).expand(batch, length)
+    return idx + jump * (idx >= cut)
+
+
+def _block_gapped(cfg: Config, gen: torch.Generator) -> dict:
+    inputs = _block_inputs(cfg, gen, torch.ones(cfg.batch, cfg.tgt_len, dtype=torch.bool))
+    inputs["positions"] = gapped_positions(gen, cfg.batch, cfg.tgt_len)
+    return inputs
+
+
 LLAMA_BLOCK = Family(
     name="llama_block",
     call="(x (B,T,D), mask (B,T,T) bool True=may attend, positions (B,T)) -> (B,T,D)",
@@ -158,11 +174,14 @@ LLAMA_BLOCK = Family(
              lambda c, g: _block_inputs(c, g, left_pad(g, c.batch, c.tgt_len))),
         Case("packed", "packed rows: sequences back to back, positions restarting at each, block-diagonal causal",
              _block_packed),
+        Case("gapped", "causal, no padding; position ids that jump once mid-row (tokens dropped, ids kept)",
+             _block_gapped),
     ),
     traits=BLOCK_TRAITS,
     oracle=llama_block_oracle,
     case_semantic={"left_pad": ("fully_masked_row", "mask_style")},
     grad_inputs=("x",),
+    padding=lambda inputs: inputs["pad"],
     matrix=("default",),
     matrix_note="its attention, norm and gated_ffn run the whole matrix in their families",
     extra_configs={"gqa": GQA_CONFIG},
@@ -203,10 +222,12 @@ def llama_model_oracle(traits, cfg, w, inputs, dtype) -> torch.Tensor:
 
 def _model_tokens(cfg: Config, gen: torch.Generator, side: str) -> dict:
     tokens = content_tokens(gen, cfg, cfg.batch, cfg.tgt_len)
-    pad = {"full": lambda: torch.ones_like(tokens, dtype=torch.bool), "right": lambda: right_pad(
+    pad = {"full": lambda: torch.ones_like(tokens, dtype=torch.bool), "gapped": lambda: torch.ones_like(
+        tokens, dtype=torch.bool), "right": lambda: right_pad(
         gen, cfg.batch, cfg.tgt_len), "left": lambda: left_pad(gen, cfg.batch, cfg.tgt_len)}[side]()
     tokens[~pad] = 0
-    return {"tokens": tokens, "pad": pad, "positions": positions_of(pad), "segments": torch.zeros_like(tokens)}
+    positions = gapped_positions(gen, cfg.batch, cfg.tgt_len) if side == "gapped" else positions_of(pad)
+    return {"tokens": tokens, "pad": pad, "positions": positions, "segments": torch.zeros_like(tokens)}
 
 
 def _model_packed(cfg: Config, gen: torch.Generator) -> dict:
@@ -233,6 +254,8 @@ LLAMA_MODEL = ModelFamily(
              lambda c, g: _model_tokens(c, g, "left")),
         Case("packed", "packed rows: sequences back to back (segments), positions restarting at each, "
              "no attention across them", _model_packed),
+        Case("gapped", "no padding; position ids that jump once mid-row (tokens dropped, ids kept)",
+             lambda c, g: _model_tokens(c, g, "gapped")),
     ),
     traits={**BLOCK_TRAITS,
             "embedding_scale": TraitSpec("the factor token embeddings are multiplied by (Gemma: sqrt(D))",
@@ -241,6 +264,7 @@ LLAMA_MODEL = ModelFamily(
             "final_softcap": TraitSpec("logits -> c tanh(logits / c) before the log-softmax (Gemma 2's "
                                        "final_logit_softcapping; 0: none)", number=True, default=0.0)},
     oracle=llama_model_oracle,
+    padding=lambda inputs: inputs["pad"],
     case_semantic={"left_pad": ("fully_masked_row", "mask_style")},
     matrix=("default",),
     extra_configs={"gqa": GQA_CONFIG},

@@ -274,9 +274,14 @@ DECODINGS: dict[str, Decoding] = {}
 
 
 def register_decoding(family: str, id: str, **fields: Any) -> Decoding:
-    """Declare, beside a model's ``register``, how it decodes (see ``Decoding``)."""
+    """Declare, beside a model's ``register``, how it decodes: the fields of ``Decoding``
+    (``prepare``, ``step``, ``greedy``, ``cache``, ``bos``, ``padding``; docs/models.md)."""
     if family not in (ENCODER_DECODER.name, DECODER_ONLY_MODEL.name, "llama_model"):
         raise RegistryError(f"decoding is declared for model families only, not '{family}'")
+    known = [f.name for f in dataclasses.fields(Decoding)]
+    if unknown := sorted(set(fields) - set(known)) or sorted({"prepare", "step"} - set(fields)):
+        raise RegistryError(f"register_decoding('{family}', '{id}'): field(s) {unknown} unknown or missing; "
+                            f"its fields: {known} (prepare and step required)")
     if isinstance(fields.get("padding"), str):  # one side named: that side, not its letters
         fields["padding"] = (fields["padding"],)
     decoding = Decoding(**fields)

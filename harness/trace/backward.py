@@ -43,7 +43,7 @@ def backward_steps(variant: Variant, cfg: Config, inputs64: Mapping[str, Any],
     family = variant.family_spec
     module, _ = build(variant, cfg, dtype=torch.float64, weights=weights)
     inputs = cast_inputs(inputs64, torch.float64, "cpu", family.grad_inputs)
-    out = variant.call(module, inputs)
+    out = family.specified(inputs, variant.call(module, inputs))
     if not isinstance(out, torch.Tensor) or out.grad_fn is None:
         return []
     leaves = {id(t): n for n, t in inputs.items() if isinstance(t, torch.Tensor) and t.requires_grad}

@@ -153,6 +153,11 @@ class PairDiff:
     paths_no_grad: Mapping[str, str] = field(default_factory=dict)
     hints: tuple[str, ...] = ()
     hint_candidates: int = 0
+    # where the first divergence is inside the attention on a case whose inputs are one tensor
+    # in several roles (self-attention): the first divergence on a case with them apart
+    apart: str = ""
+    stateful: Mapping[str, str] = field(default_factory=dict)  # variant id -> how its output
+    # depends on the calls before it (``harness.check.spec.call_order_dependence``)
     tracebacks: Mapping[str, str] = field(default_factory=dict)  # id -> traceback, where the harness itself failed
 
     @property
@@ -166,12 +171,14 @@ class PairDiff:
                 "traits": [_shallow(t) for t in self.traits], "errors": dict(self.errors),
                 **({"tracebacks": dict(self.tracebacks)} if self.tracebacks else {}),  # the harness's failures only
                 "paths": dict(self.paths), "mistakes": dict(self.mistakes), "verdict": self.verdict}
+        if self.stateful:
+            head["stateful"] = dict(self.stateful)
         if self.errors:
             body: dict[str, Any] = {"trace": [], "first": None, "attribution": None, "where": [], "ops": [],
                                     "hints": []}
         else:
             body = {"worst": self.worst, "trace": [dataclasses.asdict(r) for r in self.trace],
-                    "first": _asdict(self.first), "backward": _asdict(self.backward),
+                    "first": _asdict(self.first), "backward": _asdict(self.backward), "apart": self.apart,
                     "attribution": None if self.attribution is None else self.attribution.to_json(),
                     "where": [dataclasses.asdict(w) for w in self.where], "ops": [list(o) for o in self.ops],
                     "op_counts": dict(self.op_counts), "paths_no_grad": dict(self.paths_no_grad),

@@ -165,6 +165,7 @@ def trace_variant(
     _label_sources(units, inputs)
     tensors: dict[str, torch.Tensor] = {}
     if isinstance(out, torch.Tensor):
+        out = family.specified(inputs, out)
         tensors["output"] = out.detach().to("cpu", torch.float64 if out.is_floating_point() else out.dtype)
         if backward and family.differentiable and out.requires_grad:
             tensors.update(backward_grads(family, cfg, out, inputs, portmap))
@@ -280,9 +281,10 @@ def locate(rows: list[TraceRow]) -> FirstDivergence | None:
     if first.what == "out" and sa and sb and sa != sb:
         named = sb if sb.startswith("output of") else sa if sa.startswith("output of") else ""
         where = named.removeprefix("output of ") or first.unit
+        guess = ("(the inputs' roles swapped: in the module, or in its parameter map?)"
+                 if sa.startswith("input ") and sb.startswith("input ") else "(a norm placed before vs after?)")
         return FirstDivergence(where, label, DivergenceKind.WIRING,
-                               f"{where}: wiring differs at {first.unit}: A feeds it {sa}, B feeds it {sb} "
-                               "(a norm placed before vs after?)")
+                               f"{where}: wiring differs at {first.unit}: A feeds it {sa}, B feeds it {sb} {guess}")
     if first.what == "in":
         parent = first.unit.rsplit(".", 1)[0] if "." in first.unit else ""
         inside = [r for r in rows[:index] if r.what == "out" and _projection_of(r.unit) in ("q", "k", "v")

@@ -50,6 +50,7 @@ from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError
 from harness.base.verdicts import Verdict
 from harness.check.runs import OpRecorder, RunCache, applicable, cast_inputs
+from harness.check.spec import call_order_dependence
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.families.catalog import get_family
@@ -57,7 +58,7 @@ from harness.porting.portmap import absent_fills, zero_unrepresented
 from harness.registry import REGISTRY, Variant, build, from_user_file, get_variant, variants_file, variants_of
 from harness.trace.attribution import attribute
 from harness.trace.backward import backward_divergence
-from harness.trace.diff_result import Attribution, PairDiff, TraceRow, TraitRow
+from harness.trace.diff_result import Attribution, DivergenceKind, PairDiff, TraceRow, TraitRow
 from harness.trace.divergence import locate, trace_rows, trace_variant, where_differs
 from harness.trace.hints import align_ops, layout_hints
 from harness.trace.kernel_explain import name_mistakes
@@ -162,7 +163,16 @@ def _declared_part(p: _Pair, t: _Traces, *, mistakes: bool) -> PairDiff:
         tracebacks={v.id: tr.traceback for v, tr in sides if tr.error and tr.traceback},
         paths={v.id: tr.path for v, tr in sides},
         mistakes=name_mistakes(p.family, (p.a, p.b), p.cfg) if mistakes else {},
-        verdict=Verdict.ERROR, seconds=0.0)
+        verdict=Verdict.ERROR, seconds=0.0, stateful=_stateful(p))
+
+
+def _stateful(p: _Pair) -> dict[str, str]:
+    """Each side whose output on the case depends on the calls before it (float64, the
+    sequence ``check`` calls it in): a trace of one call cannot show that."""
+    checker = RunCache(p.cfg, record=False)
+    found = {v.id: call_order_dependence(v, p.case, checker.fills(v), checker) for v in (p.a, p.b)
+             if not v.refuses(p.cfg, "cpu") and not v.dtype_reason("float64")}
+    return {k: line for k, line in found.items() if line}
 
 
 def _compared(result: PairDiff, p: _Pair, t: _Traces, *, hints: bool, attribution: bool) -> PairDiff:
@@ -175,6 +185,9 @@ def _compared(result: PairDiff, p: _Pair, t: _Traces, *, hints: bool, attributio
     worst = max(where, key=lambda w: (w.verdict.rank, w.max_abs if not math.isnan(w.max_abs) else -1), default=None)
     rows = trace_rows(t.a, t.b, t.a64, t.b64, p.dtype)
     first = locate(rows)
+    apart = ""
+    if first is not None and first.kind == DivergenceKind.COMPUTATION and first.unit.endswith(":in"):
+        apart = _roles_apart(p, first)
     output_agrees = bool(where) and where[0].tensor == "output" and where[0].verdict.agrees
     backward = None
     if first is None and not verdict.agrees and output_agrees:  # a backward-only difference
@@ -190,7 +203,32 @@ def _compared(result: PairDiff, p: _Pair, t: _Traces, *, hints: bool, attributio
         result, verdict=verdict, worst=None if worst is None else worst.tensor, trace=tuple(rows), first=first,
         backward=backward, attribution=attrib, where=tuple(where), paths_no_grad=_no_grad_paths(p),
         ops=tuple(align_ops(t.a.ops, t.b.ops)), op_counts={p.a.id: len(t.a.ops), p.b.id: len(t.b.ops)},
-        hints=tuple(hint_list), hint_candidates=tried)
+        hints=tuple(hint_list), hint_candidates=tried, apart=apart)
+
+
+def _roles_apart(p: _Pair, first) -> str:
+    """Where q, k and v agree on a case that passes one tensor in several roles (query = key
+    = value): the first divergence on the family's first case that passes each role its own
+    tensor (a K/V swap, in the module or its map, shows only there); '' when it is the same."""
+    def tensors(inputs):
+        return [t for t in inputs.values() if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+    shared = tensors(p.inputs)
+    if len({id(t) for t in shared}) == len(shared):
+        return ""
+    for c in p.fam.cases:
+        inputs = p.fam.inputs(c.name, p.cfg)
+        mine = tensors(inputs)
+        if (c.name == p.case or not (applicable(p.a, c.name) and applicable(p.b, c.name))
+                or len(mine) < len(shared) or len({id(t) for t in mine}) < len(mine)):
+            continue
+        a = trace_variant(p.a, p.cfg, inputs, p.weights, torch.float64, device="cpu")
+        b = trace_variant(p.b, p.cfg, inputs, p.weights, torch.float64, device="cpu", others=a.units)
+        there = locate(trace_rows(a, b, a, b, torch.float64))
+        if there is None or there.unit == first.unit:
+            return ""
+        return f"on {c.name}, where each role has its own tensor: {there.text}"
+    return ""
 
 
 def _attribution(p: _Pair, t: _Traces, rows: list[TraceRow]) -> Attribution:

@@ -33,6 +33,7 @@ def summary_text(d: PairDiff) -> str:
         lines.append(f"{d.a} and {d.b} agree on {d.case} ({d.verdict})")
     elif first:
         lines.append(first)
+        lines += [f"  {d.apart}"] if d.apart else []
     elif not d.trace:
         lines.append("no canonical sub-module to trace: the difference is the module's own computation")
     else:
@@ -41,6 +42,7 @@ def summary_text(d: PairDiff) -> str:
     if d.attribution:
         lines.append(d.attribution.text)
     lines += [f"mistake of {v}: {line}" for v, line in d.mistakes.items()]
+    lines += [f"{v}: {line}" for v, line in d.stateful.items()]
     if worst is not None and not worst.verdict.agrees:
         idx = ", ".join(map(str, worst.worst_index))
         lines.append(f"worst tensor {worst.tensor}: {worst.mismatches}/{worst.numel} elements "
@@ -54,11 +56,13 @@ def summary_text(d: PairDiff) -> str:
 
 def render(d: PairDiff) -> str:
     out = [f"== diff {d.family}: {d.a} (A) vs {d.b} (B), case {d.case}, {d.dtype} on {d.device}",
-           f"verdict: {d.verdict}; declared: {d.expected}" + (f" ({d.declared_reason})" if d.declared_reason else "")]
+           f"verdict: {d.verdict}; declared: {d.expected}" + (f" ({d.declared_reason})" if d.declared_reason else "")
+           + "".join(f"; {v}'s output depends on earlier calls (below)" for v in d.stateful)]
     out.append("\n-- traits (* differs, S semantic)")
     out.append(tabulate([[("*" if t.differs else "") + ("S" if t.semantic else ""), t.trait, t.a, t.b]
                          for t in d.traits], headers=["", "trait", d.a, d.b], tablefmt="simple"))
     out += [f"mistake of {v}: {line}" for v, line in d.mistakes.items()]
+    out += [f"{v}: {line}" for v, line in d.stateful.items()]
     if d.errors:
         out.append("\n" + _errors(d))
         return "\n".join(out)
@@ -86,6 +90,7 @@ def _trace_table(d: PairDiff) -> list[str]:
         tablefmt="simple")]
     first = _first_line(d)
     out += [first] if first else []
+    out += [f"  {d.apart}"] if d.apart else []
     out += [f"attribution: {d.attribution.text}"] if d.attribution else []
     return out
 
