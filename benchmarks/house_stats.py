@@ -2,6 +2,7 @@
 
     python benchmarks/house_stats.py            # a Markdown table
     python benchmarks/house_stats.py --json     # the figures as JSON
+    python benchmarks/house_stats.py --under check   # sizes of one sub-package's files only
 
 From the source alone (``ast``; nothing is imported): files and lines; the import graph
 between harness modules (every ``import``/``from`` that names a harness module, at module
@@ -9,7 +10,8 @@ level or inside a function; not those under ``if TYPE_CHECKING:``, which run onl
 checker), its circles (strongly connected components of more than one
 module) and its levels (the longest chain of imports, in modules, a circle counted as
 one); imports inside functions;
-the largest files, functions and classes by lines. import-linter's layers are its own
+the largest files, functions and classes by lines; the largest parameter lists (every
+parameter but ``self``/``cls``, ``*args`` and ``**kwargs`` one each). import-linter's layers are its own
 figure: ``lint-imports`` (run by the default suite) checks them.
 """
 
@@ -126,22 +128,33 @@ def levels(graph: dict[str, set[str]], found: list[list[str]]) -> int:
     return max((d(v) for v in dag), default=0)
 
 
-def measure() -> dict:
-    files = sorted((ROOT / PACKAGE).rglob("*.py"))
-    modules = {module_name(p) for p in files}
+def parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """A def's parameters, ``self``/``cls`` apart, ``*args`` and ``**kwargs`` one each."""
+    a = node.args
+    named = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    return len(named) - (named[:1] in (["self"], ["cls"])) + (a.vararg is not None) + (a.kwarg is not None)
+
+
+def measure(under: str = "") -> dict:
+    every = sorted((ROOT / PACKAGE).rglob("*.py"))
+    modules = {module_name(p) for p in every}
+    files = [p for p in every if not under or p.is_relative_to(ROOT / PACKAGE / under)]
     graph, lines, functions, classes, nested, nested_any = {}, {}, [], [], 0, 0
-    for path in files:
+    params = []
+    for path in every:
         text = path.read_text()
         tree = ast.parse(text)
         name = module_name(path)
-        rel = str(path.relative_to(ROOT))
-        lines[rel] = len(text.splitlines())
         graph[name], n, n_any = imports_of(tree, name, path.name == "__init__.py", modules)
+        if path not in files:
+            continue
+        lines[str(path.relative_to(ROOT))] = len(text.splitlines())
         nested, nested_any = nested + n, nested_any + n_any
         for node in ast.walk(tree):
             size = (node.end_lineno or node.lineno) - node.lineno + 1 if hasattr(node, "lineno") else 0
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 functions.append((size, f"{name}.{node.name}"))
+                params.append((parameters(node), f"{name}.{node.name}"))
             elif isinstance(node, ast.ClassDef):
                 classes.append((size, f"{name}.{node.name}"))
     found = circles(graph)
@@ -154,6 +167,7 @@ def measure() -> dict:
         "largest_files": sorted(((n, f) for f, n in lines.items()), reverse=True)[:5],
         "largest_functions": sorted(functions, reverse=True)[:5],
         "largest_classes": sorted(classes, reverse=True)[:3],
+        "largest_parameter_lists": sorted(params, reverse=True)[:5],
         "layers": layers(),
     }
 
@@ -181,15 +195,18 @@ def table(s: dict) -> str:
             ("files over 400 lines", len(s["files_over_400"])),
             ("largest files (lines)", top(s["largest_files"])),
             ("largest functions (lines)", top(s["largest_functions"])),
-            ("largest classes (lines)", top(s["largest_classes"]))]
+            ("largest classes (lines)", top(s["largest_classes"])),
+            ("largest parameter lists (parameters)", top(s["largest_parameter_lists"]))]
     return "\n".join(["| figure | now |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="the figures as JSON")
+    parser.add_argument("--under", default="", metavar="SUBPACKAGE",
+                        help="the sizes of the files under harness/SUBPACKAGE only (e.g. check)")
     args = parser.parse_args(argv)
-    s = measure()
+    s = measure(args.under)
     print(json.dumps(s, indent=1) if args.json else table(s))
     return 0
 

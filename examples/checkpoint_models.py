@@ -65,13 +65,13 @@ class Gemma2Model(LlamaModel):
         self.norm = RMSNorm(cfg.d_model, gemma=gemma_gain)
         self.final_softcap = final_softcap
 
-    def forward(self, tokens, pad, positions, cache: KVCache | None = None):
+    def forward(self, tokens, pad, positions, cache: KVCache | None = None, segments=None):
         n = tokens.shape[1]
         past = 0 if cache is None or cache.pad is None else cache.pad.shape[1]
         keys = pad if past == 0 else torch.cat([cache.pad, pad], dim=1)
         if cache is not None:
             cache.pad = keys
-        mask = self.dense_mask(keys, n, past)
+        mask = self.dense_mask(keys, n, past, segments)
         x = self.embed(tokens)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, positions, None if cache is None else cache.layers[i])

@@ -2,8 +2,8 @@
 (variants/llama.py), registered in the ``llama_model`` family for ``python -m harness
 parity``: load with ``--variants examples/checkpoint_ports.py``.
 
-Both hold parameters the llama family's oracle does not compute with, which their
-checkpoints hold trained (the family's extension groups, ``ModelConfig.extensions``):
+Both hold parameters beyond a plain LLaMA's, which their checkpoints hold trained (the
+family's extension groups, ``ModelConfig.extensions``):
 
 - ``gemma2_port``: Gemma 2 (HF's ``Gemma2ForCausalLM``): token embeddings times sqrt(D) (the
   factor rounded to the activations' dtype, as Gemma's normalizer is), RMSNorms with the
@@ -14,11 +14,13 @@ checkpoints hold trained (the family's extension groups, ``ModelConfig.extension
   ``query_pre_attn_scalar`` is not d_k is another model. Gemma 2's sliding window is not
   here: it is the same function on sequences no longer than the window.
 - ``qwen3_port``: Qwen 3 (HF's ``Qwen3ForCausalLM``): ``llama_model`` with an RMSNorm over
-  each head's q and k before RoPE (the ``qk_norm`` group), an untied head.
+  each head's q and k before RoPE (the ``qk_norm`` group), an untied head. Its QK-norm gains
+  are canonical parameters wherever ``qk_norm`` is declared, so ``check`` holds it to the
+  family's oracle as well.
 
-Each is skipped by ``check`` (its extra parameters come from a checkpoint; ``supports``
-says so). ``parity`` on a Gemma 2 or Qwen 3 checkpoint compares it with the checkpoint's
-own class::
+``gemma2_port`` is skipped by ``check`` (the oracle has no sandwich norms; ``supports`` says
+so). ``parity`` on a Gemma 2 or Qwen 3 checkpoint compares each with the checkpoint's own
+class::
 
     python -m harness parity CHECKPOINT --port gemma2_port --variants examples/checkpoint_ports.py
 """
@@ -38,7 +40,7 @@ register(
     id="qwen3_port", family="llama_model", source="transformers.Qwen3ForCausalLM",
     summary="Qwen 3: llama_model with an RMSNorm of each head's q and k before RoPE, untied head",
     build=lambda cfg: LlamaModel(cfg, block=Qwen3Block), call=call_model, param_map=qwen3_map,
-    traits={**BLOCK, "qk_norm": "rms per head", "tied_output": False}, supports=needs("qk_norm", "Qwen 3"),
+    traits={**BLOCK, "qk_norm": "rms per head", "tied_output": False},
 )
 for vid in ("gemma2_port", "qwen3_port"):
     register_decoding("llama_model", vid, prepare=llama_prepare, step=llama_step, cache=CACHE,

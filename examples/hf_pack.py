@@ -18,15 +18,23 @@ What map found, and what each registration therefore says:
   GPT-NeoX soften in float32, so a float64 ``finfo.min`` would become -inf there and a row
   with no key NaN: a float64 side effect. With float32's minimum every module here gives
   such a row the mean of V (an additive mask), declared, and keeps the fully masked case.
+  (Called with the mask built in the call's own dtype instead, the row is NaN in float64 and
+  the mean of V in float32: declarable as ``ByDtype(float64="NaN", other="mean of V")``,
+  docs/declaring.md, tests/test_no_key_rows.py.)
 - Their float32 rotary tables are not within float32's elementwise bound of the float64
   oracle at large logits (``self@large``: inputs x12, logits of std ~140, q/k weight
   gradients off by up to ~4e-3); their RMS error there stays under that of the definition
   computed in float32, which is what a declared ``internal_dtype`` is held to.
 - MistralAttention leaves its sliding window to the model's mask (window ``none``).
+- Qwen3Attention and Olmo2Attention normalise q and k before RoPE (``qk_norm``): Qwen3 each
+  head over its d_k with one gain per dim shared by the heads, OLMo2 the whole projection with
+  a gain per head and dim. Their ``q_norm``/``k_norm`` weights are the family's canonical
+  QK-norm gains, ported like the projections.
 - GPT-NeoX keeps q, k and v per head in one Linear (``PerHeadChunk``) and rotates a
   quarter of each head. With d_k * 0.25 odd (d_k = 12: the default config) HF rotates
-  4 dims at base^(-2i/3), a convention no oracle has: it is checked where d_k * 0.25 is
-  even (map finds it with ``--set d_model=64``).
+  4 dims at base^(-2i/3), a convention no oracle has: the attention family refuses such a
+  config for a ``rope_fraction`` that rotates an odd count, so it is checked where d_k * 0.25
+  is even (the one-head config; map finds it with ``--set d_model=64``).
 - BertSelfAttention has no output projection (it is in BertSelfOutput): ``Identity()``.
 - LlamaDecoderLayer needs a LLaMA block family: not registered here.
 """
@@ -43,8 +51,12 @@ from transformers.models.llama.configuration_llama import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm
 from transformers.models.mistral.configuration_mistral import MistralConfig
 from transformers.models.mistral.modeling_mistral import MistralAttention
+from transformers.models.olmo2.configuration_olmo2 import Olmo2Config
+from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention
 from transformers.models.qwen2.configuration_qwen2 import Qwen2Config
 from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention
+from transformers.models.qwen3.configuration_qwen3 import Qwen3Config
+from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention
 
 from harness import (
     Chunk,
@@ -84,6 +96,9 @@ def proj_map(q="q_proj", k="k_proj", v="v_proj", o="o_proj", bias=()):
             for c, name in zip("qkvo", (q, k, v, o)) for kind in ("weight", "bias")}
 
 
+QK_NORM_MAP = {**proj_map(), "q_norm.weight": Param("q_norm.weight"), "k_norm.weight": Param("k_norm.weight")}
+
+
 register(
     id="hf_llama", family="attention", source="transformers.models.llama.modeling_llama.LlamaAttention",
     build=lambda cfg: LlamaAttention(config=library_config(LlamaConfig, cfg), layer_idx=0),
@@ -100,17 +115,23 @@ register(
     call=rope_call, param_map=proj_map(bias="qkv"), traits=ROPE_TRAITS,
 )
 
+register(
+    id="hf_qwen3", family="attention", source="transformers.models.qwen3.modeling_qwen3.Qwen3Attention",
+    build=lambda cfg: Qwen3Attention(config=library_config(Qwen3Config, cfg), layer_idx=0),
+    call=rope_call, param_map=QK_NORM_MAP, traits={**ROPE_TRAITS, "eps": 1e-06, "qk_norm": "rms per head"},
+)
+register(
+    id="hf_olmo2", family="attention", source="transformers.models.olmo2.modeling_olmo2.Olmo2Attention",
+    build=lambda cfg: Olmo2Attention(config=library_config(Olmo2Config, cfg), layer_idx=0),
+    call=rope_call, param_map=QK_NORM_MAP, traits={**ROPE_TRAITS, "qk_norm": "rms over all heads"},
+)
 
-def neox_rotary(cfg) -> str | None:
-    dims = int(cfg.d_k * 0.25)
-    return None if dims % 2 == 0 else (f"GPT-NeoX rotates d_k * 0.25 = {dims} dims: odd, HF then rotates "
-                                       f"{dims + 1} at base^(-2i/{dims}), a convention no oracle has")
 
 
 register(
     id="hf_gpt_neox", family="attention", source="transformers.models.gpt_neox.modeling_gpt_neox.GPTNeoXAttention",
     build=lambda cfg: GPTNeoXAttention(config=library_config(GPTNeoXConfig, cfg), layer_idx=0),
-    call=rope_call, supports=neox_rotary,
+    call=rope_call,
     param_map=lambda cfg: {
         **{f"{c}.{kind}": PerHeadChunk(f"query_key_value.{kind}", n, 3, heads=cfg.heads)
            for n, c in enumerate("qkv") for kind in ("weight", "bias")},

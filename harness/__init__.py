@@ -27,6 +27,7 @@ from harness.base.library import library_config, rotary_tables
 from harness.base.masks import additive_mask, causal_and_pad, key_pad_to_attn, masked, per_head
 from harness.families.base import PathFinding
 from harness.families.models import PAD, START, dropout_sites, incremental, layers, register_decoding
+from harness.families.no_key_rows import ByCause, ByDtype
 from harness.families.training import SPREADS, STEP_COUNTS, noam, optimizer_rates, smoothed_target
 from harness.porting.entries import (
     Absent,
@@ -56,6 +57,8 @@ __all__ = [
     "DeviceSet",
     # a path finding declared for some devices or dtypes only (traits['path_findings'])
     "PathFinding",
+    # what a row without keys becomes, by what emptied it or by the dtype (the dead-row traits)
+    "ByCause", "ByDtype",
     # a plain attention function over projected heads, its layout given as data
     "register_kernel",
     # its parameter map

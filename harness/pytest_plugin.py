@@ -176,8 +176,10 @@ def pytest_configure(config):
         raise pytest.UsageError(str(exc)) from None
     resolved = frozenset(p.resolve() for p in paths)
     config.stash[_FILES] = resolved
-    # Collect each file beside whatever else was asked for (pytest drops overlaps).
-    config.args.extend(str(p) for p in sorted(resolved) if str(p) not in config.args)
+    # Collect each file beside whatever else was asked for (pytest drops overlaps), unless a
+    # node id in it was asked for (then only that test runs)
+    named = {(base / a.split("::")[0]).resolve() for a in config.args}
+    config.args.extend(str(p) for p in sorted(resolved) if p not in named)
 
 
 def _is_variant_file(path: Path, config) -> bool:
@@ -192,7 +194,7 @@ def pytest_collect_file(file_path: Path, parent):
     python_names = parent.config.getini("python_files")
     if parent.session.isinitpath(file_path) or any(fnmatch.fnmatch(file_path.name, p) for p in python_names):
         return None  # pytest's Python collector asks pytest_pycollect_makemodule below
-    return VariantFile.from_parent(parent, path=file_path)
+    return VariantFile.from_parent(parent, path=file_path, nodeid=_file_nodeid(file_path, parent.config))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -200,7 +202,18 @@ def pytest_pycollect_makemodule(module_path: Path, parent):
     """A variant file named on the command line (as --variants adds it) or named like a
     test file: collected as its variants' tests, never imported a second time as a module."""
     if _is_variant_file(module_path, parent.config):
-        return VariantFile.from_parent(parent, path=module_path)
+        return VariantFile.from_parent(parent, path=module_path, nodeid=_file_nodeid(module_path, parent.config))
+    return None
+
+
+def _file_nodeid(path: Path, config) -> str | None:
+    """The node id of a variant file: pytest's own (its path from the rootdir) inside the
+    rootdir; outside it, where pytest would give the file named on the command line an empty
+    id (``::attention/mine[cpu-semantics]``, the same for two files), its absolute path."""
+    try:
+        path.resolve().relative_to(config.rootpath)
+    except ValueError:
+        return path.resolve().as_posix()
     return None
 
 

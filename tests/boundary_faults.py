@@ -11,7 +11,7 @@ from pathlib import Path
 
 STAGES = ("build", "call", "param_map", "supports", "backward")
 # what every stage can do wrong by raising or printing
-CONTROL = ("raise", "print", "hang", "interrupt", "exit", "skip", "keyerror", "global_dtype")
+CONTROL = ("raise", "print", "hang", "interrupt", "exit", "os_exit", "skip", "keyerror", "global_dtype")
 # what a stage can answer wrongly
 ANSWERS = {
     "build": ("not_module",),
@@ -28,6 +28,8 @@ MESSAGE = {
     "hang": "ran past",
     "interrupt": "raised KeyboardInterrupt itself",
     "exit": "called sys.exit(3)",
+    "os_exit": "called os._exit(5)",
+    "patch_torch": "it replaced torch.nn.functional.softmax by my_softmax",
     "skip": "Skipped: generated skip",
     "not_module": "not a torch.nn.Module",
     "tuple": "returned tuple, not a tensor",
@@ -64,6 +66,7 @@ def expected(stage: str, fault: str) -> tuple[str, ...] | None:
 
 
 HEADER = '''
+import os
 import sys
 import time
 
@@ -91,6 +94,13 @@ def fault(kind):
         raise KeyboardInterrupt
     if kind == "exit":
         sys.exit(3)
+    if kind == "os_exit":
+        os._exit(5)
+    if kind == "patch_torch":
+        def my_softmax(x, dim=None, **kwargs):
+            return torch.exp(x) / torch.exp(x).sum(dim, keepdim=True)
+
+        torch.nn.functional.softmax = my_softmax
     if kind == "skip":
         import pytest
         pytest.skip("generated skip")
@@ -204,7 +214,7 @@ def variants_file(path: Path, faults: list[tuple[str, str]] | None = None) -> Pa
     return path
 
 
-IMPORT_FAULTS = ("raise", "print", "interrupt", "exit", "skip", "keyerror", "global_dtype")
+IMPORT_FAULTS = ("raise", "print", "interrupt", "exit", "os_exit", "patch_torch", "skip", "keyerror", "global_dtype")
 
 
 def import_file(path: Path, kind: str) -> Path:

@@ -81,3 +81,15 @@ def family_check(request):
         return cache[key]
 
     return get
+
+
+@pytest.fixture(autouse=True)
+def _registry_restored():
+    """Each test leaves the registry as it found it: a test that loads a user file (the
+    README's example, a planted variant) without ``scratch()`` cannot make a later test in
+    the same worker see its variants twice, whatever order xdist gives them."""
+    saved = dict(REGISTRY)
+    yield
+    if REGISTRY != saved:
+        REGISTRY.clear()
+        REGISTRY.update(saved)

@@ -94,7 +94,7 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["map", "nope.py:X", "--family", "attention"], "file 'nope.py' does not exist"),
         (["map", "examples/my_attention.py", "--family", "attention"], "expected FILE.py:CLASS or module.path:CLASS"),
         (["map", "torch.nn:NoSuchThing", "--family", "attention"],
-         "'NoSuchThing' in 'torch.nn' is not an nn.Module class"),
+         "'NoSuchThing' is not found in 'torch.nn'; its nn.Module classes: "),
         (["map", f"{ROOT}/examples/my_attention.py:EinsumAttention", "--family", "nope"], "unknown family 'nope'"),
         (["map", f"{ROOT}/examples/my_attention.py:EinsumAttention", "--family", "attention", "--init", "x=("],
          "bad --init 'x=('"),

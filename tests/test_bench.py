@@ -419,6 +419,30 @@ def test_an_interrupted_report_replaces_no_report(tmp_path, monkeypatch, capsys)
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
+def test_an_interrupted_first_report_says_so_and_exits_130(tmp_path, monkeypatch, capsys):
+    """Where no report was there, an interrupted run writes one from the rows measured so far,
+    opening with a note that the sweep is incomplete; it writes no DIFFERENCES.md."""
+    from harness.cli import bench as bench_cli
+
+    argv = ["report", "--device", "cpu", "--family", "norm", "--seq", "8", "--batch", "1", *FAST, "--no-rss",
+            "--skip-check", "--no-compare", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    folder = tmp_path / "cpu" / "quick"
+    assert "Interrupted" not in (folder / "REPORT.md").read_text()
+    for written in folder.iterdir():  # the report goes; the log of measured rows stays
+        written.unlink()
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+        yield  # a generator, as run_sweep is
+
+    monkeypatch.setattr(bench_cli, "run_sweep", stopped)
+    capsys.readouterr()
+    assert main(argv) == 130
+    assert "Interrupted: the sweep is incomplete." in (folder / "REPORT.md").read_text()
+    assert "DIFFERENCES.md is not written by an interrupted run" in capsys.readouterr().err
+
+
 def test_the_sweep_measures_the_cheapest_groups_first(norm_log):
     groups = [r["group"].split("|") for r in read_log(norm_log) if r["kind"] == "peak"]
     order = [(int(g[2].removeprefix("T=")), g[-2]) for g in groups]  # (T, mode) in the order measured

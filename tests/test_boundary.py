@@ -112,6 +112,9 @@ def test_a_hang_is_stopped_at_the_timeout_once_and_a_keyboard_interrupt_from_cod
         guarded("call", interrupt)()
 
 
+SOFTMAX = torch.nn.functional.softmax
+
+
 @pytest.mark.parametrize("fault", faults.IMPORT_FAULTS)
 def test_a_file_whose_import_goes_wrong_is_one_line(fault, tmp_path, capsys):
     path = faults.import_file(tmp_path / f"gen_import_{fault}.py", fault)
@@ -124,11 +127,39 @@ def test_a_file_whose_import_goes_wrong_is_one_line(fault, tmp_path, capsys):
         return
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert {"exit": "SystemExit(3)"}.get(fault, faults.MESSAGE[fault]) in err and path.name in err
+    assert torch.nn.functional.softmax is SOFTMAX  # a replaced torch function is put back
+
+
+def test_os_exit_in_a_forked_child_exits_and_in_a_thread_ends_the_process_with_a_line(tmp_path):
+    """Behind the boundary ``os._exit`` raises only in the process and thread that entered it:
+    a forked child (multiprocessing's) exits as asked; a thread of the user's ends the
+    process, after one line naming where (it cannot be stopped from there)."""
+    from harness.base import process_state
+    from harness.base.boundary import user_code
+
+    with user_code("import"):
+        pid = os.fork()
+        if pid == 0:  # the child: os._exit must end it, never return into the parent's code
+            try:
+                os._exit(0)
+            finally:
+                process_state._REAL_EXIT(3)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and os._exit is process_state._REAL_EXIT
+    script = tmp_path / "threaded.py"
+    script.write_text("import os, threading\nfrom harness.base.boundary import user_code\n\n"
+                      "with user_code('import'):\n"
+                      "    t = threading.Thread(target=lambda: os._exit(7))\n    t.start()\n    t.join()\n"
+                      "print('not reached')\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 7 and "not reached" not in run.stdout
+    assert run.stderr.strip().splitlines() == [f"error: os._exit(7) called in a thread at {script}:5: the process ends"]
 
 
 def test_a_declaration_the_oracle_refuses_is_refused_at_load(tmp_path, capsys):
     text = (ROOT / "examples" / "my_attention.py").read_text().replace('"fully_masked_row": "NaN",',
-                                                                         '"fully_masked_row": "NaN", '
+                                                                         '"fully_masked_row": "zeros", '
                                                                          '"mask_style": "additive",')
     path = tmp_path / "additive.py"
     path.write_text(text)
@@ -235,7 +266,7 @@ def test_symbols_degrade_to_ascii_and_the_legend_says_which(monkeypatch, encodin
 def test_dash_is_stdout_and_the_text_goes_to_stderr(capsys):
     code, out, err = _run(["list", "--family", "norm", "--json", "-"], capsys)
     assert code == 0
-    rows = json.loads(out)
+    rows = json.loads(out)["variants"]
     assert {r["family"] for r in rows} == {"norm"} and "torch_layernorm" in err
     assert not Path("-").exists()
 
@@ -451,7 +482,7 @@ def test_generated_faults_through_bench_with_the_memory_probe_and_diff(tmp_path,
     argv += [x for s, f in crossed for x in ("--variant", faults.vid(s, f))]
     code, out, _ = _run(argv, capsys)
     assert code in (0, 1) and "noise" not in out
-    rows = [r for r in json.loads(rows_json.read_text()) if r.get("kind", "case") == "case"]
+    rows = [r for r in json.loads(rows_json.read_text())["rows"] if r.get("kind", "case") == "case"]
     for stage, fault in crossed:
         mine = [r for r in rows if r.get("variant") == faults.vid(stage, fault)]
         assert mine, (stage, fault)

@@ -92,9 +92,9 @@ def test_the_legend_and_the_count_name_every_config_a_cell_has_a_symbol_for():
 
 
 def test_a_report_of_named_variants_checks_them_and_their_references(tmp_path, monkeypatch):
-    """``report --variant my_einsum`` checks my_einsum and the attention reference its
-    verdict is taken against, not every variant."""
-    import harness.cli.bench as bench
+    """``report --variant my_einsum`` checks my_einsum, the family's reference (the precision
+    baseline) and my_einsum's nearest reference (its summary verdict), not every variant."""
+    import harness.cli.report as report
 
     asked = []
 
@@ -102,16 +102,22 @@ def test_a_report_of_named_variants_checks_them_and_their_references(tmp_path, m
         pass
 
     def check_all_seen(*args, variants=None, **kwargs):
+        from harness.registry import get_variant
+        from harness.registry.nearest import nearest_reference
+
         asked.append(variants)
+        asked.append(nearest_reference(get_variant("attention", "my_einsum"), "cpu").candidate.key)
         raise Stop
 
-    monkeypatch.setattr(bench, "check_all", check_all_seen)
+    monkeypatch.setattr(report, "check_all", check_all_seen)
     with scratch(), pytest.raises(Stop):
         main(["report", "--family", "attention", "--variants", str(EXAMPLE), "--variant", "my_einsum",
               "--out", str(tmp_path)])
     from harness.registry import reference_of
 
-    assert asked == [["attention/my_einsum", reference_of("attention").key]]
+    variants, nearest = asked
+    assert nearest == "attention/fused_explicit"  # declared traits, not names, pick it
+    assert variants == ["attention/my_einsum", reference_of("attention").key, nearest]
 
 
 def test_the_printed_reproduce_command_loads_the_users_file_and_runs(tmp_path, monkeypatch, capsys):
@@ -141,3 +147,15 @@ def test_the_missing_scale_reads_as_a_score_scale_of_one_or_says_no_reading_fits
         assert line.startswith("reads as score_scale=1 (") and "on every failing case" in line
     else:
         assert line.startswith("no single convention read another way explains it on self")
+
+
+def test_explain_names_a_difference_diff_cannot_trace_and_the_check_goes_on(capsys):
+    """qwen3 and olmo2_qk_norm hold their QK-norm gains in two shapes, so no one set of
+    weights runs both: --explain says so on that difference's line, and check still exits 0."""
+    with scratch():
+        load_packs()
+        code = main(["check", "--family", "attention", "--variant", "qwen3", "--variant", "olmo2_qk_norm",
+                     "--explain", "--dtype", "float64"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert re.search(r"qwen3 ~ olmo2_qk_norm on \w+ .*\n    not traced: .*different shapes", out)

@@ -107,7 +107,8 @@ def test_each_mistake_is_caught_named_and_located(checkpoints, ports, port):
     assert report.kl_worst > 1e3 * KL_BOUND
     assert [m["name"] for m in report.mistakes] == [mistake]
     assert report.mistakes[0]["kl_undone"] <= KL_BOUND
-    assert first_divergence(comparison, tokens)["unit"] == unit
+    found = first_divergence(comparison, tokens)
+    assert found is not None and found.unit == unit
     if mistake.startswith("untied"):
         assert report.left_at_init == ["head.weight"] and "tied to embed.weight" in " ".join(report.notes)
 

@@ -42,7 +42,7 @@ def test_list_prints_and_writes_json(tmp_path, capsys, own):
     assert "torch_mha" in printed and "000_4f2b0681cf261e4d.txt" in printed
     # a seed file named in the table is explained: where the write-ups come from
     assert "source (variants): NNN_<hash>.txt" in printed and "../shared/seeds/" in printed
-    rows = json.loads(out.read_text())
+    rows = json.loads(out.read_text())["variants"]
     assert {"id", "family", "source", "traits"} <= set(rows[0])
     ids = {(r["family"], r["id"]) for r in rows}
     assert ("attention", "annotated") in ids and ("norm", "annotated_preln") in ids
@@ -228,3 +228,23 @@ def test_help_opens_with_every_command_by_the_question_it_answers(capsys):
     commands = build_parser()._subparsers._group_actions[0].choices
     assert len(commands) >= 11 and all(f"\n  {name} " in top for name in commands), top
     assert "``" not in top and "same function?" in top and "faster?" in top
+
+
+def test_pytest_ids_of_variant_files_outside_the_rootdir_name_their_files(tmp_path):
+    """Files outside pytest's rootdir (two named mine.py) keep their paths in the node ids:
+    unique, and a test named by its id runs alone (its file is not added whole)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pytest.ini").write_text("[pytest]\n")
+    files = []
+    for folder, vid in (("x", "my_einsum"), ("y", "my_einsum_too")):
+        (tmp_path / folder).mkdir()
+        files.append(tmp_path / folder / "mine.py")
+        files[-1].write_text(EXAMPLE.read_text().replace('id="my_einsum"', f'id="{vid}"'))
+    alone = f"{files[0].as_posix()}::attention/my_einsum[cpu-dropout]"
+    run = _pytest(["--collect-only", "-q", f"--rootdir={project}", *(f"--variants={f}" for f in files), alone],
+                  project)
+    ids = [line for line in run.stdout.splitlines() if "::" in line]
+    assert ids[0] == alone and len(ids) == 9, run.stdout + run.stderr
+    assert ids[1:] == [f"{files[1].as_posix()}::attention/my_einsum_too[{device}-{aspect}]"
+                       for device in ("cpu", "cuda") for aspect in ("semantics", "precision", "gradcheck", "dropout")]

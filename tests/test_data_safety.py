@@ -281,3 +281,50 @@ def test_a_dict_with_only_some_earlier_keys_is_not_ours(tmp_path):
     theirs = tmp_path / "theirs.json"
     theirs.write_text(json.dumps({"config": {}, "runs": [], "notes": "mine"}))  # copy_task's keys in part
     assert not is_own_json(theirs)
+
+
+def test_every_json_output_is_an_object_with_its_schema_and_an_earlier_list_still_loads(tmp_path, capsys):
+    """``list``, ``bench`` (and ``train-step``, ``cache-bench``) wrote a bare list before: each
+    now writes an object marked with ``written_by`` and ``"schema"``; a list one of them wrote
+    then is still the harness's own (replaced, not refused), and an earlier ``bench --json``
+    list still loads where the harness reads its rows (``report --from``)."""
+    from harness.base.files import SCHEMA_VERSION
+    from harness.bench.log import load_rows
+
+    listed = tmp_path / "variants.json"
+    listed.write_text(json.dumps([{"id": "x", "family": "norm"}]))  # what list --json wrote before
+    assert main(["list", "--family", "norm", "--json", str(listed)]) == 0
+    data = json.loads(listed.read_text())
+    assert data["schema"] == SCHEMA_VERSION and data["written_by"].startswith("attention-harness")
+    assert {v["family"] for v in data["variants"]} == {"norm"}
+    rows = tmp_path / "rows.json"
+    assert main(["bench", *TINY, "--log", str(tmp_path / "b.jsonl"), "--json", str(rows)]) == 0
+    data = json.loads(rows.read_text())
+    assert data["schema"] == SCHEMA_VERSION and data["rows"] and data["peaks"]
+    earlier = tmp_path / "earlier.json"  # the same rows as the list an earlier version wrote
+    earlier.write_text(json.dumps(data["peaks"] + data["rows"]))
+    assert [r.key for r in load_rows(earlier) if hasattr(r, "key")] == [r.key for r in load_rows(rows)
+                                                                        if hasattr(r, "key")]
+
+
+def test_no_json_output_of_the_harness_is_a_bare_list():
+    """Every JSON file the harness writes (``write_json``, or ``json.dumps`` into
+    ``atomic_write``) is given an object, where ``"schema"`` goes: a list or a list
+    comprehension passed there is refused here, whichever command writes it."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+            payload = None
+            if name == "write_json" and len(node.args) > 1:
+                payload = node.args[1]
+            elif name == "atomic_write" and len(node.args) > 1 and isinstance(node.args[1], ast.Call) \
+                    and getattr(node.args[1].func, "attr", None) == "dumps":
+                payload = node.args[1].args[0]
+            if isinstance(payload, (ast.List, ast.ListComp)):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, found

@@ -17,6 +17,7 @@ from harness.cli.main import main
 from harness.families.catalog import get_family
 from harness.porting.portmap import PortMap
 from harness.registry import REGISTRY, build, get_variant, load_file, scratch
+from harness.trace.diff_result import Attribution, DivergenceKind, PairDiff, TraitRow
 from harness.trace.pairs import diff_pair, explain_variant, first_divergence
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,46 +42,46 @@ def _variant_like(v, **changes):
 def test_eps_difference_is_found_at_norm1():
     """t2t (LayerNorm eps 1e-6) vs nn.TransformerEncoderLayer(norm_first=True) (1e-5)."""
     d = diff_pair("encoder_layer", "t2t", "torch_pre", "padded", CFG8, hints=False)
-    assert d["verdict"] == "different" and "eps" in d["declared_reason"]
-    assert d["first"]["unit"] == "norm1" and d["first"]["kind"] == "computation"
-    norm1 = next(r for r in d["trace"] if r["unit"] == "norm1")
-    assert Verdict(norm1["input_verdict"]).agrees and norm1["verdict"] == "different"
+    assert d.verdict == Verdict.DIFFERENT and "eps" in d.declared_reason
+    assert d.first is not None and d.first.unit == "norm1" and d.first.kind == DivergenceKind.COMPUTATION
+    norm1 = next(r for r in d.trace if r.unit == "norm1")
+    assert Verdict(norm1.input_verdict).agrees and norm1.verdict == Verdict.DIFFERENT
     # feeding t2t's norm outputs into torch_pre makes the whole layer agree
-    assert d["attribution"]["agrees"] and d["attribution"]["patched"] == ["norm1", "norm2"]
-    assert next(t for t in d["traits"] if t["trait"] == "eps")["differs"]
+    assert d.attribution is not None and d.attribution.agrees and d.attribution.patched == ("norm1", "norm2")
+    assert next(t for t in d.traits if t.trait == "eps").differs
 
 
 @pytest.mark.parametrize("a,b", [("torch_post", "torch_pre"), ("torch_pre", "torch_post")])
 def test_post_vs_pre_norm_is_found_at_the_first_norm(a, b):
     d = diff_pair("encoder_layer", a, b, "padded", CFG, hints=False)
-    assert d["first"]["unit"] == "norm1" and d["first"]["kind"] == "wiring"
-    assert not d["attribution"]["agrees"]  # no single sub-module explains a different order
+    assert d.first is not None and d.first.unit == "norm1" and d.first.kind == DivergenceKind.WIRING
+    assert d.attribution is not None and not d.attribution.agrees  # no single sub-module explains a different order
 
 
-def test_002_blocks_differ_at_the_fully_masked_rows_of_left_padding():
-    """-inf (NaN rows) vs -1e20 (mean of V): inside the attention, q, k, v agree and the
-    output before the output projection differs, on the rows that see no key only."""
+def test_002_blocks_differ_at_the_fully_masked_rows_of_left_padding_through_the_gradients():
+    """-inf (NaN rows) vs -1e20 (mean of V): the two blocks part only on the rows that see no
+    key, the left padding's. A padded position's output is unspecified and left out, so the
+    outputs agree; the NaN still reaches the weights' gradients (0 * NaN in the backward, as in
+    training), and the trace finds it inside the attention, q, k, v agreeing."""
     d = diff_pair("decoder_only_block", "simple_decoder_layer", "simple_decoder", "left_pad", CFG, hints=False)
-    assert d["first"]["unit"] == "self_attn.o:in"
-    assert "q, k, v agree" in d["first"]["text"]
-    out = next(w for w in d["where"] if w["tensor"] == "output")
-    assert out["verdict"] == "different" and out["row_kind"].startswith("fully masked row")
-    assert out["rows"] and all(k.startswith("fully masked row") for k in out["rows"])
-    assert d["attribution"]["agrees"] and d["attribution"]["patched"] == ["self_attn.o:in"]
+    where = {w.tensor: w for w in d.where}
+    assert where["output"].verdict.agrees and d.verdict == Verdict.DIFFERENT
+    assert where["grad:self_attn.o.weight"].verdict == Verdict.DIFFERENT
+    assert where["grad:x"].row_kind.startswith("fully masked row")
+    assert d.first is not None and d.first.unit == "self_attn.o:in" and "q, k, v agree" in d.first.text
     right = diff_pair("decoder_only_block", "simple_decoder_layer", "simple_decoder", "right_pad", CFG, hints=False)
-    assert Verdict(right["verdict"]).agrees and right["first"] is None
-
+    assert right.verdict.agrees and right.first is None
 
 def test_fused_projections_are_read_at_the_dispatcher():
     """nn.MultiheadAttention has no q/k/v sub-module: its projections come from the aten
     ops that consume in_proj_weight, and they match the four-Linear SDPA module's."""
     d = diff_pair("attention", "torch_mha", "torch_sdpa", "cross", CFG, hints=False)
-    rows = {(r["unit"], r["what"]): r for r in d["trace"]}
+    rows = {(r.unit, r.what): r for r in d.trace}
     for key in [("q", "out"), ("k", "out"), ("v", "out"), ("o", "in"), ("o", "out")]:
-        assert Verdict(rows[key]["verdict"]).agrees, key
-        assert rows[key]["how_a"].startswith("dispatcher")
-    assert rows[("q", "out")]["how_b"] == "module q"
-    assert any(tag == "≠" for tag, _, _ in d["ops"])  # the two run different aten ops
+        assert Verdict(rows[key].verdict).agrees, key
+        assert rows[key].how_a.startswith("dispatcher")
+    assert rows[("q", "out")].how_b == "module q"
+    assert any(tag == "≠" for tag, _, _ in d.ops)  # the two run different aten ops
 
 
 def test_a_transposed_square_weight_is_named_by_the_layout_hint():
@@ -102,7 +103,7 @@ def test_a_reordered_fused_chunk_is_named_by_the_layout_hint():
         _variant_like(good, id="einsum_kqv", param_map=swapped)
         d = first_divergence("attention", "torch_sdpa", "einsum_kqv", "self", CFG)
     assert any("chunks of w_qkv look like (q, k, v) in that order; its map says (k, q, v)" in h
-               for h in d.data["hints"]), d.text
+               for h in d.data.hints), d.text
 
 
 def test_shape_check_names_the_transposed_orientation():
@@ -151,6 +152,35 @@ def test_a_variant_off_its_spec_is_explained_against_a_peer_of_its_class():
         _variant_like(good, id="conv1d_forgot_transposed",
                       param_map={**good.param_map, "o.weight": Param("c_proj.weight")})
         d = explain_variant("attention", "conv1d_forgot_transposed", "self", CFG)
-    assert d is not None and d.data["b"] == "conv1d_forgot_transposed"
-    assert get_variant("attention", d.data["a"]).traits["fully_masked_row"] == "mean of V"
-    assert any("o.weight looks transposed" in h for h in d.data["hints"])
+    assert d is not None and d.data.b == "conv1d_forgot_transposed"
+    assert get_variant("attention", d.data.a).traits["fully_masked_row"] == "mean of V"
+    assert any("o.weight looks transposed" in h for h in d.data.hints)
+
+
+def test_the_json_form_of_an_error_row_has_no_traced_part():
+    """``diff --json`` of a pair where a side did not run: the declared part, the error and
+    empty rows; the traced part's own fields (worst, backward, op counts) are absent."""
+    row = PairDiff("norm", "x", "y", "rows", "float32", "cpu", Verdict.EQUIVALENT, "",
+                   traits=(TraitRow("eps", 1e-5, 1e-6, True, True),), errors={"y": "building it: boom"},
+                   paths={"x": "-", "y": "-"}, mistakes={}, verdict=Verdict.ERROR, seconds=0.5)
+    data = row.to_json()
+    assert list(data) == ["family", "a", "b", "case", "dtype", "device", "expected", "declared_reason", "traits",
+                          "errors", "paths", "mistakes", "verdict", "trace", "first", "attribution", "where",
+                          "ops", "hints", "seconds"]
+    assert data["traits"] == [{"trait": "eps", "a": 1e-5, "b": 1e-6, "differs": True, "semantic": True}]
+    assert data["errors"] == {"y": "building it: boom"} and data["verdict"] == "error"
+
+
+@pytest.mark.parametrize("reversed_, agrees, text", [
+    (False, True, "with A's norm1 + norm2 fed into B, B's output agrees with A's: the whole difference comes "
+                  "from those"),
+    (True, True, "with B's norm1 + norm2 fed into A, A's output agrees with B's: the whole difference comes "
+                 "from those"),
+    (True, False, "with B's norm1 + norm2 fed into A, the outputs still differ"),
+])
+def test_the_attribution_names_who_was_fed_into_whom(reversed_, agrees, text):
+    found = Attribution(("norm1", "norm2"), agrees, reversed=reversed_)
+    assert found.text.startswith(text)
+    assert found.to_json() == {"patched": ["norm1", "norm2"], "agrees": agrees, "text": found.text,
+                               **({"reversed": True} if reversed_ else {})}
+    assert Attribution((), False).text == "no sub-module of B to feed (none observed as a module)"

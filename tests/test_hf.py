@@ -70,6 +70,18 @@ def test_map_finds_the_pack_registration(row):
         assert proposal.traits["fully_masked_row"] == "mean of V" and "fully_masked" in proposal.traits["cases"]
 
 
+def test_map_finds_phi3s_fused_qkv_with_fewer_kv_heads():
+    """Phi-3's qkv_proj (96, 48) at kv_heads=2 stacks q, k and v as 48 + 24 + 24 rows: map
+    proposes Chunk(..., sizes=...) read from cfg, and the registration it prints checks clean."""
+    with scratch():
+        proposal = propose_map("transformers.models.phi3.modeling_phi3:Phi3Attention", "attention", cfg=GQA)
+    assert proposal.found and "0 contradict" in proposal.text, proposal.text
+    sizes = "sizes=(cfg.heads * cfg.d_k, cfg.n_kv_heads * cfg.d_k, cfg.n_kv_heads * cfg.d_k)"
+    for index, name in enumerate("qkv"):
+        assert f'"{name}.weight": Chunk("qkv_proj.weight", {index}, {sizes}),' in proposal.code, proposal.code
+    assert "param_map=lambda cfg: {" in proposal.code and "equal blocks only" not in proposal.text
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("row", TABLE, ids=[f"{r[0].rsplit(':', 1)[1]}-{r[3].n_kv_heads}kv" for r in TABLE])
 def test_map_table(row, tmp_path):
@@ -115,11 +127,33 @@ def test_pack_checks_clean(pack_report):
            if s.variant.startswith("hf_") and not s.ok]
     assert not bad
     ran = {s.variant for s in pack_report.specs if s.variant.startswith("hf_")}
-    assert ran == {"hf_llama", "hf_mistral", "hf_qwen2", "hf_gpt2", "hf_bert",
+    assert ran == {"hf_llama", "hf_mistral", "hf_qwen2", "hf_qwen3", "hf_olmo2", "hf_gpt2", "hf_bert",
                    "hf_llama_rmsnorm", "hf_gemma_rmsnorm", "hf_llama_mlp"}
     # GPT-NeoX's odd rotary dims at d_k = 12: skipped with the reason, never a verdict
     assert not any(s.variant == "hf_gpt_neox" for s in pack_report.specs)
     assert any(v == "hf_gpt_neox" and "odd" in why for _, v, _, why in pack_report.skipped)
+
+
+def test_gpt_neox_as_map_registers_it_on_the_default_configs():
+    """HF GPTNeoXAttention as map registers it (the pack's hf_gpt_neox, found at d_model = 64) on
+    every config of the default matrix: the family refuses the configs where d_k * 0.25 is odd
+    (d_k = 12: default, heads8, edge) and the GQA one (no grouping declared), each with its
+    reason; the one-head config (d_k = 16, four rotary dims) is checked and clean on every case it
+    takes: no false "different" anywhere."""
+    from harness.base.config import CONFIG_MATRIX
+
+    with scratch():
+        load_file(PACK)
+        report = check_all(["attention"], {**CONFIG_MATRIX, "gqa": GQA}, "cpu", ["float64"],
+                           variants=["attention/hf_gpt_neox"], extras=False)
+    specs = [s for s in report.specs if s.variant == "hf_gpt_neox"]
+    skipped = {c: why for _, v, c, why in report.skipped if v == "hf_gpt_neox"}
+    assert {s.config for s in specs} == {"one_head"} and len(specs) == 8  # its 7 cases and self@large
+    # float32 rotary tables inside: "less precise" in float64 by declaration, never "different"
+    assert all(s.ok and s.verdict in ("equivalent", "less precise") for s in specs), \
+        [(s.case, s.verdict, s.note) for s in specs if not s.ok]
+    assert {c for c, why in skipped.items() if "rotates 3 dim(s)" in why} == {"default", "heads8", "edge"}
+    assert "no gqa_grouping" in skipped["gqa"]
 
 
 @pytest.mark.parametrize("other", ["llama", "sdpa_gqa_rope"])
@@ -198,14 +232,97 @@ def test_gemma2_attention_with_its_own_head_width_and_score_scale():
 
 @pytest.mark.slow
 def test_map_shows_why_no_call_form_ran_and_finds_gemma2s_scale():
-    """Qwen3's q/k norm gains have no canonical counterpart: map shows that porting error per
-    call form (it said only "no call form ran"); Gemma 2's scale (query_pre_attn_scalar) and
+    """GPT-OSS's attention sinks have no canonical counterpart: map shows that porting error per
+    call form (it said only "no call form ran"); Qwen3's and OLMo2's q/k norm gains are the
+    family's QK-norm gains, found with their eps (their norms' own) and as the pack registers
+    them, OLMo2's at GQA (its k gain (H_kv d_k,)); Gemma 2's scale (query_pre_attn_scalar) and
     logit soft-cap are read from the module, and the registration it prints checks clean."""
-    qwen = propose_map("transformers.models.qwen3.modeling_qwen3:Qwen3Attention", "attention", cfg=DEFAULT)
-    assert not qwen.found
-    assert "no candidate map ported: PortingError" in qwen.text and "'q_norm.weight'" in qwen.text, qwen.text
+    oss = propose_map("transformers.models.gpt_oss.modeling_gpt_oss:GptOssAttention", "attention", cfg=DEFAULT)
+    assert not oss.found
+    assert "no candidate map ported: PortingError" in oss.text and "'sinks'" in oss.text, oss.text
+    with scratch():
+        load_file(PACK)
+        for target, vid, cfg in (("qwen3.modeling_qwen3:Qwen3Attention", "hf_qwen3", DEFAULT),
+                                 ("olmo2.modeling_olmo2:Olmo2Attention", "hf_olmo2", GQA)):
+            qk = propose_map(f"transformers.models.{target}", "attention", cfg=cfg)
+            _agrees_with_pack(qk, "attention", vid, cfg)
+            assert qk.traits["qk_norm"] == get_variant("attention", vid).traits["qk_norm"]
+            assert "0 contradict" in qk.text, qk.text
     cfg = Config(head_dim=16)
     gemma = propose_map("transformers.models.gemma2.modeling_gemma2:Gemma2Attention", "attention", cfg=cfg)
     assert gemma.found, gemma.text
     assert gemma.traits["score_scale"] == 256 ** -0.5 and gemma.traits["softcap"] == 50.0
     assert "0 contradict" in gemma.text
+
+
+# (module under transformers.models, its config class): the classes map takes from a config
+ROPE_CLASSES = [("llama", "LlamaConfig"), ("qwen2", "Qwen2Config"), ("mistral", "MistralConfig"),
+                ("cohere", "CohereConfig"), ("phi3", "Phi3Config"), ("gemma", "GemmaConfig"),
+                ("gemma2", "Gemma2Config"), ("gemma3", "Gemma3TextConfig"), ("gpt_neox", "GPTNeoXConfig")]
+
+
+@pytest.mark.parametrize("home,config", ROPE_CLASSES, ids=[r[0] for r in ROPE_CLASSES])
+def test_library_config_carries_the_rope_base(home, config):
+    """The class's own rotary embedding, built from library_config, turns pair i by
+    base^(-2i/r) at the harness config's base, not at the class's default (Cohere's 500000,
+    the others' 10000); Gemma 3's tables of both layer types; a caller's keyword still wins."""
+    import importlib
+
+    import torch
+
+    from harness import library_config
+
+    modeling = importlib.import_module(f"transformers.models.{home}.modeling_{home}")
+    config_cls = getattr(importlib.import_module(f"transformers.models.{home}.configuration_{home}"), config)
+    rotary = [v for k, v in vars(modeling).items()
+              if k.endswith("RotaryEmbedding") and v.__module__ == modeling.__name__]
+    for base in (12345.0, 500000.0):
+        made = rotary[0](library_config(config_cls, Config(d_model=64, rope_base=base)))  # d_k 16: NeoX turns 4
+        tables = {n: b for n, b in made.named_buffers() if n.endswith("inv_freq") and "original" not in n}
+        assert tables and all(torch.allclose(b.double(), base ** (-torch.arange(0, 2 * b.numel(), 2).double()
+                                                                   / (2 * b.numel())), rtol=1e-6)
+                              for b in tables.values()), (base, tables)
+    kept = library_config(config_cls, Config(rope_base=12345.0), rope_parameters={"rope_type": "default",
+                                                                                  "rope_theta": 777.0})
+    assert "777.0" in repr(kept.rope_parameters) and "12345" not in repr(kept.rope_parameters)
+
+
+def test_an_hf_module_follows_rope_base_and_one_that_pins_its_base_is_caught():
+    """HF's LlamaAttention (the pack's hf_llama) under rope_base = 500000 agrees with the oracle
+    at that base; the same module with its base pinned at 10000 is different."""
+    from transformers.models.llama.configuration_llama import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    from harness import library_config
+    from harness.check.spec import SpecChecker
+
+    pinned = {"rope_type": "default", "rope_theta": 10000.0}
+    with scratch():
+        load_file(PACK)
+        llama = get_variant("attention", "hf_llama")
+        register(id="hf_llama_base_10000", family="attention", source="test", call=llama.call,
+                 param_map=llama.param_map, traits=llama.traits,
+                 build=lambda c: LlamaAttention(library_config(LlamaConfig, c, rope_parameters=pinned), layer_idx=0))
+        checker = SpecChecker({"base": Config(rope_base=500000.0)})
+        right = checker.check(llama, "base", "causal", "float64")
+        wrong = checker.check(get_variant("attention", "hf_llama_base_10000"), "base", "causal", "float64")
+    assert right.ok, right.note
+    assert not wrong.ok and wrong.verdict == "different", wrong.note
+
+
+@pytest.mark.parametrize("home,config,attention", [("qwen2", "Qwen2Config", "Qwen2Attention"),
+                                                   ("gemma2", "Gemma2Config", "Gemma2Attention"),
+                                                   ("gemma3", "Gemma3TextConfig", "Gemma3Attention")])
+def test_library_config_makes_the_layer_sliding_exactly_when_the_window_is_set(home, config, attention):
+    """Qwen2 slides only from layer max_window_layers (28) on, Gemma 2 and 3 slide on layer 0
+    by default: built by library_config, the module's own sliding window is the config's
+    window (w = left + 1), and none without one."""
+    import importlib
+
+    from harness import library_config
+
+    modeling = importlib.import_module(f"transformers.models.{home}.modeling_{home}")
+    config_cls = getattr(importlib.import_module(f"transformers.models.{home}.configuration_{home}"), config)
+    for window, want in (((2, 0), 3), (None, None)):
+        module = getattr(modeling, attention)(library_config(config_cls, Config(window=window)), layer_idx=0)
+        assert module.sliding_window == want, (window, module.sliding_window)

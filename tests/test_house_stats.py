@@ -3,6 +3,7 @@ a circle, and harness/ has none (import-linter's contracts say the same from the
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 from pathlib import Path
 
@@ -24,3 +25,9 @@ def test_harness_has_no_import_circle_and_the_table_renders():
     s = house_stats.measure()
     assert s["circles"] == [] and s["files"] > 50 and s["levels"] >= 8
     assert "| import circles | 0 |" in house_stats.table(s)
+
+
+def test_a_parameter_list_counts_every_parameter_but_self():
+    tree = ast.parse("class C:\n    def f(self, a, /, b, *rest, c, d=1, **kw): ...\ndef g(): ...")
+    f, g = sorted((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)), key=lambda n: n.name)
+    assert (house_stats.parameters(f), house_stats.parameters(g)) == (6, 0)

@@ -79,7 +79,7 @@ def test_map_refuses_what_is_not_a_function(capsys):
 
     assert main(["map", "torch.nn:MultiheadAttention", "--family", "attention_kernel"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "is not a function" in err[0]
+    assert len(err) == 1 and "is not a function (it is the class MultiheadAttention); its functions: " in err[0]
 
 
 FIRST_ROW_MASK = '''

@@ -213,6 +213,42 @@ def test_register_kernel_takes_only_the_cases_its_function_can():
         register_kernel(id="bad", fn=lambda q, k, v, mask: q, layout="BTHD", traits={})
 
 
+
+def softmax_additive(q, k, v, bias):
+    """Softmax over the scores plus the additive mask it is given."""
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    return (q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5 + bias).softmax(-1) @ v
+
+
+def softmax_additive_zeroed(q, k, v, bias):
+    """The same, its NaN rows (no key) zeroed after the softmax: the NaN stays in the backward."""
+    return softmax_additive(q, k, v, bias).nan_to_num(0.0)
+
+
+@pytest.mark.parametrize("mask,fn,traits,ok", [
+    ("additive", softmax_additive, {"fully_masked_row": "NaN"}, True),
+    ("additive_min", softmax_additive, {}, True),
+    ("additive", softmax_additive_zeroed, {"fully_masked_row": "zeros"}, True),
+    ("additive", softmax_additive_zeroed, {}, False),
+], ids=["additive-NaN", "additive_min-mean-of-V", "additive-zeroed-declared", "additive-zeroed-undeclared"])
+def test_the_mask_form_gives_the_mask_method(mask, fn, traits, ok):
+    """mask='additive' is an additive -inf bias (mask_method additive_bias: a row without keys
+    is NaN, and so are its gradients), 'additive_min' a finfo.min one (additive_finfo_min: the
+    mean of V, the uniform softmax's gradient), unless the traits declare a method: correct
+    kernels agree on fully_masked with no mask_method declared; a row zeroed but declared as
+    the method's NaN is caught."""
+    from harness.check.spec import SpecChecker
+
+    with scratch():
+        variant = register_kernel(id="additive", fn=fn, mask=mask, traits={**traits, "cases": ("fully_masked",)})
+        result = SpecChecker(ONE_CONFIG).check(variant, "default", "fully_masked", "float64")
+    assert variant.traits["mask_method"] == {"additive": "additive_bias", "additive_min": "additive_finfo_min"}[mask]
+    assert result.ok is ok, result.note
+    with scratch():
+        declared = register_kernel(id="additive", fn=fn, mask=mask, traits={"mask_method": "bool_fill_-inf"})
+    assert declared.traits["mask_method"] == "bool_fill_-inf"
+
 def test_packed_layouts_take_the_cases_one_tensor_can_hold():
     """qkvpacked stacks q, k, v on one axis: only self-attention over as many K/V heads as
     query heads fits (T = S); kvpacked stacks k and v only, so every case fits."""
@@ -296,7 +332,8 @@ def _failures(report, vid):
 
 
 @pytest.mark.parametrize("vid", ["wrong_window_off_by_one", "wrong_causal_swapped", "wrong_softcap_dropped",
-                                 "wrong_heads_tiled", "wrong_no_rescale"])
+                                 "wrong_heads_tiled", "wrong_no_rescale", "wrong_no_max_subtraction",
+                                 "wrong_block_drops_last_key"])
 def test_every_wrong_kernel_is_caught_on_the_case_that_shows_its_mistake(wrong, vid):
     report, module = wrong
     case, mistake = module.WRONG[vid]
@@ -357,8 +394,13 @@ def test_the_diff_command_prints_the_mistake(capsys):
 
 
 def test_the_missing_rescale_shows_only_beyond_one_key_block(wrong):
+    """On the causal long case and on cross@long, the one a kernel without a causal option
+    crosses its blocks on (wrong_block_drops_last_key is caught there alone); a softmax
+    without its max subtracted only on large logits, in float32 (float64's exp reaches 709)."""
     report, _ = wrong
-    assert {s.case for s in _failures(report, "wrong_no_rescale")} == {"long"}
+    assert {s.case for s in _failures(report, "wrong_no_rescale")} == {"long", "cross@long"}
+    assert {s.case for s in _failures(report, "wrong_block_drops_last_key")} == {"cross@long"}
+    assert {(s.case, s.dtype) for s in _failures(report, "wrong_no_max_subtraction")} == {("self@large", "float32")}
 
 
 def test_the_list_covers_every_wrong_kernel(wrong):
@@ -367,7 +409,7 @@ def test_the_list_covers_every_wrong_kernel(wrong):
     assert {v for v in ids if v.startswith("wrong_")} == set(module.WRONG)
 
 
-@pytest.mark.parametrize("vid", ["control_block16", "control_bshd", "control_lengths",
+@pytest.mark.parametrize("vid", ["control_block16", "control_blocked_mask_only", "control_bshd", "control_lengths",
                                  "control_varlen_bottom_right", "control_qkvpacked", "control_kvpacked"])
 def test_controls_stay_equivalent(wrong, vid):
     report, _ = wrong

@@ -17,7 +17,7 @@ from harness.check.api import check_all
 from harness.families.catalog import get_family
 from harness.families.llama import GQA_CONFIG
 from harness.families.models import DECODINGS, Decoding
-from harness.registry import get_variant, load_file, scratch, variants_of
+from harness.registry import get_variant, load_file, load_packs, scratch, variants_of
 from harness.systems.cache_parity import check_cache_parity, schedules
 from harness.systems.parity import KL_BOUND, compare_distributions
 
@@ -64,6 +64,50 @@ def test_each_wrong_variant_is_caught(checked, vid, in_output):
     assert {(s.config, s.case) for s in failing} == cases, f"{vid} ({module.WRONG[vid]}) escaped"
     semantics = [s for s in failing if s.dtype == "float64"]   # (float32 then repeats "semantics already differ")
     assert semantics and all(_output_differs(s) == in_output for s in semantics), [(s.case, s.worst) for s in semantics]
+
+
+@pytest.mark.parametrize("vid", ["wrong_model_positions_of_row_0", "wrong_model_segments_ignored"])
+def test_a_packed_row_catches_what_an_unpacked_one_cannot(checked, vid):
+    """Positions restarting where row 0's sequences do, in every row, or a mask across the
+    row's sequences: equivalent on left padding (one sequence per row), different on packed
+    rows, in the output."""
+    report, module, _ = checked
+    assert vid in module.WRONG
+    mine = [s for s in report.specs if s.variant == vid]
+    assert {s.case for s in mine} == {"left_pad", "packed"}
+    assert {s.case for s in mine if not s.ok} == {"packed"}, f"{vid} ({module.WRONG[vid]}) escaped"
+    semantics = [s for s in mine if s.case == "packed" and s.dtype == "float64"]
+    assert semantics and all(s.verdict == "different" and _output_differs(s) for s in semantics)
+
+
+def test_positions_that_do_not_restart_are_no_difference_under_rope(checked):
+    """Positions counted along the packed row (not restarting at each sequence): RoPE reads
+    only distances, which are the same within a sequence, and the mask keeps each sequence to
+    itself: equivalent, as it should be (the control of the two mistakes above)."""
+    report, _, _ = checked
+    mine = [s for s in report.specs if s.variant == "model_positions_counted"]
+    assert {s.case for s in mine} == {"left_pad", "packed"} and all(s.ok for s in mine), [s.note for s in mine]
+
+
+def test_packed_rows_hold_the_reference_and_a_model_without_segments_says_so():
+    """The reference reads the segments and the call's positions: equivalent on packed rows.
+    A model that takes no segment ids refuses the case in its ``supports(cfg, case)``: that
+    case is skipped with its reason, the others are checked."""
+    from harness import register
+
+    load_packs()
+    ref = get_variant("llama_model", "llama_model")
+    with scratch():
+        register(id="no_segments", family="llama_model", source="test", build=ref.build,
+                 call=lambda m, i: m(i["tokens"], i["pad"], i["positions"]), param_map=ref.param_map,
+                 traits=ref.traits, supports=lambda cfg, case: "takes no segment ids" if case == "packed" else None)
+        report = check_all(["llama_model"], {"default": CONFIG_MATRIX["default"]}, "cpu", ["float32"], extras=False,
+                           variants=["llama_model/llama_model", "llama_model/no_segments"])
+    packed = [s for s in report.specs if s.variant == "llama_model" and s.case == "packed"]
+    assert {s.dtype for s in packed} == {"float64", "float32"} and all(s.ok for s in packed)
+    mine = [s for s in report.specs if s.variant == "no_segments"]
+    assert mine and all(s.ok for s in mine) and "packed" not in {s.case for s in mine}
+    assert ("llama_model", "no_segments", "default", "case packed: takes no segment ids") in report.skipped
 
 
 def test_the_kl_cannot_see_tying(checked):

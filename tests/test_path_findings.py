@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from harness import RegistryError, register_kernel
+from harness import PathFinding, RegistryError, register_kernel
 from harness.base.config import CONFIG_MATRIX
 from harness.check.api import check_all
 from harness.registry import load_packs, scratch
@@ -53,9 +53,13 @@ def test_a_path_switch_on_one_shape_is_named_per_case_with_its_declaration():
 def test_a_declared_path_finding_is_a_finding_not_a_contradiction():
     report = _check({"path_findings": {"fully_masked@edge": WHY}})
     assert report.failures == []
-    found = [s for s in report.specs if s.note.startswith("declared path finding")]
+    found = [s for s in report.specs if s.finding is not None]
     assert {(s.case, s.config) for s in found} == {("fully_masked", "edge")}
     assert all(s.verdict == "different" and s.ok for s in found)       # the measurement stays
+    # a typed field, said first in the note and in ``declared``; the JSON keeps its fields
+    assert all(s.finding == PathFinding(WHY) and s.declared == WHY for s in found)
+    assert all(s.note.startswith(f"declared path finding: {WHY}") and "finding" not in s.as_dict() for s in found)
+    assert not [s for s in report.specs if s.finding is None and s.note.startswith("declared path finding")]
     assert f"declared path finding: {WHY}" in path_findings(report, CONFIGS)
 
 

@@ -51,14 +51,14 @@ def test_verdict_is_the_worst_against_the_reference():
     assert verdict_against_reference("norm", ref, None) == "reference"
     assert verdict_against_reference("norm", other, None) == "-"
     agree = [_pair(ref, other, "identical"), _pair(other, ref, "equivalent")]
-    assert verdict_against_reference("norm", other, agree) == "equivalent"
+    assert verdict_against_reference("norm", other, agree) == f"equivalent vs {ref}"
     worse = agree + [_pair(ref, other, "different", ok=False, reason="eps: 1e-6 vs 1e-5")]
     text = verdict_against_reference("norm", other, worse)
-    assert text.startswith("different (eps: 1e-6 vs 1e-5)") and "contradicts" in text
-    assert short_verdict(reference_verdict("norm", other, worse)) == "! different: eps"
+    assert text.startswith(f"different vs {ref} (eps: 1e-6 vs 1e-5)") and "contradicts" in text
+    assert short_verdict(reference_verdict("norm", other, worse)) == f"! different vs {ref}: eps"
     two = [_pair(ref, other, "different", reason="norm_formula: rms vs layernorm; eps: 1e-06 vs 1e-05")]
-    assert short_verdict(reference_verdict("norm", other, two)) == "different: norm_formula, eps"
-    assert short_verdict(reference_verdict("norm", other, agree)) == "equivalent"
+    assert short_verdict(reference_verdict("norm", other, two)) == f"different vs {ref}: norm_formula, eps"
+    assert short_verdict(reference_verdict("norm", other, agree)) == f"equivalent vs {ref}"
     assert short_verdict(reference_verdict("norm", ref, agree)) == "reference"
 
 
@@ -82,7 +82,7 @@ def test_the_first_screen_of_the_quick_report(tmp_path):
                              and {r["fwd vs baseline [90%]"], r["fwd+bwd vs baseline [90%]"]} <= {"1.00x", "-"}
                              and "1.00x" in (r["fwd vs baseline [90%]"], r["fwd+bwd vs baseline [90%]"])
                              for r in baselines)
-    assert all(r["verdict vs reference"] == "equivalent" for r in table if r not in baselines)
+    assert all(r["verdict vs reference"].startswith("equivalent vs ") for r in table if r not in baselines)
     for r in (r for r in table if r not in baselines):
         for column in ("fwd vs baseline [90%]", "fwd+bwd vs baseline [90%]"):
             cell = r[column]
@@ -178,7 +178,7 @@ def test_a_declared_error_is_named_as_such_not_as_the_verdict():
     assert [(p.dtype, p.ok, p.declared) for p in error] == [("float16", True, overflow)]
     outcome = reference_verdict("attention", "annotated", pairs)
     assert isinstance(outcome, ReferenceVerdict) and outcome.verdict == "equivalent" and not outcome.contradicts
-    assert str(outcome) == f"equivalent; float16: declared error ({overflow})"
+    assert str(outcome) == f"equivalent vs {ref}; float16: declared error ({overflow})"
 
 
 def test_an_undeclared_error_stays_the_verdict():

@@ -11,6 +11,7 @@ from harness.base.seeding import seed_everything
 from harness.check.api import check_all
 from harness.check.runs import RunCache, cast_inputs
 from harness.families.catalog import get_family
+from harness.porting.portmap import Fills
 from harness.registry import build, get_variant
 
 
@@ -57,5 +58,5 @@ def test_nan_in_a_user_input_through_the_checker():
     fam = get_family("norm")
     checker._inputs[("norm", "rows")] = {"x": torch.full((1, 2, 64), float("nan")), "case": "rows"}
     with pytest.raises(InputError, match="contains NaN"):
-        checker.run(get_variant("norm", "torch_layernorm"), "rows", frozenset(), torch.float32)
+        checker.run(get_variant("norm", "torch_layernorm"), "rows", Fills(), torch.float32)
     assert fam.name == "norm"

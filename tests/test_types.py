@@ -1,6 +1,6 @@
 """Types checked: mypy over the typed core named in pyproject.toml's ``[tool.mypy]`` (the
-public API, ``harness/base``, the bench row, the porting entries and part of
-``harness/check``), and every callable the public ``harness`` API exports annotated whole."""
+public API, ``harness/base``, the bench row, the porting entries, ``harness/check`` and
+diff's result), and every callable the public ``harness`` API exports annotated whole."""
 
 from __future__ import annotations
 

@@ -78,6 +78,7 @@ def test_check_gives_each_failing_variant_its_error_row(bad, tmp_path, capsys):
         mine = [s for s in specs if s["variant"] == variant]
         assert mine and not any(s["ok"] for s in mine), variant
         assert all(cause in s["note"] for s in mine), (variant, {s["note"] for s in mine})
+    assert not any("traceback" in s for s in specs)  # the user's code failed, not the harness: its line says where
     shape = [s for s in specs if s["variant"] == "bad_shape"]
     assert all(s["verdict"] == "error" and "NaN" not in s["note"] for s in shape)
 

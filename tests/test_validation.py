@@ -63,8 +63,8 @@ class Reached(Exception):
     """The command got past validation to its measurement: it would run (not run here)."""
 
 
-HEAVY = [("harness.cli.check", "check_all"), ("harness.cli.bench", "check_all"),
-         ("harness.cli.bench", "run_sweep"), ("harness.cli.bench", "differences"),
+HEAVY = [("harness.cli.check", "check_all"), ("harness.cli.report", "check_all"),
+         ("harness.cli.bench", "run_sweep"), ("harness.cli.report", "differences"),
          ("harness.cli.review", "differences"), ("harness.cli.review", "propose_map"),
          ("harness.cli.review", "diff_pair"), ("harness.cli.review", "pick_case"),
          ("harness.cli.models", "write_cache_bench"), ("harness.cli.models", "write_copy_task"),

@@ -376,3 +376,111 @@ def test_map_entries_for_a_folded_gain_and_a_partial_rotary_stored_interleaved()
                     for k, v in made.items()}
     assert verdicts["folded"].ok and verdicts["partial"].ok, (verdicts["folded"].note, verdicts["partial"].note)
     assert not verdicts["folded_plain"].ok and not verdicts["partial_whole"].ok
+
+
+# -- QK-norm gains, canonical parameters -------------------------------------------------------------
+
+def test_qk_norm_gains_are_canonical_where_declared_and_only_there():
+    """A variant declaring ``qk_norm`` has the canonical ``q_norm.weight`` and ``k_norm.weight``
+    ((d_k,) per head; (H d_k,) and (H_kv d_k,) over all heads), drawn away from one and ported
+    into its module; one declaring none keeps the family's parameters, with the same tensors;
+    a QK-norm variant whose map leaves a gain out is a PortingError naming it; ``diff`` runs a
+    QK-norm variant beside one without and refuses two whose gains differ in shape."""
+    from harness import register
+    from harness.base.errors import PortingError
+    from harness.families.catalog import get_family
+    from harness.porting.portmap import absent_fills, zero_unrepresented
+    from harness.registry import build, scratch
+    from variants.llama import LLAMA, LlamaAttention, attention_map, call
+
+    family, cfg = get_family("attention"), get_family("attention").extra_configs["gqa"]
+    per_head, all_heads = ({**LLAMA, "qk_norm": q} for q in ("rms per head", "rms over all heads"))
+    assert family.canonical_shapes(cfg, LLAMA) == family.canonical_shapes(cfg)
+    assert family.canonical_shapes(cfg, per_head)["k_norm.weight"] == (cfg.d_k,)
+    assert family.canonical_shapes(cfg, all_heads)["k_norm.weight"] == (cfg.n_kv_heads * cfg.d_k,)
+    plain, qk = family.canonical_weights(cfg), family.canonical_weights(cfg, traits=all_heads)
+    assert all(torch.equal(plain[n], qk[n]) for n in plain)
+    gain = qk["q_norm.weight"]
+    assert gain.shape == (cfg.heads * cfg.d_k,) and (gain - 1).abs().min() > 0 and gain.std() > 0.05
+    load_packs()
+    olmo2 = get_variant("attention", "olmo2_qk_norm")
+    module, _ = build(olmo2, cfg, dtype=torch.float64, weights=zero_unrepresented(qk, absent_fills(olmo2.map_for(cfg))))
+    assert torch.equal(module.q_norm.weight, gain)
+    with scratch():
+        register(id="no_gain_entry", family="attention", source="test", call=call, param_map=attention_map(),
+                 build=lambda c: LlamaAttention(c, qk_norm="per head"), traits={**per_head, "eps": 1e-6},
+                 fixed={"q_norm.weight": "test", "k_norm.weight": "test"})
+        with pytest.raises(PortingError, match=r"no entry for canonical \['k_norm.weight', 'q_norm.weight'\]"):
+            build(get_variant("attention", "no_gain_entry"), cfg)
+    # diff ports each side its own parameters (the shared ones one tensor); gains of two shapes: refused
+    from harness.base.errors import ConfigError
+    from harness.trace.pairs import diff_pair
+
+    d = diff_pair("attention", "qwen3", "llama", "causal", Config(), "float64", hints=False, attribution=False)
+    assert d.verdict == "different" and not d.errors
+    with pytest.raises(ConfigError, match="k_norm.weight, q_norm.weight in different shapes"):
+        diff_pair("attention", "qwen3", "olmo2_qk_norm", "causal", Config(), "float64")
+
+
+def test_a_wrong_qk_norm_is_caught_on_its_gains_and_a_correct_one_computed_another_way_is_not():
+    """tests/wrong_qk_norm.py: norm after RoPE (per head and over all heads), k normalised with
+    q's gain, the gains swapped, one head's gain for every head where a gain per head and dim
+    is declared, the gains never applied: each "different" in float64 on the GQA config, a
+    QK-norm gain among the tensors that differ. The controls (``F.rms_norm``, Gemma
+    3's 1 + w gain through ``Offset``, OLMo2's norm over all heads by hand) and the project's
+    qwen3 and olmo2_qk_norm are equivalent."""
+    import sys
+    from pathlib import Path
+
+    from harness.check.spec import SpecChecker
+    from harness.families.catalog import get_family
+    from harness.registry import load_file, scratch
+
+    path = Path(__file__).with_name("wrong_qk_norm.py")
+    configs = {"gqa": get_family("attention").extra_configs["gqa"]}  # H_kv < H: k's gains apart from q's
+    with scratch():
+        load_file(path)
+        module = next(m for m in sys.modules.values() if getattr(m, "__file__", None) == str(path))
+        checker = SpecChecker(configs)
+        results = {(vid, c): checker.check(get_variant("attention", vid), c, "self_kv", "float64")
+                   for vid in (*module.WRONG, *module.CONTROLS, "qwen3", "olmo2_qk_norm") for c in configs}
+    for (vid, c), r in results.items():
+        if vid in module.WRONG:
+            assert not r.ok and r.verdict == "different", (vid, c, module.WRONG[vid])
+            gains = [t.name for t in r.tensors if t.name.endswith("_norm.weight") and not t.verdict.agrees]
+            assert gains, (vid, c, [(t.name, t.verdict) for t in r.tensors])
+        else:
+            assert r.ok and r.verdict == "equivalent", (vid, c, r.note)
+
+
+def test_qwen3s_model_port_is_held_to_the_llama_model_oracle_with_its_qk_norm_gains():
+    """``llama_block`` and ``llama_model`` nest the attention family's QK-norm gains under each
+    layer's ``self_attn.``: examples/checkpoint_ports.py's ``qwen3_port`` runs on a plain config
+    and is equivalent; the same port with each layer's q and k gains read from the other's
+    parameter (a map that swaps them) is "different"."""
+    from pathlib import Path
+
+    from harness import layers, register
+    from harness.check.spec import SpecChecker
+    from harness.families.catalog import get_family
+    from harness.registry import load_file, scratch
+
+    cfg = Config(d_model=16, heads=2, d_ff=32, batch=2, tgt_len=4)
+    with scratch():
+        load_file(Path(__file__).resolve().parents[1] / "examples" / "checkpoint_ports.py")
+        port = get_variant("llama_model", "qwen3_port")
+        assert "layers.1.self_attn.k_norm.weight" in get_family("llama_model").canonical_shapes(cfg, port.traits)
+        assert port.supports(cfg) is None
+
+        def swapped(c):
+            out = port.map_for(c)
+            for i in range(layers(c)):
+                q, k = (f"layers.{i}.self_attn.{x}_norm.weight" for x in "qk")
+                out[q], out[k] = out[k], out[q]
+            return out
+        wrong = register(id="qwen3_gains_swapped", family="llama_model", source="test", build=port.build,
+                         call=port.call, param_map=swapped, traits=port.traits)
+        checker = SpecChecker({"tiny": cfg})
+        right, bad = (checker.check(v, "tiny", "left_pad", "float64") for v in (port, wrong))
+    assert right.ok and right.verdict == "equivalent", right.note
+    assert not bad.ok and bad.verdict == "different"

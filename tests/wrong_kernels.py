@@ -3,11 +3,12 @@ declares the traits of a correct one, so the attention_kernel family's check mus
 Loaded inside ``harness.registry.scratch()`` by tests/test_kernels.py.
 
 ``WRONG`` maps each id to (the case that shows it, the mistake); ``CONTROLS`` must stay
-equivalent: the blocked kernel with another block size, the eager kernel in the BSHD
-layout, the eager kernel fed key lengths instead of a mask, and the eager kernel over rows
-packed with cumulative lengths (flash-attention's varlen form), each row alone, which is
-the bottom-right diagonal aligned to the last real key, and the eager kernel over one packed
-QKV tensor (qkvpacked) and over q beside a packed KV tensor (kvpacked).
+equivalent: the blocked kernel with another block size and taking only a mask and its
+block, the eager kernel in the BSHD layout, the eager kernel fed key lengths instead of a
+mask, and the eager kernel over rows packed with cumulative lengths (flash-attention's
+varlen form), each row alone, which is the bottom-right diagonal aligned to the last real
+key, and the eager kernel over one packed QKV tensor (qkvpacked) and over q beside a packed
+KV tensor (kvpacked).
 """
 
 import math
@@ -64,6 +65,31 @@ def no_rescale(q, k, v, mask, causal=False, window=None, softcap=0.0, block=64):
     return acc / torch.where(l > 0, l, 1.0)
 
 
+def no_max_subtraction(q, k, v, mask):
+    """A softmax written as exp(s) / sum exp(s), no max subtracted first: right while the
+    logits are small, inf / inf beyond exp's range (88 in float32, 11 in float16)."""
+    k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
+    e = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, 0.0)
+    return e / e.sum(-1, keepdim=True) @ v
+
+
+def block_drops_last_key(q, k, v, mask, block=64):
+    """A blocked kernel taking only a mask whose key slices are k[j : j + block - 1]: the last
+    key of each block is never seen; right while every key sits in the first block's first
+    block - 1."""
+    k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
+    kept = [slice(j, j + block - 1) for j in range(0, k.shape[2], block)]
+    k, v = torch.cat([k[:, :, s] for s in kept], 2), torch.cat([v[:, :, s] for s in kept], 2)
+    mask = torch.cat([mask[..., s] for s in kept], -1)
+    return eager(q, k, v, mask)
+
+
+def blocked_mask_only(q, k, v, mask, block=64):
+    """The blocked kernel (online softmax across key blocks) called with a mask and its block
+    alone: only the cases without a causal flag, window or softcap."""
+    return blocked(q, k, v, mask, block=block)
+
+
 def other_block(q, k, v, mask, causal=False, window=None, softcap=0.0):
     """The blocked kernel with 16-wide blocks whatever the config says."""
     return blocked(q, k, v, mask, causal, window, softcap, block=16)
@@ -116,15 +142,20 @@ WRONG = {
     "wrong_softcap_dropped": ("softcap", "softcap ignored"),
     "wrong_heads_tiled": ("gqa", "K/V heads tiled instead of grouped"),
     "wrong_no_rescale": ("long", "online softmax without rescaling across key blocks"),
+    "wrong_no_max_subtraction": ("self@large", "softmax without its max subtracted"),
+    "wrong_block_drops_last_key": ("cross@long", "a mask-only blocked kernel drops each block's last key"),
 }
-CONTROLS = ("control_block16", "control_bshd", "control_lengths", "control_varlen_bottom_right",
-            "control_qkvpacked", "control_kvpacked")
+CONTROLS = ("control_block16", "control_blocked_mask_only", "control_bshd", "control_lengths",
+            "control_varlen_bottom_right", "control_qkvpacked", "control_kvpacked")
 
 register_kernel(id="wrong_window_off_by_one", fn=window_off_by_one, traits=TRAITS)
 register_kernel(id="wrong_causal_swapped", fn=causal_swapped, traits=TRAITS)
 register_kernel(id="wrong_softcap_dropped", fn=softcap_dropped, traits=TRAITS)
 register_kernel(id="wrong_heads_tiled", fn=heads_tiled, traits=TRAITS)
 register_kernel(id="wrong_no_rescale", fn=no_rescale, traits={**TRAITS, **ROWS})
+register_kernel(id="wrong_no_max_subtraction", fn=no_max_subtraction, traits=TRAITS)
+register_kernel(id="wrong_block_drops_last_key", fn=block_drops_last_key, traits=TRAITS)
+register_kernel(id="control_blocked_mask_only", fn=blocked_mask_only, traits={**TRAITS, **ROWS})
 register_kernel(id="control_block16", fn=other_block, traits={**TRAITS, **ROWS})
 register_kernel(id="control_bshd", fn=eager_bshd, layout="BSHD", traits=TRAITS)
 register_kernel(id="control_lengths", fn=eager_lengths, mask="lengths", traits=TRAITS)

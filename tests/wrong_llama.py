@@ -2,8 +2,8 @@
 controls that must stay equivalent. Loaded inside ``harness.registry.scratch()`` by
 tests/test_llama.py. ``WRONG`` maps each id to the mistake; ``CONTROLS`` lists the controls."""
 
-from harness import Param, Zero, register
-from variants.llama import LLAMA, QK_NORM_FIXED, RMS, LlamaAttention, RMSNorm, attention_map, call
+from harness import Absent, Param, Zero, register
+from variants.llama import LLAMA, RMS, LlamaAttention, RMSNorm, attention_map, call
 
 WRONG = {
     "wrong_rope_layout": "interleaved RoPE on half-split q/k rows (no RopePermuted in the map)",
@@ -49,6 +49,10 @@ register(id="wrong_eps", family="norm", source="test", build=lambda cfg: RMSNorm
 QK = {**LLAMA, "qk_norm": "rms per head", "eps": 1e-6, "cases": ("self_kv", "causal")}
 register(id="wrong_softcap_dropped", family="attention", source="test", build=lambda cfg: LlamaAttention(cfg),
          call=call, param_map=attention_map(), traits={**LLAMA, "softcap": 50.0, "cases": ("self_kv", "causal")})
+# its (H d_k,) gains cannot hold the declared (d_k,) ones: both read as one, declared not learned,
+# so what is caught is the width the norm runs over
 register(id="wrong_qk_norm_full_width", family="attention", source="test",
-         build=lambda cfg: LlamaAttention(cfg, qk_norm="over all heads"), call=call, param_map=attention_map(),
-         traits=QK, fixed=QK_NORM_FIXED)
+         build=lambda cfg: LlamaAttention(cfg, qk_norm="over all heads"), call=call,
+         param_map=lambda cfg: {**attention_map()(cfg), "q_norm.weight": Absent(1.0), "k_norm.weight": Absent(1.0)},
+         traits={**QK, "not_learned": ("q_norm.weight", "k_norm.weight")},
+         fixed={"q_norm.weight": "held at its init (ones)", "k_norm.weight": "held at its init (ones)"})

@@ -1,7 +1,8 @@
 """Deliberately wrong LLaMA-style blocks, models and caches, each declaring the traits of a
 correct one. The variants are loaded inside ``harness.registry.scratch()`` by
 tests/test_llama_model.py; the wrong decodings are swapped in for ``llama_model`` there.
-``WRONG`` maps each variant id to its mistake; ``WRONG_STEPS`` names each decoding step."""
+``WRONG`` maps each variant id to its mistake; ``WRONG_STEPS`` names each decoding step.
+``model_positions_counted`` is the control beside the packed-row mistakes (not in ``WRONG``)."""
 
 import torch
 
@@ -28,6 +29,11 @@ WRONG = {
     "wrong_model_rope_layout": "Meta's interleaved RoPE on half-split q/k rows (no RopePermuted)",
     "wrong_window_in_the_call": "the sliding window counted from the call's first query, not from its "
                                 "position after the cache (right in a full forward: only decoding shows it)",
+    "wrong_model_positions_of_row_0": "positions restarting where row 0's sequences start, in every row: "
+                                      "not per row (right in unpacked rows: only packed rows cut elsewhere "
+                                      "show it)",
+    "wrong_model_segments_ignored": "one causal mask over the whole row: a packed sequence attends to the ones "
+                                    "before it (only a packed row shows it)",
 }
 
 
@@ -58,12 +64,45 @@ register(id="wrong_model_rope_layout", family="llama_model", source="test",
          param_map=model_map(), traits={**BLOCK, "tied_output": False})
 
 
+def restarting(segments: torch.Tensor) -> torch.Tensor:
+    """(B, L) positions restarting at 0 where the segment id changes."""
+    idx = torch.arange(segments.shape[-1]).expand_as(segments)
+    new = torch.ones_like(segments, dtype=torch.bool)
+    new[..., 1:] = segments[..., 1:] != segments[..., :-1]
+    return idx - torch.where(new, idx, 0).cummax(-1).values
+
+
+class PositionsCounted(LlamaModel):
+    """Positions counted along the row, not restarting: a control (RoPE reads only the
+    distances within a sequence, and the mask keeps each sequence to itself)."""
+
+    def forward(self, tokens, pad, positions, cache=None, segments=None):
+        return super().forward(tokens, pad, torch.arange(tokens.shape[1]).expand_as(tokens), cache, segments)
+
+
+class PositionsOfRowZero(LlamaModel):
+    def forward(self, tokens, pad, positions, cache=None, segments=None):
+        return super().forward(tokens, pad, restarting(segments[:1]).expand_as(tokens), cache, segments)
+
+
+class SegmentsIgnored(LlamaModel):
+    def forward(self, tokens, pad, positions, cache=None, segments=None):
+        return super().forward(tokens, pad, positions, cache)
+
+
+for vid, model in (("wrong_model_positions_of_row_0", PositionsOfRowZero),
+                   ("wrong_model_segments_ignored", SegmentsIgnored), ("model_positions_counted", PositionsCounted)):
+    register(id=vid, family="llama_model", source="test", build=model, call=call_model, param_map=model_map(),
+             traits={**BLOCK, "tied_output": False, "cases": ("left_pad", "packed")})
+
+
 class WindowInTheCall(LlamaModel):
-    def dense_mask(self, keys, n, past):
+    def dense_mask(self, keys, n, past, segments=None):
         rows = torch.arange(n)[:, None]
         cols = torch.arange(past + n)[None, :]
         window = (cols - past >= rows - self.window[0]) & (cols - past <= rows + self.window[1])
-        return (cols <= rows + past)[None] & keys[:, None, :] & (window | (cols < past))[None]
+        mask = (cols <= rows + past)[None] & keys[:, None, :] & (window | (cols < past))[None]
+        return mask if segments is None else mask & (segments[:, :, None] == segments[:, None, :])
 
 
 register(id="wrong_window_in_the_call", family="llama_model", source="test",

@@ -29,7 +29,8 @@ Variants:
   ``RopePermuted`` (HF's converter's permutation): equivalent to ``llama``.
 - ``attention/mistral``: ``llama`` with a sliding window.
 - ``attention/qwen3`` and ``attention/olmo2_qk_norm``: ``llama`` with QK-norm (RMSNorm of q
-  and k before RoPE, per head or over all heads; the gains held at their init, ``fixed``);
+  and k before RoPE, per head or over all heads; their gains the family's ``q_norm.weight``
+  and ``k_norm.weight``);
   ``attention/gemma2_softcap``: ``llama`` with Gemma 2's logit soft-capping (50).
 - ``attention/sdpa_gqa``: ``F.scaled_dot_product_attention(enable_gqa=True)`` with biases,
   no RoPE: PyTorch's own GQA as a reference (in ``torch_sdpa``'s class where kv_heads =
@@ -172,11 +173,12 @@ def call_window(m, i):
     return m(i["query"], i["key"], i["value"], i["mask"], i["positions"], i["key_positions"], i["window"])
 
 
-def attention_map(permuted: bool = False, bias: bool = False):
+def attention_map(permuted: bool = False, bias: bool = False, qk_norm: bool = False):
     """Canonical q/k/v/o to the ``*_proj`` Linears; ``permuted``: q and k through
-    ``RopePermuted`` (the module's rows are for interleaved RoPE)."""
+    ``RopePermuted`` (the module's rows are for interleaved RoPE); ``qk_norm``: the QK-norm
+    gains to ``q_norm``'s and ``k_norm``'s."""
     def entries(cfg):
-        out = {}
+        out = {f"{c}_norm.weight": Param(f"{c}_norm.weight") for c in "qk"} if qk_norm else {}
         for c, name in zip("qkvo", ("q_proj", "k_proj", "v_proj", "o_proj")):
             weight = Param(f"{name}.weight")
             if permuted and c in "qk":
@@ -217,20 +219,20 @@ register(
     build=lambda cfg: LlamaAttention(cfg), call=call_window, param_map=attention_map(),
     traits={**LLAMA, "window": "as called", "cases": ("causal", "fully_masked", "decode", "window")},
 )
-QK_NORM_FIXED = {"q_norm.weight": "QK-norm gain, held at its init (ones): outside the attention family",
-                 "k_norm.weight": "QK-norm gain, held at its init (ones): outside the attention family"}
 register(
     id="qwen3", family="attention", source=SOURCE,
-    summary="llama with QK-norm: RMSNorm over each head's q and k before RoPE (Qwen3)",
-    build=lambda cfg: LlamaAttention(cfg, qk_norm="per head"), call=call, param_map=attention_map(),
-    traits={**LLAMA, "qk_norm": "rms per head", "eps": 1e-6, "cases": ROPE_CASES}, fixed=QK_NORM_FIXED,
+    summary="llama with QK-norm: RMSNorm over each head's q and k before RoPE, one gain per dim shared by the "
+            "heads (Qwen3)",
+    build=lambda cfg: LlamaAttention(cfg, qk_norm="per head"), call=call, param_map=attention_map(qk_norm=True),
+    traits={**LLAMA, "qk_norm": "rms per head", "eps": 1e-6, "cases": ROPE_CASES},
 )
 register(
     id="olmo2_qk_norm", family="attention", source=SOURCE,
-    summary="llama with QK-norm over all heads: RMSNorm of the whole q and k projections (OLMo2)",
-    build=lambda cfg: LlamaAttention(cfg, qk_norm="over all heads"), call=call, param_map=attention_map(),
+    summary="llama with QK-norm over all heads: RMSNorm of the whole q and k projections, a gain per head and "
+            "dim (OLMo2)",
+    build=lambda cfg: LlamaAttention(cfg, qk_norm="over all heads"), call=call,
+    param_map=attention_map(qk_norm=True),
     traits={**LLAMA, "qk_norm": "rms over all heads", "eps": 1e-6, "cases": ("self_kv", "causal")},
-    fixed=QK_NORM_FIXED,
 )
 register(
     id="gemma2_softcap", family="attention", source=SOURCE,
@@ -448,15 +450,16 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(cfg.d_model)
         self.head = None if tied else nn.Linear(cfg.d_model, cfg.vocab, bias=False)
 
-    def forward(self, tokens, pad, positions, cache: KVCache | None = None):
+    def forward(self, tokens, pad, positions, cache: KVCache | None = None, segments=None):
         """Log-probabilities (B, n, V) of the token after each of ``tokens`` (B, n); with a
-        ``cache``, ``tokens`` follow what it holds and are appended to it."""
+        ``cache``, ``tokens`` follow what it holds and are appended to it; ``segments`` (B, n)
+        numbers the sequences a row packs (no attention across them; a full forward only)."""
         n = tokens.shape[1]
         past = 0 if cache is None or cache.pad is None else cache.pad.shape[1]
         keys = pad if past == 0 else torch.cat([cache.pad, pad], dim=1)          # (B, P + n)
         if cache is not None:
             cache.pad = keys
-        mask = self.block_mask(keys, n, past) if self.flex else self.dense_mask(keys, n, past)
+        mask = self.block_mask(keys, n, past, segments) if self.flex else self.dense_mask(keys, n, past, segments)
         x = self.embed(tokens)                                                  # (B, n, D)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, positions, None if cache is None else cache.layers[i])
@@ -466,18 +469,21 @@ class LlamaModel(nn.Module):
             logits = self.final_softcap * torch.tanh(logits / self.final_softcap)
         return logits.log_softmax(-1)
 
-    def dense_mask(self, keys: torch.Tensor, n: int, past: int) -> torch.Tensor:
+    def dense_mask(self, keys: torch.Tensor, n: int, past: int, segments=None) -> torch.Tensor:
         """(B, n, P+n) bool, True = may attend: queries past .. past+n-1 over keys 0 .. past+n-1,
-        causal, not padding, in the window."""
+        causal, not padding, in the window, in the query's segment."""
         rows = torch.arange(n, device=keys.device)[:, None] + past
         cols = torch.arange(past + n, device=keys.device)[None, :]
         mask = (cols <= rows)[None] & keys[:, None, :]
         if self.window is not None:
             mask = mask & ((cols >= rows - self.window[0]) & (cols <= rows + self.window[1]))[None]
+        if segments is not None:
+            mask = mask & (segments[:, :, None] == segments[:, None, :])
         return mask
 
-    def block_mask(self, keys: torch.Tensor, n: int, past: int) -> BlockMask:
-        """Queries past .. past+n-1 over keys 0 .. past+n-1: causal, not padding, in the window."""
+    def block_mask(self, keys: torch.Tensor, n: int, past: int, segments=None) -> BlockMask:
+        """Queries past .. past+n-1 over keys 0 .. past+n-1: causal, not padding, in the window,
+        in the query's segment."""
         def causal(b, h, i, j):
             return j <= i + past
 
@@ -488,6 +494,8 @@ class LlamaModel(nn.Module):
         if self.window is not None:
             left, right = self.window
             mods.append(lambda b, h, i, j: (j >= i + past - left) & (j <= i + past + right))
+        if segments is not None:
+            mods.append(lambda b, h, i, j: segments[b, i] == segments[b, j])
         return create_block_mask(and_masks(*mods), keys.shape[0], None, n, past + n, device=keys.device)
 
 
@@ -538,7 +546,7 @@ def call_block(m, i):
 
 
 def call_model(m, i):
-    return m(i["tokens"], i["pad"], i["positions"])
+    return m(i["tokens"], i["pad"], i["positions"], segments=i["segments"])
 
 
 register(

@@ -12,7 +12,8 @@ a variants file's import goes through ``guarded``/``user_code``. Inside it:
 - ``check_output`` checks what comes back: a tensor, on the call's device, of the call's
   dtype and shape, not a view of an input; one message per mistake.
 
-``describe(exc)`` is the one formatter of an exception for a row or a line.
+``describe(exc)`` is the one formatter of an exception for a row or a line; a failure of the
+harness's own code is one line there too (``harness.base.failures`` keeps its traceback).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, NoReturn
 import torch
 
 from harness.base.errors import HarnessError, exception_line, user_frame, where_raised
+from harness.base.process_state import ProcessExit, exit_raises, replaced_since, torch_functions
 
 TIMEOUT_ENV = "HARNESS_CALL_TIMEOUT"
 DEFAULT_TIMEOUT = 600.0
@@ -219,7 +221,8 @@ class user_code:  # noqa: N801  (used as a function: ``with user_code("call"): .
     except the user's own Ctrl-C (a KeyboardInterrupt after a real SIGINT) and a
     ``UserCodeError`` from a guard inside (passed on as it is)."""
 
-    __slots__ = ("stage", "files", "who", "timeout", "buffer", "_redirects", "_armed", "_state")
+    __slots__ = ("stage", "files", "who", "timeout", "buffer", "_redirects", "_armed", "_state", "_exits",
+                 "_functions")
 
     def __init__(self, stage: str, *, files: Iterable[str] = (), who: str = "", timeout: float | None = None):
         self.stage, self.files, self.who = stage, tuple(files), who
@@ -239,6 +242,10 @@ class user_code:  # noqa: N801  (used as a function: ``with user_code("call"): .
         for r in self._redirects:
             r.__enter__()
         self._state = (torch.get_default_dtype(), torch.is_grad_enabled())
+        # what an import does to torch's functions is compared after it (a call's would cost every call)
+        self._functions = torch_functions() if self.stage == "import" else None
+        self._exits = exit_raises()
+        self._exits.__enter__()
         self._armed = _Alarm.arm(self.timeout)
         return self
 
@@ -246,9 +253,15 @@ class user_code:  # noqa: N801  (used as a function: ``with user_code("call"): .
                  tb: TracebackType | None) -> Literal[False]:
         if self._armed:
             _Alarm.disarm()
+        self._exits.__exit__(None, None, None)
         for r in reversed(self._redirects):
             r.__exit__(None, None, None)
         changed = self._restore()
+        replaced = replaced_since(self._functions) if self._functions is not None else []
+        if replaced and exc is None:  # put back by replaced_since; the import is refused
+            shown = "; ".join(replaced[:3]) + (f" and {len(replaced) - 3} more" if len(replaced) > 3 else "")
+            self._raise(f"it replaced {shown} (put back): every variant and the references would run the "
+                        "replacement; call your own function from your module instead", None)
         if exc is None and changed:  # torch's global state changed under every later call: said, and undone
             if self.stage == "import":
                 print(f"note: {changed} at import (undone: a variants file must leave torch's global state as "
@@ -263,6 +276,9 @@ class user_code:  # noqa: N801  (used as a function: ``with user_code("call"): .
             self._raise("raised KeyboardInterrupt itself (no Ctrl-C was pressed)" + where(exc, self.files), exc)
         if isinstance(exc, CallTimeout):
             self._raise(str(exc), exc)
+        if isinstance(exc, ProcessExit):
+            self._raise(f"called os._exit({exc.code!r}){where(exc, self.files)}: a variant must not end the "
+                        "process", exc)
         if isinstance(exc, SystemExit):
             self._raise(f"called sys.exit({exc.code!r}){where(exc, self.files)}: a variant must not exit the "
                         "process", exc)

@@ -85,9 +85,29 @@ def where_raised(exc: BaseException) -> str:
     return f" (at {shown}:{frame.lineno}, in {frame.name})"
 
 
+def not_python_source(exc: BaseException) -> str | None:
+    """Why a file that failed to compile is not Python source at all (null bytes, bytes that
+    are not UTF-8: a binary or a file in another encoding), where the compiler names no line
+    or names line 1 only for the decoding; None for an ordinary syntax error, which has its
+    line, and for any other exception."""
+    if isinstance(exc, SyntaxError):
+        msg = str(exc.msg or "").strip()
+        if msg.startswith("(unicode error)"):
+            return f"its bytes are not UTF-8 text ({msg.removeprefix('(unicode error)').strip()})"
+        return (msg or "it does not compile") if exc.lineno is None else None
+    if isinstance(exc, ValueError) and "null bytes" in str(exc) and user_frame(exc) is None:
+        return str(exc).strip()  # the compiler's refusal (before Python 3.11.4: a ValueError)
+    return None
+
+
 def exception_line(exc: BaseException, limit: int = 200) -> str:
     """One line for a user's exception: its type, the first line of its message (at most
-    ``limit`` characters) and the user's file and line it was raised from."""
+    ``limit`` characters) and the user's file and line it was raised from; for a file that is
+    not Python source, that (``not_python_source``) with the file's name."""
+    source = not_python_source(exc)
+    if source is not None:
+        name = Path(getattr(exc, "filename", None) or "").name or "the file"
+        return f"{name} is not valid Python source: {source}"[:limit]
     text = str(exc).strip()
     first = text.splitlines()[0][:limit] if text else ""
     return f"{type(exc).__name__}: {first}{where_raised(exc)}"

@@ -4,10 +4,14 @@ by their class names, so the harness never imports the library), a module's own 
 and the additive mask library attention takes.
 
 What ``library_config`` fills, when the config class takes it: the width, heads, K/V heads,
-head width, feed-forward width, one layer, the sliding window (HF's ``sliding_window = w`` keeps keys
-i-w+1 .. i: ``Config.window = (w-1, 0)``), RoPE's base; every
-dropout probability 0; the eager attention implementation (the one that reads the mask it is
-given). Keywords the caller passes win.
+head width, feed-forward width, vocabulary (a default token id past it: none), one layer, the
+sliding window (HF's ``sliding_window = w`` keeps keys i-w+1 .. i: ``Config.window = (w-1, 0)``;
+the layer a sliding one exactly when the window is set, where ``layer_types`` says which),
+RoPE's base (``rope_theta`` and its older names, or every ``rope_theta`` of the
+``rope_parameters`` the class builds, one per layer type where it keeps several); every dropout
+probability 0; the eager attention implementation (the one that reads the mask it is given).
+Keywords the caller passes win. The attention family reads a logit soft-cap and a score scale
+from the module (its traits), not from ``Config``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from harness.base.config import Config
 from harness.base.errors import ConfigError
 
 CONFIG_BASES = ("PreTrainedConfig", "PretrainedConfig")
+KINDS = ("sliding_attention", "full_attention")  # layer types: the window's, or none
 
 
 def is_library_config(obj: Any) -> bool:
@@ -35,10 +40,11 @@ def _fields(cfg: Config) -> dict[str, Any]:
     return {
         "hidden_size": cfg.d_model, "n_embd": cfg.d_model,
         "num_attention_heads": cfg.heads, "n_head": cfg.heads,
-        "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.d_k,
+        "num_key_value_heads": cfg.n_kv_heads, "num_kv_heads": cfg.n_kv_heads, "head_dim": cfg.d_k,
         "intermediate_size": cfg.d_ff, "n_inner": cfg.d_ff,
         "sliding_window": window, "use_sliding_window": window is not None,
-        "rope_theta": cfg.rope_base,
+        "rope_theta": cfg.rope_base, "rotary_emb_base": cfg.rope_base, "rotary_embedding_base": cfg.rope_base,
+        "vocab_size": cfg.vocab,
         "num_hidden_layers": 1, "n_layer": 1,
     }
 
@@ -49,23 +55,52 @@ def library_config(config_cls: type, cfg: Config, **overrides: Any) -> Any:
         raise ConfigError(f"{getattr(config_cls, '__name__', config_cls)!r} is not a library config class "
                           f"(a subclass of {' or '.join(CONFIG_BASES)})")
     try:
-        accepted = set(inspect.signature(config_cls.__init__).parameters)  # type: ignore[misc]  # a class's own
+        params = inspect.signature(config_cls.__init__).parameters  # type: ignore[misc]  # a class's own
     except (TypeError, ValueError):
-        accepted = set()
-    accepted |= set(getattr(config_cls, "attribute_map", {}) or {})
+        params = {}  # type: ignore[assignment]
+    accepted = set(params) | set(getattr(config_cls, "attribute_map", {}) or {})
     kwargs = {k: v for k, v in _fields(cfg).items() if k in accepted}
-    kwargs.update({k: 0.0 for k in accepted if "dropout" in k or "pdrop" in k or k.endswith("_prob")})
+    kwargs.update({k: 0.0 for k in accepted if "dropout" in k or "pdrop" in k})  # not norm_topk_prob, a bool
+    if "vocab_size" in kwargs:  # a default token id past the vocabulary (Phi-3's pad 32000): none
+        kwargs.update({k: None for k, p in params.items() if k.endswith("_token_id") and _past(p.default, cfg.vocab)})
     kwargs.update(overrides)
-    try:
-        config = config_cls(**kwargs)
-    except Exception as exc:  # the library's own validation: one line
-        raise ConfigError(f"{config_cls.__name__}(...) refused the harness config: {type(exc).__name__}: {exc}") \
-            from None
+    config = _made(config_cls, kwargs)
+    derived: dict[str, Any] = {}  # what the class derives from its own defaults: made to follow cfg
+    rope, kinds = getattr(config, "rope_parameters", None), getattr(config, "layer_types", None)
+    if "rope_parameters" in accepted and not {"rope_parameters", "rope_theta"} & set(overrides) \
+            and isinstance(rope, dict):
+        derived["rope_parameters"] = _with_base(rope, cfg.rope_base)
+    if "layer_types" in accepted and "layer_types" not in overrides and isinstance(kinds, list) \
+            and set(kinds) <= set(KINDS):
+        derived["layer_types"] = [KINDS[0] if kwargs.get("sliding_window") else KINDS[1]] * len(kinds)
+    if any(getattr(config, k) != v for k, v in derived.items()):
+        config = _made(config_cls, {**kwargs, **derived})
     try:
         config._attn_implementation = "eager"
     except (AttributeError, ValueError):
         pass
     return config
+
+
+def _past(token: Any, vocab: int) -> bool:
+    ids = token if isinstance(token, (list, tuple)) else [token]
+    return any(isinstance(t, int) and not 0 <= t < vocab for t in ids)
+
+
+def _made(config_cls: type, kwargs: dict[str, Any]) -> Any:
+    try:
+        return config_cls(**kwargs)
+    except Exception as exc:  # the library's own validation: one line
+        raise ConfigError(f"{config_cls.__name__}(...) refused the harness config: {type(exc).__name__}: {exc}") \
+            from None
+
+
+def _with_base(rope: dict[str, Any], base: float) -> dict[str, Any]:
+    """``rope`` (transformers' ``rope_parameters``) with its ``rope_theta`` at ``base``; one
+    dict per layer type (Gemma 3's full and sliding attention): each of them."""
+    if any(isinstance(v, dict) for v in rope.values()):
+        return {k: _with_base(v, base) if isinstance(v, dict) else v for k, v in rope.items()}
+    return {**rope, "rope_theta": base}
 
 
 def _rotary_class(module: torch.nn.Module) -> type:

@@ -49,3 +49,13 @@ def one_key_at_most(mask: torch.Tensor) -> bool:
     last axis) keeps one key at most: its softmax weight is 1 (or the row has none) whatever
     the scores, so nothing done to the scores (a scale, a softcap) can show there."""
     return mask.dtype == torch.bool and bool((mask.sum(-1) <= 1).all())
+
+
+def leave_out_padded(out: object, pad: torch.Tensor | None) -> object:
+    """``out`` (B, T, ...) with the query positions ``pad`` (B, T, True = real token) marks as
+    padding set to zero: what a module gives there is unspecified (real code leaves it
+    anything), so it is left out of every comparison, and no gradient flows from it."""
+    if pad is None or not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.shape[:2] != pad.shape:
+        return out
+    keep = pad.to(out.device).reshape(*pad.shape, *[1] * (out.dim() - 2))
+    return torch.where(keep, out, out.new_zeros(()))

@@ -12,7 +12,7 @@ import torch
 
 from harness.base.config import Config
 from harness.base.errors import ConfigError
-from harness.base.files import atomic_write, check_output_folder
+from harness.base.files import OUTPUT_MAGIC, SCHEMA_VERSION, atomic_write, check_output_folder
 from harness.bench.counters import peak_bytes
 from harness.bench.row import CacheBenchRow
 from harness.check.spec import one_thread
@@ -71,5 +71,6 @@ def write_cache_bench(out_dir: str | Path, lengths: list[int] | None = None,
     check_output_folder(out, ("cache_bench.json", "cache_bench.md", "cache_bench.png"), "cache-bench --out")
     out.mkdir(parents=True, exist_ok=True)
     rows = cache_bench(lengths, cfg)
-    atomic_write(out / "cache_bench.json", json.dumps([r.as_dict() for r in rows], indent=1))
+    atomic_write(out / "cache_bench.json", json.dumps({"written_by": OUTPUT_MAGIC, "schema": SCHEMA_VERSION,
+                                                        "rows": [r.as_dict() for r in rows]}, indent=1))
     return rows

@@ -60,7 +60,8 @@ class BenchCase:
     sets: tuple[str, ...] = ()  # --set items beyond the shape (kv_heads=2, window=3,0, ...)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sets", tuple(self.sets))  # a list after a JSON round trip
+        # a list after a JSON round trip; one item given as a str is that item, not its letters
+        object.__setattr__(self, "sets", (self.sets,) if isinstance(self.sets, str) else tuple(self.sets))
 
     @property
     def case(self) -> str:
@@ -310,7 +311,7 @@ def prepare(case: BenchCase) -> Prepared:
     dtype = dtype_of(case.dtype)
     module, portmap = build(variant, cfg, dtype=dtype, device=case.device)
     if portmap is not None:
-        portmap.load(zero_unrepresented(family.canonical_weights(cfg), portmap.zero_names()))
+        portmap.load(zero_unrepresented(family.canonical_weights(cfg, traits=variant.traits), portmap.zero_names()))
     train = case.mode == "fwd+bwd"
     inputs = cast_inputs(family.inputs(case.case, cfg), dtype, case.device, family.grad_inputs if train else ())
     params = [p for p in module.parameters()] if isinstance(module, torch.nn.Module) else []

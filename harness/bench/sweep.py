@@ -128,7 +128,7 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
         rows[case.variant] = row
         m = row.measurement
         variant = get_variant(case.family, case.variant)
-        reason = variant.refuses(case.config(), case.device) or variant.dtype_reason(case.dtype)
+        reason = variant.refuses(case.config(), case.device, case.case) or variant.dtype_reason(case.dtype)
         overflow = fill_overflow(variant, dtype_of(case.dtype))
         if reason or overflow:  # a declared fill the dtype cannot hold raises by design: not run, said why
             m.status, m.error = Status.UNSUPPORTED, reason or f"declared error: {overflow}"
@@ -183,12 +183,33 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
     return [rows[c.variant] for c in cases], peak_row
 
 
-def log_stamp(*, device: str, profile: str, min_time: float, rounds: int, threads: int, memory: bool,
-              variant_files: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class SweepSettings:
+    """How a sweep measures, passed through whole: ``fresh`` (measure again what the log
+    holds), ``min_time`` and ``rounds`` (per case), ``threads`` (None: torch's), ``progress``
+    (a bar), ``memory`` (each row's resident peak, CPU), ``variant_files`` (user files the
+    rows' code depends on), ``profile`` (the report profile, stamped on each row) and
+    ``deadline`` (a ``time.monotonic()`` instant no group may run past)."""
+
+    fresh: bool = False
+    min_time: float = 0.05
+    rounds: int = 7
+    threads: int | None = None
+    progress: bool = True
+    memory: bool = True
+    variant_files: tuple[str, ...] = ()
+    profile: str = ""
+    deadline: float | None = None
+
+    def __post_init__(self) -> None:  # a caller's list of files
+        object.__setattr__(self, "variant_files", tuple(self.variant_files or ()))
+
+
+def log_stamp(device: str, s: SweepSettings) -> dict[str, Any]:
     """What a log's rows were measured with: rows are resumed or reused only under an equal stamp."""
-    return {"code": code_fingerprint(variant_files), "torch": torch.__version__, "device": device,
-            "cpu": cpu_model(), "profile": profile, "min_time": min_time, "rounds": rounds,
-            "threads": threads, "memory": memory}
+    return {"code": code_fingerprint(s.variant_files), "torch": torch.__version__, "device": device,
+            "cpu": cpu_model(), "profile": s.profile, "min_time": s.min_time, "rounds": s.rounds,
+            "threads": s.threads, "memory": s.memory}
 
 
 def device_dir(device: str, device_name: str | None = None) -> str:
@@ -227,20 +248,8 @@ def groups(cases: list[BenchCase]) -> list[list[BenchCase]]:
     return list(out.values())
 
 
-def run_sweep(
-    cases: list[BenchCase],
-    log: Path,
-    *,
-    fresh: bool = False,
-    min_time: float = 0.05,
-    rounds: int = 7,
-    threads: int | None = None,
-    progress: bool = True,
-    memory: bool = True,
-    variant_files: list[str] | None = None,
-    profile: str = "",
-    deadline: float | None = None,
-) -> Iterator[BenchRow]:
+def run_sweep(cases: list[BenchCase], log: Path, settings: SweepSettings | None = None,
+              **fields: Any) -> Iterator[BenchRow]:
     """Measure each group with a case not yet in ``log``; append its rows (and its matmul
     peak row) as soon as the group finishes; yield the case rows. A group is timed as a
     whole (its ratios need one window), so a resumed group is measured again whole.
@@ -249,16 +258,15 @@ def run_sweep(
     ``deadline`` (a ``time.monotonic()`` instant): a group is started only when it would end
     before it, taking the longest group measured so far as its length; the groups a
     registered target reads go first. The groups left are not measured and the log gets no
-    ``end`` row: the same sweep resumes them later."""
+    ``end`` row: the same sweep resumes them later. ``settings`` (or its fields as keywords)
+    say how."""
 
-    threads = threads or torch.get_num_threads()
+    s = dataclasses.replace(settings or SweepSettings(), **fields)
+    s = dataclasses.replace(s, threads=s.threads or torch.get_num_threads())
     log.parent.mkdir(parents=True, exist_ok=True)
-    stamp = log_stamp(device=cases[0].device if cases else "cpu", profile=profile, min_time=min_time,
-                      rounds=rounds, threads=threads, memory=memory, variant_files=variant_files or [])
+    stamp = log_stamp(cases[0].device if cases else "cpu", s)
     with output_lock(log, "the bench log"):
-        yield from _sweep_locked(cases, log, stamp, fresh=fresh, min_time=min_time, rounds=rounds,
-                                 threads=threads, progress=progress, memory=memory,
-                                 variant_files=variant_files, profile=profile, deadline=deadline)
+        yield from _sweep_locked(cases, log, stamp, s)
 
 
 def _measured_before(cases: list[BenchCase], log: Path, stamp: dict, *, fresh: bool
@@ -311,9 +319,9 @@ def _appending(target: Path, log: Path) -> Iterator:
             out.close()
 
 
-def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, threads, progress, memory,
-                  variant_files, profile, deadline=None) -> Iterator[BenchRow]:
-    old, done, replace = _measured_before(cases, log, stamp, fresh=fresh)
+def _sweep_locked(cases: list[BenchCase], log: Path, stamp: dict, s: SweepSettings) -> Iterator[BenchRow]:
+    old, done, replace = _measured_before(cases, log, stamp, fresh=s.fresh)
+    threads, deadline, profile = s.threads or torch.get_num_threads(), s.deadline, s.profile
     env = environment(cases[0].device) if cases else {}
     machine = Environment(**{k: v for k, v in env.items() if k not in ("device", "threads")})
     # Cheapest groups first (a memory estimate as the measure of work): the first rows land in
@@ -324,7 +332,7 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
         todo.sort(key=lambda g: not any(serves_target(c) for c in g))
     longest, left = 0.0, 0
     cpu = bool(cases) and not cases[0].device.startswith("cuda")
-    probe = MemProbe(list(variant_files or []), threads) if memory and cpu else None
+    probe = MemProbe(list(s.variant_files), threads) if s.memory and cpu else None
     target = log.parent / f".{log.name}.new-{os.getpid()}" if replace else log
     placed = not replace
     try:
@@ -346,7 +354,7 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
             if not old:
                 emit({"harness_log": LOG_MAGIC, "kind": "log", "schema": SCHEMA_VERSION, "stamp": stamp})
 
-            bar = tqdm(todo, desc="bench", unit="group", disable=not progress, dynamic_ncols=True)
+            bar = tqdm(todo, desc="bench", unit="group", disable=not s.progress, dynamic_ncols=True)
             for i, group in enumerate(bar):
                 c = group[0]
                 if deadline is not None and time.monotonic() + longest > deadline:
@@ -357,7 +365,7 @@ def _sweep_locked(cases, log: Path, stamp: dict, *, fresh, min_time, rounds, thr
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                     # what a variant prints while it is timed is no part of the output (its first,
                     # guarded call already showed anything that went wrong)
-                    rows, peak = measure_group(group, min_time=min_time, rounds=rounds, threads=threads,
+                    rows, peak = measure_group(group, min_time=s.min_time, rounds=s.rounds, threads=threads,
                                                probe=probe)
                 if peak.disturbed:
                     tqdm.write(f"disturbed: {c.family} B={c.batch} T={c.seq} {c.mode}: {peak.disturbed}",

@@ -1,5 +1,10 @@
-"""Checking variants: runs and the run cache (``runs``), tensor comparison (``tensors``),
-precision allowances, the spec checks against the oracle (``spec``), the pair matrix
-(``pairs``), gradcheck, dropout and torch.compile (``extras``), results as data
-(``results``) and whole checks (``api``).
+"""Checking variants. Read this first: a verdict is three hops from ``python -m harness check``.
+1. ``api.check_all(families, configs, settings=CheckSettings(...))`` walks every variant's cells.
+2. ``spec.SpecChecker.check(variant, config, case, dtype)`` reads the cell's ``Evidence`` from the run cache.
+3. ``verdict.decide(evidence, settings)`` decides, pure: the error row, the exact elements, or each tensor.
+Then ``pairs.derive_pairs`` derives the pair matrix from those results; ``results`` holds them all.
+
+The rest: runs and the run cache (``runs``, keyed by ``run_keys``), tensor comparison
+(``mismatch``, ``tensors``), precision allowances (``precision``, ``rules``, ``own_dtype``),
+gradcheck, dropout and torch.compile (``extras``) and the settings of a whole check (``settings``).
 """

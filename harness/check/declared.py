@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import torch
-
 from harness.base.config import Config
+from harness.base.dtypes import dtype_of
 from harness.base.errors import SpecError
 from harness.check.runs import applicable, oracle_run
+from harness.families.no_key_rows import named_dtypes
 from harness.registry import Variant
 
 
@@ -25,15 +25,16 @@ def oracle_refusal(variant: Variant) -> str | None:
     except Exception:  # noqa: BLE001  (its own supports failing is said where it runs)
         return None
     semantic = family.semantic_traits(variant.traits)
-    weights = family.canonical_weights(cfg)
-    for case in family.cases:
-        if not applicable(variant, case.name):
-            continue
-        try:
-            oracle_run(family, semantic, family.case_config(case.name, cfg), family.inputs(case.name, cfg),
-                       weights, dtype=torch.float64)
-        except SpecError as exc:
-            return f"case {case.name}: {exc}"
-        except Exception:  # noqa: BLE001  (any other failure is the check's error row, with its context)
-            continue
+    weights = family.canonical_weights(cfg, traits=variant.traits)
+    for dtype in named_dtypes(semantic):  # float64, and each dtype a ByDtype gives its own value
+        for case in family.cases:
+            if not applicable(variant, case.name):
+                continue
+            try:
+                oracle_run(family, semantic, family.case_config(case.name, cfg), family.inputs(case.name, cfg),
+                           weights, dtype=dtype_of(dtype))
+            except SpecError as exc:
+                return f"case {case.name}" + (f" in {dtype}" if dtype != "float64" else "") + f": {exc}"
+            except Exception:  # noqa: BLE001  (any other failure is the check's error row, with its context)
+                continue
     return None

@@ -10,6 +10,7 @@ from harness.base.boundary import describe, user_code
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, PortingError
+from harness.base.failures import harness_traceback
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.dropout_stats import DRAW_OPS, statistical_checks
@@ -22,7 +23,7 @@ from harness.check.runs import (
     run_variant,
     unique_grad_inputs,
 )
-from harness.check.spec import _lower_check, expected_names
+from harness.check.spec import NO_KEY_CASES, _lower_check, expected_names
 from harness.porting.portmap import zero_unrepresented
 from harness.registry import Variant, build
 
@@ -65,7 +66,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     if cfg is None:
         return None
     cases = [c.name for c in family.cases if applicable(variant, c.name)
-             and c.name not in ("fully_masked", "left_pad")]
+             and c.name not in NO_KEY_CASES]
     if not cases:
         return None
     case = cases[0]
@@ -73,7 +74,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     try:
         module, portmap = build(variant, cfg, dtype=torch.float64)
         if portmap is not None:
-            portmap.load(zero_unrepresented(family.canonical_weights(cfg), portmap.zero_names()))
+            portmap.load(zero_unrepresented(family.canonical_weights(cfg, traits=variant.traits), portmap.zero_names()))
         inputs = cast_inputs(family.inputs(case, cfg), torch.float64, "cpu", family.grad_inputs)
         leaves = unique_grad_inputs(family, inputs)
         params = dict(module.named_parameters()) if isinstance(module, torch.nn.Module) else {}
@@ -94,7 +95,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
         with user_code("gradcheck (its backward)", who=variant.key):
             ok = torch.autograd.gradcheck(fn, tuple(tensors), fast_mode=True, raise_exception=False,
                                           check_undefined_grad=False, **gradcheck_tolerance(variant))
-        note = "" if ok else "the backward disagrees with finite differences of the forward"
+        note = "" if ok else _gradcheck_cause(variant, fn, tuple(tensors), f"{case} ({name})")
     except PortingError as exc:  # the variant's own port fails: its error row
         ok, note = False, f"PortingError: {exc}"[:300]
     except NotImplementedError as exc:  # no backward on this device: nothing to check, said
@@ -104,8 +105,32 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     except HarnessError:
         raise
     except Exception as exc:
-        ok, note = False, describe(exc)[:300]
+        return GradcheckResult(family.name, variant.id, name, case, False, describe(exc)[:300],
+                               traceback=harness_traceback(exc))
     return GradcheckResult(family.name, variant.id, name, case, bool(ok), note)
+
+
+def _gradcheck_cause(variant: Variant, fn, tensors: tuple, where: str) -> str:
+    """Why gradcheck failed: a forward that is not finite there (finite differences judge
+    nothing), a forward that rounds below float64 inside without declaring it (gradcheck
+    holds at float32's step and tolerance), or else the backward itself."""
+    with torch.no_grad(), user_code("gradcheck (its forward)", who=variant.key):
+        out = fn(*tensors)
+    if isinstance(out, torch.Tensor) and out.is_floating_point() and not bool(out.isfinite().all()):
+        bad = int((~out.isfinite()).sum())
+        return (f"the forward gives NaN/inf in {bad} of {out.numel()} output elements on {where}: finite "
+                "differences cannot judge the backward there (the spec rows show the forward's mistake)")
+    if not variant.traits.get("internal_dtype"):
+        eps = torch.finfo(torch.float32).eps
+        with user_code("gradcheck (its backward)", who=variant.key):
+            ok32 = torch.autograd.gradcheck(fn, tuple(tensors), fast_mode=True, raise_exception=False,
+                                            check_undefined_grad=False, eps=eps ** (1 / 3), atol=eps ** 0.5,
+                                            rtol=eps ** 0.5)
+        if ok32:
+            return ("the backward agrees with finite differences at float32's step and tolerance, not at "
+                    "float64's: the forward rounds below float64 inside (declare internal_dtype='float32' "
+                    "if it is meant to)")
+    return "the backward disagrees with finite differences of the forward"
 
 
 # -- dropout -----------------------------------------------------------------------------------------
@@ -129,7 +154,7 @@ def dropout_checks(variant: Variant, cfg: Config) -> list[DropoutResult]:
     p = cfg.dropout if cfg.dropout > 0 else DROPOUT_P  # --set dropout=p chooses it
     cfg = cfg.replace(dropout=0.0)
     dropped = cfg.replace(dropout=p)
-    weights = family.canonical_weights(cfg)
+    weights = family.canonical_weights(cfg, traits=variant.traits)
     inputs = family.inputs(case, cfg)
     out = []
 
@@ -204,15 +229,17 @@ def compiled_check(variant: Variant, checker: RunCache, config: str, dtype_name:
     oracle = checker.oracle(family, variant.traits, case, zero, dtype)
     torch._dynamo.reset()
     graphs0, breaks0 = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
-    compiled = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero),
-                           dtype, checker.device, record=False, compile_backend=backend)
+    compiled = run_variant(variant, checker.cfg, checker.inputs(family, case),
+                           checker.weights(family, zero, variant.traits), dtype, checker.device, record=False,
+                           compile_backend=backend)
     graphs = counters["stats"]["unique_graphs"] - graphs0
     breaks = sum(counters["graph_break"].values()) - breaks0
     base = dict(family=family.name, variant=variant.id, config=config, case=case, dtype=dtype_name,
                 backend=backend, graphs=graphs, graph_breaks=breaks)
     if compiled.error or eager.error:
         return CompiledResult(**base, verdict=Verdict.ERROR, ok=False, err=math.nan, eager_err=math.nan,
-                              note=compiled.error or eager.error or "")
+                              note=compiled.error or eager.error or "",
+                              traceback=compiled.traceback if compiled.error else eager.traceback)
     names = expected_names(family, oracle, checker, variant)
     same = all(name in compiled.tensors and torch.equal(compiled.tensors[name], eager.tensors[name])
                for name in names)

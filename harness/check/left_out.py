@@ -34,7 +34,7 @@ def implied_absent(traits: Mapping[str, Any], name: str, kind: str) -> bool:
 
 def undeclared_absent(family, traits: Mapping[str, Any], entries: Mapping[str, object], cfg: Config) -> list[str]:
     """The canonical norm parameters the map reads as a constant without the traits saying so."""
-    kinds = {name: kind for name, (_, kind) in family.params(cfg).items()}
+    kinds = {name: kind for name, (_, kind) in family.params_for(cfg, traits).items()}
     return [name for name, entry in entries.items()
             if isinstance(entry, Absent) and not implied_absent(traits, name, kinds.get(name, ""))]
 

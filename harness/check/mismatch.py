@@ -33,12 +33,40 @@ class Mismatch:
                  nan_differs: torch.Tensor | None = None, fixed: dict | None = None):
         self.shape, self.expected_shape, self.rtol, self.atol = shape, expected_shape, rtol, atol
         self.equal_inf, self.nan_mismatch = equal_inf, nan_mismatch
-        self._both, self._a, self._e, self._diff = both, a, e, diff
-        self._nan_differs = nan_differs
+        self._elements = (both, a, e, diff, nan_differs)
         self.total = int(diff.numel()) if diff is not None else 0
         self.max_abs = float(diff.max()) if diff is not None and diff.numel() else 0.0
         for k, v in (fixed or {}).items():  # shape mismatches and exact (non-float) compares
             setattr(self, k, v)
+
+    def _element(self, i: int) -> torch.Tensor:
+        """The ``i``-th of (both, a, e, diff, nan_differs): only a comparison of float tensors of
+        one shape has them."""
+        t = self._elements[i]
+        if t is None:
+            raise ValueError(f"Mismatch has no elements (a comparison of shapes {self.shape} vs "
+                             f"{self.expected_shape}, or exact)")
+        return t
+
+    @property
+    def _both(self) -> torch.Tensor:
+        return self._element(0)
+
+    @property
+    def _a(self) -> torch.Tensor:
+        return self._element(1)
+
+    @property
+    def _e(self) -> torch.Tensor:
+        return self._element(2)
+
+    @property
+    def _diff(self) -> torch.Tensor:
+        return self._element(3)
+
+    @property
+    def _nan_differs(self) -> torch.Tensor:
+        return self._element(4)
 
     @cached_property
     def _scale(self) -> torch.Tensor:
@@ -88,7 +116,7 @@ class Mismatch:
         return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), self._both.shape))
 
     def _needs_elements(self, what: str) -> None:
-        if self._both is None:
+        if self._elements[0] is None:
             raise ValueError(f"Mismatch.{what} needs a comparison of float tensors of one shape "
                              f"(this one is of shapes {self.shape} vs {self.expected_shape}, or exact)")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+from dataclasses import dataclass
 from typing import Mapping
 
 import torch
@@ -20,102 +21,179 @@ from harness.check.runs import (
     RunCache,
     applicable,
 )
-from harness.check.spec import PATH_FINDING
+from harness.families.base import Family
 from harness.families.catalog import get_family
+from harness.porting.portmap import Fills
 from harness.registry import Variant, reference_of, variants_of
+from harness.registry.nearest import differing_traits
 
 
 def derive_pairs(checkers: Mapping[str, RunCache], family_name: str, config: str, case: str, dtype_name: str, *,
                  specs: Mapping[tuple, SpecResult], device: str, measured: bool = False) -> list[PairResult]:
     """The pairwise verdicts of one family on one config, case and dtype, derived from
-    the equivalence classes (variants with equal semantic traits) and the oracles; with
-    ``measured`` (``--pairs all``), from every pair's own runs compared directly."""
-    family = get_family(family_name)
-    checker = checkers[config]
-    dtype = dtype_of(dtype_name)
+    the equivalence classes (variants with equal semantic traits) and the oracles
+    (``derived_pair``); with ``measured`` (``--pairs all``), from every pair's own runs
+    compared directly (``measured_pair``). A pair with an erring side is an error pair."""
+    family, checker, dtype = get_family(family_name), checkers[config], dtype_of(dtype_name)
     members = [v for v in variants_of(family_name)
                if applicable(v, case) and not v.refuses(checker.cfg, checker.device)
                and (v.id, config, case, dtype_name) in specs]
-    out = []
     digests = {} if measured else {v.id: _digest(checker, v, case, dtype) for v in members}
-    gaps: dict[tuple, tuple[float, float, str]] = {}
-    scales: dict[int, float] = {}
+    classes = _Classes(family, checker, case, dtype)
+    out = []
     for a, b in itertools.combinations(members, 2):
         sa, sb = specs[(a.id, config, case, dtype_name)], specs[(b.id, config, case, dtype_name)]
-        sem_a, sem_b = family.semantic_traits(a.traits), family.semantic_traits(b.traits)
-        differing = [t for t in family.traits if sem_a.get(t) != sem_b.get(t)]
-        in_case = [t for t in differing if t in family.semantic_for(case)]
-        reason = "; ".join(f"{t}: {sem_a.get(t)} vs {sem_b.get(t)}" for t in (in_case or differing))
-        base = dict(family=family_name, a=a.id, b=b.id, case=case, dtype=dtype_name, device=device,
-                    config=config,
-                    path_a=sa.path, path_b=sb.path, noise_ratio=math.nan, grad_noise_ratio=math.nan)
         if sa.verdict == Verdict.ERROR or sb.verdict == Verdict.ERROR:
-            note = "; ".join(f"{s.variant}: {s.note}" for s in (sa, sb) if s.verdict == Verdict.ERROR)
-            both_expected = sa.ok and sb.ok
-            expected = Verdict.ERROR if both_expected else Verdict.EQUIVALENT
-            declared = "; ".join(s.declared for s in (sa, sb) if s.verdict == Verdict.ERROR and s.declared)
-            out.append(PairResult(**base, verdict=Verdict.ERROR, expected=expected,
-                                  reason=reason, ok=both_expected, max_abs=math.nan, max_rel=math.nan,
-                                  grad_verdict=Verdict.ERROR, grad_max_abs=math.nan, worst_grad="", note=note,
-                                  declared=declared if both_expected else ""))
+            out.append(_error_pair(sa, sb, _reason(family, a, b, case), config, device))
             continue
+        facts = classes.facts(a, b, sa, sb, config, device)
+        out.append(measured_pair(facts, checker.run(a, case, facts.fills, dtype),
+                                 checker.run(b, case, facts.fills, dtype), checker, a, b) if measured
+                   else derived_pair(facts, digests[a.id], digests[b.id]))
+    return out
+
+
+@dataclass(frozen=True)
+class PairFacts:
+    """What both ways of judging a pair share: its two specs, the declared difference
+    between them, and the gap between the two variants' oracles."""
+
+    sa: SpecResult
+    sb: SpecResult
+    config: str
+    device: str
+    fills: Fills                # the canonical parameters either side reads as constants
+    reason: str                 # the semantic traits that differ ("" for one class)
+    out_gap: float              # the largest |oracle_a - oracle_b| on the output
+    grad_gap: float             # ... and on the gradients both represent
+    worst_grad: str
+    tol64: float                # float64's tolerance at the output's scale
+
+    @property
+    def specs_ok(self) -> bool:
+        return self.sa.ok and self.sb.ok
+
+    @property
+    def finding(self) -> bool:
+        """A side differs here by a declared per-case path finding."""
+        return self.sa.finding is not None or self.sb.finding is not None
+
+    def pair(self, verdict: Verdict, expected: Verdict, ok: bool, max_abs: float, grad_verdict: Verdict,
+             grad_max_abs: float, worst_grad: str, note: str) -> PairResult:
+        sa, sb = self.sa, self.sb
+        return PairResult(family=sa.family, a=sa.variant, b=sb.variant, case=sa.case, dtype=sa.dtype,
+                          device=self.device, verdict=verdict, expected=expected, reason=self.reason, ok=ok,
+                          max_abs=max_abs, max_rel=math.nan, noise_ratio=math.nan, grad_verdict=grad_verdict,
+                          grad_max_abs=grad_max_abs, grad_noise_ratio=math.nan, worst_grad=worst_grad,
+                          path_a=sa.path, path_b=sb.path, note=note, config=self.config)
+
+
+class _Classes:
+    """The oracles' gaps of one family on one config, case and dtype: one per pair of
+    classes (and fills), not per pair of variants."""
+
+    def __init__(self, family: Family, checker: RunCache, case: str, dtype: torch.dtype):
+        self.family, self.checker, self.case, self.dtype = family, checker, case, dtype
+        self.gaps: dict[tuple, tuple[float, float, str]] = {}
+        self.scales: dict[int, float] = {}
+
+    def facts(self, a: Variant, b: Variant, sa: SpecResult, sb: SpecResult, config: str, device: str) -> PairFacts:
+        checker, family = self.checker, self.family
         zero = checker.fills(a) | checker.fills(b)
-        oa = checker.oracle(family, a.traits, case, zero, dtype)
-        ob = checker.oracle(family, b.traits, case, zero, dtype)
-        key = (id(oa), id(ob), zero)  # one gap per pair of classes, not per pair of variants
-        if key not in gaps:
-            gaps[key] = _gap(oa, ob, checker, a, b) if differing else (0.0, 0.0, "")
-        out_gap, grad_gap, worst_grad = gaps[key]
-        if id(oa) not in scales:
-            scales[id(oa)] = _scale(oa)
-        tol64 = P.FLOAT64_ATOL + P.FLOAT64_RTOL * max(1.0, scales[id(oa)])
-        biggest = max(out_gap, grad_gap)
+        oa = checker.oracle(family, a.traits, self.case, zero, self.dtype)
+        ob = checker.oracle(family, b.traits, self.case, zero, self.dtype)
+        differing, in_case = _differing(family, a, b, self.case)
+        key = (id(oa), id(ob), zero)
+        if key not in self.gaps:
+            self.gaps[key] = _gap(oa, ob, checker, a, b) if differing else (0.0, 0.0, "")
+        out_gap, grad_gap, worst_grad = self.gaps[key]
+        if id(oa) not in self.scales:
+            self.scales[id(oa)] = _scale(oa)
+        tol64 = P.FLOAT64_ATOL + P.FLOAT64_RTOL * max(1.0, self.scales[id(oa)])
         # Traits this case does not read make no difference here, unless the oracles
         # say otherwise (then the family's case_semantic is incomplete, and it shows).
-        if differing and not in_case and biggest <= tol64:
-            reason = ""
-        specs_ok = sa.ok and sb.ok
-        allowed = _allowed(sa) + _allowed(sb)
-        if measured:  # the pair's own runs, on the same weights, against each other
-            ra, rb = checker.run(a, case, zero, dtype), checker.run(b, case, zero, dtype)
-            m_out, m_grad, m_worst = _gap(ra, rb, checker, a, b)
-            same = m_out == 0.0 and m_grad == 0.0
-            close = max(m_out, m_grad) <= allowed
-            declared_lower = _declared_lower(a, b, sa, sb)
-            if not close and specs_ok and declared_lower and _within_lower(ra, rb, checker, a, b, declared_lower):
-                close = True  # one computes below float64 by declaration: judged at that dtype's tolerance
-        # a declared per-case path finding: the variant differs here by declaration
-        finding = any(s.note.startswith(PATH_FINDING) for s in (sa, sb))
-        if not reason:  # one class: the same declared function
-            if not measured:
-                same = digests[a.id] is not None and digests[a.id] == digests[b.id]
-                close = specs_ok and not finding
-            verdict = Verdict.IDENTICAL if same else (Verdict.EQUIVALENT if close else Verdict.DIFFERENT)
-            out.append(PairResult(**base, verdict=verdict, expected=Verdict.EQUIVALENT, reason="",
-                                  ok=specs_ok and (verdict != Verdict.DIFFERENT or finding),
-                                  max_abs=m_out if measured else (0.0 if same else math.nan), max_rel=math.nan,
-                                  grad_verdict=verdict,
-                                  grad_max_abs=m_grad if measured else (0.0 if same else math.nan),
-                                  worst_grad=m_worst if measured else "", note=_spec_note(sa, sb)))
-            continue
-        if biggest <= tol64:
-            verdict = Verdict.NOT_EXERCISED
-            note = f"the declared difference does not show on case {case!r} of config {config!r}"
-        elif dtype != torch.float64 and not P.resolvable(biggest, dtype, _allowed(sa), _allowed(sb)):
-            verdict, note = Verdict.NOT_RESOLVABLE, (f"the declared difference ({biggest:.2g}) is below "
-                                               f"{dtype_name}'s resolution here")
-        else:
-            verdict, note = Verdict.DIFFERENT, ""
-        if measured and verdict == Verdict.DIFFERENT and max(m_out, m_grad) <= allowed:
-            verdict, note = Verdict.EQUIVALENT, "the declared difference did not show in the measured runs"
-        out.append(PairResult(**base, verdict=verdict, expected=Verdict.DIFFERENT, reason=reason,
-                              ok=specs_ok and verdict != Verdict.EQUIVALENT,
-                              max_abs=m_out if measured else out_gap, max_rel=math.nan,
-                              grad_verdict=Verdict.DIFFERENT if grad_gap > tol64 else Verdict.EQUIVALENT,
-                              grad_max_abs=m_grad if measured else grad_gap,
-                              worst_grad=m_worst if measured else worst_grad,
-                              note="; ".join(x for x in (note, _spec_note(sa, sb)) if x)))
-    return out
+        blank = differing and not in_case and max(out_gap, grad_gap) <= tol64
+        return PairFacts(sa, sb, config, device, zero, "" if blank else _reason(family, a, b, self.case),
+                         out_gap, grad_gap, worst_grad, tol64)
+
+
+def derived_pair(f: PairFacts, digest_a: str | None, digest_b: str | None) -> PairResult:
+    """One class: identical when the two runs hash alike, equivalent when both specs hold
+    (and no side is a declared finding here). Two classes: what the oracles' gap says."""
+    if not f.reason:
+        same = digest_a is not None and digest_a == digest_b
+        close = f.specs_ok and not f.finding
+        verdict = Verdict.IDENTICAL if same else (Verdict.EQUIVALENT if close else Verdict.DIFFERENT)
+        gap = 0.0 if same else math.nan
+        return f.pair(verdict, Verdict.EQUIVALENT, f.specs_ok and (verdict != Verdict.DIFFERENT or f.finding),
+                      gap, verdict, gap, "", _spec_note(f.sa, f.sb))
+    verdict, note = _across(f)
+    return f.pair(verdict, Verdict.DIFFERENT, f.specs_ok and verdict != Verdict.EQUIVALENT, f.out_gap,
+                  _grad_verdict(f), f.grad_gap, f.worst_grad, "; ".join(x for x in (note, _spec_note(f.sa, f.sb)) if x))
+
+
+def measured_pair(f: PairFacts, ra: Run, rb: Run, checker: RunCache, a: Variant, b: Variant) -> PairResult:
+    """The pair's own runs, on the same weights, against each other: one class is
+    equivalent within what both specs accept (or, where a side computes below float64 by
+    declaration, at that dtype's tolerance); two classes differ unless the runs agree."""
+    m_out, m_grad, m_worst = _gap(ra, rb, checker, a, b)
+    allowed = _accepted(f.sa) + _accepted(f.sb)
+    close = max(m_out, m_grad) <= allowed
+    if not f.reason:
+        lower = _declared_lower(a, b, f.sa, f.sb)
+        if not close and f.specs_ok and lower and _within_lower(ra, rb, checker, a, b, lower):
+            close = True  # one computes below float64 by declaration: judged at that dtype's tolerance
+        same = m_out == 0.0 and m_grad == 0.0
+        verdict = Verdict.IDENTICAL if same else (Verdict.EQUIVALENT if close else Verdict.DIFFERENT)
+        return f.pair(verdict, Verdict.EQUIVALENT, f.specs_ok and (verdict != Verdict.DIFFERENT or f.finding),
+                      m_out, verdict, m_grad, m_worst, _spec_note(f.sa, f.sb))
+    verdict, note = _across(f)
+    if verdict == Verdict.DIFFERENT and close:
+        verdict, note = Verdict.EQUIVALENT, "the declared difference did not show in the measured runs"
+    return f.pair(verdict, Verdict.DIFFERENT, f.specs_ok and verdict != Verdict.EQUIVALENT, m_out,
+                  _grad_verdict(f), m_grad, m_worst, "; ".join(x for x in (note, _spec_note(f.sa, f.sb)) if x))
+
+
+def _across(f: PairFacts) -> tuple[Verdict, str]:
+    """Two classes, by the oracles' gap: the difference does not show on this case, is below
+    the dtype's resolution, or is there."""
+    biggest, dtype, case, dt = max(f.out_gap, f.grad_gap), dtype_of(f.sa.dtype), f.sa.case, f.sa.dtype
+    if biggest <= f.tol64:
+        return Verdict.NOT_EXERCISED, f"the declared difference does not show on case {case!r} of config {f.config!r}"
+    if dtype != torch.float64 and not P.resolvable(biggest, dtype, _allowed(f.sa), _allowed(f.sb)):
+        return Verdict.NOT_RESOLVABLE, f"the declared difference ({biggest:.2g}) is below {dt}'s resolution here"
+    return Verdict.DIFFERENT, ""
+
+
+def _grad_verdict(f: PairFacts) -> Verdict:
+    return Verdict.DIFFERENT if f.grad_gap > f.tol64 else Verdict.EQUIVALENT
+
+
+def _differing(family: Family, a: Variant, b: Variant, case: str) -> tuple[list[str], list[str]]:
+    """The semantic traits on which ``a`` and ``b`` differ, and those of them ``case`` reads."""
+    differing = list(differing_traits(a, b))
+    return differing, [t for t in differing if t in family.semantic_for(case)]
+
+
+def _reason(family: Family, a: Variant, b: Variant, case: str) -> str:
+    sem_a, sem_b = family.semantic_traits(a.traits), family.semantic_traits(b.traits)
+    differing, in_case = _differing(family, a, b, case)
+    return "; ".join(f"{t}: {sem_a.get(t)} vs {sem_b.get(t)}" for t in (in_case or differing))
+
+
+def _error_pair(sa: SpecResult, sb: SpecResult, reason: str, config: str, device: str) -> PairResult:
+    """A side errs: expected where both sides' errors are (a declared fill overflow, a
+    declared path finding), each side's note and declaration said."""
+    erring = [s for s in (sa, sb) if s.verdict == Verdict.ERROR]
+    both_expected = sa.ok and sb.ok
+    declared = "; ".join(s.declared for s in erring if s.declared)
+    return PairResult(family=sa.family, a=sa.variant, b=sb.variant, case=sa.case, dtype=sa.dtype, device=device,
+                      verdict=Verdict.ERROR, expected=Verdict.ERROR if both_expected else Verdict.EQUIVALENT,
+                      reason=reason, ok=both_expected, max_abs=math.nan, max_rel=math.nan, noise_ratio=math.nan,
+                      grad_verdict=Verdict.ERROR, grad_max_abs=math.nan, grad_noise_ratio=math.nan, worst_grad="",
+                      path_a=sa.path, path_b=sb.path, note="; ".join(f"{s.variant}: {s.note}" for s in erring),
+                      config=config, declared=declared if both_expected else "")
+
 
 def _declared_lower(a: Variant, b: Variant, sa: SpecResult, sb: SpecResult) -> torch.dtype | None:
     """The dtype a pair is measured at when a side is less precise by declaration (its
@@ -141,6 +219,15 @@ def _spec_note(sa: SpecResult, sb: SpecResult) -> str:
 
 def _allowed(spec: SpecResult) -> float:
     return max((c.allowed for c in spec.tensors), default=0.0)
+
+def _accepted(spec: SpecResult) -> float:
+    """The largest gap to the oracle a spec accepts: its allowance, or, less precise by
+    declaration and holding, its own measured error (judged against the definition computed
+    in the declared dtype): two runs each that close to one oracle are that close together."""
+    accepted = _allowed(spec)
+    if spec.ok and spec.verdict == Verdict.LESS_PRECISE:
+        accepted = max([accepted] + [c.err for c in spec.tensors if math.isfinite(c.err)])
+    return accepted
 
 def _scale(run: Run) -> float:
     out = run.tensors["output"]

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from harness.base.config import Config
+from harness.base.failures import traceback_if_any
 from harness.base.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from harness.families.base import PathFinding
 
 
 @dataclass
@@ -115,13 +120,24 @@ class SpecResult:
     # the declaration that expects a verdict other than agreement here (a mask fill the dtype
     # cannot hold: "annotated: fill -1e+09 overflows float16"; a path finding's reason), or ""
     declared: str = ""
+    # the case's own run holds or not, but a build called on other inputs first gives another
+    # output (state kept between calls: ``spec.call_order_dependence``)
+    depends_on_earlier_calls: bool = False
+    # the declared path finding that makes this failure a finding (written first in ``note``;
+    # not in ``as_dict``, whose ``declared`` and ``note`` say it), or None
+    finding: PathFinding | None = None
+    # where the check itself failed (the harness's own failure, a bug): its whole traceback
+    # (``harness.base.failures.harness_traceback``); None otherwise, and then not in ``as_dict``
+    traceback: str | None = None
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
         self.expected = Verdict(self.expected)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        del out["finding"]
+        return traceback_if_any(out)
 
 
 @dataclass
@@ -132,9 +148,10 @@ class GradcheckResult:
     case: str
     ok: bool
     note: str
+    traceback: str | None = None  # where gradcheck failed in the harness's own code (then in ``as_dict``)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return traceback_if_any(asdict(self))
 
 
 @dataclass
@@ -165,12 +182,13 @@ class CompiledResult:
     err: float            # compiled vs oracle, worst tensor
     eager_err: float      # eager vs oracle, same tensor
     note: str = ""
+    traceback: str | None = None  # where a run failed in the harness's own code (then in ``as_dict``)
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return traceback_if_any(asdict(self))
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The verdict of one tensor against its oracle: ``float64_check`` (semantics, float64) and
 ``_lower_check`` (precision, a lower dtype), with the bounds they use
-(``harness.check.precision``); ``harness.check.spec`` applies them to every tensor of a run."""
+(``harness.check.precision``); ``harness.check.verdict`` applies them to every tensor of a run."""
 
 from __future__ import annotations
 

@@ -2,14 +2,11 @@
 dtype (every tensor returned in float64), the oracle's run on the same weights and inputs,
 and the caches that keep a whole check linear in the number of variants.
 
-The verdicts are made elsewhere, in readable pieces: ``harness.families.oracles`` (the spec each
-variant is held to, built from its traits), ``harness.check.precision`` (how close, per dtype),
-``harness.check.spec`` (each variant against its spec), ``harness.check.extras`` (gradcheck,
-dropout, torch.compile), ``harness.check.pairs`` (the pair matrix derived from the specs).
-
-``RunCache.compare_paths`` compares two runs of one variant (autograd path against the no_grad
-fast path) with ``harness.check.tensors.compare_tensors``, a tolerance from each run's own
-float64 error.
+The verdicts are made elsewhere: ``harness.check.verdict`` (each variant against its spec,
+from the runs ``harness.check.spec`` reads here), ``harness.check.pairs`` (the pair matrix),
+``harness.check.extras`` (gradcheck, dropout, torch.compile). ``RunCache.compare_paths``
+compares two runs of one variant (autograd against the no_grad fast path) with
+``harness.check.tensors.compare_tensors``, a tolerance from each run's own float64 error.
 """
 
 from __future__ import annotations
@@ -24,14 +21,17 @@ from harness.base.boundary import check_output, describe, user_code, variant_fai
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, InputError, PortingError
+from harness.base.failures import harness_traceback
 from harness.base.verdicts import Verdict
 from harness.check.left_out import undeclared_absent
 from harness.check.recorder import OpRecorder
 from harness.check.results import PathResult
+from harness.check.run_keys import Mode, OracleKey, RunKey, frozen_fills
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
+from harness.families.no_key_rows import traits_at_dtype
 from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
-from harness.registry import Variant, build, variant_files
+from harness.registry import Variant, applicable, build, variant_files
 
 # -- running one variant -------------------------------------------------------------------
 
@@ -44,6 +44,7 @@ class Run:
     changed: list[str] = field(default_factory=list)  # inputs the call changed in place, each named (or
     # the output's dtype, when it is not the call's): contradictions of any declaration
     forward_only: str = ""  # why no gradient was taken: the backward is not implemented on this device
+    traceback: str | None = None  # where ``error`` is the harness's own failure: its whole traceback
 
 
 def snapshot(inputs: Mapping[str, Any]) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -188,13 +189,13 @@ def run_variant(
         if backward and family.differentiable and _not_implemented(exc):  # no backward on this device
             return _forward_only(variant, cfg, inputs64, weights64, dtype, device, exc, record=record,
                                  compile_backend=compile_backend)
-        run.error = describe(exc)
+        run.error, run.traceback = describe(exc), harness_traceback(exc)
         return run
     # its answer: a tensor on the call's device, floating where the family's output has a gradient
     if problem := check_output(out, device=device, floating=family.differentiable):
         run.error = problem
         return run
-    run.changed = changed_inputs(snap)
+    run.changed, out = changed_inputs(snap), family.specified(inputs, out)
     if out.is_floating_point() and out.dtype != dtype:  # a bfloat16 call answered in float32 (a cast dropped)
         run.changed.append(f"output returned in {str(out.dtype).replace('torch.', '')}, "
                            f"not the call's {str(dtype).replace('torch.', '')}")
@@ -233,7 +234,9 @@ def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64:
     inputs = cast_inputs(cast_inputs(inputs64, first, "cpu") if first != compute else inputs64, compute, "cpu",
                          family.grad_inputs)
     via = (lambda t: t.to(through)) if through is not None else (lambda t: t)  # noqa: E731
-    out = family.oracle(traits, cfg, weights, inputs, dtype)
+    oracle = family.oracle
+    assert oracle is not None, f"family {family.name} has no oracle"  # a family whose variants are checked has one
+    out: torch.Tensor = family.specified(inputs, oracle(traits_at_dtype(traits, dtype), cfg, weights, inputs, dtype))
     as64 = lambda t: via(t.detach()).to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
     run.tensors["output"] = as64(out)
     if family.differentiable and out.requires_grad:
@@ -277,9 +280,9 @@ class RunCache:
         self.cfg = cfg
         self.device = device
         self.record = record  # record the kernel path of each run (costs time per op)
-        self._runs: dict[tuple, Run] = {}
+        self._runs: dict[RunKey | OracleKey, Run] = {}
         self._inputs: dict[tuple, dict] = {}
-        self._weights: dict[str, dict] = {}
+        self._weights: dict[tuple, dict] = {}
 
     def inputs(self, family: Family, case: str) -> dict:
         key = (family.name, case)
@@ -287,10 +290,11 @@ class RunCache:
             self._inputs[key] = family.inputs(case, self.cfg)
         return self._inputs[key]
 
-    def weights(self, family: Family, zero: Fills) -> dict[str, torch.Tensor]:
-        if family.name not in self._weights:
-            self._weights[family.name] = family.canonical_weights(self.cfg)
-        return zero_unrepresented(self._weights[family.name], zero)
+    def weights(self, family: Family, zero: Fills, traits: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+        key = (family.name, tuple(family.params_for(self.cfg, traits).items()))  # the traits' parameters
+        if key not in self._weights:
+            self._weights[key] = family.canonical_weights(self.cfg, traits=traits)
+        return zero_unrepresented(self._weights[key], zero)
 
     def variant_weights(self, variant: Variant, zero: Fills) -> dict[str, torch.Tensor]:
         """The weights ported into ``variant``: ``zero`` filled, and every parameter its map
@@ -298,7 +302,7 @@ class RunCache:
         oracle keeps that one's canonical value, and the difference shows)."""
         entries = self._map(variant)
         absent = absent_fills(entries) if entries is not None else Fills()
-        return self.weights(variant.family_spec, Fills(zero) | absent)
+        return self.weights(variant.family_spec, Fills(zero) | absent, variant.traits)
 
     def _map(self, variant: Variant):
         """The variant's map, or None where its map fails (that is its run's error row)."""
@@ -331,24 +335,24 @@ class RunCache:
         dtype first (the truth a kernel running only in that dtype is held to); ``through``:
         inputs and results rounded to that dtype (a declared ``internal_dtype``'s baseline)."""
         semantic = family.semantic_traits(traits)
-        key = ("oracle", family.name, tuple(sorted(semantic.items(), key=lambda kv: kv[0])), case, zero,
-               dtype, compute, rounded, through)
+        key = OracleKey(family.name, tuple(sorted(semantic.items(), key=lambda kv: kv[0])), case,
+                        frozen_fills(zero), dtype, compute, rounded, through)
         if key not in self._runs:
             self._runs[key] = oracle_run(family, semantic, self.cfg, self.inputs(family, case),
-                                         self.weights(family, zero), dtype=dtype, compute=compute,
+                                         self.weights(family, zero, traits), dtype=dtype, compute=compute,
                                          rounded=rounded, through=through)
         return self._runs[key]
 
     def run(self, variant: Variant, case: str, zero: Fills, dtype: torch.dtype,
-            device: str | None = None, mode: str = "autograd") -> Run:
+            device: str | None = None, mode: Mode = Mode.AUTOGRAD) -> Run:
         device = device or self.device
-        key = (variant.key, case, zero, dtype, device, mode)
+        key = RunKey(variant.key, case, frozen_fills(zero), dtype, device, mode)
         if key not in self._runs:
             family = variant.family_spec
             args = (variant, self.cfg, self.inputs(family, case), self.variant_weights(variant, zero), dtype, device)
             # a kernel under torch.compile is not recorded: a dispatch mode makes Dynamo run it eager
             record = self.record and not variant.traits.get("compiled")
-            self._runs[key] = (inference_run(*args, record=record) if mode == "inference"
+            self._runs[key] = (inference_run(*args, record=record) if mode == Mode.INFERENCE
                                else run_variant(*args, record=record))
         return self._runs[key]
 
@@ -362,11 +366,10 @@ class RunCache:
         return [x for x in (shorter, c.replace(seed=c.seed + 202)) if x != c]
 
     def sequence(self, variant: Variant, case: str, zero: Fills) -> tuple[Run, str]:
-        """One build called on ``warmups()``' inputs, then on this case's inputs (float64,
-        no-grad eval, as the fresh build's inference run it is compared with); also returns
-        the sequence in words."""
+        """One build called on ``warmups()``' inputs, then on this case's inputs (float64, no-grad
+        eval, as the fresh build's inference run it is compared with), and the sequence in words."""
         family = variant.family_spec
-        key = (variant.key, case, zero, "sequence")
+        key = RunKey(variant.key, case, frozen_fills(zero), torch.float64, self.device, Mode.SEQUENCE)
         calls = [w for w in self.warmups() if not variant.refuses(w, self.device)]
         said = ", then ".join(f"B={w.batch} T={w.tgt_len} S={w.src_len} seed {w.seed}" for w in calls)
         if key not in self._runs:
@@ -377,26 +380,27 @@ class RunCache:
                                       weights=self.variant_weights(variant, zero))
                     for w in calls:
                         variant.call(module, cast_inputs(family.inputs(case, w), torch.float64, self.device))
-                    out = variant.call(module, cast_inputs(self.inputs(family, case), torch.float64, self.device))
+                    inputs = cast_inputs(self.inputs(family, case), torch.float64, self.device)
+                    out = family.specified(inputs, variant.call(module, inputs))
                 run.tensors["output"] = out.detach().to("cpu", torch.float64 if out.is_floating_point() else out.dtype)
             except PortingError as exc:
                 run.error = f"PortingError: {exc}"
             except HarnessError:
                 raise
             except Exception as exc:  # a module that cannot be called twice is a finding
-                run.error = describe(exc)
+                run.error, run.traceback = describe(exc), harness_traceback(exc)
             self._runs[key] = run
         return self._runs[key], said
 
     def compare_paths(self, variant: Variant, case: str, dtype_name: str) -> PathResult | None:
         family = variant.family_spec
-        if (not family.differentiable or not applicable(variant, case) or variant.refuses(self.cfg, self.device)
-                or variant.dtype_reason(dtype_name)):
+        if (not family.differentiable or not applicable(variant, case)
+                or variant.refuses(self.cfg, self.device, family.base_case(case)) or variant.dtype_reason(dtype_name)):
             return None
         dtype = dtype_of(dtype_name)
         zero = self.fills(variant)
         grad_run = self.run(variant, case, zero, dtype)
-        inf_run = self.run(variant, case, zero, dtype, mode="inference")
+        inf_run = self.run(variant, case, zero, dtype, mode=Mode.INFERENCE)
         if grad_run.error or inf_run.error:
             verdict, max_abs = Verdict.ERROR, math.nan
         else:  # the rounding noise measured against its float64 run (the oracle's, for a half-only kernel)
@@ -409,12 +413,3 @@ class RunCache:
                           grad_run.path or "-", inf_run.path or "-", verdict, max_abs)
 
 
-def applicable(variant: Variant, case: str) -> bool:
-    """Whether a family case applies to a variant (``traits["cases"]`` limits it, and a case
-    the family keeps for the variants declaring some trait: ``Family.case_declarers``)."""
-    case = variant.family_spec.base_case(case)  # a regime case applies where its base case does
-    cases = variant.traits.get("cases")
-    if cases is not None and case not in cases:
-        return False
-    declarers = variant.family_spec.case_declarers.get(case)
-    return declarers is None or any(t in variant.traits for t in declarers)

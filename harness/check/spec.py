@@ -1,4 +1,6 @@
 """Every variant against its spec: the float64 oracle built from its own declared traits.
+``SpecChecker.check`` reads a cell's evidence from the run cache and hands it to
+``harness.check.verdict.decide``, which decides.
 
 For each variant, config of the matrix, applicable case and dtype:
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 import torch
 
@@ -35,60 +37,29 @@ from harness.base.boundary import UserCodeError, describe, failure_text, variant
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError, PortingError
+from harness.base.failures import harness_traceback
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
-from harness.check.left_out import left_out_note, undeclared_absent
-from harness.check.own_dtype import own_dtype_checks
-from harness.check.results import SpecResult, TensorCheck
+from harness.check.left_out import undeclared_absent
+from harness.check.results import SpecResult
 from harness.check.rules import HALF_DIFFERENT_FACTOR, HALF_DTYPES, _lower_check, float64_check  # noqa: F401
-from harness.check.runs import (
-    Run,
-    RunCache,
-    applicable,
-    fill_overflow,
+from harness.check.run_keys import Mode
+from harness.check.runs import Run, RunCache, applicable
+from harness.check.settings import LENIENT_DTYPES, CheckSettings  # noqa: F401
+from harness.check.verdict import (  # noqa: F401  (the decision's constants, read here by their old names)
+    CALIBRATED_LENGTH,
+    NO_KEY_CASES,
+    PATH_FINDING,
+    Evidence,
+    decide,
+    outside_calibration,
+    with_changes,
+    worst_spec,
 )
-from harness.families.base import Family, declared_path_finding
+from harness.families.base import Family
 from harness.families.catalog import FAMILIES
+from harness.porting.portmap import Fills
 from harness.registry import Variant, reference_of
-
-# Dtypes where "less precise" is reported but is not a contradiction unless --strict-precision:
-# CPU half-precision kernels upcast differently by design (measured: nn.TransformerEncoderLayer
-# with norm_first=True has 72x the float16 gradient error of the definition evaluated in
-# float16, on one config), so a 2x rule there would flag PyTorch's own modules.
-LENIENT_DTYPES = ("bfloat16", "float16")
-# Cases with rows that see no key at all: PyTorch's own inference fast paths define those
-# rows otherwise (nested tensors zero the padded rows, where the autograd path gives NaN or
-# the mean of V), so there the no-grad eval run is compared with the autograd run (``paths``)
-# but not held to the spec.
-NO_KEY_CASES = ("fully_masked", "left_pad")
-# Regimes outside the one the precision rule was calibrated on (unit-scale inputs, short T, S):
-# activations scaled (logits in the hundreds, where the logits' own rounding dominates) or
-# sequences over one 64-wide key block. There each implementation's maximum error is one
-# draw of that noise: measured on PyTorch's own modules in float32 (largest-error statistic,
-# before the RMS one), nn.MultiheadAttention 2.2x and an eager LLaMA attention 2.1-4.1x; with the
-# RMS one, GPT-NeoX's attention on self@large still reaches 3.29x (1 of 2,384). So float32 is judged
-# there as the half dtypes are: "less precise" reported, and "different" (a contradiction)
-# beyond an assert_close tolerance at the tensor's scale and 10x the baseline's error; a
-# NaN/inf the oracle does not have (a softmax overflowing) is "different" as everywhere.
-# Precision is not semantics: that tolerance is bfloat16's in float32 (an error below ~1.6%
-# of the tensor's scale is float32's rounding amplified by the regime: softmax written as
-# exp(s - logsumexp(s)) has 37x the baseline's error at logits of std ~140), the dtype's own
-# in a half dtype, and float32's own only under --strict-precision.
-CALIBRATED_LENGTH = 64  # longest T or S inside the calibrated regime (one 64-wide key block)
-
-
-def outside_calibration(cfg: Config) -> bool:
-    """Whether ``cfg`` (a case's config) lies outside the precision rule's calibrated regime."""
-    return cfg.scale != 1.0 or max(cfg.tgt_len, cfg.src_len) > CALIBRATED_LENGTH
-
-
-# The note a spec carries when a declared per-case path finding (traits['path_findings'])
-# turns its failure into a finding.
-PATH_FINDING = "declared path finding"
-
-
-def worst_spec(verdicts: Iterable[str]) -> str:
-    return Verdict.worst(verdicts, default=Verdict.EQUIVALENT)
 
 
 def expected_names(family: Family, oracle: Run, checker: RunCache, variant: Variant) -> list[str]:
@@ -99,7 +70,7 @@ def expected_names(family: Family, oracle: Run, checker: RunCache, variant: Vari
 
 
 class SpecChecker:
-    """Checks variants against their oracles over a config matrix; caches every run."""
+    """Checks variants against their oracles over a config matrix; caches every run and spec."""
 
     def __init__(self, configs: Mapping[str, Config], device: str = "cpu",
                  factor: float = P.PRECISION_FACTOR, strict: bool = False):
@@ -107,32 +78,59 @@ class SpecChecker:
             raise ConfigError("no config to check")
         self.configs = dict(configs)
         self.device = device
-        self.factor = factor
-        self.lenient = () if strict else LENIENT_DTYPES
-        self.strict = strict
+        self.settings = CheckSettings(device=device, factor=factor, strict=strict)
         # The kernel path is recorded on the first config only (a dispatch mode costs time).
         self.checkers = {name: RunCache(cfg, device, record=i == 0)
                          for i, (name, cfg) in enumerate(self.configs.items())}
         for family in FAMILIES.values():  # a family's own extra configs (the attention family's GQA)
             for name, cfg in family.configs_of(self.configs).items():
                 self.checkers.setdefault(name, RunCache(cfg, device, record=False))
-        self._specs: dict[tuple, SpecResult | None] = {}
+        self._specs: dict[tuple[str, str, str, str], SpecResult | None] = {}
 
     # -- one variant -------------------------------------------------------------------------
     def check(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
         """``variant`` against its oracle on one config, case and dtype; None when the case
-        does not apply or the variant cannot be built for the config."""
+        does not apply or the variant cannot be built for the config. The evidence read from
+        the run cache (``evidence``), the verdict decided from it (``harness.check.verdict.decide``),
+        then what the call changed folded in (``changes``)."""
         key = (variant.key, config, case, dtype_name)
-        if key not in self._specs:
-            try:
-                self._specs[key] = self._check(variant, config, case, dtype_name)
-            except Exception as exc:  # this spec's error row, the run goes on
-                if not variant_failure(exc):  # the user's input (a NaN, a bad config): one line, as ever
-                    raise
-                self._specs[key] = self._failed(variant, config, case, dtype_name, exc)
+        if key in self._specs:
+            return self._specs[key]
+        try:
+            e = self.evidence(variant, config, case, dtype_name)
+            if e is None:
+                self._specs[key] = None
+            else:
+                result = decide(e, self.settings)
+                stateful = self.state_kept(e, result)
+                changed = with_changes(result, [*([stateful] if stateful else []), *self.changes(e, result)])
+                if stateful:  # where the case's own run holds, the earlier calls are the difference
+                    changed = dataclasses.replace(changed, depends_on_earlier_calls=True)
+                    if result.ok:
+                        changed = dataclasses.replace(changed, worst="output", err=math.nan, ratio=math.nan)
+                self._specs[key] = changed
+        except Exception as exc:  # this spec's error row, the run goes on
+            if not variant_failure(exc):  # the user's input (a NaN, a bad config): one line, as ever
+                raise
+            self._specs[key] = self.failed(variant, config, case, dtype_name, exc)
         return self._specs[key]
 
-    def _failed(self, variant: Variant, config: str, case: str, dtype_name: str, exc: Exception) -> SpecResult:
+    def cells(self, variant: Variant, dtypes: Iterable[str]) -> Iterator[tuple[str, str, str]]:
+        """(config, case, dtype) of every spec of ``variant``: float64 and ``dtypes`` (a kernel
+        that runs only in its own dtypes: those, whatever was asked), each config, each case."""
+        family = variant.family_spec
+        wanted = family.dtypes or ["float64", *[d for d in dtypes if d != "float64"]]
+        for dtype_name in (list(variant.dtypes) if variant.own_dtype_semantics else wanted):
+            for config in family.configs_of(self.configs):
+                for case in family.cases:
+                    yield config, case.name, dtype_name
+
+    def check_specs(self, variant: Variant, dtypes: Iterable[str]) -> list[SpecResult]:
+        """Every spec of ``variant`` (``cells``) that applies."""
+        with one_thread():
+            return [r for cell in self.cells(variant, dtypes) if (r := self.check(variant, *cell)) is not None]
+
+    def failed(self, variant: Variant, config: str, case: str, dtype_name: str, exc: Exception) -> SpecResult:
         """The error row of a spec whose check raised outside the variant's own run (its oracle,
         its baseline, the comparison): named as the harness's failure, a contradiction."""
         ref = reference_of(variant.family)
@@ -141,223 +139,98 @@ class SpecChecker:
         return SpecResult(family=variant.family, variant=variant.id, config=config, case=case, dtype=dtype_name,
                           device=self.device, verdict=Verdict.ERROR, expected=Verdict.EQUIVALENT, ok=False,
                           err=math.nan, ref_err=math.nan, ratio=math.nan, worst="", reference=ref.id if ref else "",
-                          path="-", note=note[:400])
+                          path="-", note=note[:400], traceback=harness_traceback(exc))
 
-    def _check(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
-        result = self._judge(variant, config, case, dtype_name)
-        if result is None:
-            return None
+    # -- the evidence, read from the run cache -------------------------------------------------
+    def evidence(self, variant: Variant, config: str, case: str, dtype_name: str) -> Evidence | None:
+        """What the verdict of one cell is decided from; None where the case does not apply or
+        the variant cannot be built for the config or dtype."""
         checker = self.checkers[config]
-        dtype, zero = dtype_of(dtype_name), self._zero(variant, case, checker)
-        changed = list(checker.run(variant, case, zero, dtype).changed)
-        if config == next(iter(self.checkers)) and dtype == torch.float64 and result.verdict != Verdict.ERROR:
-            changed += self._sequence(variant, case, zero, checker)
-        if variant.family_spec.differentiable:
-            inference = checker.run(variant, case, zero, dtype, mode="inference")
-            changed += [c + " (no-grad eval)" for c in inference.changed]
-        if not changed:
-            return result
-        # inputs are read-only, and a call does not depend on the calls before it: either
-        # contradicts any declaration
-        note = "; ".join(dict.fromkeys([*changed, result.note] if result.note else changed))
-        return dataclasses.replace(result, verdict=worst_spec([result.verdict, Verdict.DIFFERENT]), ok=False, note=note)
-
-    @staticmethod
-    def _sequence(variant: Variant, case: str, zero, checker: RunCache) -> list[str]:
-        """A build called first on other inputs, then on this case's, against a fresh build's
-        call on this case (both float64, no-grad eval): state kept across calls (a table or
-        mask cached at the first length) shows as a difference or an error."""
-        seq, said = checker.sequence(variant, case, zero)
-        fresh = checker.run(variant, case, zero, torch.float64, mode="inference")
-        if not said or fresh.error:
-            return []
-        head = f"called first on {said}, then on these inputs"
-        if seq.error:
-            return [f"{head}: {seq.error}"]
-        a, b = seq.tensors["output"], fresh.tensors["output"]
-        if a.shape != b.shape:
-            return [f"{head}: output of shape {tuple(a.shape)}, a fresh build's {tuple(b.shape)}"]
-        if not a.is_floating_point():
-            bad = int((a != b).sum())
-            return [f"{head}: {bad} element(s) differ from a fresh build's"] if bad else []
-        c = float64_check("output", a, b, None)
-        if c.verdict == Verdict.EQUIVALENT:
-            return []
-        return [f"{head}: output differs from a fresh build's by {c.err:.3g}"]
-
-    def _zero(self, variant: Variant, case: str, checker: RunCache):
-        ref = reference_of(variant.family)
-        if ref is not None and (ref.refuses(checker.cfg, checker.device) or not applicable(ref, case)):
-            ref = None
-        return checker.fills(variant) | (checker.fills(ref) if ref else {})
-
-    def _judge(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
-        checker = self.checkers[config]
-        family = variant.family_spec
-        if (not applicable(variant, case) or variant.refuses(checker.cfg, checker.device)
-                or variant.dtype_reason(dtype_name)):
+        if (not applicable(variant, case) or variant.dtype_reason(dtype_name)
+                or variant.refuses(checker.cfg, checker.device, variant.family_spec.base_case(case))):
             return None
-        dtype = dtype_of(dtype_name)
-        ref = reference_of(family.name)
-        if ref is not None and (ref.refuses(checker.cfg, checker.device) or not applicable(ref, case)):
-            ref = None
+        ref, dtype = self._reference(variant, case, checker), dtype_of(dtype_name)
         zero = checker.fills(variant) | (checker.fills(ref) if ref else {})
         run = checker.run(variant, case, zero, dtype)
-        oracle = checker.oracle(family, variant.traits, case, zero, dtype)
-        overflow = fill_overflow(variant, dtype)
-        internal = variant.traits.get("internal_dtype")
-        loose = (bool(self.lenient) and dtype != torch.float64
-                 and outside_calibration(family.case_config(case, checker.cfg)))
-        if dtype == torch.float64:
-            expected = Verdict.LESS_PRECISE if internal else Verdict.EQUIVALENT
-        else:
-            expected = Verdict.ERROR if overflow else Verdict.EQUIVALENT
-        base = dict(family=family.name, variant=variant.id, config=config, case=case, dtype=dtype_name,
-                    device=self.device, expected=expected, reference=ref.id if ref else "",
-                    path=run.path or "-")
-        out, want = run.tensors.get("output"), oracle.tensors["output"]
-        if not run.error and out is not None and out.shape != want.shape:  # an adapter's mistake, named
-            run.error = (f"output shape {tuple(out.shape)} where the oracle's is {tuple(want.shape)} "
-                         "(the variant's forward or call adapter returns another shape)")
-        if run.error:
-            finding = declared_path_finding(variant.traits, case, config, self.device, dtype_name)
-            declared = overflow if expected == Verdict.ERROR else finding
-            return SpecResult(**base, verdict=Verdict.ERROR, ok=bool(declared),
-                              err=math.nan, ref_err=math.nan, ratio=math.nan, worst="",
-                              note=(f"{PATH_FINDING}: {finding}; " if finding else "") + run.error,
-                              declared=declared or "")
-        if not family.differentiable or not run.tensors["output"].is_floating_point():
-            a, o = run.tensors["output"].cpu(), oracle.tensors["output"]
-            if a.is_floating_point() and o.is_floating_point():
-                # an exact function (a schedule) in floating point: its dtype's tolerance,
-                # not bitwise (1/sqrt(d) applied last moves the last ulp)
-                rtol, atol = P.DEFAULT_TOLERANCE[dtype]
-                same = (a.shape == o.shape and torch.equal(a.isnan(), o.isnan())
-                        and P.within(a, o.to(a.dtype), rtol, atol))
-                bad = 0 if same else (a.numel() if a.shape != o.shape else
-                                      int(((a - o).abs() > atol + rtol * o.abs()).sum()))
-            else:
-                same = torch.equal(a, o.to(a.dtype))
-                bad = 0 if same else int((a != o).sum())
-            verdict = Verdict.EQUIVALENT if same else Verdict.DIFFERENT
-            return SpecResult(**{**base, "expected": Verdict.EQUIVALENT}, verdict=verdict, ok=same,
-                              err=float(bad), ref_err=math.nan, ratio=math.nan, worst="output",
-                              note="" if same else f"{bad} element(s) differ from the oracle")
-        names = expected_names(family, oracle, checker, variant)
-        if run.forward_only:  # no backward on this device: the output alone is judged, said
-            names = [n for n in names if n == "output"]
-        checks: list[TensorCheck] = []
-        baselines: list[Run] = []
-        # The floor of a gradient is taken at the scale of all the gradients: one that is
-        # analytically zero (k.bias; Q and K when T = 1) is rounding noise around 0 in every
-        # implementation, at the size of the terms that cancelled.
-        grad_scale = max((float(t.abs().max()) for n, t in oracle.tensors.items()
-                          if n != "output" and t.numel() and torch.isfinite(t).all()), default=0.0)
-        inferred = family.differentiable and family.base_case(case) not in NO_KEY_CASES  # the same spec
-        if variant.own_dtype_semantics:  # a kernel that runs only in its own dtypes: decided there
-            truth = checker.oracle(family, variant.traits, case, zero, dtype, rounded=dtype)
-            checks = own_dtype_checks(run, truth, checker.oracle(family, variant.traits, case, zero, dtype,
-                                                                 compute=dtype), names, dtype,
-                                      checker.run(variant, case, zero, dtype, mode="inference") if inferred else None)
-            inferred = False
-        elif dtype == torch.float64:
-            # a declared internal dtype: the definition computed in it, the yardstick of its rounding
-            inner = (checker.oracle(family, variant.traits, case, zero, dtype, compute=dtype_of(internal))
-                     if internal else None)
-            if inner is not None:
-                baselines = [inner]
-            for name in names:
-                checks.append(float64_check(name, run.tensors.get(name), oracle.tensors[name], internal,
-                                             scale=0.0 if name == "output" else grad_scale,
-                                             baseline=inner.tensors.get(name) if inner else None,
-                                             factor=self.factor))
-        else:
-            sem64 = self.check(variant, config, case, "float64")
-            baselines = [checker.oracle(family, variant.traits, case, zero, dtype, compute=dtype)]
-            if internal and torch.finfo(dtype_of(internal)).eps < torch.finfo(dtype).eps:
-                # the variant says it computes in a finer dtype inside: its baseline does too, on
-                # inputs and weights rounded to the call's dtype (a float16-statistics norm that
-                # declares a float32 upcast is held to the upcast, not to float16's overflow)
-                baselines = [checker.oracle(family, variant.traits, case, zero, dtype, compute=dtype_of(internal),
-                                            through=dtype)]
-            same_function = (ref is not None
-                             and family.semantic_traits(ref.traits) == family.semantic_traits(variant.traits))
-            if same_function:
-                ref_run = checker.run(ref, case, zero, dtype)
-                if not ref_run.error:
-                    baselines.append(ref_run)
-            for name in names:
-                checks.append(_lower_check(
-                    name, run.tensors.get(name), oracle.tensors[name],
-                    [(b.tensors[name], oracle.tensors[name]) for b in baselines if name in b.tensors],
-                    dtype, factor=self.factor, scale=0.0 if name == "output" else grad_scale, half_rule=loose,
-                    strict=self.strict))
-            if sem64 is not None and sem64.verdict in (Verdict.DIFFERENT, Verdict.ERROR):
-                checks = [TensorCheck(c.name, Verdict.DIFFERENT if c.verdict != Verdict.EQUIVALENT
-                                      or sem64.verdict == Verdict.DIFFERENT else c.verdict,
-                                      c.err, c.ref_err, c.allowed, c.ratio,
-                                      "semantics already differ in float64") for c in checks]
-        if inferred:  # the no-grad eval path: the same spec
-            checks.append(self._inference_check(variant, config, case, dtype, zero, oracle, internal, baselines,
-                                                loose))
-        verdict = worst_spec(c.verdict for c in checks)
-        bad = max(checks, key=lambda c: (c.verdict.rank, c.ratio))
-        notes = [c.note for c in checks if c.verdict != Verdict.EQUIVALENT and c.note]
-        if run.note:
-            notes.insert(0, run.note)
-        if run.forward_only:
-            notes.insert(0, run.forward_only)
-        left_out = undeclared_absent(family, variant.traits, variant.map_for(checker.cfg), checker.cfg)
-        if left_out:
-            notes.insert(0, left_out_note(left_out))
-        if verdict == Verdict.EQUIVALENT and overflow:
-            notes.insert(0, f"expected an error: {overflow}")
-        ok = (verdict == expected or (expected == Verdict.LESS_PRECISE and verdict == Verdict.EQUIVALENT)
-              or (verdict == Verdict.LESS_PRECISE and expected == Verdict.EQUIVALENT
-                  and (dtype_name in self.lenient or loose)))
-        finding = declared_path_finding(variant.traits, case, config, self.device, dtype_name)
-        declared = ""
-        if finding and not ok:  # a declared per-case path finding: reported, not a contradiction
-            ok, declared = True, finding
-            notes.insert(0, f"{PATH_FINDING}: {finding}")
-        return SpecResult(**base, verdict=verdict, ok=ok, err=bad.err,
-                          ref_err=math.nan if bad.ref_err is None else bad.ref_err, ratio=bad.ratio,
-                          worst=bad.name, note="; ".join(dict.fromkeys(notes)), tensors=checks, declared=declared)
+        oracle = checker.oracle(variant.family_spec, variant.traits, case, zero, dtype)
+        name_shape_error(run, oracle)
+        e = Evidence(variant, config, case, dtype_name, checker.cfg, ref.id if ref else "", zero, run, oracle)
+        return e if run.error or e.exact else self._measured(e, checker, ref)
 
-    def _inference_check(self, variant, config, case, dtype, zero, oracle, internal,
-                         baselines, loose=False) -> TensorCheck:
-        """The no-grad eval run's output against the same oracle and baselines as the
-        autograd run's output (a fast path that only runs under no_grad is judged too)."""
-        name = "output (no-grad eval)"
-        inf = self.checkers[config].run(variant, case, zero, dtype, mode="inference")
-        if inf.error:
-            return TensorCheck(name, Verdict.ERROR, math.nan, None, 0.0, math.inf, f"no-grad eval: {inf.error}")
-        o = oracle.tensors["output"]
-        if dtype == torch.float64:
-            inner = next((b.tensors["output"] for b in baselines if "output" in b.tensors), None)
-            return float64_check(name, inf.tensors.get("output"), o, internal, baseline=inner, factor=self.factor)
-        pairs = [(b.tensors["output"], o) for b in baselines if "output" in b.tensors]
-        return _lower_check(name, inf.tensors.get("output"), o, pairs, dtype, factor=self.factor, scale=0.0,
-                            half_rule=loose, strict=self.strict)
+    def _measured(self, e: Evidence, checker: RunCache, ref: Variant | None) -> Evidence:
+        """``e`` with what its tensors are judged against: the oracle's tensors it must have,
+        the baselines of its dtype, the no-grad eval run, parameters left out undeclared."""
+        family, v, dtype, zero = e.family, e.variant, e.dtype, e.fills
+        names = [n for n in expected_names(family, e.oracle, checker, v) if not e.run.forward_only or n == "output"]
+        truth = computed = sem64 = None
+        baselines: tuple[Run, ...] = ()
+        if v.own_dtype_semantics:  # a kernel that runs only in its own dtypes: decided there
+            truth = checker.oracle(family, v.traits, e.case, zero, dtype, rounded=dtype)
+            computed = checker.oracle(family, v.traits, e.case, zero, dtype, compute=dtype)
+        elif dtype == torch.float64 and e.internal:  # the definition computed in the declared internal dtype
+            baselines = (checker.oracle(family, v.traits, e.case, zero, dtype, compute=dtype_of(e.internal)),)
+        elif dtype != torch.float64:
+            sem64, baselines = self._lower_baselines(e, checker, ref)
+        inferred = family.differentiable and family.base_case(e.case) not in NO_KEY_CASES  # the same spec
+        inference = checker.run(v, e.case, zero, dtype, mode=Mode.INFERENCE) if inferred else None
+        left_out = undeclared_absent(family, v.traits, v.map_for(checker.cfg), checker.cfg)
+        return dataclasses.replace(e, names=tuple(names), baselines=baselines, truth=truth, computed=computed,
+                                   inference=inference, sem64=sem64, left_out=tuple(left_out))
 
-    def check_specs(self, variant: Variant, dtypes: Iterable[str]) -> list[SpecResult]:
-        family = variant.family_spec
-        out = []
-        with one_thread():
-            self._check_all(variant, family, dtypes, out)
-        return out
+    def _lower_baselines(self, e: Evidence, checker: RunCache, ref: Variant | None
+                         ) -> tuple[SpecResult | None, tuple[Run, ...]]:
+        """A lower dtype's float64 spec, and its baselines: the definition computed in the
+        dtype (in a finer declared internal dtype, on inputs and weights rounded to the call's:
+        a float16-statistics norm that declares a float32 upcast is held to the upcast), and
+        the family reference's run where it computes the same function."""
+        family, v, dtype, zero = e.family, e.variant, e.dtype, e.fills
+        sem64 = self.check(v, e.config, e.case, "float64")
+        baselines = [checker.oracle(family, v.traits, e.case, zero, dtype, compute=dtype)]
+        if e.internal and torch.finfo(dtype_of(e.internal)).eps < torch.finfo(dtype).eps:
+            baselines = [checker.oracle(family, v.traits, e.case, zero, dtype, compute=dtype_of(e.internal),
+                                        through=dtype)]
+        if ref is not None and family.semantic_traits(ref.traits) == family.semantic_traits(v.traits):
+            ref_run = checker.run(ref, e.case, zero, dtype)
+            if not ref_run.error:
+                baselines.append(ref_run)
+        return sem64, tuple(baselines)
 
-    def _check_all(self, variant, family, dtypes, out) -> None:
-        configs = family.configs_of(self.configs)
-        wanted = family.dtypes or ["float64", *[d for d in dtypes if d != "float64"]]
-        if variant.own_dtype_semantics:  # semantics in each of its own dtypes, whatever was asked
-            wanted = list(variant.dtypes)
-        for dtype_name in wanted:
-            for config in configs:
-                for case in family.cases:
-                    result = self.check(variant, config, case.name, dtype_name)
-                    if result is not None:
-                        out.append(result)
+    def state_kept(self, e: Evidence, result: SpecResult) -> str:
+        """(float64, first config) how the output depends on an earlier call, or ''."""
+        if e.config == next(iter(self.checkers)) and e.dtype == torch.float64 and result.verdict != Verdict.ERROR:
+            return call_order_dependence(e.variant, e.case, e.fills, self.checkers[e.config])
+        return ""
+
+    def changes(self, e: Evidence, result: SpecResult) -> list[str]:
+        """What the call changed: its inputs written in place, its output's dtype; the no-grad
+        eval call's too."""
+        checker, v, dtype = self.checkers[e.config], e.variant, e.dtype
+        changed = list(checker.run(v, e.case, e.fills, dtype).changed)
+        if e.family.differentiable:
+            inference = checker.run(v, e.case, e.fills, dtype, mode=Mode.INFERENCE)
+            changed += [c + " (no-grad eval)" for c in inference.changed]
+        return changed
+
+    @staticmethod
+    def _reference(variant: Variant, case: str, checker: RunCache) -> Variant | None:
+        """The family reference, where it runs on this case and config."""
+        ref = reference_of(variant.family)
+        if ref is not None and (ref.refuses(checker.cfg, checker.device) or not applicable(ref, case)):
+            return None
+        return ref
+
+    def _zero(self, variant: Variant, case: str, checker: RunCache) -> Fills:
+        ref = self._reference(variant, case, checker)
+        return checker.fills(variant) | (checker.fills(ref) if ref else {})
+
+
+def name_shape_error(run: Run, oracle: Run) -> None:
+    """An output of another shape than the oracle's is the run's error (an adapter's mistake,
+    named), written into the cached run: the pair matrix and the path comparison read it too."""
+    out, want = run.tensors.get("output"), oracle.tensors["output"]
+    if not run.error and out is not None and out.shape != want.shape:
+        run.error = (f"output shape {tuple(out.shape)} where the oracle's is {tuple(want.shape)} "
+                     "(the variant's forward or call adapter returns another shape)")
 
 
 @contextlib.contextmanager
@@ -370,3 +243,30 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(before)
+
+
+STATE_KEPT = "output depends on earlier calls (state kept between calls)"
+
+
+def call_order_dependence(variant: Variant, case: str, zero: Fills, checker: RunCache) -> str:
+    """'' when a build called first on other inputs (``RunCache.warmups``), then on this
+    case's, gives what a fresh build's call on this case gives (both float64, no-grad eval);
+    else ``STATE_KEPT`` and how it shows (an error, another shape, a difference): state kept
+    across calls (a table or mask cached at the first length)."""
+    seq, said = checker.sequence(variant, case, zero)
+    fresh = checker.run(variant, case, zero, torch.float64, mode=Mode.INFERENCE)
+    if not said or fresh.error:
+        return ""
+    head = f"{STATE_KEPT}: called first on {said}, then on these inputs"
+    if seq.error:
+        return f"{head}: {seq.error}"
+    a, b = seq.tensors["output"], fresh.tensors["output"]
+    if a.shape != b.shape:
+        return f"{head}: output of shape {tuple(a.shape)}, a fresh build's {tuple(b.shape)}"
+    if not a.is_floating_point():
+        bad = int((a != b).sum())
+        return f"{head}: {bad} element(s) differ from a fresh build's" if bad else ""
+    c = float64_check("output", a, b, None)
+    if c.verdict == Verdict.EQUIVALENT:
+        return ""
+    return f"{head}: output differs from a fresh build's by {c.err:.3g}"

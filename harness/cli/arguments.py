@@ -9,7 +9,8 @@ parser after it is built):
   ``--dtype``, ``--from``) accumulate: in a set (``SETS``) a value repeated counts once,
   ``--set`` refuses a key given twice and ``--from`` the same file twice;
 - long options are never abbreviated (``--var`` is not ``--variant``);
-- options may come before the command (``--family norm list``): ``subcommand_first``.
+- options may come before the command (``--family norm list``): ``subcommand_first``;
+- every command takes ``--debug`` (``DEBUG_HELP``).
 """
 
 from __future__ import annotations
@@ -103,9 +104,14 @@ class _AppendOnce(argparse._AppendAction):
             super().__call__(parser, namespace, values, option_string)
 
 
+DEBUG_HELP = ("also print on stderr the whole traceback of a failure of the harness's own code (a bug to "
+              "report; its row says it in one line, and a JSON output keeps the traceback)")
+
+
 def settle(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Apply the rules above to ``parser`` and every command's parser."""
     for name, sub in _commands(parser).items():
+        sub.add_argument("--debug", action="store_true", help=DEBUG_HELP)
         for action in sub._actions:
             if not action.option_strings:
                 continue

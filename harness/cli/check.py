@@ -10,6 +10,7 @@ from harness.base.config import config_matrix
 from harness.base.dtypes import default_dtypes, dtype_of, resolve_device
 from harness.base.errors import HarnessError, UnknownName
 from harness.check.api import check_all
+from harness.check.settings import CheckSettings
 from harness.cli.common import _families, _load
 from harness.families.catalog import get_family
 from harness.families.models import DECODINGS
@@ -34,11 +35,11 @@ def cmd_list(args) -> int:
     for pack, note in sorted(registry.PACK_NOTES.items()):  # read now: loading packs adds notes
         print("\n" + textwrap.fill(f"source ({pack}): {note}", width))
     if args.json:
-        write_json(args.json, [
+        write_json(args.json, {"variants": [
             {"id": v.id, "family": v.family, "source": v.source, "reference": v.reference,
              "summary": v.summary, "traits": dict(v.traits), "origin": v.origin}
             for v in variants
-        ])
+        ]})
     return 0
 
 
@@ -95,9 +96,10 @@ def cmd_check(args) -> int:
         raise HarnessError(f"--precision-factor {args.precision_factor} must be positive")
     ensure_writable(args.json)
     wanted = _wanted(args.variant, families, any_family=not args.family)
-    report = check_all(families, configs, device, dtypes, factor=args.precision_factor, variants=wanted,
-                       strict=args.strict_precision, pairs=args.pairs,
-                       compile_backend=args.compile_backend if args.compiled else None)
+    settings = CheckSettings(device, tuple(dtypes), factor=args.precision_factor, strict=args.strict_precision,
+                             pairs=args.pairs, variants=None if wanted is None else frozenset(wanted),
+                             compile_backend=args.compile_backend if args.compiled else None)
+    report = check_all(families, configs, settings=settings)
     report.caches += cached_sessions(families, configs, wanted)
     mistakes = Mistakes(report, configs)
     print(check_text(report, configs, families=families, device=device, factor=args.precision_factor, pairs=args.pairs,

@@ -17,6 +17,7 @@ import textwrap
 from harness._interrupt import started
 from harness.base.boundary import UserCodeError, call_timeout, failure_text, watch_ctrl_c
 from harness.base.errors import HarnessError
+from harness.base.failures import show_tracebacks
 from harness.base.output import (
     EXIT_CLOSED_PIPE,
     EXIT_INTERRUPTED,
@@ -32,7 +33,8 @@ from harness.cli import bench as bench_commands
 from harness.cli import gpurun
 from harness.cli import models as models_commands
 from harness.cli import parity as parity_commands
-from harness.cli.arguments import settle, subcommand_first
+from harness.cli import report as report_commands
+from harness.cli.arguments import DEBUG_HELP, settle, subcommand_first
 from harness.cli.check import cmd_check, cmd_list
 from harness.cli.common import VARIANTS_ENV, OneLineParser
 from harness.cli.review import add_review_commands
@@ -61,6 +63,7 @@ def _description(sub) -> str:
         lines += [textwrap.fill(helps[name], 79, initial_indent=f"  {name:12s} ", subsequent_indent=" " * 15)
                   for name in names]
     lines.append("\nRun python -m harness <command> --help for a command's options.")
+    lines.append(textwrap.fill(f"Every command takes --debug: {DEBUG_HELP}.", 79))
     return "\n".join(lines)
 
 
@@ -122,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_review_commands(sub, common)
 
-    bench_commands.add_commands(sub, common)  # bench, report
+    bench_commands.add_commands(sub, common)  # bench
+    report_commands.add_command(sub, common)  # report
     models_commands.add_commands(sub, common)  # decode, train-step, copy-task, cache-bench
     gpurun.add_command(sub)  # gpu-run: a whole GPU run in one command
     parity_commands.add_commands(sub, common)  # parity (a port on its checkpoint's weights)
@@ -153,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             except SystemExit as exc:  # a usage mistake (its line printed), --help or --version
                 return exc.code if isinstance(exc.code, int) else EXIT_USAGE
             vars(args).pop("_given_once", None)
+            show_tracebacks(vars(args).pop("debug", False))
             validate_args(args)
             call_timeout()  # a malformed $HARNESS_CALL_TIMEOUT: one line before any work
             with stdout_for_data(_takes_stdout(args)):

@@ -115,7 +115,7 @@ def cmd_train_step(args) -> int:
     for family in _families(args):
         rows += compare_train_step(family, cfg)
     if args.json:
-        write_json(args.json, [r.as_dict() for r in rows])
+        write_json(args.json, {"train_steps": [r.as_dict() for r in rows]})
     print(train_step_text(rows, adam=ADAM))
     return 1 if any(not r.ok for r in rows) else 0
 

@@ -86,7 +86,7 @@ def cmd_parity(args) -> int:
     report = compare(comparison, tokens, prompt=args.prompt, source=source)
     if not report.agrees and not args.no_trace and not report.metrics[0].ok:
         found = first_divergence(comparison, tokens)
-        report.divergence = found["text"] if found else ""
+        report.divergence = found.text if found else ""
     if args.json:
         write_json(args.json, report.as_dict())
     print(parity_text(report, comparison.checkpoint.describe()))

@@ -55,7 +55,7 @@ def cmd_diff(args) -> int:
     result = diff_pair(family.name, a, b, case, cfg, args.dtype, device=device, mistakes=True)
     print(render(result))
     if args.json:
-        write_json(args.json, result)
+        write_json(args.json, result.to_json())
     return 0
 
 

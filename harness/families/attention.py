@@ -13,6 +13,7 @@ from harness.families.base import (
     EPS,
     Case,
     Family,
+    ParamSpec,
     ScaleSpec,
     TraitSpec,
     _attn_params,
@@ -243,6 +244,20 @@ def _attention_requires(traits, cfg: Config) -> str | None:
     return None
 
 
+def qk_norm_params(traits, cfg: Config) -> ParamSpec:
+    """The QK-norm gains, canonical when the variant declares QK-norm: ``q_norm.weight`` and
+    ``k_norm.weight``, one per dim of a head and shared by every head, (d_k,), for "rms per
+    head" (Qwen3's RMSNorm(head_dim)); one per head and dim, (H d_k,) and (H_kv d_k,), for
+    "rms over all heads" (OLMo2's RMSNorm(H * head_dim)); none otherwise."""
+    qk_norm = traits.get("qk_norm", "none")
+    if qk_norm == "rms per head":
+        return {"q_norm.weight": ((cfg.d_k,), "norm_weight"), "k_norm.weight": ((cfg.d_k,), "norm_weight")}
+    if qk_norm == "rms over all heads":
+        return {"q_norm.weight": ((cfg.heads * cfg.d_k,), "norm_weight"),
+                "k_norm.weight": ((cfg.n_kv_heads * cfg.d_k,), "norm_weight")}
+    return {}
+
+
 class _WindowSpec(TraitSpec):
     """``none``, ``as called`` or a (left, right) pair of integers >= 0."""
 
@@ -296,6 +311,7 @@ ATTENTION = Family(
     call="(query (B,T,D), key (B,S,D), value (B,S,D), mask (B,T,S) bool True=may attend) -> (B,T,D)",
     doc="Multi-head attention with its Q, K, V and output projections.",
     params=lambda cfg: _attn_params("", cfg.d_model, cfg.n_kv_heads * cfg.d_k, cfg.heads * cfg.d_k),
+    trait_params=qk_norm_params,
     cases=CASES + REGIME_CASES,
     traits={
         "sublayer": TraitSpec("what the module returns", oracles.ATTENTION_SUBLAYERS),
@@ -317,7 +333,8 @@ ATTENTION = Family(
                                      "top_left (query i faces key i) or bottom_right (query i faces key S - T + i, "
                                      "its own position: HF, Mistral)", kernel_oracle.CAUSAL[:2], default="top_left"),
         "qk_norm": TraitSpec("q and k RMS-normalised before RoPE, per head over d_k (Qwen3) or over all heads "
-                             "(OLMo2); eps the 'eps' trait, gains held at init", oracles.QK_NORMS, default="none"),
+                             "(OLMo2), times their gains q_norm.weight and k_norm.weight (canonical parameters "
+                             "when declared); eps the 'eps' trait", oracles.QK_NORMS, default="none"),
         "softcap": TraitSpec("scores s -> c tanh(s / c) before masking (Gemma 2's attn_logit_softcapping; "
                              "0: none)", number=True, default=0.0),
         "score_scale": ScaleSpec("the factor on q k^T: '1/sqrt(d)' (d the head width) or a number (Gemma 2: "

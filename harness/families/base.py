@@ -11,12 +11,11 @@ A family fixes
   placement, QKV layout, ...) describe *how* a variant computes; they are known by name
   (``DESCRIPTIVE_TRAITS``) and must not change the result beyond rounding.
 
-Declarations are validated at ``register``: an unknown trait key, a semantic value the
-oracle cannot build, or an unknown case name in ``traits["cases"]`` is an error listing
-what is known.
+Declarations are validated at ``register``: an unknown trait key, a semantic value the oracle
+cannot build, or an unknown case name in ``traits["cases"]`` is an error listing what is known.
 
-Mask convention everywhere in the harness: bool, True = may attend. Pad masks are
-(B, L) with True on real tokens (keys that may be attended).
+Mask convention everywhere in the harness: bool, True = may attend. Pad masks are (B, L) with
+True on real tokens; a padded query position's output is unspecified (``Family.padding``).
 """
 
 from __future__ import annotations
@@ -30,7 +29,8 @@ import torch
 from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.devices import device_type
 from harness.base.errors import UnknownName
-from harness.families import oracles
+from harness.base.masks import leave_out_padded
+from harness.families import no_key_rows, oracles
 from harness.families.kernel_oracle import DEFAULT_SCALE
 
 ParamSpec = dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, init kind)
@@ -132,22 +132,23 @@ def path_finding_problems(findings: Any, cases: set[str]) -> list[str]:
     if findings is None:
         return []
     if not isinstance(findings, Mapping) or not all(
-            isinstance(k, str) and ((isinstance(v, str) and v) or (isinstance(v, PathFinding) and v.why))
+            isinstance(k, str) and ((isinstance(v, str) and v) or (isinstance(v, PathFinding) and v.why and not any(
+                isinstance(x, str) for x in (v.devices, v.dtypes))))  # a str there is read as its letters
             for k, v in findings.items()):
-        return [f"traits['path_findings'] must map 'CASE' or 'CASE@CONFIG' to a reason, got {findings!r}"]
+        return [f"traits['path_findings'] must map 'CASE' or 'CASE@CONFIG' to a reason or a PathFinding(why, "
+                f"devices=(...,), dtypes=(...,)) (tuples of names), got {findings!r}"]
     unknown = sorted({k.partition("@")[0] for k in findings} - cases)
     return [f"traits['path_findings'] names unknown case(s) {unknown}; cases: {sorted(cases)}"] if unknown else []
 
 
 def declared_path_finding(traits: Mapping[str, Any], case: str, config: str, device: str = "cpu",
-                          dtype: str = "float64") -> str | None:
-    """The reason declared for (case, config) in ``path_findings`` that holds on this device
-    and dtype, if any (with its scope, for a ``PathFinding`` bound to some)."""
+                          dtype: str = "float64") -> PathFinding | None:
+    """The finding declared for (case, config) in ``path_findings`` that holds on this device
+    and dtype, if any (a reason given alone is a ``PathFinding`` that holds everywhere)."""
     findings = traits.get("path_findings") or {}
     found = findings.get(f"{case}@{config}") or findings.get(case)
-    if isinstance(found, PathFinding):
-        return str(found) if found.applies(device, dtype) else None
-    return found
+    found = (PathFinding(found) if found else None) if isinstance(found, str) else found
+    return found if found is not None and found.applies(device, dtype) else None
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,13 @@ class Family:
     # norm follows the dropout: the mean is biased, zeroed branches leave the output as in
     # eval), or None (only the draw count and the kept fraction).
     dropout_stats: Callable[[Mapping[str, Any]], Any] | None = None
+    no_key_causes: tuple[str, ...] = ("mask",)  # what empties a row in its cases (``no_key_rows.CAUSES``)
+    # (semantic traits, config) -> the parameters a declared trait brings (QK-norm's gains): ``params_for``
+    trait_params: Callable[[Mapping[str, Any], Config], ParamSpec] | None = None
+    padding: Callable[[Mapping[str, Any]], Any] | None = None  # inputs -> (B, T) True = real token
+
+    def specified(self, inputs: Mapping[str, Any], out: Any) -> Any:  # padded query positions zeroed
+        return leave_out_padded(out, self.padding(inputs) if self.padding else None)
 
     def configs_of(self, configs: Mapping[str, Config]) -> dict[str, Config]:
         """``configs`` narrowed to this family's matrix (a --set config always applies), with
@@ -255,12 +263,13 @@ class Family:
 
     def validate_traits(self, variant_id: str, traits: Mapping[str, Any]) -> list[str]:
         """Problems with a variant's declared traits (empty when they are executable)."""
+        if no_key_rows.varies(traits):  # ByCause / ByDtype: each combination as a plain declaration
+            return no_key_rows.problems(traits, self, lambda plain: self.validate_traits(variant_id, plain))
         problems = []
         for key in traits:
             if key not in self.traits and key not in DESCRIPTIVE_TRAITS:
-                problems.append(
-                    f"unknown trait {key!r}; semantic traits of {self.name}: {list(self.traits)}; "
-                    f"descriptive: {list(DESCRIPTIVE_TRAITS)}")
+                problems.append(f"unknown trait {key!r}; semantic traits of {self.name}: {list(self.traits)}; "
+                                f"descriptive: {list(DESCRIPTIVE_TRAITS)}")
         if "data_dependent" in traits and not (isinstance(traits["data_dependent"], str) and traits["data_dependent"]):
             problems.append(f"traits['data_dependent'] must say where the call reads tensor values, "
                             f"got {traits['data_dependent']!r}")
@@ -268,11 +277,9 @@ class Family:
         if cases is not None:
             if isinstance(cases, str) or not all(isinstance(c, str) for c in cases):
                 problems.append(f"traits['cases'] must be a tuple of case names, got {cases!r}")
-            else:
-                unknown = [c for c in cases if c not in {k.name for k in self.cases}]
-                if unknown:
-                    problems.append(f"traits['cases'] names unknown case(s) {unknown}; "
-                                    f"cases of {self.name}: {[c.name for c in self.cases]}")
+            elif unknown := [c for c in cases if c not in {k.name for k in self.cases}]:
+                problems.append(f"traits['cases'] names unknown case(s) {unknown}; "
+                                f"cases of {self.name}: {[c.name for c in self.cases]}")
         applicable = [c.name for c in self.cases if cases is None or c.name in cases]
         needed = {t for c in applicable for t in self.semantic_for(c)}
         for name, spec in self.traits.items():
@@ -293,16 +300,22 @@ class Family:
             problems.append(f"traits['internal_dtype'] must be 'float32', 'bfloat16' or 'float16', got {internal!r}")
         return problems
 
-    def canonical_shapes(self, cfg: Config) -> dict[str, tuple[int, ...]]:
-        return {name: shape for name, (shape, _) in self.params(cfg).items()}
+    def params_for(self, cfg: Config, traits: Mapping[str, Any] | None = None) -> ParamSpec:
+        """A variant's canonical parameters: ``params``, then those its ``traits`` bring (``trait_params``)."""
+        extra = self.trait_params(self.semantic_traits(traits), cfg) if traits and self.trait_params else {}
+        return {**self.params(cfg), **extra}
 
-    def canonical_weights(self, cfg: Config, seed: int | None = None) -> dict[str, torch.Tensor]:
-        """Seeded float64 canonical parameters: weights ~ N(0, 1/fan_in), biases
-        ~ N(0, 0.1^2), norm gains ~ 1 + N(0, 0.1^2). Non-trivial biases and gains on
-        purpose: a variant that ignores one cannot hide."""
+    def canonical_shapes(self, cfg: Config, traits: Mapping[str, Any] | None = None) -> dict[str, tuple[int, ...]]:
+        return {name: shape for name, (shape, _) in self.params_for(cfg, traits).items()}
+
+    def canonical_weights(self, cfg: Config, seed: int | None = None,
+                          traits: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+        """Seeded float64 ``params_for`` (the traits' own drawn last: the others stay as they are):
+        weights ~ N(0, 1/fan_in), biases ~ N(0, 0.1^2), norm gains ~ 1 + N(0, 0.1^2), non-trivial
+        on purpose: a variant that ignores one cannot hide."""
         gen = torch.Generator().manual_seed(cfg.seed if seed is None else seed)
         out = {}
-        for name, (shape, kind) in self.params(cfg).items():
+        for name, (shape, kind) in self.params_for(cfg, traits).items():
             noise = torch.randn(shape, generator=gen, dtype=torch.float64)
             if kind == "weight":
                 out[name] = noise / math.sqrt(shape[-1])
@@ -337,12 +350,8 @@ def _attn_params(prefix: str, d: int, kv_width: int | None = None, q_width: int 
 
 
 def _ffn_params(prefix: str, d: int, f: int) -> ParamSpec:
-    return {
-        f"{prefix}w1.weight": ((f, d), "weight"),
-        f"{prefix}w1.bias": ((f,), "bias"),
-        f"{prefix}w2.weight": ((d, f), "weight"),
-        f"{prefix}w2.bias": ((d,), "bias"),
-    }
+    return {f"{prefix}w1.weight": ((f, d), "weight"), f"{prefix}w1.bias": ((f,), "bias"),
+            f"{prefix}w2.weight": ((d, f), "weight"), f"{prefix}w2.bias": ((d,), "bias")}
 
 
 def _norm_params(prefix: str, d: int) -> ParamSpec:
@@ -360,13 +369,11 @@ def lengths(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
     return lens
 
 
-def right_pad(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
-    """(B, L) bool, True on real tokens, padding at the end of each row."""
+def right_pad(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:  # (B, L), True = real, padding at the end
     return torch.arange(length)[None, :] < lengths(gen, batch, length)[:, None]
 
 
-def left_pad(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
-    """(B, L) bool, True on real tokens, padding at the start of each row."""
+def left_pad(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:  # padding at the start of each row
     return right_pad(gen, batch, length).flip(-1)
 
 
@@ -391,13 +398,11 @@ def pad_pattern(kind: str, gen: torch.Generator, batch: int, length: int) -> tor
     if kind == "arbitrary":
         return holes
     right = right_pad(gen, batch, length)
-    rows = [(right[b], right[b].flip(-1), holes[b])[b % 3] for b in range(batch)]
-    return torch.stack(rows)
+    return torch.stack([(right[b], right[b].flip(-1), holes[b])[b % 3] for b in range(batch)])
 
 
 def scaled(inputs: dict[str, Any], names: tuple[str, ...], factor: float) -> dict[str, Any]:
-    """``inputs`` with the float tensors ``names`` multiplied by ``factor`` (``Config.scale``);
-    tensors shared between names (query is key) stay shared."""
+    """``inputs`` with the float tensors ``names`` (query is key: shared) times ``factor`` (``Config.scale``)."""
     done: dict[int, torch.Tensor] = {}
     out = dict(inputs)
     for name in names:
@@ -407,8 +412,7 @@ def scaled(inputs: dict[str, Any], names: tuple[str, ...], factor: float) -> dic
     return out
 
 
-def causal(length: int) -> torch.Tensor:
-    """(L, L) bool, True = may attend (key position <= query position)."""
+def causal(length: int) -> torch.Tensor:  # (L, L) bool, True = may attend (key position <= query position)
     return torch.ones(length, length, dtype=torch.bool).tril()
 
 

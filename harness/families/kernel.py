@@ -26,7 +26,17 @@ import torch
 from harness.base.config import Config
 from harness.families import kernel_oracle as K
 from harness.families.attention import random_mask
-from harness.families.base import Case, Family, ScaleSpec, TraitSpec, activations, left_pad, right_pad
+from harness.families.base import (
+    Case,
+    Family,
+    ScaleSpec,
+    TraitSpec,
+    activations,
+    left_pad,
+    regime_case,
+    right_pad,
+)
+from harness.families.no_key_rows import varies
 
 LONG_T, LONG_S = 133, 157   # crosses 64- and 128-wide blocks on both axes
 
@@ -52,12 +62,13 @@ class KernelFamily(Family):
 
     def semantic_traits(self, traits: Mapping[str, Any]) -> dict[str, Any]:
         out = super().semantic_traits(traits)
-        out["fully_masked_row"], out["fully_masked_grad"] = K.dead_row_traits(out)
+        if not varies(out):  # a typed value is resolved per row, by the oracle
+            out["fully_masked_row"], out["fully_masked_grad"] = K.dead_row_traits(out)
         return out
 
     def validate_traits(self, variant_id: str, traits: Mapping[str, Any]) -> list[str]:
         problems = super().validate_traits(variant_id, traits)
-        if not problems:
+        if not problems and not varies(traits):
             why = K.dead_row_problem(self.semantic_traits(traits))
             if why:
                 problems.append(why)
@@ -178,6 +189,18 @@ def _fully_masked(cfg, gen):
     return inputs
 
 
+def _causal_short(cfg, gen):
+    """More queries than keys, causal: on the bottom-right diagonal the first T - S rows lose
+    every key to it (none do on the top-left one)."""
+    return problem(cfg, gen, T=_T(cfg) + cfg.src_len, S=cfg.src_len, causal=True)
+
+
+def _window_short(cfg, gen):
+    """More queries than keys, a window (1, 0) (or the config's), not causal: the last rows'
+    windows (top-left diagonal) or the first rows' (bottom-right) hold no key."""
+    return problem(cfg, gen, T=_T(cfg) + cfg.src_len + 1, S=cfg.src_len, window=_window_size(cfg, (1, 0)))
+
+
 def _long(cfg, gen):
     return problem(cfg, gen, T=LONG_T, S=LONG_S, pad="right >= T", causal=True,
                    kv_heads=gqa_heads(cfg), batch=min(cfg.batch, 2))
@@ -197,8 +220,21 @@ CASES = (
     Case("gqa", "GQA: H_kv = H / 2 (or the config's kv_heads)", _gqa),
     Case("mqa", "MQA: H_kv = 1, causal, S > T", _mqa),
     Case("fully_masked", "rows whose keys are all masked", _fully_masked),
+    Case("causal_short", "causal, T > S: bottom-right, the first rows lose every key to the diagonal",
+         _causal_short),
+    Case("window_short", "window (1, 0) (or the config's), T > S + 1: rows whose window holds no key",
+         _window_short),
     Case("long", f"T = {LONG_T}, S = {LONG_S}: crosses 64- and 128-wide blocks; causal, right key padding, GQA",
          _long),
+)
+# The fixed regimes of the default matrix, as the attention family's: logits in the hundreds
+# (a softmax without its max subtracted overflows in float32 and below) on a case every kernel
+# takes, and a problem without the causal option across 64- and 128-wide blocks (``long`` is
+# causal; a kernel taking a mask alone crosses its blocks here).
+REGIME_CASES = (
+    regime_case(CASES[0], "large", "q, k, v x12: logits of std ~140", scale=12.0),
+    regime_case(CASES[1], "long", f"B = 2, T = 70, S = {LONG_S}: across a 64-wide query block and 64- and "
+                "128-wide key blocks", batch=2, tgt_len=70, src_len=LONG_S),
 )
 # What each case's mask is ("none": every key may be attended; "right": right key padding
 # only; "arbitrary": anything else) and which of the call's options it needs.
@@ -206,18 +242,19 @@ CASE_MASKS = {
     "self": "none", "cross": "right", "left_pad": "arbitrary", "random_mask": "arbitrary",
     "causal": "none", "causal_cross": "none", "causal_pad": "right", "window": "none",
     "window_causal": "none", "softcap": "right", "gqa": "none", "mqa": "none",
-    "fully_masked": "arbitrary", "long": "right",
+    "fully_masked": "arbitrary", "long": "right", "causal_short": "none", "window_short": "none",
 }
 CASE_NEEDS = {
     "causal": ("causal",), "causal_cross": ("causal",), "causal_pad": ("causal",), "mqa": ("causal",),
     "long": ("causal",), "window": ("window",), "window_causal": ("causal", "window"),
-    "softcap": ("softcap",),
+    "softcap": ("softcap",), "causal_short": ("causal",), "window_short": ("window",),
 }
 # The cases whose queries and keys are the same positions (T = S) over the config's K/V
 # heads: what one packed QKV tensor (flash-attention's qkvpacked (B, S, 3, H, d)) can hold.
 SELF_CASES = ("self", "causal", "window_causal")
 CAUSAL_CASES = tuple(c for c, needs in CASE_NEEDS.items() if "causal" in needs)
 DEAD_ROW_TRAITS = ("mask_method", "fully_masked_row", "fully_masked_grad")
+NO_KEY_CASES = ("fully_masked", "causal_short", "window_short")  # cases with rows that lose every key
 
 ATTENTION_KERNEL = KernelFamily(
     name="attention_kernel",
@@ -225,7 +262,7 @@ ATTENTION_KERNEL = KernelFamily(
          "causal, window, softcap) -> (B,H,T,d)",
     doc="Attention over projected heads (a kernel: SDPA, flex_attention, a blocked kernel); no parameters.",
     params=lambda cfg: {},
-    cases=CASES,
+    cases=CASES + REGIME_CASES,
     traits={
         "causal": TraitSpec("the causal diagonal: top-left (query i faces key i), bottom-right "
                             "(the last query faces the last real key), or none", K.CAUSAL),
@@ -244,9 +281,11 @@ ATTENTION_KERNEL = KernelFamily(
     oracle=K.attention_kernel,
     case_semantic={**{c: ("causal",) for c in CAUSAL_CASES},
                    "window": ("causal",),  # the window sits on the declared diagonal (S > T)
-                   "fully_masked": DEAD_ROW_TRAITS},
+                   "fully_masked": DEAD_ROW_TRAITS,
+                   **{c: ("causal", *DEAD_ROW_TRAITS) for c in NO_KEY_CASES[1:]}},
     grad_inputs=("q", "k", "v"),
     matrix=("default", "heads8", "edge"),
     matrix_note="the cases vary H_kv, T and S themselves: GQA, MQA, S > T, 133 x 157",
     dropout_stats=lambda t: "mean",
+    no_key_causes=("mask", "window", "causal"),
 )

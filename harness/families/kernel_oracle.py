@@ -40,7 +40,9 @@ What the call asks for (the case's inputs, from the config or the case itself):
   ``zeros`` / ``none``; one that zeroes them after a NaN softmax over an additive -inf bias
   (a query padding mask applied to the output) declares ``additive_bias`` with ``zeros`` /
   ``NaN``: zeros forward, and the NaN row still reaches dQ, dK (its softmax's backward) and
-  dV (NaN probabilities times a zero gradient).
+  dV (NaN probabilities times a zero gradient). Each of the three may be a ``ByCause`` or
+  ``ByDtype`` (``harness.families.no_key_rows``): each row gets the value of what emptied it
+  (``dead_causes``: the causal diagonal, else the window, else the mask).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from typing import Any, Mapping
 import torch
 
 from harness.base.errors import SpecError
+from harness.families.no_key_rows import traits_at_cause
 
 Tensor = torch.Tensor
 
@@ -171,11 +174,27 @@ def kernel_attention(traits: Mapping[str, Any], inputs: Mapping[str, Any]) -> Te
     p = torch.softmax(s.masked_fill(~allowed, float("-inf")).masked_fill(dead, 0.0), dim=-1)
     if not bool(dead.any()):
         return p @ v                                                    # (B, H, T, d)
-    rows = dead_row_traits(traits)
-    if rows == ZEROED_AFTER:  # the NaN row of an additive -inf bias, zeroed on the output: NaN into dQ, dK, dV
-        p = torch.where(dead, _dead_rows(s, dead, "NaN", "NaN"), p)
-        return (p @ v).masked_fill(dead, 0.0)
-    return torch.where(dead, _dead_rows(s, dead, *rows), p) @ v
+    zeroed = torch.zeros_like(dead)
+    for cause, rows_of in dead_causes(inputs, window, traits.get("causal", "none"), dead).items():
+        rows = dead_row_traits(traits_at_cause(traits, cause))
+        if rows == ZEROED_AFTER:  # the NaN row of an additive -inf bias, zeroed on the output: NaN into dQ, dK, dV
+            rows, zeroed = ("NaN", "NaN"), zeroed | rows_of
+        p = torch.where(rows_of, _dead_rows(s, rows_of, *rows), p)
+    return (p @ v).masked_fill(zeroed, 0.0) if bool(zeroed.any()) else p @ v
+
+
+def dead_causes(inputs: Mapping[str, Any], window: tuple[int, int] | None, causal: str,
+                dead: Tensor) -> dict[str, Tensor]:
+    """The rows without keys (``dead``, (B, 1, T, 1)) by what emptied them
+    (``harness.families.no_key_rows``): the causal diagonal alone, else the window on it, else
+    the call's mask; only the causes some row has."""
+    every = torch.ones_like(inputs["mask"])
+    kept = {"causal": allowed_keys(every, inputs["key_pad"], inputs["causal"], None, causal),
+            "window": allowed_keys(every, inputs["key_pad"], inputs["causal"], window, causal)}
+    by_causal = ~kept["causal"].any(-1)[:, None, :, None]
+    by_window = ~kept["window"].any(-1)[:, None, :, None] & ~by_causal
+    out = {"causal": dead & by_causal, "window": dead & by_window, "mask": dead & ~by_causal & ~by_window}
+    return {c: rows for c, rows in out.items() if bool(rows.any())}
 
 
 def _dead_rows(s: Tensor, dead: Tensor, row: str, grad: str) -> Tensor:

@@ -142,6 +142,7 @@ ENCODER_LAYER = Family(
     traits=LAYER_TRAITS,
     oracle=oracles.encoder_layer,
     grad_inputs=("x",),
+    padding=lambda inputs: inputs["pad"],
     dropout_stats=lambda t: BRANCHES,
 )
 
@@ -174,6 +175,7 @@ DECODER_LAYER = Family(
     traits=LAYER_TRAITS,
     oracle=oracles.decoder_layer,
     grad_inputs=("x", "memory"),
+    padding=lambda inputs: inputs["tgt_mask"].any(1),  # a target position no query attends: padding
     dropout_stats=lambda t: BRANCHES,
 )
 
@@ -207,6 +209,7 @@ DECODER_ONLY_BLOCK = Family(
     dropout_stats=lambda t: BRANCHES,
     case_semantic={"left_pad": ("fully_masked_row",)},
     grad_inputs=("x",),
+    padding=lambda inputs: inputs["pad"],
 )
 
 

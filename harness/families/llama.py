@@ -8,11 +8,14 @@ gains and upcasts, gated activations; nothing is written twice).
   order (a declared trait, so a block that normalises after the residual add is caught).
   Canonical: ``attn_norm.*`` (norm family), ``self_attn.*`` (attention family, K/V of
   kv_heads * d_k rows), ``ffn_norm.*`` (norm), ``mlp.{gate,up,down}.weight`` (gated_ffn).
-- ``llama_model``: (tokens (B,T), pad (B,T) True = real token, positions (B,T)) ->
-  log-probabilities (B,T,V): embedding (times the declared scale), N causal blocks, final norm,
-  output head (the embedding table when ``tied_output``). Positions are the call's (HF's
+- ``llama_model``: (tokens (B,T), pad (B,T) True = real token, positions (B,T), segments (B,T))
+  -> log-probabilities (B,T,V): embedding (times the declared scale), N causal blocks, final
+  norm, output head (the embedding table when ``tied_output``). Positions are the call's (HF's
   ``position_ids``); the cases count them from each row's first real token,
   ``cumsum(pad) - 1`` clamped at 0, so left padding and decoding offsets are expressible.
+  ``segments`` numbers the sequences a row packs (0 everywhere but in the ``packed`` case):
+  a token attends only to its own sequence's, and its positions restart with it. A model that
+  takes no segments refuses ``packed`` in its ``supports`` (``supports(cfg, case)``).
 """
 
 from __future__ import annotations
@@ -44,10 +47,11 @@ def _nested(family: Family, prefix: str, cfg: Config) -> ParamSpec:
     return {prefix + name: spec for name, spec in family.params(cfg).items()}
 
 
-# Groups of parameters a model of this family may hold beyond what the family's oracle
-# computes with, named by ``ModelConfig.extensions`` when a checkpoint holds them. The
-# oracle never reads them; the checkpoint comparison (``harness.systems.checkpoint_parity``)
-# ports them like every other canonical tensor, so both sides must map them.
+# Groups of parameters a model of this family may hold beyond a plain LLaMA's, named by
+# ``ModelConfig.extensions`` when a checkpoint holds them: the checkpoint comparison
+# (``harness.systems.checkpoint_parity``) ports them like every other canonical tensor, so both
+# sides must map them. The oracle reads the QK-norm gains where ``qk_norm`` is declared (they
+# are then the attention family's trait parameters, ``block_trait_params``), never the others.
 EXTENSIONS = {
     "qk_norm": "RMSNorm gains of each head's q and k before RoPE (Qwen 3): "
                "self_attn.q_norm.weight and self_attn.k_norm.weight, (d_k,)",
@@ -74,6 +78,16 @@ def block_params(cfg: Config) -> ParamSpec:
     if "sandwich_norms" in groups:
         spec.update({f"post_{n}_norm.weight": ((cfg.d_model,), "norm_weight") for n in ("attn", "ffn")})
     return spec
+
+
+def block_trait_params(traits, cfg: Config) -> ParamSpec:
+    """The attention family's parameters its traits bring (QK-norm gains), under ``self_attn.``."""
+    return _nested_traits(ATTENTION, "self_attn.", traits, cfg)
+
+
+def _nested_traits(family: Family, prefix: str, traits, cfg: Config) -> ParamSpec:
+    extra = family.trait_params(traits, cfg) if family.trait_params else {}
+    return {prefix + name: spec for name, spec in extra.items()}
 
 
 def _sub(w, prefix: str) -> dict:
@@ -131,11 +145,28 @@ def _block_packed(cfg: Config, gen: torch.Generator) -> dict:
     return inputs
 
 
+def gapped_positions(gen: torch.Generator, batch: int, length: int) -> torch.Tensor:
+    """(B, L) position ids that jump once mid-row by 1 .. 8 (tokens dropped from the middle of a
+    sequence, their ids kept: a pruned cache, a compressed prompt): under relative RoPE only ids
+    that are not evenly spaced show, on real tokens, a module that counts positions itself."""
+    cut = torch.randint(1, max(length, 2), (batch, 1), generator=gen)
+    jump = torch.randint(1, 9, (batch, 1), generator=gen)
+    idx = torch.arange(length).expand(batch, length)
+    return idx + jump * (idx >= cut)
+
+
+def _block_gapped(cfg: Config, gen: torch.Generator) -> dict:
+    inputs = _block_inputs(cfg, gen, torch.ones(cfg.batch, cfg.tgt_len, dtype=torch.bool))
+    inputs["positions"] = gapped_positions(gen, cfg.batch, cfg.tgt_len)
+    return inputs
+
+
 LLAMA_BLOCK = Family(
     name="llama_block",
     call="(x (B,T,D), mask (B,T,T) bool True=may attend, positions (B,T)) -> (B,T,D)",
     doc="LLaMA-style decoder block: pre-RMSNorm, RoPE attention with GQA, pre-RMSNorm, SwiGLU.",
     params=block_params,
+    trait_params=block_trait_params,
     cases=(
         Case("right_pad", "causal with right padding, positions 0..", lambda c, g: _block_inputs(
             c, g, right_pad(g, c.batch, c.tgt_len))),
@@ -143,11 +174,14 @@ LLAMA_BLOCK = Family(
              lambda c, g: _block_inputs(c, g, left_pad(g, c.batch, c.tgt_len))),
         Case("packed", "packed rows: sequences back to back, positions restarting at each, block-diagonal causal",
              _block_packed),
+        Case("gapped", "causal, no padding; position ids that jump once mid-row (tokens dropped, ids kept)",
+             _block_gapped),
     ),
     traits=BLOCK_TRAITS,
     oracle=llama_block_oracle,
     case_semantic={"left_pad": ("fully_masked_row", "mask_style")},
     grad_inputs=("x",),
+    padding=lambda inputs: inputs["pad"],
     matrix=("default",),
     matrix_note="its attention, norm and gated_ffn run the whole matrix in their families",
     extra_configs={"gqa": GQA_CONFIG},
@@ -165,14 +199,17 @@ def model_params(cfg: Config) -> ParamSpec:
 
 
 def llama_model_oracle(traits, cfg, w, inputs, dtype) -> torch.Tensor:
-    """Embedding (times the scale), N ``llama_block`` oracles over causal & pad at the
-    call's positions, the norm family's oracle, head (the embedding when tied), the final
+    """Embedding (times the scale), N ``llama_block`` oracles over causal & pad & same segment
+    at the call's positions, the norm family's oracle, head (the embedding when tied), the final
     logit softcap c tanh(logits / c) when declared (Gemma 2's final_logit_softcapping),
     log-softmax."""
-    tokens, pad = inputs["tokens"], inputs["pad"]
+    tokens, pad, seg = inputs["tokens"], inputs["pad"], inputs.get("segments")
     t = tokens.shape[1]
     x = w["embed.weight"][tokens] * oracles.EMBEDDING_SCALES[traits["embedding_scale"]](cfg.d_model)
-    block = {"x": None, "mask": causal(t)[None] & pad[:, None, :], "positions": inputs["positions"]}
+    mask = causal(t)[None] & pad[:, None, :]                                            # (B, T, T)
+    if seg is not None:                                                                 # within a sequence
+        mask = mask & (seg[:, :, None] == seg[:, None, :])
+    block = {"x": None, "mask": mask, "positions": inputs["positions"]}
     for i in range(layers(cfg)):
         x = llama_block_oracle(traits, cfg, _sub(w, f"layers.{i}."), {**block, "x": x}, dtype)
     x = oracles.norm(traits, cfg, _sub(w, "norm."), {"x": x}, dtype)
@@ -185,22 +222,40 @@ def llama_model_oracle(traits, cfg, w, inputs, dtype) -> torch.Tensor:
 
 def _model_tokens(cfg: Config, gen: torch.Generator, side: str) -> dict:
     tokens = content_tokens(gen, cfg, cfg.batch, cfg.tgt_len)
-    pad = {"full": lambda: torch.ones_like(tokens, dtype=torch.bool), "right": lambda: right_pad(
+    pad = {"full": lambda: torch.ones_like(tokens, dtype=torch.bool), "gapped": lambda: torch.ones_like(
+        tokens, dtype=torch.bool), "right": lambda: right_pad(
         gen, cfg.batch, cfg.tgt_len), "left": lambda: left_pad(gen, cfg.batch, cfg.tgt_len)}[side]()
     tokens[~pad] = 0
-    return {"tokens": tokens, "pad": pad, "positions": positions_of(pad)}
+    positions = gapped_positions(gen, cfg.batch, cfg.tgt_len) if side == "gapped" else positions_of(pad)
+    return {"tokens": tokens, "pad": pad, "positions": positions, "segments": torch.zeros_like(tokens)}
+
+
+def _model_packed(cfg: Config, gen: torch.Generator) -> dict:
+    """Several sequences per row (no padding): ``segments`` numbers them along the row, the
+    positions restart at each (``harness.families.attention.packed_segments``)."""
+    inputs = _model_tokens(cfg, gen, "full")
+    inputs["segments"] = packed_segments(gen, cfg.batch, cfg.tgt_len)
+    inputs["positions"] = packed_positions(inputs["segments"])
+    return inputs
 
 
 LLAMA_MODEL = ModelFamily(
     name="llama_model",
-    call="(tokens (B,T) int, pad (B,T) bool True=real token, positions (B,T)) -> log-probabilities (B,T,V); causal",
+    call="(tokens (B,T) int, pad (B,T) bool True=real token, positions (B,T), segments (B,T) int) -> "
+         "log-probabilities (B,T,V); causal within a segment",
     doc="A LLaMA-style decoder-only model: embedding, N llama blocks, final RMSNorm, output head.",
     params=model_params,
+    trait_params=lambda traits, cfg: {name: spec for i in range(layers(cfg)) for name, spec in
+                                      _nested_traits(LLAMA_BLOCK, f"layers.{i}.", traits, cfg).items()},
     cases=(
         Case("full", "no padding", lambda c, g: _model_tokens(c, g, "full")),
         Case("right_pad", "right padding", lambda c, g: _model_tokens(c, g, "right")),
         Case("left_pad", "left padding: pad rows see no key; positions from the first real token",
              lambda c, g: _model_tokens(c, g, "left")),
+        Case("packed", "packed rows: sequences back to back (segments), positions restarting at each, "
+             "no attention across them", _model_packed),
+        Case("gapped", "no padding; position ids that jump once mid-row (tokens dropped, ids kept)",
+             lambda c, g: _model_tokens(c, g, "gapped")),
     ),
     traits={**BLOCK_TRAITS,
             "embedding_scale": TraitSpec("the factor token embeddings are multiplied by (Gemma: sqrt(D))",
@@ -209,6 +264,7 @@ LLAMA_MODEL = ModelFamily(
             "final_softcap": TraitSpec("logits -> c tanh(logits / c) before the log-softmax (Gemma 2's "
                                        "final_logit_softcapping; 0: none)", number=True, default=0.0)},
     oracle=llama_model_oracle,
+    padding=lambda inputs: inputs["pad"],
     case_semantic={"left_pad": ("fully_masked_row", "mask_style")},
     matrix=("default",),
     extra_configs={"gqa": GQA_CONFIG},

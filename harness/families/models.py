@@ -55,8 +55,9 @@ class ModelFamily(Family):
 
     ties: tuple[tuple[str, str], ...] = ()
 
-    def canonical_weights(self, cfg: Config, seed: int | None = None) -> dict[str, torch.Tensor]:
-        weights = super().canonical_weights(cfg, seed)
+    def canonical_weights(self, cfg: Config, seed: int | None = None,
+                          traits: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+        weights = super().canonical_weights(cfg, seed, traits)
         for name, source in self.ties:
             weights[name] = weights[source].clone()
         return weights
@@ -273,10 +274,20 @@ DECODINGS: dict[str, Decoding] = {}
 
 
 def register_decoding(family: str, id: str, **fields: Any) -> Decoding:
-    """Declare, beside a model's ``register``, how it decodes (see ``Decoding``)."""
+    """Declare, beside a model's ``register``, how it decodes: the fields of ``Decoding``
+    (``prepare``, ``step``, ``greedy``, ``cache``, ``bos``, ``padding``; docs/models.md)."""
     if family not in (ENCODER_DECODER.name, DECODER_ONLY_MODEL.name, "llama_model"):
         raise RegistryError(f"decoding is declared for model families only, not '{family}'")
+    known = [f.name for f in dataclasses.fields(Decoding)]
+    if unknown := sorted(set(fields) - set(known)) or sorted({"prepare", "step"} - set(fields)):
+        raise RegistryError(f"register_decoding('{family}', '{id}'): field(s) {unknown} unknown or missing; "
+                            f"its fields: {known} (prepare and step required)")
+    if isinstance(fields.get("padding"), str):  # one side named: that side, not its letters
+        fields["padding"] = (fields["padding"],)
     decoding = Decoding(**fields)
+    if not decoding.padding or not set(decoding.padding) <= {"right", "left"}:
+        raise RegistryError(f"decoding '{family}/{id}': padding={decoding.padding!r} must name the sides the cache "
+                            "handles: ('right',), ('left',) or ('right', 'left')")
     who = f"{family}/{id}"
     stages = {"prepare": ("cache prefill (prepare)", None), "step": ("decoding step", _step_result),
               "greedy": ("greedy loop", _step_result)}
@@ -285,8 +296,6 @@ def register_decoding(family: str, id: str, **fields: Any) -> Decoding:
         for name, (stage, check) in stages.items() if getattr(decoding, name) is not None})
     DECODINGS[who] = decoding
     return decoding
-
-
 
 
 def _step_result(result: Any, args: tuple, kwargs: dict) -> str | None:

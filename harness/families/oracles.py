@@ -26,6 +26,7 @@ import torch
 from harness.base.config import Config
 from harness.base.errors import SpecError
 from harness.families import kernel_oracle
+from harness.families.no_key_rows import FULLY_MASKED_ROWS, MASK_STYLES, kernel_dead_rows  # noqa: F401 (vocabulary)
 from harness.families.rope import ROPE_LAYOUTS, rope  # noqa: F401 (ROPE_LAYOUTS: the attention family's vocabulary)
 
 Tensor = torch.Tensor
@@ -120,25 +121,14 @@ def norm(traits, cfg, w, inputs, dtype) -> Tensor:
 
 # -- attention -------------------------------------------------------------------------------------
 
-FULLY_MASKED_ROWS = ("NaN", "mean of V", "zeros")
-MASK_STYLES = ("fill", "additive")
 
 
 QK_NORMS = ("none", "rms per head", "rms over all heads")
 
 
-# How the module-level mask style and fully-masked-row value read in the kernel oracle's terms.
-_KERNEL_DEAD_ROWS = {
-    ("fill", "NaN"): ("bool_fill_-inf", "NaN", "none"),
-    ("fill", "mean of V"): ("bool_fill_finfo_min", "mean of V", "none"),
-    ("fill", "zeros"): ("bool_fill_-inf", "zeros", "none"),
-    ("additive", "mean of V"): ("additive_finfo_min", "mean of V", "softmax"),
-}
-
-
 def multi_head_attention(
     w: Mapping[str, Tensor], prefix: str, query: Tensor, key: Tensor, value: Tensor,
-    mask: Tensor, heads: int, fully_masked_row: str = "NaN", mask_style: str = "fill", *,
+    mask: Tensor, heads: int, fully_masked_row: Any = "NaN", mask_style: Any = "fill", *,
     kv_heads: int | None = None, gqa_grouping: str = "consecutive", positions: Tensor | None = None,
     key_positions: Tensor | None = None, rope_layout: str = "none", rope_fraction: float = 1.0,
     rope_base: float = 10000.0, window: tuple[int, int] | None = None, softcap: float = 0.0,
@@ -153,25 +143,20 @@ def multi_head_attention(
     A row whose keys are all masked becomes, by ``fully_masked_row``: NaN (a -inf fill),
     the mean of V with no gradient to Q and K (a finite fill such as -1e9), or zeros (SDPA).
     ``mask_style`` "additive" adds a very negative number instead of replacing the scores:
-    the same forward, but a fully masked row then sends gradient to Q and K.
+    the same forward, but a fully masked row then sends gradient to Q and K (the mean of V:
+    a finite number; NaN: one that reaches the softmax as -inf). Either may be a ``ByCause``
+    (``harness.families.no_key_rows``).
 
     ``qk_norm`` "rms per head": q and k of each head are RMS-normalised over d_k (Qwen3);
     "rms over all heads": over the whole projection before the head split (OLMo2); eps
-    ``qk_eps``, unit gain (the module's gains are held at their init, outside the family),
-    before RoPE; ``softcap`` c > 0: scores become
+    ``qk_eps``, then times the gains ``q_norm.weight`` and ``k_norm.weight`` (one per dim of
+    a head, shared by every head; or one per head and dim), before RoPE; ``softcap`` c > 0: scores become
     c tanh(s / c) before masking (Gemma 2's attention logit soft-capping). The head width d_k
     is the Q projection's width over ``heads`` (D / H unless the config sets ``head_dim``);
     ``scale`` multiplies q k^T (default 1 / sqrt(d_k); Gemma 2: query_pre_attn_scalar ** -0.5);
     ``window_diagonal`` "bottom_right": the window sits on query i's key S - T + i (decoding
     after a cache: the query's own position)."""
-    if mask_style == "additive" and fully_masked_row != "mean of V":
-        raise SpecError(f"an additive mask gives the mean of V on a fully masked row, "
-                        f"not {fully_masked_row!r}")
-    if mask_style not in MASK_STYLES:
-        raise _unknown("mask_style", mask_style, MASK_STYLES)
-    if (mask_style, fully_masked_row) not in _KERNEL_DEAD_ROWS:
-        raise _unknown("fully_masked_row", fully_masked_row, FULLY_MASKED_ROWS)
-    method, row, grad = _KERNEL_DEAD_ROWS[(mask_style, fully_masked_row)]
+    method, row, grad = kernel_dead_rows(fully_masked_row, mask_style)
     B, T, D = query.shape
     S = key.shape[1]
     d_k = w[prefix + "q.weight"].shape[0] // heads
@@ -180,12 +165,18 @@ def multi_head_attention(
     here = lambda n: torch.arange(n).expand(B, n)  # noqa: E731
     if qk_norm not in QK_NORMS:
         raise _unknown("qk_norm", qk_norm, QK_NORMS)
-    rms = lambda x: normalize(x, torch.ones((), dtype=x.dtype), torch.zeros((), dtype=x.dtype), "rms", qk_eps)  # noqa: E731
-    whole = rms if qk_norm == "rms over all heads" else (lambda x: x)   # noqa: E731  (B, L, H d)
-    per_head = rms if qk_norm == "rms per head" else (lambda x: x)      # noqa: E731  (B, h, L, d_k)
-    q = rope(per_head(split(whole(linear(query, w, prefix + "q")), T, heads)),
+    def normed(x: Tensor, name: str, per_head: bool) -> Tensor:  # (B, L, H d) or (B, h, L, d_k)
+        if qk_norm != ("rms per head" if per_head else "rms over all heads"):
+            return x
+        if prefix + name not in w:
+            raise SpecError(f"qk_norm {qk_norm!r} reads the canonical gain '{prefix}{name}', which the weights lack")
+        return normalize(x, w[prefix + name], torch.zeros((), dtype=x.dtype), "rms", qk_eps)
+
+    q = rope(normed(split(normed(linear(query, w, prefix + "q"), "q_norm.weight", False), T, heads),
+                    "q_norm.weight", True),
              here(T) if positions is None else positions, rope_layout, rope_fraction, rope_base)
-    k = rope(per_head(split(whole(linear(key, w, prefix + "k")), S, n_kv)),
+    k = rope(normed(split(normed(linear(key, w, prefix + "k"), "k_norm.weight", False), S, n_kv),
+                    "k_norm.weight", True),
              here(S) if key_positions is None else key_positions, rope_layout, rope_fraction, rope_base)
     v = split(linear(value, w, prefix + "v"), S, n_kv)
     traits = {"gqa_grouping": gqa_grouping, "scale": 1.0 / math.sqrt(d_k) if scale is None else float(scale),

@@ -25,12 +25,18 @@ class Region:
     index: int = 0
     chunks: int | None = None
     heads: int | None = None
+    sizes: tuple[int, ...] = ()   # the chunks' sizes along ``dim`` when they differ (``Chunk``)
 
     def view(self, tensor: torch.Tensor) -> torch.Tensor:
         """The region of ``tensor`` (a view); per head it is shaped (..., heads, n, ...) along ``dim``."""
         if self.chunks is None:
             return tensor
         size, dim, chunks = tensor.shape[self.dim], self.dim, self.chunks
+        if self.sizes:
+            if sum(self.sizes) != size:
+                raise PortingError(f"cannot split size {size} into chunks of sizes {list(self.sizes)} "
+                                   f"(they add up to {sum(self.sizes)})")
+            return tensor.narrow(dim, sum(self.sizes[:self.index]), self.sizes[self.index])
         if self.heads is not None:
             if size % (self.heads * chunks):
                 raise PortingError(f"cannot split size {size} into {self.heads} heads of {chunks} equal chunks")
@@ -73,24 +79,38 @@ class Param:
 
 @dataclass(frozen=True)
 class Chunk:
-    """The ``index``-th of ``chunks`` equal slices of a parameter along ``dim``."""
+    """The ``index``-th of ``chunks`` equal slices of a parameter along ``dim``; with ``sizes``
+    (one int per chunk, ``chunks`` then taken from it), the ``index``-th of slices of those
+    sizes: a fused QKV whose K and V are narrower than Q (GQA, Phi-3's ``qkv_proj``):
+    ``Chunk("qkv_proj.weight", 1, sizes=(H * d_k, H_kv * d_k, H_kv * d_k))`` is K."""
 
     path: str
     index: int
-    chunks: int
+    chunks: int = 0
     dim: int = 0
+    sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.sizes:
+            sizes = tuple(self.sizes)
+            if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes) or (
+                    self.chunks and self.chunks != len(sizes)):
+                raise ValueError(f"Chunk({self.path!r}, {self.index!r}, sizes={self.sizes!r}): sizes must be "
+                                 "positive integers, one per chunk")
+            object.__setattr__(self, "sizes", sizes)
+            object.__setattr__(self, "chunks", len(sizes))
         _check_index(self)
 
     def regions(self) -> list[Region]:
-        return [Region(self.path, self.dim, self.index, self.chunks)]
+        return [Region(self.path, self.dim, self.index, self.chunks, sizes=self.sizes)]
 
     def code(self) -> str:
+        if self.sizes:
+            return f'Chunk("{self.path}", {self.index}, sizes={self.sizes}' + _dim(self.dim)
         return f'Chunk("{self.path}", {self.index}, {self.chunks}' + _dim(self.dim)
 
     def rerooted(self, canonical_prefix: str, module_prefix: str) -> Chunk:
-        return Chunk(module_prefix + self.path, self.index, self.chunks, self.dim)
+        return Chunk(module_prefix + self.path, self.index, self.chunks, self.dim, self.sizes)
 
 
 def _check_index(entry: Chunk | PerHeadChunk) -> None:

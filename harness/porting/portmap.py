@@ -6,6 +6,7 @@ variant's own module. The entries are data:
 
     Param("linear_q.weight")                  the whole parameter
     Chunk("qkv.weight", index=0, chunks=3)    rows 0:D of a fused Linear(D, 3D)
+    Chunk("qkv.weight", 1, sizes=(D, d, d))   rows D:D+d of a fused Linear(D, D + 2d) (GQA)
     PerHeadChunk("query_key_value.weight", 0, 3, heads=H)
                                               the q rows of each head of a fused
                                               Linear stored per head (GPT-NeoX)
@@ -141,7 +142,7 @@ class PortMap:
                 return f"; without Transposed it fits: {entry_code(plain)}"
             return ""
         if isinstance(entry, Chunk):
-            other = Chunk(entry.path, entry.index, entry.chunks, 1 - entry.dim)
+            other = Chunk(entry.path, entry.index, entry.chunks, 1 - entry.dim, entry.sizes)
             try:
                 fits = tuple(self._read_plain(other).shape)[::-1] == want
             except PortingError:

@@ -32,7 +32,7 @@ from harness.families.base import Family
 from harness.families.catalog import FAMILIES, get_family
 from harness.porting.entries import ParamMap
 from harness.porting.portmap import MapSpec, PortMap
-from harness.registry.guard import guard, import_failure, variant_files, where_in
+from harness.registry.guard import call_supports, guard, import_failure, variant_files, where_in
 from harness.registry.ids import namespaced
 
 
@@ -50,7 +50,9 @@ class Variant:
     traits    declared facts; the family's semantic traits decide the expectations
     fixed     module parameters outside the family, with the reason they are held
     reference True for the family's baseline (speed ratios, error against it)
-    supports  Config -> None, or a reason the variant cannot be built for it
+    supports  Config -> None, or a reason the variant cannot be built for it; or (Config, case)
+              -> the same, case a case name where one case cannot run (a model that takes no
+              segment ids refusing ``packed``), None when asked for the config as a whole
     dtypes    the dtypes it runs in (``("float16", "bfloat16")``); empty: any. Without float64:
               semantics decided in each of them (``harness.check.own_dtype``)
     devices   the device types it runs on and why only there (``DeviceSet``); None: any
@@ -66,7 +68,7 @@ class Variant:
     fixed: Mapping[str, str] = field(default_factory=dict)
     summary: str = ""
     reference: bool = False
-    supports: Callable[[Config], str | None] = lambda cfg: None
+    supports: Callable[..., str | None] = lambda cfg: None
     dtypes: tuple[str, ...] = ()
     devices: DeviceSet | None = None
     origin: str = ""  # module or file that registered it
@@ -81,10 +83,11 @@ class Variant:
         still works; registration has already checked the name)."""
         return get_family(self.family)
 
-    def refuses(self, cfg: Config, device: str | torch.device = "cpu") -> str | None:
-        """Why the variant is not run for ``cfg`` on ``device`` (None: it is): its declared
-        device set first, then ``supports``."""
-        return (self.devices.refuses(device) if self.devices is not None else None) or self.supports(cfg)
+    def refuses(self, cfg: Config, device: str | torch.device = "cpu", case: str | None = None) -> str | None:
+        """Why the variant is not run for ``cfg`` on ``device`` (None: it is), or with ``case``
+        on that case: its declared device set first, then ``supports``."""
+        return ((self.devices.refuses(device) if self.devices is not None else None)
+                or call_supports(self.supports, cfg, case))
 
     def map_for(self, cfg: Config) -> ParamMap:
         return self.param_map(cfg) if callable(self.param_map) else self.param_map
@@ -138,7 +141,8 @@ def register(**fields: Any) -> Variant:
     requires = FAMILIES[variant.family].requires
     if requires is not None:
         own = variant.supports
-        variant = dataclasses.replace(variant, supports=lambda cfg: requires(variant.traits, cfg) or own(cfg))
+        variant = dataclasses.replace(variant, supports=lambda cfg, case=None: requires(variant.traits, cfg)
+                                      or call_supports(own, cfg, case))
     variant = guard(variant)
     if variant.key in REGISTRY and variant.origin in _user_files and REGISTRY[variant.key].origin not in _user_files:
         variant = namespaced(variant, REGISTRY)
@@ -312,6 +316,17 @@ def get_variant(family: str, variant_id: str) -> Variant:
     return REGISTRY[key]
 
 
+def applicable(variant: Variant, case: str) -> bool:
+    """Whether a family case applies to a variant (``traits["cases"]`` limits it, and a case
+    the family keeps for the variants declaring some trait: ``Family.case_declarers``)."""
+    case = variant.family_spec.base_case(case)  # a regime case applies where its base case does
+    cases = variant.traits.get("cases")
+    if cases is not None and case not in cases:
+        return False
+    declarers = variant.family_spec.case_declarers.get(case)
+    return declarers is None or any(t in variant.traits for t in declarers)
+
+
 def reference_of(family: str) -> Variant | None:
     refs = [v for v in variants_of(family) if v.reference]
     return refs[0] if refs else None
@@ -326,7 +341,9 @@ def build(
     weights: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[Any, PortMap | None]:
     """Seed, build ``variant`` for ``cfg`` in eval mode on ``device``/``dtype`` and, when
-    ``weights`` (canonical) are given, port them in. Returns (module, port map)."""
+    ``weights`` (canonical) are given, port them in: every one of its own canonical parameters
+    (``Family.params_for`` its traits), those only another's traits bring left aside (two
+    variants traced on one set: ``diff``). Returns (module, port map)."""
     reason = variant.refuses(cfg, device)
     if reason:
         raise ConfigError(f"{variant.key} cannot be built for this config: {reason}")
@@ -334,7 +351,7 @@ def build(
     module = variant.build(cfg)
     family = variant.family_spec
     if not isinstance(module, torch.nn.Module):
-        if family.canonical_shapes(cfg):
+        if family.canonical_shapes(cfg, variant.traits):
             raise UserCodeError("build", f"returned {type(module).__name__}, not a torch.nn.Module (the "
                                 f"{family.name} family ports weights into the module build returns)")
         return module, None  # builders without parameters (the masks family)
@@ -342,10 +359,10 @@ def build(
     with user_code("port", files=files, who=variant.key):  # the module's own .to, parameters, buffers
         module = module.to(device=device, dtype=dtype).eval()
         portmap = PortMap(
-            variant.key, module, variant.map_for(cfg), family.canonical_shapes(cfg), variant.fixed
+            variant.key, module, variant.map_for(cfg), family.canonical_shapes(cfg, variant.traits), variant.fixed
         )
         if weights is not None:
-            portmap.load(weights)
+            portmap.load({n: t for n, t in weights.items() if n in portmap.canonical_shapes})
     return module, portmap
 
 

@@ -5,16 +5,33 @@ behind the guard; and the one line for a variants file that failed to import."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from harness.base.boundary import FailedReason, UserCodeError, guarded, tensor_result
 from harness.base.config import Config
-from harness.base.errors import RegistryError
+from harness.base.errors import RegistryError, not_python_source
+from harness.base.process_state import ProcessExit
 
 if TYPE_CHECKING:
     from harness.registry import Variant
+
+
+def takes_case(supports: Callable[..., Any]) -> bool:
+    """Whether a ``supports`` function takes the case name too (two positional parameters)."""
+    try:
+        params = inspect.signature(supports).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    kinds = [p.kind for p in params]
+    return inspect.Parameter.VAR_POSITIONAL in kinds or sum(
+        k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in kinds) >= 2
+
+
+def call_supports(supports: Callable[..., Any], cfg: Config, case: str | None = None) -> Any:
+    return supports(cfg, case) if takes_case(supports) else supports(cfg)
 
 
 def variant_files(variant: Variant) -> tuple[str, ...]:
@@ -32,10 +49,11 @@ def guard(variant: Variant) -> Variant:
     def wrap(stage, fn, check=None):
         return guarded(stage, fn, files=files, who=variant.key, check=check)
     checked_supports = wrap("supports", variant.supports, _reason)
+    with_case = takes_case(variant.supports)
 
-    def supports(cfg: Config) -> str | None:  # a failing supports skips the variant, said as its error
+    def supports(cfg: Config, case: str | None = None) -> str | None:  # a failing supports: its error row
         try:
-            return checked_supports(cfg)
+            return checked_supports(cfg, case) if with_case else checked_supports(cfg)
         except UserCodeError as exc:
             return FailedReason(exc)
 
@@ -76,10 +94,16 @@ def import_failure(given: str, resolved: Path, failed: UserCodeError) -> str:
     exc = failed.original
     if isinstance(exc, RegistryError):
         return f"variant file '{given}': {exc}"
+    source = None if exc is None else not_python_source(exc)
+    if source is not None:  # a binary, null bytes, another encoding: no line to name
+        return f"variant file '{given}' is not valid Python source: {source}"
     if isinstance(exc, SyntaxError):  # its own lineno is the user's line; the traceback's is ours
         where = exc.filename if exc.filename and Path(exc.filename).resolve() != resolved else None
         return (f"variant file '{given}' has a syntax error at line {exc.lineno}"
                 f"{f' of {where}' if where else ''}: {exc.msg}")
+    if isinstance(exc, ProcessExit):
+        return (f"variant file '{given}' called os._exit({exc.code!r}) at import{where_in(exc, resolved)}: a variants "
+                "file must not end the process; guard script code with if __name__ == '__main__':")
     if isinstance(exc, SystemExit):
         return (f"variant file '{given}' exited at import with SystemExit({exc.code!r}){where_in(exc, resolved)}: "
                 "a variants file must not call sys.exit; guard script code with if __name__ == '__main__':")

@@ -31,7 +31,10 @@ only self-attention can fill (T = S, as many K/V heads as query heads: the cases
 ``mask``: ``bool`` (B, 1, T, S) True = may attend; ``additive`` (B, 1, T, S) float, 0 or
 -inf; ``additive_min``: 0 or the dtype's finfo.min (HF's float masks); ``lengths`` (B,) int64
 key lengths (right padding only: cases with another mask are not run); ``none`` or
-``is_causal`` (no mask argument: only the cases where every key may be attended). The result
+``is_causal`` (no mask argument: only the cases where every key may be attended). An
+additive form gives the ``mask_method`` trait unless the traits declare one: ``additive``
+``additive_bias``, ``additive_min`` ``additive_finfo_min`` (and with it what a row without
+keys gives, ``fully_masked_row`` and ``fully_masked_grad`` by mask method). The result
 is an ordinary ``register(...)`` entry: the module is a small
 ``KernelModule`` holding the function, with no parameters. A function bound to some device
 types declares them, ``devices=DeviceSet(("cuda",), why)``: elsewhere it is skipped with
@@ -59,6 +62,9 @@ LAYOUTS = ("BHSD", "BSHD", "varlen", "qkvpacked", "kvpacked")
 PACKED = ("qkvpacked", "kvpacked")  # (B, L, n, H, d) stacks, heads second to last as BSHD
 MASK_FORMS = ("bool", "additive", "additive_min", "lengths", "none", "is_causal")
 OPTIONS = ("causal", "window", "softcap", "dropout_p", "block")
+# The mask method a mask form implies when the traits do not declare one (the kernel adds the
+# bias it is given); a bool mask keeps the family's default, bool_fill_-inf.
+FORM_METHOD = {"additive": "additive_bias", "additive_min": "additive_finfo_min"}
 # The case masks each mask form can express.
 FORM_CASES = {
     "bool": ("none", "right", "arbitrary"), "additive": ("none", "right", "arbitrary"),
@@ -134,9 +140,10 @@ def kernel_call(module: KernelModule, i: Mapping[str, Any]) -> torch.Tensor:
 
 
 def kernel_cases(mask: str, options: tuple[str, ...]) -> tuple[str, ...]:
-    """The family's cases a kernel with this mask form and these options can take."""
-    return tuple(c.name for c in ATTENTION_KERNEL.cases
-                 if CASE_MASKS[c.name] in FORM_CASES[mask]
+    """The family's cases a kernel with this mask form and these options can take (a regime
+    case, ``self@large``, applies where its base case does)."""
+    return tuple(c.name for c in ATTENTION_KERNEL.cases if not c.base
+                 and CASE_MASKS[c.name] in FORM_CASES[mask]
                  and all(need in options for need in CASE_NEEDS.get(c.name, ())))
 
 
@@ -152,8 +159,11 @@ def register_kernel(*, id: str, fn: Callable, layout: str = "BHSD", mask: str = 
     if not callable(fn):
         raise RegistryError(f"kernel '{id}': fn {fn!r} is not callable")
     options = accepted_options(fn)
+    form = "lengths" if layout == "varlen" else mask
     traits = dict(traits or {})
-    cases = kernel_cases("lengths" if layout == "varlen" else mask, options)
+    if form in FORM_METHOD:
+        traits.setdefault("mask_method", FORM_METHOD[form])
+    cases = kernel_cases(form, options)
     if layout == "qkvpacked":
         cases = tuple(c for c in cases if c in SELF_CASES)
     if "cases" in traits:
@@ -161,7 +171,7 @@ def register_kernel(*, id: str, fn: Callable, layout: str = "BHSD", mask: str = 
     if not cases:
         raise RegistryError(f"kernel '{id}': no case of attention_kernel fits mask={mask!r} "
                             f"and the options {list(options)}")
-    if len(cases) < len(ATTENTION_KERNEL.cases):
+    if len(cases) < len([c for c in ATTENTION_KERNEL.cases if not c.base]):
         traits["cases"] = cases
 
     def config_reason(cfg) -> str | None:

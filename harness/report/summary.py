@@ -1,7 +1,9 @@
 """REPORT.md's first screen: the machine's state, then one table with a row per variant
-answering the three questions side by side: is it the same as its family's reference, how
-much faster or slower is it forward and forward + backward, and how much memory does it
-take. Rows measured in a disturbed window are marked and not claimed."""
+answering the three questions side by side: is it the same as its nearest reference (the
+variant of its family whose declared traits are closest, ``harness.registry.nearest``), how
+much faster or slower is it forward and forward + backward than the family's baseline, and
+how much memory does it take. Rows measured in a disturbed window are marked and not
+claimed."""
 
 from __future__ import annotations
 
@@ -13,10 +15,13 @@ import pandas as pd
 from tabulate import tabulate
 
 from harness.base.verdicts import Verdict
+from harness.bench.measured import Status
 from harness.check.results import PairResult
-from harness.registry import reference_of
+from harness.registry import REGISTRY, reference_of
+from harness.registry.nearest import ranked_references
 
 REASON_WIDTH = 56
+CELL_WIDTH = 48  # the summary's verdict cell, before a declared error's dtypes
 MODES = ("fwd", "fwd+bwd")
 NOT_CLAIMED = "(d) not claimed"
 
@@ -30,23 +35,25 @@ def _verdict(value) -> Verdict:
 
 @dataclass(frozen=True)
 class ReferenceVerdict:
-    """A variant against its family's reference over every case, dtype and config the check
-    ran: the worst verdict where both ran (with the declared difference that explains it), and
-    apart from it the errors a declaration expects (a mask fill a dtype cannot hold: an
-    outcome of the variant's own code, not a failure to compare), per dtype."""
+    """A variant against its nearest reference (``against``) over every case, dtype and
+    config the check ran: the worst verdict where both ran (with the declared difference that
+    explains it), and apart from it the errors a declaration expects (a mask fill a dtype
+    cannot hold: an outcome of the variant's own code, not a failure to compare), per dtype."""
 
     verdict: Verdict | None                          # None: no pair ran (every one a declared error)
     why: str = ""
     declared_errors: tuple[tuple[str, str], ...] = ()  # (dtype, the declaration), each once
     contradicts: bool = False
+    against: str = ""                                # the id of the variant it was compared with
+
+    def head(self) -> str:
+        """'equivalent vs fused_explicit': the verdict and what it was taken against."""
+        text = "-" if self.verdict is None else "equivalent" if self.verdict.agrees else str(self.verdict)
+        return f"{text} vs {self.against}" if self.against else text
 
     def __str__(self) -> str:
-        if self.verdict is None:
-            text = "-"
-        elif self.verdict.agrees:
-            text = "equivalent"
-        else:
-            text = str(self.verdict)
+        text = self.head()
+        if self.verdict is not None and not self.verdict.agrees:
             if self.why:
                 text += f" ({self.why[:REASON_WIDTH]}{'...' if len(self.why) > REASON_WIDTH else ''})"
         by_dtype: dict[str, list[str]] = {}
@@ -59,15 +66,32 @@ class ReferenceVerdict:
         return text
 
 
+def compared_with(family: str, variant: str, results: list[PairResult]) -> tuple[str, list[PairResult]]:
+    """The nearest reference of ``variant`` that the check compared it with (``ranked_references``;
+    the family's reference for a variant no longer registered), and those pairs; ('', [])
+    when the check ran no such pair."""
+    ours = [r for r in results if r.family == family and variant in (r.a, r.b)]
+    registered = REGISTRY.get(f"{family}/{variant}")
+    ref = reference_of(family)
+    ranked = ([n.candidate.id for n in ranked_references(registered)] if registered is not None
+              else [ref.id] if ref is not None else [])
+    for other in ranked:
+        mine = [r for r in ours if {r.a, r.b} == {other, variant}]
+        if mine:
+            return other, mine
+    return "", []
+
+
 def reference_verdict(family: str, variant: str, results: list[PairResult] | None) -> ReferenceVerdict | str:
-    """The variant's ``ReferenceVerdict``; 'reference' for the reference itself, '-' when the
-    check did not run (--skip-check) or has no such pair."""
+    """The variant's ``ReferenceVerdict`` against its nearest reference; 'reference' for the
+    family's reference itself, '-' when the check did not run (--skip-check) or has no pair
+    of it."""
     ref = reference_of(family)
     if ref is not None and ref.id == variant:
         return "reference"
-    if not results or ref is None:
+    if not results:
         return "-"
-    mine = [r for r in results if r.family == family and {r.a, r.b} == {ref.id, variant}]
+    against, mine = compared_with(family, variant, results)
     if not mine:
         return "-"
     declared = [r for r in mine if _verdict(r.verdict) == Verdict.ERROR and r.expected == Verdict.ERROR
@@ -78,27 +102,31 @@ def reference_verdict(family: str, variant: str, results: list[PairResult] | Non
     return ReferenceVerdict(
         verdict=None if worst is None else _verdict(worst.verdict), why=why,
         declared_errors=tuple(dict.fromkeys((r.dtype, r.declared) for r in declared)),
-        contradicts=not all(r.ok for r in mine))
+        contradicts=not all(r.ok for r in mine), against=against)
 
 
 def verdict_against_reference(family: str, variant: str, results: list[PairResult] | None) -> str:
-    """'reference', 'equivalent', 'different (declared: ...)', '...; float16: declared error
-    (...)' over every case, dtype and config the check ran; '-' when it did not run."""
+    """'reference', 'equivalent vs ID', 'different vs ID (declared: ...)', '...; float16:
+    declared error (...)' over every case, dtype and config the check ran; '-' when it did
+    not run."""
     return str(reference_verdict(family, variant, results))
 
 
 def short_verdict(outcome: ReferenceVerdict | str) -> str:
-    """The summary's cell: the verdict and the names of the traits that explain it
-    ('different: eps, norm_formula'), the dtypes where a declared error took the place of a
-    comparison; '!' first where it contradicts the declaration."""
+    """The summary's cell: the verdict, the variant it was taken against and the names of
+    the traits that explain it ('different vs torch_layernorm: eps, norm_formula'), the
+    dtypes where a declared error took the place of a comparison; '!' first where it
+    contradicts the declaration."""
     if isinstance(outcome, str):  # 'reference', or '-' where no pair ran
         return outcome
     v = outcome.verdict
-    text = "-" if v is None else "equivalent" if v.agrees else str(v)
+    text = outcome.head()
     if v is not None and not v.agrees:
-        traits = re.findall(r"(?:^|; )(\w+): ", outcome.why)
-        if traits:
-            text += ": " + ", ".join(dict.fromkeys(traits))
+        traits = list(dict.fromkeys(re.findall(r"(?:^|; )(\w+): ", outcome.why)))
+        if traits:  # as many names as fit the cell, then how many more (the table stays a table)
+            shown = [t for i, t in enumerate(traits) if len(text) + len(", ".join(traits[:i + 1])) <= CELL_WIDTH]
+            shown = shown or traits[:1]
+            text += ": " + ", ".join(shown) + (f" +{len(traits) - len(shown)}" if len(shown) < len(traits) else "")
         elif outcome.why and outcome.why != str(v):
             text += ": " + outcome.why[:30]
     dtypes = list(dict.fromkeys(dtype for dtype, _ in outcome.declared_errors))
@@ -114,7 +142,7 @@ def _disturbed(row: pd.Series) -> bool:
 def _ratio(row: pd.Series | None) -> str:
     if row is None:
         return "-"
-    if row.get("status") != "ok":
+    if row.get("status") != Status.OK:
         return str(row.get("status"))
     if _disturbed(row):
         return NOT_CLAIMED
@@ -131,7 +159,7 @@ def _baseline_ratio(row: pd.Series | None) -> str:
     a disturbed window marks the other rows' ratios, which are the claims)."""
     if row is None:
         return "-"
-    return "1.00x" if row.get("status") == "ok" else str(row.get("status"))
+    return "1.00x" if row.get("status") == Status.OK else str(row.get("status"))
 
 
 def _mib(row: pd.Series | None) -> str:
@@ -181,7 +209,7 @@ def machine_lines(cases: pd.DataFrame, peaks: pd.DataFrame) -> list[str]:
 def summary_table(cases: pd.DataFrame, results: list[PairResult] | None,
                   peaks: pd.DataFrame | None = None) -> list[str]:
     """The first screen: the machine's state, then per variant (each family's reference first,
-    marked as the baseline: the 1.00x every ratio is taken against) its verdict against the family's reference, its
+    marked as the baseline: the 1.00x every ratio is taken against) its verdict against its nearest reference, its
     speed against the baseline forward and forward + backward at the headline shape of each
     mode, with the 90% interval, and its peak memory."""
     peaks = pd.DataFrame() if peaks is None else peaks
@@ -217,6 +245,7 @@ def summary_table(cases: pd.DataFrame, results: list[PairResult] | None,
     if not any(not t["variant"].endswith(" (baseline)") for t in table):
         lines += ["Only the families' references were timed: no variant to compare with them.", ""]
     lines += [
+        "Verdict: against the variant named, the one whose declared traits are nearest (docs/benchmarking.md). "
         "Speed: baseline time / variant time (> 1 is faster) with its 90% bootstrap interval; `-`: not timed at "
         "that shape. Peak MiB: tensor memory, forward + backward where timed. `!`: the verdict contradicts what "
         "the variant declares; `(baseline)`: the family's reference, the 1.00x its ratios are taken against.",

@@ -27,6 +27,7 @@ import torch
 
 from harness.base.boundary import describe, variant_failure
 from harness.base.config import Config
+from harness.base.failures import harness_traceback, traceback_if_any
 from harness.base.verdicts import Verdict
 from harness.check.tensors import compare_tensors
 from harness.families.models import Decoding
@@ -57,13 +58,14 @@ class CacheParityResult:
     ok: bool
     steps: list = field(default_factory=list)   # StepVerdict per call
     error: str = ""   # the model's code raised or answered wrongly: this row, the others go on
+    traceback: str | None = None  # where the harness itself failed: its whole traceback (then in as_dict)
 
     @property
     def first_bad(self) -> StepVerdict | None:
         return next((s for s in self.steps if not matches(s.verdict, Verdict.EQUIVALENT)), None)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return traceback_if_any(asdict(self))
 
 
 def schedules(length: int) -> dict[str, list[int]]:
@@ -95,7 +97,8 @@ def _check(family: str, cfg: Config) -> list[CacheParityResult]:
             except Exception as exc:  # this model's failure: its error row, the others go on
                 if not variant_failure(exc):
                     raise
-                results.append(CacheParityResult(family, variant.id, side, "-", False, error=describe(exc)))
+                results.append(CacheParityResult(family, variant.id, side, "-", False, error=describe(exc),
+                                                 traceback=harness_traceback(exc)))
     return results
 
 

@@ -231,11 +231,13 @@ def tokenize(folder: Path, texts: list[str], cfg: Config, length: int | None = N
 
 
 def inputs_of(family: str, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The family's call on unpadded sequences: every token real, positions 0..T-1."""
+    """The family's call on unpadded sequences: every token real, positions 0..T-1, one
+    sequence per row (segments 0)."""
     pad = torch.ones_like(tokens, dtype=torch.bool)
     out = {"tokens": tokens, "pad": pad}
     if family == "llama_model":
         out["positions"] = torch.arange(tokens.shape[1]).expand_as(tokens).contiguous()
+        out["segments"] = torch.zeros_like(tokens)
     return out
 
 

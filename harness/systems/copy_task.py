@@ -57,7 +57,8 @@ def _train_copy(variant, decoding, cfg, steps, batch, *, length, warmup, eval_ba
     decoding on ``eval_batch`` fresh sequences: exact-match and token accuracy."""
     cfg = cfg.replace(vocab=COPY_VOCAB, dropout=0.0, src_len=length, tgt_len=length)
     family = _model_family(variant.family)
-    weights = zero_unrepresented(family.canonical_weights(cfg), absent_fills(variant.map_for(cfg)))
+    weights = zero_unrepresented(family.canonical_weights(cfg, traits=variant.traits),
+                                 absent_fills(variant.map_for(cfg)))
     module, _ = build(variant, cfg, weights=weights)
     module.train()
     warmup = warmup or max(1, steps // 4)

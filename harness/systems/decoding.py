@@ -10,6 +10,7 @@ import torch
 
 from harness.base.boundary import describe, failure_text, variant_failure
 from harness.base.config import Config
+from harness.base.failures import harness_traceback, traceback_if_any
 from harness.base.verdicts import Verdict
 from harness.check.tensors import compare_tensors
 from harness.families.models import PAD, Decoding
@@ -99,9 +100,10 @@ class DecodeResult:
     logprob_max_abs: float = math.nan
     note: str = ""
     error: str = ""   # a model that failed (its code raised or answered wrongly): the pair's row says it
+    traceback: str | None = None  # where the harness itself failed: its whole traceback (then in as_dict)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return traceback_if_any(asdict(self))
 
 
 def _margin(decoding: Decoding, variant: Variant, module, inputs: dict, row: int, *, generated: list[int]) -> float:
@@ -155,7 +157,7 @@ def _compare_greedy(family: str, cfg: Config) -> list[DecodeResult]:
         if not variant_failure(exc):
             raise exc
         return DecodeResult(family, a, b, expected, reason, False, False, "", math.nan, math.nan,
-                            error=failure_text(exc))
+                            error=failure_text(exc), traceback=harness_traceback(exc))
 
     for v, d in decodable(family, cfg):  # a model's own loop against the argmax of its own step
         if d.greedy is None:
@@ -230,9 +232,10 @@ class CacheResult:
     noise_ratio: float
     steps: int
     error: str = ""   # the model's code raised or answered wrongly: this row, the others go on
+    traceback: str | None = None  # where the harness itself failed: its whole traceback (then in as_dict)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return traceback_if_any(asdict(self))
 
 
 def step_logprobs(decoding: Decoding, module, inputs: dict, tokens: torch.Tensor, cached: bool) -> torch.Tensor:
@@ -270,7 +273,8 @@ def _check_cache(family: str, cfg: Config) -> list[CacheResult]:
             if not variant_failure(exc):
                 raise
             results.append(CacheResult(family, variant.id, decoding.cache, Verdict.ERROR.value, False, math.nan,
-                                       math.nan, tokens.size(1), error=describe(exc)))
+                                       math.nan, tokens.size(1), error=describe(exc),
+                                       traceback=harness_traceback(exc)))
             continue
         v = max(checks, key=lambda c: (not matches(c.verdict, Verdict.EQUIVALENT), c.max_abs))
         results.append(CacheResult(family, variant.id, decoding.cache, v.verdict,

@@ -84,12 +84,13 @@ class Models:
             out = out | self.checker.fills(v)
         return out
 
-    def weights(self, zero: Fills) -> dict[str, torch.Tensor]:
-        weights = self.checker.weights(self.family, zero)
+    def weights(self, zero: Fills, variant: Variant | None = None) -> dict[str, torch.Tensor]:
+        """The canonical weights (those ``variant``'s traits bring among them), ``zero`` filled."""
+        weights = self.checker.weights(self.family, zero, variant.traits if variant else None)
         return self.transform(weights) if self.transform else weights
 
     def get(self, variant: Variant, zero: Fills, dtype: torch.dtype = torch.float32):
         key = (variant.key, zero, dtype)
         if key not in self._built:
-            self._built[key] = build(variant, self.cfg, dtype=dtype, weights=self.weights(zero))[0]
+            self._built[key] = build(variant, self.cfg, dtype=dtype, weights=self.weights(zero, variant))[0]
         return self._built[key]

@@ -32,6 +32,7 @@ import torch
 
 from harness.base.boundary import failure_text, variant_failure
 from harness.base.config import Config
+from harness.base.failures import harness_traceback, traceback_if_any
 from harness.base.verdicts import Verdict
 from harness.registry import variants_of
 from harness.systems.models import Models, _memo, expectation
@@ -57,6 +58,7 @@ class ParityResult:
     ok: bool                 # an equivalent pair must agree; a different one may look alike (hidden)
     kl_per_position: list = field(default_factory=list)  # the worst row's KL at each position
     error: str = ""   # one of the two failed (its code raised or answered wrongly): the pair's row
+    traceback: str | None = None  # where the harness itself failed: its whole traceback (then in as_dict)
 
     @property
     def hidden(self) -> bool:
@@ -65,7 +67,7 @@ class ParityResult:
         return self.expected != Verdict.EQUIVALENT and self.agrees
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "hidden": self.hidden}
+        return traceback_if_any({**asdict(self), "hidden": self.hidden})
 
 
 def token_kl(logp_a: torch.Tensor, logp_b: torch.Tensor) -> torch.Tensor:
@@ -112,7 +114,7 @@ def _compare(family: str, cfg: Config) -> list[ParityResult]:
                     outs[v.key, zero] = v.call(models.get(v, zero), inputs).detach()
             return outs[v.key, zero]
 
-        for va, vb in itertools.combinations(variants, 2):
+        for va, vb in itertools.combinations([v for v in variants if not v.refuses(cfg, case=case.name)], 2):
             zero = models.zero(va, vb)
             try:
                 la, lb = run(va, zero), run(vb, zero)
@@ -122,7 +124,8 @@ def _compare(family: str, cfg: Config) -> list[ParityResult]:
                 expected, reason = expectation(fam, va, vb)
                 results.append(ParityResult(family, va.id, vb.id, case.name, expected.value, reason, math.nan,
                                             math.nan, "-", math.nan, math.nan, False, False,
-                                            error=failure_text(exc)))
+                                            error=failure_text(exc),
+                                            traceback=harness_traceback(exc)))
                 continue
             kl = token_kl(la, lb).masked_fill(~real, 0.0)                   # (B, T)
             flat = int(kl.argmax())

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from harness.base.boundary import failure_text, user_code, variant_failure
 from harness.base.config import Config
+from harness.base.failures import harness_traceback, traceback_if_any
 from harness.base.verdicts import Verdict
 from harness.check.tensors import compare_tensors, worst
 from harness.families.models import PAD, START
@@ -34,9 +35,10 @@ class StepResult:
     max_abs: float
     noise_ratio: float
     error: str = ""   # one of the two failed (its code raised or answered wrongly): the pair's row
+    traceback: str | None = None  # where the harness itself failed: its whole traceback (then in as_dict)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return traceback_if_any(asdict(self))
 
 
 def _labels(family: str, inputs: dict, cfg: Config) -> torch.Tensor:
@@ -77,7 +79,7 @@ def _compare_train_step(family: str, cfg: Config) -> list[StepResult]:
     def run(v, zero, dtype):
         key = (v.key, zero, dtype)
         if key not in after:
-            after[key] = train_step(v, cfg, models.weights(zero), models.inputs, labels, dtype)
+            after[key] = train_step(v, cfg, models.weights(zero, v), models.inputs, labels, dtype)
         return after[key]
 
     results = []
@@ -91,7 +93,8 @@ def _compare_train_step(family: str, cfg: Config) -> list[StepResult]:
                 raise
             expected, reason = expectation(fam, a, b)
             results.append(StepResult(family, a.id, b.id, expected, reason, Verdict.ERROR.value, False, "-",
-                                      math.nan, math.nan, error=failure_text(exc)))
+                                      math.nan, math.nan, error=failure_text(exc),
+                                      traceback=harness_traceback(exc)))
             continue
         verdicts = {n: compare_tensors(pa[n], pb[n], pa64[n], pb64[n], torch.float32) for n in pa}
         name = max(verdicts, key=lambda n: (verdicts[n].verdict.rank, verdicts[n].max_abs))

@@ -10,7 +10,8 @@ from harness.base.verdicts import Verdict
 from harness.check.mismatch import mismatch
 from harness.check.precision import DEFAULT_TOLERANCE
 from harness.check.tensors import NOISE_MULTIPLE, noise_of
-from harness.trace.divergence import TraceRow, agrees, trace_variant
+from harness.trace.diff_result import Attribution, TraceRow
+from harness.trace.divergence import agrees, trace_variant
 from harness.trace.recording import Trace
 
 
@@ -45,13 +46,13 @@ def _feed_point(row: TraceRow, ta: Trace, tb: Trace) -> tuple[str, torch.Tensor]
     fed A's attention output, which is its output projection's output)."""
     unit = row.unit
     ob = tb.units.get(unit)
-    if ob is not None and ob.how.startswith("module"):
+    if ob is not None and ob.hooked:
         value = _unit_value(ta, unit, row.what)
         return None if value is None else (f"{unit}:in" if row.what == "in" else unit, value)
     while "." in unit:
         unit = unit.rsplit(".", 1)[0]
         ob = tb.units.get(unit)
-        if ob is not None and ob.how.startswith("module"):
+        if ob is not None and ob.hooked:
             value = _unit_value(ta, unit, "out")
             if value is None:
                 value = _unit_value(ta, f"{unit}.o", "out")
@@ -59,7 +60,7 @@ def _feed_point(row: TraceRow, ta: Trace, tb: Trace) -> tuple[str, torch.Tensor]
     return None
 
 
-def attribute(va, vb, ta, ta64, tb, *, tb64, rows, cfg, inputs, weights, dtype, device) -> dict:
+def attribute(va, vb, ta, ta64, tb, *, tb64, rows, cfg, inputs, weights, dtype, device) -> Attribution:
     """Feed A's first diverging sub-module output into B and run on; while B's output
     still differs, feed the next sub-module that still diverges in the fed run."""
     patches: dict[str, torch.Tensor] = {}
@@ -89,10 +90,7 @@ def attribute(va, vb, ta, ta64, tb, *, tb64, rows, cfg, inputs, weights, dtype, 
         if tp.output is None:
             break
         if _agree(tp.output, ref, noise, dtype).verdict.agrees:
-            names = " + ".join(patches)
-            return {"patched": list(patches), "agrees": True,
-                    "text": f"with A's {names} fed into B, B's output agrees with A's: the whole "
-                            f"difference comes from {'there' if len(patches) == 1 else 'those'}"}
+            return Attribution(tuple(patches), agrees=True)
         for r in observed:  # what still diverges once fed (noise from the runs not fed)
             got, want = _unit_value(tp, r.unit, r.what), _unit_value(ta, r.unit, r.what)
             if got is None or want is None or got.shape != want.shape:
@@ -100,7 +98,4 @@ def attribute(va, vb, ta, ta64, tb, *, tb64, rows, cfg, inputs, weights, dtype, 
             unit_noise = max(_noise(want, _unit_value(ta64, r.unit, r.what)),
                              _noise(_unit_value(tb, r.unit, r.what), _unit_value(tb64, r.unit, r.what)))
             current[(r.unit, r.what)] = _agree(got.double(), want.double(), unit_noise, dtype).verdict
-    return {"patched": list(patches), "agrees": False,
-            "text": ("no sub-module of B to feed (none observed as a module)" if not patches else
-                     f"with A's {' + '.join(patches)} fed into B, the outputs still differ: the difference "
-                     "is not inside the traced sub-modules alone (their order or wiring differs)")}
+    return Attribution(tuple(patches), agrees=False)

@@ -19,6 +19,7 @@ from harness.base.config import Config
 from harness.check.runs import cast_inputs, cotangent
 from harness.check.tensors import compare_tensors
 from harness.registry import Variant, build
+from harness.trace.diff_result import BackwardDivergence
 
 Step = tuple[str, list]   # (op name, the gradients it returned, float64 on CPU, None where absent)
 
@@ -42,7 +43,7 @@ def backward_steps(variant: Variant, cfg: Config, inputs64: Mapping[str, Any],
     family = variant.family_spec
     module, _ = build(variant, cfg, dtype=torch.float64, weights=weights)
     inputs = cast_inputs(inputs64, torch.float64, "cpu", family.grad_inputs)
-    out = variant.call(module, inputs)
+    out = family.specified(inputs, variant.call(module, inputs))
     if not isinstance(out, torch.Tensor) or out.grad_fn is None:
         return []
     leaves = {id(t): n for n, t in inputs.items() if isinstance(t, torch.Tensor) and t.requires_grad}
@@ -93,7 +94,7 @@ def _ops(names: list[str], most: int = 4) -> str:
 
 
 def backward_divergence(a: Variant, b: Variant, cfg: Config, inputs64: Mapping[str, Any],
-                        weights: Mapping[str, torch.Tensor]) -> dict | None:
+                        weights: Mapping[str, torch.Tensor]) -> BackwardDivergence | None:
     """The first backward step (by op, A's execution order) whose gradients differ from
     the step B runs in its place, and the ops where the two graphs part before it; None
     when every aligned step agrees."""
@@ -112,6 +113,5 @@ def backward_divergence(a: Variant, b: Variant, cfg: Config, inputs64: Mapping[s
                         f"{i1 + k + 1} of {len(sa)}, B's {j1 + k + 1} of {len(sb)}; max_abs {gap:.3g})")
                 if parted:
                     text += f", after the graphs part: A runs {parted[0]} where B runs {parted[1]}"
-                return {"op": op, "step_a": i1 + k, "step_b": j1 + k, "max_abs": gap, "parted": parted,
-                        "text": text}
+                return BackwardDivergence(op, i1 + k, j1 + k, gap, parted, text)
     return None

@@ -10,10 +10,11 @@ import torch
 
 from harness.check.tensors import compare_tensors
 from harness.systems.checkpoint_sides import Comparison, canonical_weights, inputs_of
-from harness.trace.divergence import agrees, locate, trace_rows, trace_variant
+from harness.trace.diff_result import DivergenceKind, FirstDivergence, TraceRow
+from harness.trace.divergence import agrees, locate, mark_first, trace_rows, trace_variant
 
 
-def first_divergence(comparison: Comparison, tokens: torch.Tensor) -> dict | None:
+def first_divergence(comparison: Comparison, tokens: torch.Tensor) -> FirstDivergence | None:
     """``locate``'s answer (unit, row, kind, text) for the reference against the port, in the
     comparison's dtype with float64 runs for the noise; None when every unit agrees."""
     c = comparison
@@ -26,18 +27,19 @@ def first_divergence(comparison: Comparison, tokens: torch.Tensor) -> dict | Non
     tb = trace_variant(port.variant, c.cfg, inputs, w_port, c.dtype, backward=False, others=ta.units)
     for t in (ta, tb, ta64, tb64):
         if t.error:
-            return {"unit": "", "row": "", "kind": "error", "text": f"{t.variant}: {t.error}"}
+            return FirstDivergence("", "", DivergenceKind.ERROR, f"{t.variant}: {t.error}")
     rows = innermost(trace_rows(ta, tb, ta64, tb64, c.dtype))
     found = locate(rows)
     if found is None and not compare_tensors(ta.output, tb.output, ta64.output, tb64.output, c.dtype).verdict.agrees:
         last = next((r.unit for r in reversed(rows) if agrees(r.verdict)), "")
-        found = {"unit": "output", "row": "output", "kind": "computation",
-                 "text": "every sub-module observed on both sides agrees" + (f" (the last: {last})" if last else "")
-                         + "; the outputs differ after them: the output head"}
+        said = f" (the last: {last})" if last else ""
+        found = FirstDivergence("output", "output", DivergenceKind.COMPUTATION,
+                                f"every sub-module observed on both sides agrees{said}; the outputs differ after "
+                                "them: the output head")
     return found
 
 
-def innermost(rows: list) -> list:
+def innermost(rows: list[TraceRow]) -> list[TraceRow]:
     """``rows`` with the first divergence moved from a unit into the first of its
     sub-units that diverges, as deep as one does (a model's rows start with a whole
     layer, whose own output differs whenever anything inside it does)."""
@@ -51,6 +53,4 @@ def innermost(rows: list) -> list:
         if inner is None:
             break
         first, unit = inner, rows[inner].unit
-    for i, r in enumerate(rows):
-        r.first = i == first
-    return rows
+    return mark_first(rows, first)

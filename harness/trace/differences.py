@@ -17,11 +17,13 @@ from typing import Iterable
 import torch
 
 from harness.base.config import Config
+from harness.base.errors import ConfigError
 from harness.base.numbers import fmt as _fmt
 from harness.base.verdicts import Verdict
 from harness.check.api import run_check
 from harness.check.mismatch import mismatch
 from harness.check.results import PairResult, PathResult
+from harness.check.run_keys import Mode
 from harness.check.runs import RunCache, applicable
 from harness.families.catalog import FAMILIES, get_family
 from harness.registry import get_variant, variants_of
@@ -129,7 +131,7 @@ def kernel_findings(family: str, paths: list[PathResult], cfg: Config,
         zero = checker.fills(v)
         dtype = getattr(torch, p.dtype)
         grad = checker.run(v, p.case, zero, dtype).tensors.get("output")
-        inf = checker.run(v, p.case, zero, dtype, mode="inference").tensors.get("output")
+        inf = checker.run(v, p.case, zero, dtype, mode=Mode.INFERENCE).tensors.get("output")
         if grad is None or inf is None:
             out.append(f"- `{p.variant}` on `{p.case}` ({p.dtype}): one path failed "
                        f"(autograd `{p.path_autograd}`, no_grad `{p.path_inference}`)")
@@ -173,9 +175,16 @@ def _boundaries(family: str, classes: list[list[str]], mine: list[PairResult], c
             f64 = measure_gap(checker, family, a, b, r.case, dtype=torch.float64)
             effects.append(f"{r.case}: fwd {_fmt(f32[0])} / {_fmt(f64[0])}, grad {_fmt(f32[1])} / {_fmt(f64[1])}"
                            + (f" ({f64[2]})" if f64[2] else "") + ("" if r.ok else " (CONTRADICTS a declaration)"))
-        d = diff_pair(family, va, vb, case, cfg, "float32", hints=False)
-        out.append(Boundary(a, b, reasons, effects, case, summary_text(d)))
+        out.append(Boundary(a, b, reasons, effects, case, _traced(family, va, vb, case, cfg, "float32", False)))
     return out
+
+
+def _traced(family: str, a, b, case: str, cfg: Config, dtype: str, hints: bool) -> str:
+    """``diff``'s summary of the pair, or why it cannot run (parameters of different shapes)."""
+    try:
+        return summary_text(diff_pair(family, a, b, case, cfg, dtype, hints=hints))
+    except ConfigError as exc:
+        return f"not traced: {exc}"
 
 
 def family_findings(family: str, results: list[PairResult], paths: list[PathResult], cfg: Config,
@@ -201,8 +210,8 @@ def family_findings(family: str, results: list[PairResult], paths: list[PathResu
     found.costs = trait_costs(family, ids, checker)
     found.kernel_findings = kernel_findings(family, paths, cfg, checker)
     for r in [r for r in mine if not r.ok][:20]:
-        d = diff_pair(family, r.a, r.b, r.case, cfg, r.dtype, hints=True)
-        found.contradictions.append(Contradiction(r.a, r.b, r.case, r.dtype, r.verdict, r.expected, summary_text(d)))
+        found.contradictions.append(Contradiction(r.a, r.b, r.case, r.dtype, r.verdict, r.expected,
+                                                  _traced(family, r.a, r.b, r.case, cfg, r.dtype, True)))
     return found
 
 

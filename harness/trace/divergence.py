@@ -3,8 +3,8 @@ and which element of which row."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from harness.base.boundary import describe
 from harness.base.config import Config
 from harness.base.errors import HarnessError
+from harness.base.failures import harness_traceback
 from harness.base.verdicts import Verdict
 from harness.check.mismatch import mismatch
 from harness.check.precision import DEFAULT_TOLERANCE
@@ -22,6 +23,7 @@ from harness.check.tensors import NOISE_MULTIPLE, compare_tensors
 from harness.families.base import Family
 from harness.porting.portmap import PortMap
 from harness.registry import Variant, build
+from harness.trace.diff_result import DivergenceKind, FirstDivergence, TraceRow, Where
 from harness.trace.recording import (
     Observed,
     ParamOps,
@@ -51,7 +53,7 @@ class _UnitHooks:
             self.counter[0] += 1
             obs = self.units.get(unit)
             if obs is None:
-                obs = self.units[unit] = Observed(unit, self.counter[0], f"module {self.owners[unit]}")
+                obs = self.units[unit] = Observed(unit, self.counter[0], f"module {self.owners[unit]}", hooked=True)
                 obs.inp = _clone(_first_tensor((args, kwargs)))
             obs.calls += 1
             key = f"{unit}:in"
@@ -134,14 +136,15 @@ def trace_variant(
     except HarnessError:
         raise
     except Exception as exc:  # the variant's constructor failing is a finding: its error, traced no further
-        return Trace(variant.id, {}, None, {}, [], "-", f"building it: {describe(exc)}")
+        return Trace(variant.id, {}, None, {}, [], "-", f"building it: {describe(exc)}",
+                     traceback=harness_traceback(exc))
     inputs = cast_inputs(inputs64, dtype, device, family.grad_inputs if backward else ())
     counter = [0]
-    owners = {u: owner_module(portmap, u) for u in canonical_units(family, cfg)} if portmap else {}
+    owners = {u: owner_module(portmap, u) for u in canonical_units(family, cfg, variant.traits)} if portmap else {}
     hooks = _UnitHooks(owners, dict(patch or {}), counter)
     handles = hooks.install(dict(module.named_modules()) if isinstance(module, nn.Module) else {}, observe)
     mode = ParamOps(dict(portmap.params) if portmap else {}, counter)
-    error = None
+    error, failed = None, None
     out = None
     try:
         if observe:
@@ -152,7 +155,7 @@ def trace_variant(
     except HarnessError:
         raise
     except Exception as exc:  # a variant failing on this case is a finding
-        error = describe(exc)
+        error, failed = describe(exc), harness_traceback(exc)
     finally:
         for h in handles:
             h.remove()
@@ -162,6 +165,7 @@ def trace_variant(
     _label_sources(units, inputs)
     tensors: dict[str, torch.Tensor] = {}
     if isinstance(out, torch.Tensor):
+        out = family.specified(inputs, out)
         tensors["output"] = out.detach().to("cpu", torch.float64 if out.is_floating_point() else out.dtype)
         if backward and family.differentiable and out.requires_grad:
             tensors.update(backward_grads(family, cfg, out, inputs, portmap))
@@ -169,7 +173,7 @@ def trace_variant(
         error = f"adapter returned {type(out).__name__}, not a tensor"
     rec = OpRecorder()
     rec.ops = mode.ops
-    return Trace(variant.id, units, tensors.get("output"), tensors, mode.ops, rec.path(), error)
+    return Trace(variant.id, units, tensors.get("output"), tensors, mode.ops, rec.path(), error, traceback=failed)
 
 
 def _member_paths(portmap: PortMap, unit: str) -> set[str]:
@@ -196,7 +200,7 @@ def _label_sources(units: dict[str, Observed], inputs: Mapping[str, Any]) -> Non
     """Name what each sub-module was fed: a family input, or another sub-module's output."""
     ordered = sorted(units.values(), key=lambda o: o.order)
     for obs in ordered:
-        if obs.inp is None or not obs.how.startswith("module"):
+        if obs.inp is None or not obs.hooked:
             continue
         obs.source = "computed"
         for name, value in inputs.items():
@@ -228,20 +232,6 @@ def _verdict(a, b, a64, b64, dtype):
     return compare_tensors(a, b, a64, b64, dtype)
 
 
-@dataclass
-class TraceRow:
-    unit: str
-    what: str            # "out" or "in" (o:in, the attention output before the output projection)
-    how_a: str
-    how_b: str
-    source_a: str
-    source_b: str
-    verdict: str         # of this intermediate, A against B ("-" where one side is unobserved)
-    max_abs: float
-    input_verdict: str   # of the sub-module's input (where both inputs were observed)
-    first: bool = False
-
-
 def _row_label(unit: str, what: str) -> str:
     proj = _projection_of(unit)
     if what == "in":
@@ -255,7 +245,7 @@ def trace_rows(ta: Trace, tb: Trace, ta64: Trace, tb64: Trace, dtype: torch.dtyp
     order = sorted(ta.units.values(), key=lambda o: o.order)
     names = [o.unit for o in order] + [u for u in sorted(tb.units, key=lambda u: tb.units[u].order)
                                        if u not in ta.units]
-    rows = []
+    rows: list[TraceRow] = []
     for unit in names:
         oa, ob = ta.units.get(unit), tb.units.get(unit)
         a64, b64 = ta64.units.get(unit), tb64.units.get(unit)
@@ -271,14 +261,16 @@ def trace_rows(ta: Trace, tb: Trace, ta64: Trace, tb64: Trace, dtype: torch.dtyp
                 oa.source if oa else "", ob.source if ob else "",
                 tv.verdict if tv else "-", tv.max_abs if tv else math.nan, iv.verdict if iv else "-",
             ))
-    for row in rows:
-        if row.verdict != "-" and not agrees(row.verdict):
-            row.first = True
-            break
-    return rows
+    first = next((i for i, r in enumerate(rows) if r.verdict != "-" and not agrees(r.verdict)), None)
+    return mark_first(rows, first)
 
 
-def locate(rows: list[TraceRow]) -> dict | None:
+def mark_first(rows: list[TraceRow], first: int | None) -> list[TraceRow]:
+    """``rows`` with row ``first`` (None: none) marked as the first divergence."""
+    return [dataclasses.replace(r, first=i == first) for i, r in enumerate(rows)]
+
+
+def locate(rows: list[TraceRow]) -> FirstDivergence | None:
     """The first divergence: where, and of what kind (wiring, computation, inherited)."""
     index = next((i for i, r in enumerate(rows) if r.first), None)
     if index is None:
@@ -289,9 +281,10 @@ def locate(rows: list[TraceRow]) -> dict | None:
     if first.what == "out" and sa and sb and sa != sb:
         named = sb if sb.startswith("output of") else sa if sa.startswith("output of") else ""
         where = named.removeprefix("output of ") or first.unit
-        return {"unit": where, "row": label, "kind": "wiring",
-                "text": f"{where}: wiring differs at {first.unit}: A feeds it {sa}, B feeds it {sb} "
-                        "(a norm placed before vs after?)"}
+        guess = ("(the inputs' roles swapped: in the module, or in its parameter map?)"
+                 if sa.startswith("input ") and sb.startswith("input ") else "(a norm placed before vs after?)")
+        return FirstDivergence(where, label, DivergenceKind.WIRING,
+                               f"{where}: wiring differs at {first.unit}: A feeds it {sa}, B feeds it {sb} {guess}")
     if first.what == "in":
         parent = first.unit.rsplit(".", 1)[0] if "." in first.unit else ""
         inside = [r for r in rows[:index] if r.what == "out" and _projection_of(r.unit) in ("q", "k", "v")
@@ -299,20 +292,21 @@ def locate(rows: list[TraceRow]) -> dict | None:
         agreeing = [r.unit.rsplit(".", 1)[-1] for r in inside if agrees(r.verdict)]
         where = parent or "the attention"
         said = (f"{', '.join(agreeing)} agree, " if agreeing else "")
-        return {"unit": first.unit + ":in", "row": label, "kind": "computation",
-                "text": f"inside {where}: {said}the output before the output projection differs "
-                        f"(scores, mask fill or softmax; max_abs {first.max_abs:.3g})"}
+        return FirstDivergence(first.unit + ":in", label, DivergenceKind.COMPUTATION,
+                               f"inside {where}: {said}the output before the output projection differs "
+                               f"(scores, mask fill or softmax; max_abs {first.max_abs:.3g})")
     if agrees(first.input_verdict):
-        return {"unit": first.unit, "row": label, "kind": "computation",
-                "text": f"{label}: same input, different result (max_abs {first.max_abs:.3g})"}
+        return FirstDivergence(first.unit, label, DivergenceKind.COMPUTATION,
+                               f"{label}: same input, different result (max_abs {first.max_abs:.3g})")
     if first.input_verdict == "-":
-        return {"unit": first.unit, "row": label, "kind": "unknown",
-                "text": f"{label} differs (max_abs {first.max_abs:.3g}); its input is not observed on both sides"}
+        return FirstDivergence(first.unit, label, DivergenceKind.UNKNOWN,
+                               f"{label} differs (max_abs {first.max_abs:.3g}); its input is not observed on "
+                               "both sides")
     before = [r.unit for r in rows[:index] if agrees(r.verdict) and r.what == "out"]
     step = f"the step between {before[-1]} (agrees) and {first.unit}" if before else f"a step before {first.unit}"
-    return {"unit": first.unit, "row": label, "kind": "inherited",
-            "text": f"{label}: its input already differs: {step} (an activation, a residual, a mask, "
-                    f"an unmapped op; max_abs {first.max_abs:.3g})"}
+    return FirstDivergence(first.unit, label, DivergenceKind.INHERITED,
+                           f"{label}: its input already differs: {step} (an activation, a residual, a mask, "
+                           f"an unmapped op; max_abs {first.max_abs:.3g})")
 
 
 # -- where a difference lives --------------------------------------------------------------------
@@ -349,21 +343,7 @@ def row_kind(family: Family, inputs: Mapping[str, Any], tensor: str, index: tupl
     return "row"
 
 
-@dataclass
-class Where:
-    tensor: str
-    verdict: str
-    max_abs: float
-    mismatches: int
-    numel: int
-    worst_index: tuple[int, ...]
-    worst_a: float
-    worst_b: float
-    row_kind: str
-    rows: dict[str, int]   # mismatching elements per kind of row
-
-
-def where_differs(family: Family, inputs, name, a, b, *, a64, b64, dtype) -> Where | None:
+def where_differs(family: Family, inputs, name, a, b, *, a64, b64, dtype) -> Where:
     """Where ``a`` and ``b`` differ, on the one comparison core (``check.mismatch``) under
     the pair's bound (the dtype's rtol, atol raised to the float64 noise multiple): how many
     elements mismatch, the worst one, and per kind of row how many mismatch in it."""

@@ -5,18 +5,19 @@ from __future__ import annotations
 import torch
 
 from harness.base.devices import device_type
-from harness.base.errors import HarnessError, UnknownName
+from harness.base.errors import ConfigError, HarnessError, UnknownName
 from harness.base.masks import one_key_at_most
 from harness.base.verdicts import Verdict
 from harness.check.results import PairResult
 from harness.check.runs import RunCache
-from harness.check.spec import PATH_FINDING
+from harness.check.spec import STATE_KEPT
+from harness.check.verdict import PATH_FINDING
 from harness.families.catalog import get_family
-from harness.registry import get_variant, reference_of
-from harness.trace.kernel_explain import hidden_by_one_key, mistake_fits, mistake_line
+from harness.registry import get_variant, reference_of, variants_of
+from harness.trace.kernel_explain import hidden_by_one_key, mistake_fits, mistake_line, stateful_cases
 from harness.trace.pairs import diff_command, explain_variant, first_divergence
 
-MAX_EXPLAINED = 8  # a trace costs seconds: the first contradictions only
+MAX_EXPLAINED = 8  # a trace costs seconds: the first contradictions only (each variant's mistake is named)
 
 
 class Mistakes:
@@ -41,20 +42,27 @@ class Mistakes:
         """The one line naming the mistake, or saying that no single reading fits ('' where
         nothing is probed)."""
         fits = self._probe(family, variant)
-        return "" if fits is None else mistake_line(fits[1], fits[0])
+        said = "" if fits is None else mistake_line(fits[1], fits[0])
+        stateful = stateful_cases(self.report, variant, family)
+        if stateful:
+            state = f"{STATE_KEPT} on {', '.join(stateful)}"
+            said = f"{state}; elsewhere it {said}" if said else state
+        return said
 
 
 def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mistakes | None = None) -> str:
-    """Each failing variant's named mistake, one line each; then for each (variant, case)
-    whose spec fails: the first divergence against a peer that declares the same traits, or
-    the worst tensor when it has no peer."""
+    """Each failing variant's named mistake, one line each (all of them); then for each of the
+    first ``limit`` (variant, case) whose spec fails: the first divergence against a peer that
+    declares the same traits, or the worst tensor when it has no peer."""
     mistakes = mistakes or Mistakes(report, configs)
     lines, seen = [], set()
     failing = dict.fromkeys((s.family, s.variant) for s in report.specs if not s.ok and s.verdict != Verdict.ERROR)
-    for family, variant in list(failing)[:limit]:  # a probe costs seconds: the first variants only
+    for family, variant in failing:  # every failing variant: a probe costs about a second
         mistake = mistakes.line(family, variant)
         if mistake:
             lines.append(f"  {family}/{variant}: {mistake}")
+    traced = list(dict.fromkeys((s.family, s.variant, s.case) for s in report.specs
+                                if not s.ok and s.verdict != Verdict.ERROR))
     for s in report.specs:
         key = (s.family, s.variant, s.case)
         if s.ok or key in seen or s.verdict == Verdict.ERROR:
@@ -62,14 +70,20 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mist
         seen.add(key)
         if len(seen) > limit:
             loads = diff_command(s.family, s.variant, s.variant, "C", None, "D").partition(" --dtype D")[2]
-            lines.append(f"  ... and more: python -m harness diff {s.family} A B --case C --dtype D --set KEY=VALUE"
+            lines.append(f"  ... traced above: the first {limit} of {len(traced)} failing (variant, case); "
+                         f"python -m harness diff {s.family} A B --case C --dtype D --set KEY=VALUE"
                          f"{loads} traces any pair on any config")
             break
         head = f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): worst tensor {s.worst}"
+        cfg = configs.get(s.config) or get_family(s.family).configs_of(configs).get(s.config)
+        if s.depends_on_earlier_calls:  # a fresh build's trace on this case alone would agree
+            said = next(x for x in s.note.split("; ") if x.startswith(STATE_KEPT))
+            lines.append(f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): {said}\n    reproduce: "
+                         + diff_command(s.family, _peer(s.family), s.variant, s.case, cfg, s.dtype))
+            continue
         if s.verdict != Verdict.DIFFERENT:  # less precise: same function, more rounding; nothing to trace
             lines.append(head + f" ({s.verdict}, {s.ratio:.3g}x the baseline's error)")
             continue
-        cfg = configs.get(s.config) or get_family(s.family).configs_of(configs).get(s.config)
         failing = {f.variant for f in report.specs if f.family == s.family and f.case == s.case
                    and f.config == s.config and not f.ok}  # no peer to trace against
         try:
@@ -84,7 +98,7 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mist
                 s.family, ref.id, s.variant, s.case, cfg, s.dtype if s.dtype != "bool" else "float32")))
             continue
         lines.append(head + "\n" + "\n".join("    " + x for x in d.text.splitlines()))
-        lines.append("    reproduce: " + diff_command(s.family, d.data["a"], d.data["b"], s.case, cfg, d.data["dtype"]))
+        lines.append("    reproduce: " + diff_command(s.family, d.data.a, d.data.b, s.case, cfg, d.data.dtype))
     pairs = [p for p in report.failures if isinstance(p, PairResult) and p.verdict != Verdict.ERROR]
     for p in pairs[:limit]:  # a pair that contradicts its declaration while both specs hold
         cfg = configs.get(p.config) or get_family(p.family).configs_of(configs).get(p.config)
@@ -93,20 +107,35 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mist
     return "\n".join(lines)
 
 
+def _peer(family: str) -> str:
+    """The variant a stateful one's ``diff`` runs beside: the family reference (any variant
+    serves: ``diff`` says which side keeps state)."""
+    ref = reference_of(family) or next(iter(variants_of(family)))
+    return ref.id
+
+
 def explain_differences(report, configs) -> str:
     """One first divergence per declared difference (reason and case), on its first pair
-    and config that shows it."""
-    lines, seen = [], set()
+    and config that shows it and that ``diff`` can run (a pair holding a parameter in two
+    shapes cannot share one set of weights: the next pair with that difference is traced,
+    and a difference no pair can trace says why)."""
+    lines, done, untraced = [], set(), {}
     for p in report.pairs:
         key = (p.family, p.reason, p.case)
-        if p.verdict != Verdict.DIFFERENT or key in seen or p.dtype == "bool":
+        if p.verdict != Verdict.DIFFERENT or key in done or p.dtype == "bool":
             continue
-        seen.add(key)
         cfg = configs.get(p.config) or get_family(p.family).configs_of(configs).get(p.config)
-        d = first_divergence(p.family, p.a, p.b, p.case, cfg, p.dtype, p.device, hints=False)
+        try:
+            d = first_divergence(p.family, p.a, p.b, p.case, cfg, p.dtype, p.device, hints=False)
+        except ConfigError as exc:
+            untraced.setdefault(key, f"  {p.family}: {p.a} ~ {p.b} on {p.case} ({p.config}, {p.dtype}; "
+                                     f"{p.reason})\n    not traced: {exc}")
+            continue
+        done.add(key)
         lines.append(f"  {p.family}: {p.a} ~ {p.b} on {p.case} ({p.config}, {p.dtype}; {p.reason})\n"
                      + "\n".join("    " + x for x in d.text.splitlines())
                      + "\n    reproduce: " + diff_command(p.family, p.a, p.b, p.case, cfg, p.dtype))
+    lines += [line for key, line in untraced.items() if key not in done]
     return "\n".join(lines) or "(none)"
 
 
@@ -120,14 +149,15 @@ def path_findings(report, configs, mistakes: Mistakes | None = None) -> str:
     mistakes = mistakes or Mistakes(report, configs)
     lines, by_case = [], {}
     for s in report.specs:
-        if s.note.startswith(PATH_FINDING):
+        if s.finding is not None:
             lines.append(f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): {s.verdict}, "
-                         f"{s.note.split(';')[0]}")
+                         f"{PATH_FINDING}: {s.finding}")
         by_case.setdefault((s.family, s.variant, s.case), []).append(s)
     for (family, variant, case), specs in by_case.items():
         bad = sorted({s.config for s in specs if not s.ok})
         good = sorted({s.config for s in specs if s.ok} - set(bad))
-        if not (bad and good) or any(s.verdict == Verdict.ERROR for s in specs):
+        if (not (bad and good) or any(s.verdict == Verdict.ERROR for s in specs)
+                or any(s.depends_on_earlier_calls for s in specs)):  # state kept: checked on one config only
             continue
         if mistakes.explains(family, variant):
             continue

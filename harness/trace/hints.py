@@ -132,6 +132,29 @@ def layout_hints(family: Family, a: Variant, b: Variant, case: str, cfg: Config,
                     hints.append(f"{subject.id}: the chunks of {path} look like "
                                  f"({', '.join(p.rsplit('.', 1)[-1] for p in perm)}) in that order; its map "
                                  f"says ({', '.join(g.rsplit('.', 1)[-1] for g in group)})")
+        if not hints:
+            for x, y in _sibling_pairs(subject, cfg, weights):
+                w = dict(weights)
+                for leaf in ("weight", "bias"):
+                    if f"{x}.{leaf}" in w and f"{y}.{leaf}" in w:
+                        w[f"{x}.{leaf}"], w[f"{y}.{leaf}"] = weights[f"{y}.{leaf}"], weights[f"{x}.{leaf}"]
+                if fixes(w):
+                    entries = subject.map_for(cfg)
+                    hints.append(f"{subject.id}: {x} and {y} look swapped (in its map, or in the module's use of "
+                                 f"them): with {x}.weight mapped to {entry_code(entries[f'{y}.weight'])} and "
+                                 f"{y}.weight to {entry_code(entries[f'{x}.weight'])} they agree")
         if hints:
             break
     return hints, tried
+
+
+def _sibling_pairs(variant: Variant, cfg: Config, weights: Mapping[str, torch.Tensor]) -> list[tuple[str, str]]:
+    """Pairs of sibling projections (``k`` and ``v``, ``gate`` and ``up``: the same parent and
+    weight shape) that ``variant`` maps, each one a parameter of its own (no fused chunks)."""
+    entries = variant.map_for(cfg)
+    inner = {n: e.inner if isinstance(e, Transposed) else e for n, e in entries.items()}
+    mapped = [n.removesuffix(".weight") for n in weights if n.endswith(".weight") and n in inner
+              and not isinstance(inner[n], (Absent, Chunk))]
+    parent = lambda n: n.rsplit(".", 1)[0] if "." in n else ""  # noqa: E731
+    return [(x, y) for x, y in itertools.combinations(mapped, 2)
+            if parent(x) == parent(y) and weights[f"{x}.weight"].shape == weights[f"{y}.weight"].shape]

@@ -113,10 +113,11 @@ def judged_dtype(variant: Variant, dtype: str | None = None) -> torch.dtype:
 
 
 def meets_spec(variant: Variant, checker: RunCache, case: str, traits: Mapping[str, Any],
-               dtype: torch.dtype = torch.float64) -> bool | None:
+               dtype: torch.dtype = torch.float64, internal: str | None = None) -> bool | None:
     """Whether ``variant``'s run in ``dtype`` meets the oracle of ``traits`` on ``case``, by the
     rule that decides its semantics there (float64's bound, or ``harness.check.own_dtype``'s);
-    None when it does not run. A combination no oracle builds raises ``SpecError``."""
+    None when it does not run. A combination no oracle builds raises ``SpecError``.
+    ``internal``: float64 judged as for a variant declaring that ``internal_dtype``."""
     family = variant.family_spec
     zero = checker.fills(variant)
     run = checker.run(variant, case, zero, dtype)
@@ -124,7 +125,14 @@ def meets_spec(variant: Variant, checker: RunCache, case: str, traits: Mapping[s
         return None
     if dtype == torch.float64:
         oracle = checker.oracle(family, traits, case, zero, torch.float64)
-        return _meets(run, oracle, expected_names(family, oracle, checker, variant))
+        names = expected_names(family, oracle, checker, variant)
+        if internal:
+            inner = checker.oracle(family, traits, case, zero, torch.float64, compute=dtype_of(internal))
+            return all(float64_check(n, run.tensors.get(n), oracle.tensors[n], internal,
+                                     baseline=inner.tensors.get(n)).verdict in (Verdict.EQUIVALENT,
+                                                                                Verdict.LESS_PRECISE)
+                       for n in names)
+        return _meets(run, oracle, names)
     truth = checker.oracle(family, traits, case, zero, dtype, rounded=dtype)
     ref = checker.oracle(family, traits, case, zero, dtype, compute=dtype)
     scale = gradient_scale(truth.tensors)
@@ -178,11 +186,16 @@ def convention_fits(variant: Variant, failing: list[tuple[Config, str]], dtype: 
     """The single conventions, read another way, that make ``variant``'s own run meet the
     oracle on every (config, case) of ``failing`` (float64, or its own dtype for a kernel that
     runs only in half precision: ``judged_dtype``): the family's named mistakes, then each
-    other value of a trait with a default (a trait left out), each as '<label> (declared ...)'."""
+    other value of a trait with a default (a trait left out), each as '<label> (declared ...)'.
+    A reading is offered only where it meets what the declared traits miss: none when a
+    fresh build meets its declaration on one of ``failing`` (``reproduced``)."""
     family = variant.family_spec
     judged = judged_dtype(variant, dtype)
     declared = family.semantic_traits(variant.traits)
     checkers = {id(cfg): RunCache(cfg, record=False) for cfg, _ in failing}
+    if not failing or any(meets_spec(variant, checkers[id(cfg)], case, declared, judged)
+                          for cfg, case in failing):
+        return []  # a fresh build's run meets its declaration there: no reading fits better
     named = MODULE_CANDIDATES.get(family.name) or candidates()
     left_out = _left_out(family, variant) if family.name in MODULE_CANDIDATES else []
     fits, tried = [], set()
@@ -206,7 +219,16 @@ def convention_fits(variant: Variant, failing: list[tuple[Config, str]], dtype: 
             said = (f"{trait} left out of the traits, read as {declared.get(trait)!r}"
                     if generic and trait not in variant.traits else f"declared {trait}={declared[trait]!r}")
             fits.append(f"{label} ({said})")
+    if not variant.traits.get("internal_dtype") and judged == torch.float64 and all(
+            meets_spec(variant, checkers[id(cfg)], case, declared, internal=INNER_PROBE) for cfg, case in failing):
+        fits.append(f"internal_dtype={INNER_PROBE!r} (left out of the traits: part of the work runs in "
+                    f"{INNER_PROBE}, and the definition computed in {INNER_PROBE} errs as much)")
     return fits
+
+
+# The dtype a module computing partly below float64 is probed with (RoPE tables, a norm's
+# statistics in float32 inside a float64 call): ``internal_dtype`` left out.
+INNER_PROBE = "float32"
 
 
 def mistake_line(fits: list[str], failing: list[tuple[Config, str]]) -> str:
@@ -231,12 +253,21 @@ def explain_kernel(variant: Variant, failing: Iterable[tuple[Config, str]], dtyp
 def failing_cases(report, variant_id: str, configs: Mapping[str, Config],
                   family: str = "attention_kernel") -> list[tuple[Config, str]]:
     """The (config, case) pairs where ``variant_id`` of ``family`` is different in float64
-    (a config the family adds to the matrix, the attention family's GQA one, included)."""
+    (a config the family adds to the matrix, the attention family's GQA one, included),
+    less those whose output depends on the calls before it (``SpecResult.depends_on_earlier_calls``:
+    no convention explains state kept between calls; ``stateful_cases`` names them)."""
     every = get_family(family).configs_of(configs) | dict(configs)
     judged = _judged_name(report, family, variant_id)
     return [(every[s.config], s.case) for s in report.specs
             if s.family == family and s.variant == variant_id and s.dtype == judged
-            and not s.ok and s.verdict == Verdict.DIFFERENT and s.config in every]
+            and not s.ok and s.verdict == Verdict.DIFFERENT and s.config in every
+            and not s.depends_on_earlier_calls]
+
+
+def stateful_cases(report, variant_id: str, family: str) -> list[str]:
+    """The cases where ``variant_id``'s output depends on the calls before it."""
+    return list(dict.fromkeys(s.case for s in report.specs if s.family == family and s.variant == variant_id
+                              and s.depends_on_earlier_calls))
 
 
 def _failing_dtype(report, family: str, variant_id: str) -> str | None:

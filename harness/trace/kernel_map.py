@@ -6,9 +6,10 @@ Every layout (``BHSD``, ``BSHD``, the packed ones, ``varlen``) and mask form
 drops out. For each form that runs, the function's float64 run on *every* case it takes
 (output and every gradient) is held to the oracle of each set of conventions (causal
 diagonal, K/V grouping); the candidate failing the fewest cases wins (then the most cases
-taken, then the smallest gap). The case with rows that see no key decides, for the winner,
+taken, then the smallest gap). The cases with rows that see no key decide, for the winner,
 what such a row gives (the mask method and the dead-row traits, as ``map`` infers them for
-modules). Nothing fits: the closest candidate is printed with the cases it fails, each
+modules): the mask's rows first, then, where the rows a window or the causal diagonal empties
+differ, a ``ByCause``. Nothing fits: the closest candidate is printed with the cases it fails, each
 named, and its mistake (``kernel_explain``). Something fits: the ``register_kernel(...)``
 call is printed only after it was executed and checked in a scratch registry, clean.
 """
@@ -23,11 +24,13 @@ from pathlib import Path
 import torch
 
 from harness.base.config import Config
-from harness.base.errors import HarnessError, UnknownName
+from harness.base.errors import HarnessError
 from harness.check.runs import RunCache, applicable
 from harness.check.spec import expected_names, float64_check
 from harness.families import kernel_oracle as K
 from harness.families.catalog import get_family
+from harness.families.kernel import NO_KEY_CASES
+from harness.families.no_key_rows import ByCause
 from harness.registry import REGISTRY, Variant, scratch
 from harness.registry.kernels import LAYOUTS, MASK_FORMS, accepted_options, register_kernel
 from harness.trace.kernel_explain import explain_kernel
@@ -99,26 +102,59 @@ def _score(checker: RunCache, variant: Variant, form: tuple[str, str], traits: d
     return cand
 
 
+def _meets(checker: RunCache, variant: Variant, spec: dict, case: str, run=None) -> bool:
+    family = variant.family_spec
+    if family.validate_traits("probe", spec):
+        return False
+    zero = checker.fills(variant)
+    run = run or checker.run(variant, case, zero, torch.float64)
+    oracle = checker.oracle(family, spec, case, zero, torch.float64)
+    return not run.error and _gap(run, oracle, expected_names(family, oracle, checker, variant)) is None
+
+
 def _dead_rows(checker: RunCache, variant: Variant, traits: dict) -> dict | None:
     """The mask method (its own dead-row behaviour preferred) or the explicit dead-row
     traits whose oracle the function meets on the case with rows that see no key."""
-    family = variant.family_spec
-    zero = checker.fills(variant)
-    run = checker.run(variant, DEAD_CASE, zero, torch.float64)
+    run = checker.run(variant, DEAD_CASE, checker.fills(variant), torch.float64)
     if run.error:
         return None
     options = [{"mask_method": m} for m in K.MASK_METHODS]
     options += [{"mask_method": m, "fully_masked_row": r, "fully_masked_grad": g}
                 for m in K.MASK_METHODS for r, g in itertools.product(K.DEAD_ROWS, K.DEAD_GRADS)
                 if K.NATURAL[m] != (r, g)]
-    for extra in options:
-        spec = {**traits, **extra}
-        if family.validate_traits("probe", spec):
+    return next((extra for extra in options if _meets(checker, variant, {**traits, **extra}, DEAD_CASE, run)), None)
+
+
+def _dead_rows_by_cause(checker: RunCache, variant: Variant, traits: dict) -> tuple[dict, list[str]] | None:
+    """The dead-row traits the function meets on every case with rows that lose their keys,
+    and those cases: the mask's rows decide first (``fully_masked``); where the rows the
+    window or the causal diagonal empties differ from them (a kernel that never visits such
+    a row), those causes get values of their own: a ``ByCause``. None where nothing meets."""
+    cases = [c for c in NO_KEY_CASES if applicable(variant, c)]
+    dead = _dead_rows(checker, variant, traits) if DEAD_CASE in cases else {}
+    if dead is None:
+        return None
+    spec = {**traits, **dead}
+    rows = dict(zip(("fully_masked_row", "fully_masked_grad"), K.dead_row_traits(spec)))
+    by = {name: {"other": value} for name, value in rows.items()}
+    for cause, case in (("window", "window_short"), ("causal", "causal_short")):
+        if case not in cases or _meets(checker, variant, spec, case):
             continue
-        oracle = checker.oracle(family, spec, DEAD_CASE, zero, torch.float64)
-        if _gap(run, oracle, expected_names(family, oracle, checker, variant)) is None:
-            return extra
-    return None
+        for row, grad in itertools.product(K.DEAD_ROWS, K.DEAD_GRADS):
+            tried = {name: ByCause(**{**by[name], cause: value}) for name, value in
+                     (("fully_masked_row", row), ("fully_masked_grad", grad))}
+            if _meets(checker, variant, {**spec, **tried}, case):
+                by = {name: {**by[name], cause: tried[name].value(cause)} for name in by}
+                spec.update(tried)
+                break
+        else:
+            return None
+    for name, values in by.items():  # a trait whose causes all agree stays one value
+        if len(set(values.values())) == 1:
+            spec[name] = values["other"]
+            if name not in dead:
+                del spec[name]
+    return {k: v for k, v in spec.items() if k not in traits or v != traits[k]}, cases
 
 
 def _import_line(target: str, name: str, import_line: str) -> tuple[str, Path | None]:
@@ -134,6 +170,7 @@ def _code(vid: str, name: str, import_line: str, source: str, best: Candidate) -
     traits = {k: v for k, v in best.traits.items()
               if k == "causal" or v != get_family(FAMILY).traits[k].default}
     return "\n".join([
+        "from harness import ByCause, register_kernel" if "ByCause(" in repr(traits) else
         "from harness import register_kernel", import_line, "",
         f'register_kernel(id="{vid}", fn={name}, layout="{best.layout}", mask="{best.mask}", source="{source}",',
         f"                traits={traits!r})",
@@ -173,12 +210,14 @@ def _why_no_form(fn, name: str, raised: dict[str, list[str]]) -> list[str]:
     return lines
 
 
+def _is_function(obj: object) -> bool:
+    return callable(obj) and not isinstance(obj, type)
+
+
 def propose_kernel_map(target: str, *, cfg: Config | None = None, variant_id: str | None = None) -> Proposal:
     cfg = cfg or Config()
-    fn, import_line, source = load_object(target, "FUNCTION")
+    fn, import_line, source = load_object(target, "FUNCTION", _is_function, "function")
     name = target.rpartition(":")[2]
-    if not callable(fn) or isinstance(fn, type):
-        raise UnknownName(f"'{name}' in '{target.rpartition(':')[0]}' is not a function")
     vid = variant_id or name.lower()
     family = get_family(FAMILY)
     checker = RunCache(cfg, record=False)
@@ -197,7 +236,7 @@ def propose_kernel_map(target: str, *, cfg: Config | None = None, variant_id: st
                 continue
             if variant.supports(cfg):
                 continue
-            cases = [c.name for c in family.cases if applicable(variant, c.name) and c.name != DEAD_CASE]
+            cases = [c.name for c in family.cases if applicable(variant, c.name) and c.name not in NO_KEY_CASES]
             for values in itertools.product(*CONVENTIONS.values()):
                 cand = _score(checker, variant, form, dict(zip(CONVENTIONS, values)), cases)
                 if len(cand.failing) == len(cases) and all("max_abs" not in w for w in cand.failing.values()):
@@ -228,16 +267,17 @@ def propose_kernel_map(target: str, *, cfg: Config | None = None, variant_id: st
             return Proposal(False, "\n".join(head), tried=len(scored),
                             closest={"layout": best.layout, "mask": best.mask, "traits": best.traits,
                                      "failing": best.failing})
-        if DEAD_CASE in (c.name for c in family.cases if applicable(variant, c.name)):
-            dead = _dead_rows(checker, variant, best.traits)
-            if dead is None:
-                head.append(f"nothing fits on {DEAD_CASE}: no mask method or dead-row value set meets the "
-                            f"function there ({best.describe()} fits every other case); declare them yourself")
-                return Proposal(False, "\n".join(head), tried=len(scored),
-                                closest={"layout": best.layout, "mask": best.mask, "traits": best.traits,
-                                         "failing": {DEAD_CASE: "rows without keys"}})
-            best.traits.update(dead)
-            best.cases.append(DEAD_CASE)
+        found = _dead_rows_by_cause(checker, variant, best.traits)
+        if found is None:
+            dead_cases = [c for c in NO_KEY_CASES if applicable(variant, c)]
+            head.append(f"nothing fits on {', '.join(dead_cases)}: no mask method or dead-row value set (one, or one "
+                        f"per cause) meets the function there ({best.describe()} fits every other case); declare "
+                        f"them yourself")
+            return Proposal(False, "\n".join(head), tried=len(scored),
+                            closest={"layout": best.layout, "mask": best.mask, "traits": best.traits,
+                                     "failing": {c: "rows without keys" for c in dead_cases}})
+        best.traits.update(found[0])
+        best.cases += found[1]
     imports, folder = _import_line(target, name, import_line)
     if variant_id is None:
         vid = _free_id(vid, imports, folder)

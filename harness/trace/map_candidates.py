@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import ast
 import builtins
+import difflib
 import importlib
 import importlib.util
 import inspect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 import torch
@@ -22,6 +24,7 @@ from harness.base.errors import (
     HarnessError,
     UnknownName,
     VariantFileError,
+    not_python_source,
 )
 from harness.base.library import config_class_for, library_config, rotary_tables
 from harness.base.masks import additive_mask, masked, per_head
@@ -97,16 +100,42 @@ class Proposal:
 def load_class(target: str) -> tuple[type, str, str]:
     """``FILE.py:CLASS`` or ``package.module:CLASS`` -> (class, import line, source).
     A file is imported with its registrations undone (it may register variants itself)."""
-    cls, import_line, source = load_object(target)
-    where, _, name = target.rpartition(":")
-    if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
-        raise UnknownName(f"'{name}' in '{where}' is not an nn.Module class")
+    cls, import_line, source = load_object(target, "CLASS", is_module_class, "nn.Module class")
+    assert isinstance(cls, type)
     return cls, import_line, source
 
 
-def load_object(target: str, what: str = "CLASS") -> tuple[object, str, str]:
+def is_module_class(obj: object) -> bool:
+    return isinstance(obj, type) and issubclass(obj, torch.nn.Module)
+
+
+LISTED = 12  # names a missing-name message lists
+
+
+def _missing(module: ModuleType, where: str, name: str, fits: Callable[[object], bool], kind: str) -> str:
+    """One line for a NAME the file lacks, or that is not a ``kind``: what it is, and the
+    ``kind``s the file defines (those it imports from elsewhere when it defines none)."""
+    own = [n for n, v in vars(module).items()
+           if fits(v) and getattr(v, "__module__", None) == module.__name__ and not n.startswith("_")]
+    held = own or [n for n, v in vars(module).items() if fits(v) and not n.startswith("_")]
+    close = difflib.get_close_matches(name, held, n=1)
+    shown = ", ".join(held[:LISTED]) + (f", ... ({len(held) - LISTED} more)" if len(held) > LISTED else "")
+    listed = (f"{f'did you mean {close[0]}? ' if close else ''}its {kind}{'es' if kind.endswith('s') else 's'}: "
+              f"{shown}" if held else f"it has no {kind}")
+    if not hasattr(module, name):
+        return f"'{name}' is not found in '{where}'; {listed}"
+    found = getattr(module, name)
+    what = f"the class {found.__name__}" if isinstance(found, type) else f"a {type(found).__name__}"
+    article = "an" if kind[0] in "aeiou" or kind.startswith("nn.") else "a"
+    return f"'{name}' in '{where}' is not {article} {kind} (it is {what}); {listed}"
+
+
+def load_object(target: str, what: str = "CLASS", fits: Callable[[object], bool] = is_module_class,
+                kind: str = "nn.Module class") -> tuple[object, str, str]:
     """``FILE.py:NAME`` or ``package.module:NAME`` -> (the object, import line, source);
-    for a file the import line is empty (the file's own module is a hashed name)."""
+    for a file the import line is empty (the file's own module is a hashed name). A NAME
+    the file lacks, or whose object ``fits`` refuses, is one line listing the file's
+    ``kind``s."""
     where, sep, name = target.rpartition(":")
     if not sep or not where or not name:
         raise UnknownName(f"bad target '{target}': expected FILE.py:{what} or module.path:{what}")
@@ -129,6 +158,9 @@ def load_object(target: str, what: str = "CLASS") -> tuple[object, str, str]:
             except HarnessError as exc:
                 raise VariantFileError(f"'{where}' failed to import: {exc}") from None
             except UserCodeError as exc:  # the user's code (pytest.importorskip, sys.exit included): one line
+                source = None if exc.original is None else not_python_source(exc.original)
+                if source is not None:
+                    raise VariantFileError(f"'{where}' is not valid Python source: {source}") from None
                 raise VariantFileError(f"'{where}' failed to import: {exc.problem}") from None
         import_line, source = "", str(where)
     else:
@@ -138,7 +170,9 @@ def load_object(target: str, what: str = "CLASS") -> tuple[object, str, str]:
         except UserCodeError as exc:
             raise VariantFileError(f"cannot import '{where}': {exc.problem}") from None
         import_line, source = f"from {where} import {name}", f"{where}.{name}"
-    return getattr(module, name, None), import_line, source
+    if not fits(getattr(module, name, None)):
+        raise UnknownName(_missing(module, where, name, fits, kind))
+    return getattr(module, name), import_line, source
 
 
 def guess_init(cls: type) -> str:

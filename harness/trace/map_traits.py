@@ -27,6 +27,7 @@ from harness.check import precision as P
 from harness.check.rules import float64_check
 from harness.check.runs import RunCache, run_variant
 from harness.families.base import REQUIRED, Family
+from harness.families.no_key_rows import ByDtype
 from harness.porting.portmap import absent_fills
 from harness.registry import Variant
 
@@ -37,13 +38,19 @@ WINDOWS = ("none", "as called")
 EPS_ATTRS = ("eps", "variance_epsilon", "epsilon", "layer_norm_eps", "rms_norm_eps")
 
 
+def _own_eps(module: torch.nn.Module) -> float | None:
+    values = [getattr(module, name, None) for name in EPS_ATTRS]
+    return next((v for v in values if isinstance(v, float)), None)
+
+
 def module_eps(module: torch.nn.Module) -> float | None:
-    """The epsilon a norm module keeps (``eps``, HF's ``variance_epsilon``), if one."""
-    for name in EPS_ATTRS:
-        value = getattr(module, name, None)
-        if isinstance(value, float):
-            return value
-    return None
+    """The epsilon a norm module keeps (``eps``, HF's ``variance_epsilon``), if one; else the one
+    its sub-modules all keep (an attention's QK-norms: Qwen3's ``q_norm`` and ``k_norm``)."""
+    own = _own_eps(module)
+    if own is not None:
+        return own
+    inner = {_own_eps(m) for m in module.modules() if m is not module} - {None}
+    return inner.pop() if len(inner) == 1 else None
 
 
 SOFTCAP_ATTRS = ("attn_logit_softcapping", "logit_softcapping", "softcap")
@@ -179,23 +186,51 @@ def infer_case_traits(checker, family, variant, base, ref_traits, semantic_cases
             continue
         defaults = {n: family.traits[n].default for n in names}
         pick = max(matches, key=lambda m: sum(m[n] == defaults[n] for n in names))
+        low = _float32_pick(checker, family, variant, case, zero, full, names, options, pick)
+        by_dtype = low is not None and low != pick
+        if by_dtype:  # the module's rows without keys differ in float32: declared per dtype
+            pick = {n: pick[n] if low[n] == pick[n] else ByDtype(float64=pick[n], other=low[n]) for n in names}
         traits.update({n: v for n, v in pick.items() if n in ref_traits or v != defaults[n]})
         shown = ", ".join(f"{n} = {v!r}" for n, v in pick.items())
         notes.append(f"{shown}: on '{case}' the module agrees with that oracle"
+                     + (" in float64 and in float32 (bfloat16 and float16 read as float32's, not run)"
+                        if by_dtype else "")
                      + (f" (and {len(matches) - 1} other value set(s) it cannot tell apart)"
                         if len(matches) > 1 else ""))
     return traits, notes, undecided
 
 
+def _float32_pick(checker, family, variant, case, zero, full, names, options, pick) -> dict | None:
+    """The values of ``names`` whose oracle the module agrees with on ``case`` in float32 (the
+    float64 ``pick`` when it is among them), or None where none does or the run fails: one more
+    run, which tells a row whose value depends on the dtype (a finfo.min bias that becomes -inf
+    in a float32 softmax only in float64)."""
+    run = checker.run(variant, case, zero, torch.float32)
+    if run.error:
+        return None
+    found = []
+    for combo in itertools.product(*options):
+        spec = {**full, **dict(zip(names, combo))}
+        try:
+            oracle = checker.oracle(family, spec, case, zero, torch.float32)
+        except (SpecError, RuntimeError):
+            continue
+        levels = [agreement(t, oracle.tensors[n]) for n, t in run.tensors.items() if n in oracle.tensors]
+        if levels and all(lv in ("float64", "float32") for lv in levels):
+            found.append(dict(zip(names, combo)))
+    same = [m for m in found if m == {n: pick[n] for n in names}]
+    return (same or found or [None])[0]
+
+
 def verify_case(checker: RunCache, variant: Variant, spec: dict, case: str) -> bool:
     """Output and every gradient within float64's bound of the oracle of ``spec``; for a module
     that declares ``internal_dtype``, within that dtype's tolerance or as close as the spec
-    check allows it (``harness.check.spec``: its RMS error against the definition computed
+    check allows it (``harness.check.verdict``: its RMS error against the definition computed
     in that dtype)."""
     family = variant.family_spec
     zero = search_fills(checker, variant)
     oracle = checker.oracle(family, spec, case, zero, torch.float64)
-    run = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero),
+    run = run_variant(variant, checker.cfg, checker.inputs(family, case), checker.weights(family, zero, spec),
                       torch.float64, record=False)
     if run.error or oracle.error:
         return False

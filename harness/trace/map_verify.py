@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from harness.base.boundary import describe
 from harness.base.config import Config
 from harness.check.api import check_all
+from harness.check.settings import CheckSettings
 from harness.registry import scratch
 
 
@@ -43,8 +44,8 @@ def verify_registration(code: str, family: str, variant_id: str, cfg: Config, *,
                                                                **(scope or {})})
         except Exception as exc:  # noqa: BLE001  (a registration that does not even run)
             return False, f"the registration fails to run: {describe(exc)}"
-        report = check_all([family], {"map": cfg}, "cpu", list(dtypes), variants=[f"{family}/{variant_id}"],
-                           extras=extras)
+        report = check_all([family], {"map": cfg}, settings=CheckSettings(
+            "cpu", tuple(dtypes), variants=frozenset([f"{family}/{variant_id}"]), extras=extras))
     mine = [s for s in report.specs if s.variant == variant_id]
     bad = [f for f in report.failures if getattr(f, "variant", "") == variant_id]
     if bad:

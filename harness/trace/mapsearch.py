@@ -22,45 +22,35 @@ is tried in turn.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 
 import torch
 
 from harness.base.boundary import describe
 from harness.base.config import Config
-from harness.base.errors import (
-    InputError,
-    PortingError,
-    SpecError,
-    UnknownName,
-)
-from harness.base.library import rotary_tables
-from harness.base.masks import additive_mask, masked, per_head
+from harness.base.errors import InputError, PortingError, SpecError, UnknownName
 from harness.base.verdicts import Verdict
 from harness.check.runs import RunCache, cast_inputs
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.families.catalog import get_family
-from harness.porting.entries import IDENTITY, Absent, Transposed, entry_code
+from harness.porting.entries import Absent, entry_code
 from harness.porting.portmap import PortMap
-from harness.registry import Variant, build, reference_of
+from harness.registry import Variant, reference_of
 from harness.trace.map_candidates import (
     CALL_FORMS,
-    CALL_NOTES,
     MAX_CANDIDATES,
     SELF_ONLY,
     Proposal,
     _builder,
     _case_ok,
     guess_init,
-    init_imports,
     load_class,
     make_call,
 )
+from harness.trace.map_print import Hit, found
 from harness.trace.map_slots import candidate_maps
 from harness.trace.map_traits import agreement, infer_case_traits, search_fills, trait_sets
 from harness.trace.map_traits import verify_case as _verify
-from harness.trace.map_verify import verify_registration
 
 
 def propose_map(target: str, family_name: str, *, init: str | None = None, call: str | None = None,
@@ -77,10 +67,14 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     vid = variant_id or cls.__name__.lower()
     semantic_cases = {c for c, ts in family.case_semantic.items() if ts}
     forms = [call] if call else list(CALL_FORMS)
-    specs = list(trait_sets(family, dict(ref.traits), probe))
+    specs, refused = [], []  # refused: why the family refuses a trait set at this config (odd rotary dims)
+    for spec in trait_sets(family, dict(ref.traits), probe):
+        reason = family.requires(_full(ref, spec), cfg) if family.requires else None
+        refused.extend([reason] if reason else [])
+        specs.extend([] if reason else [spec])
     checker = RunCache(cfg, record=False)
     tried = 0
-    scored: list[tuple] = []   # (first-case gap, order, call form, adapter, map, cases, module): those that ran
+    scored: list[tuple] = []   # (first-case gap, order, call form, adapter, map, cases, module, traits): those that ran
     ran_forms, failed = [], {}
     unported: dict[str, str] = {}  # call form -> why its candidate maps did not port (the first reason)
     for form in forms:
@@ -97,13 +91,12 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
         first_case = cases[0]
         ran = False
         module = build(cfg).to(torch.float64).eval()
-        oracles = _Oracles(checker, family, [_full(ref, t) for t in specs], first_case)
-        for pmap in candidate_maps(family, cfg, probe):
+        for pmap, layout, oracles in _candidates(checker, family, cfg, probe, ref, specs, first_case):
             if tried >= MAX_CANDIDATES:
                 break
             tried += 1
             variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
-                              param_map=pmap, traits=dict(ref.traits))
+                              param_map=pmap, traits=layout)
             try:
                 got = _forward(checker, variant, first_case, module)
             except (PortingError, InputError) as exc:
@@ -117,7 +110,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
             for k, (spec, want) in enumerate(oracles.outputs(zero)):
                 level = agreement(got, want)
                 if k == 0:
-                    scored.append((_gap(got, want), tried, form, adapter, pmap, cases, module))
+                    scored.append((_gap(got, want), tried, form, adapter, pmap, cases, module, layout))
                 if level is None:
                     continue
                 variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
@@ -137,7 +130,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
                         undecided.append(c.base)
                         trait_notes.append(f"'{c.name}' does not agree within the declared precision: "
                                            f"'{c.base}' is left out of its cases")
-                return _found(Hit(family=family, ref=ref, variant=variant, pmap=pmap, form=form, code=code,
+                return found(Hit(family=family, ref=ref, variant=variant, pmap=pmap, form=form, code=code,
                                   import_line=import_line, source=source, cls=cls, init=init, traits=traits,
                                   notes=trait_notes, cases=shown,
                                   tried=tried, ran_forms=ran_forms + [form], target=target, uses_mask=uses_mask,
@@ -145,15 +138,14 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
         if ran:
             ran_forms.append(form)
     why = (f"no candidate map makes {target} agree with the float64 oracle of any of {len(specs)} trait sets "
-           f"around {ref.id}'s ({tried} candidates tried; "
-           f"call forms that ran: {', '.join(ran_forms) or 'none'})")
+           f"around {ref.id}'s ({tried} candidates tried; call forms that ran: {', '.join(ran_forms) or 'none'})")
+    why += f"\nleft out: {len(refused)} trait set(s) the family refuses at this config ({refused[0]})" * bool(refused)
     closest = _closest(checker, scored, vid, family, source, build, ref)
     if closest:
         fails = "; ".join(f"{c} (max_abs {g:.3g})" for c, g in closest["failing"].items())
-        why += (f"\nclosest (the {CLOSEST_POOL} nearest on the first case, scored over every case, forward "
-                f"float64): call form {closest['call_form']}, "
-                f"fails on {fails}" + (f" ({closest['note']})" if closest.get("note") else "")
-                + f"; agrees on {', '.join(closest['agrees']) or 'no case'}; map {closest['map']}")
+        why += (f"\nclosest (the {CLOSEST_POOL} nearest on the first case, scored over every case, forward float64): "
+                f"call form {closest['call_form']}, fails on {fails}" + (f" ({closest['note']})" if closest.get("note")
+                else "") + f"; agrees on {', '.join(closest['agrees']) or 'no case'}; map {closest['map']}")
     else:
         why += "\nno call form ran the module on the family's inputs; why, per call form:"
         reasons: dict[str, list[str]] = {}
@@ -172,9 +164,24 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     return Proposal(False, why, tried=tried, closest=closest)
 
 
+def _candidates(checker: RunCache, family: Family, cfg: Config, probe, ref: Variant, specs: list[dict], case: str):
+    """Each candidate map, the traits deciding its canonical parameters and its oracles: trait sets grouped by the
+    parameters they bring (``Family.params_for``: QK-norm's gains), the reference's first; a map holding none of a
+    group's own parameters is left to the reference's group."""
+    groups: dict[tuple, list[dict]] = {}
+    for spec in specs:
+        groups.setdefault(tuple(family.params_for(cfg, _full(ref, spec)).items()), []).append(spec)
+    for group in groups.values():
+        layout = {**ref.traits, **group[0]}
+        oracles = _Oracles(checker, family, [_full(ref, t) for t in group], case, layout)
+        own = set(family.params_for(cfg, layout)) - set(family.params(cfg))
+        for pmap in candidate_maps(family, cfg, probe, layout):
+            if not own or not all(isinstance(pmap[n], Absent) for n in own):
+                yield pmap, layout, oracles
+
+
 def _full(ref: Variant, spec: dict) -> dict:
-    """A trait set with the reference's values for the traits it leaves out (a fully masked
-    row's, which the oracle reads on every case and the search infers on its own case)."""
+    """A trait set, the reference's values where it gives none (a fully masked row's: inferred on its own case)."""
     return {**ref.family_spec.semantic_traits(ref.traits), **spec}
 
 
@@ -189,15 +196,15 @@ class _Oracles:
     on this case (two changes that do not show here: an eps with no LayerNorm, a RoPE
     fraction with no RoPE)."""
 
-    def __init__(self, checker: RunCache, family: Family, specs: list[dict], case: str):
-        self.checker, self.family, self.specs, self.case = checker, family, specs, case
+    def __init__(self, checker: RunCache, family: Family, specs: list[dict], case: str, layout: dict):
+        self.checker, self.family, self.specs, self.case, self.layout = checker, family, specs, case, layout
         self._by_fills: dict = {}
 
     def outputs(self, zero) -> list[tuple[dict, torch.Tensor]]:
         if zero not in self._by_fills:
             family, checker = self.family, self.checker
             inputs = cast_inputs(checker.inputs(family, self.case), torch.float64, "cpu")
-            weights = checker.weights(family, zero)
+            weights = checker.weights(family, zero, self.layout)
             kept: list[tuple[dict, torch.Tensor]] = []
             seen: set[bytes] = set()
             silent: set[tuple] = set()  # single changes that do not show on this case
@@ -227,8 +234,8 @@ def _forward(checker: RunCache, variant: Variant, case: str, module: torch.nn.Mo
     in, float64 forward only, no op recording."""
     family = variant.family_spec
     zero = search_fills(checker, variant)
-    PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(
-        checker.weights(family, zero))
+    PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg, variant.traits)
+            ).load(checker.weights(family, zero, variant.traits))
     try:
         with torch.no_grad():
             got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
@@ -245,13 +252,13 @@ CLOSEST_POOL = 12  # candidates nearest on the first case that are scored over e
 def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, source: str, build, ref) -> dict:
     """The candidate that fails the fewest cases (then the smallest worst gap), each of the
     ``CLOSEST_POOL`` candidates nearest on the first case (and every one that agreed there)
-    held, float64 forward, to the reference's on every case it takes."""
+    held, float64 forward, to its traits' oracle on every case it takes (a reference may refuse the config)."""
     best, best_key = {}, None
     pool = sorted(scored, key=lambda s: (s[0], s[1]))
     pool = [s for i, s in enumerate(pool) if i < CLOSEST_POOL or s[0] == 0.0]
-    for _, _, form, adapter, pmap, cases, module in pool:
+    for _, _, form, adapter, pmap, cases, module, layout in pool:
         variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
-                          param_map=pmap, traits=dict(ref.traits))
+                          param_map=pmap, traits=layout)
         gaps, notes = {}, []
         for case in cases:
             try:
@@ -272,36 +279,32 @@ def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, s
 
 def _forward_verdict(checker: RunCache, variant: Variant, ref: Variant, case: str,
                      module: torch.nn.Module) -> tuple[str, float, str]:
-    """The quick test of a candidate: the module built once, the candidate's weights
-    ported in, float64 forward only, no op recording."""
-    family = ref.family_spec
-    zero = search_fills(checker, variant) | checker.fills(ref)
-    want = checker.run(ref, case, zero, torch.float64).tensors.get("output")
-    PortMap(variant.key, module, variant.map_for(checker.cfg), family.canonical_shapes(checker.cfg)).load(
-        checker.weights(family, zero))
+    """A candidate's float64 forward on one case (module built once, no op recording) against its traits' oracle."""
+    family, traits, cfg = ref.family_spec, variant.traits, checker.cfg
+    weights = checker.weights(family, search_fills(checker, variant), traits)
+    inputs = cast_inputs(checker.inputs(family, case), torch.float64, "cpu")
+    PortMap(variant.key, module, variant.map_for(cfg), family.canonical_shapes(cfg, traits)).load(weights)
     try:
         with torch.no_grad():
-            got = variant.call(module, cast_inputs(checker.inputs(family, case), torch.float64, "cpu"))
+            want = family.oracle(family.semantic_traits(_full(ref, traits)), cfg, weights, inputs, torch.float64)
+            got = variant.call(module, inputs)
     except Exception:  # noqa: BLE001  (this call form does not run the module on this case)
         return Verdict.ERROR, math.inf, ""
-    if want is None or not isinstance(got, torch.Tensor):
+    if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor):
         return Verdict.ERROR, math.inf, ""
     tv = compare_tensors(got.detach().double().cpu(), want, None, None, torch.float64)
-    note = f"output: {tv.note}, the module's vs {ref.id}'s" if tv.note else ""
+    note = f"output: {tv.note}, the module's vs the oracle of {ref.id}'s traits" if tv.note else ""
     return tv.verdict, tv.max_abs, note
 
 
 def _gap(got: torch.Tensor, want: torch.Tensor) -> float:
-    if got.shape != want.shape:
-        return math.inf
-    return float((got - want).abs().nan_to_num(math.inf).max()) if got.numel() else 0.0
+    if got.shape != want.shape or not got.numel():
+        return math.inf if got.shape != want.shape else 0.0
+    return float((got - want).abs().nan_to_num(math.inf).max())
 
 
 def _traits_of(family: Family, ref: Variant, spec: dict, level: str, cfg: Config) -> dict:
-    traits = _printed(family, ref, spec, cfg)
-    if level == "float32":
-        traits["internal_dtype"] = "float32"
-    return traits
+    return _printed(family, ref, spec, cfg) | ({"internal_dtype": "float32"} if level == "float32" else {})
 
 
 def _printed(family: Family, ref: Variant, traits: dict, cfg: Config) -> dict:
@@ -314,97 +317,3 @@ def _printed(family: Family, ref: Variant, traits: dict, cfg: Config) -> dict:
 
 def _descriptive(traits: dict) -> dict:
     return {t: traits[t] for t in ("internal_dtype",) if t in traits}
-
-
-def _entry_classes(entry) -> set[str]:
-    if isinstance(entry, Transposed):
-        return {"Transposed"} | _entry_classes(entry.inner)
-    if isinstance(entry, Absent) and entry.fill in (0.0, IDENTITY):
-        return {"Zero" if entry.fill == 0.0 else "Identity"}
-    return {type(entry).__name__}
-
-
-def _returns_tuple(variant: Variant, family: Family, cfg: Config, case: str, code: str) -> bool:
-    """Whether the module's own call (``code``) returns a tuple (nn.MultiheadAttention)."""
-    module, _ = build(variant, cfg, dtype=torch.float64)
-    inputs = family.inputs(case, cfg)
-    scope = {"per_head": per_head, "masked": masked, "torch": torch, "m": module, "i": inputs,
-             "additive_mask": additive_mask, "rotary_tables": rotary_tables}
-    with torch.no_grad():
-        return isinstance(eval(compile(code, "--call", "eval"), scope), (tuple, list))  # noqa: S307
-
-
-def _per_head(pmap: dict) -> bool:
-    return any("heads=" in entry_code(e) for e in pmap.values())
-
-
-def _code(entry, cfg: Config) -> str:
-    """The entry's code; a per-head entry reads its head count from the config it is built for."""
-    return entry_code(entry).replace(f"heads={cfg.heads})", "heads=cfg.heads)").replace(
-        f"heads={cfg.heads},", "heads=cfg.heads,")
-
-
-def _within(traits: dict) -> str:
-    internal = traits.get("internal_dtype")
-    return f" within {internal}'s tolerance (it computes in {internal} inside)" if internal else ""
-
-
-@dataclass(frozen=True)
-class Hit:
-    """The candidate that passed, with what the search knew when it found it."""
-
-    family: Family
-    ref: Variant
-    variant: Variant
-    pmap: dict
-    form: str
-    code: str
-    import_line: str
-    source: str
-    cls: type
-    init: str
-    traits: dict
-    notes: list[str]
-    cases: list[str]
-    tried: int
-    ran_forms: list[str]
-    target: str
-    uses_mask: bool
-    cfg: Config
-    restrict: bool  # registered with the cases it was compared on (no mask, or self-attention only)
-
-
-def _found(hit: Hit) -> Proposal:
-    (family, ref, variant, pmap, form, code, import_line, source, cls, init, traits, notes, cases, tried,
-     ran_forms, target, uses_mask, cfg, restrict) = (getattr(hit, f.name) for f in fields(hit))
-    uses = sorted(set().union(*(_entry_classes(e) for e in pmap.values())))
-    helpers = [h for h in ("additive_mask", "library_config", "rotary_tables") if f"{h}(" in code + init]
-    lines = (["import torch"] if "torch." in code + init else []) + ([import_line] if import_line else []) \
-        + init_imports(cls, init)
-    lines.append(f"from harness import {', '.join(uses + helpers + ['register'])}")
-    if "per_head(" in code:
-        lines.append("from harness import masked, per_head")
-    all_traits = dict(traits)
-    if restrict and set(cases) != {c.name for c in family.cases if not c.base}:
-        # a mask-free or self-attention-only module is compared only where it can run
-        all_traits["cases"] = tuple(cases)
-    tail = "[0]" if _returns_tuple(variant, family, cfg, cases[0], code) else ""
-    lines += ["", "register(", f'    id="{variant.id}",', f'    family="{family.name}",',
-              f'    source="{source}",',
-              f"    build=lambda cfg: {cls.__name__}({init}),",
-              f"    call=lambda m, i: {code}{tail},",
-              "    param_map=lambda cfg: {" if _per_head(pmap) else "    param_map={"]
-    lines += [f'        "{name}": {_code(entry, cfg)},' for name, entry in pmap.items()]
-    lines += ["    },", "    traits={" + ", ".join(f'"{k}": {v!r}' for k, v in all_traits.items()) + "},", ")"]
-    code_text = "\n".join(lines)
-    head = [f"map {target} as family '{family.name}': found",
-            f"call form: {form} ({CALL_NOTES.get(form, 'custom expression')})",
-            f"{tried} candidate maps tried (call forms: {', '.join(ran_forms)}); this one agrees with the float64 "
-            f"oracle of its traits{_within(traits)}, output and every gradient, on {', '.join(cases)}"]
-    head += [f"trait {n}" for n in notes]
-    clean, checked = verify_registration(code_text, family.name, variant.id, cfg, scope={cls.__name__: cls},
-                                         dtypes=("float64",), extras=False)
-    head.append(checked)
-    where = "paste into a variant file" if import_line else "paste at the end of the file that defines the class"
-    text = "\n".join(head) + f"\n\n# {where}\n" + code_text
-    return Proposal(clean, text, code_text, tried, form, pmap, all_traits)

@@ -40,8 +40,8 @@ import dataclasses
 import math
 import shlex
 import time
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Collection, Mapping
 
 import torch
 
@@ -50,6 +50,7 @@ from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError
 from harness.base.verdicts import Verdict
 from harness.check.runs import OpRecorder, RunCache, applicable, cast_inputs
+from harness.check.spec import call_order_dependence
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.families.catalog import get_family
@@ -57,18 +58,20 @@ from harness.porting.portmap import absent_fills, zero_unrepresented
 from harness.registry import REGISTRY, Variant, build, from_user_file, get_variant, variants_file, variants_of
 from harness.trace.attribution import attribute
 from harness.trace.backward import backward_divergence
+from harness.trace.diff_result import Attribution, DivergenceKind, PairDiff, TraceRow, TraitRow
 from harness.trace.divergence import locate, trace_rows, trace_variant, where_differs
 from harness.trace.hints import align_ops, layout_hints
 from harness.trace.kernel_explain import name_mistakes
+from harness.trace.recording import Trace
 from harness.trace.render import summary_text
 
 
-@dataclass
+@dataclass(frozen=True)
 class Divergence:
-    """The short explanation of one pair on one case: ``text`` to print, ``data`` as JSON."""
+    """The short explanation of one pair on one case: ``text`` to print, ``data`` the whole result."""
 
     text: str
-    data: dict
+    data: PairDiff
 
     def __str__(self) -> str:
         return self.text
@@ -78,101 +81,186 @@ def _variant(family: str, v) -> Variant:
     return v if isinstance(v, Variant) else get_variant(family, v)
 
 
+@dataclass(frozen=True)
+class _Pair:
+    """One pair on one case, set up for tracing: both sides get the same weights and inputs."""
+
+    family: str
+    fam: Family
+    a: Variant
+    b: Variant
+    case: str
+    cfg: Config
+    dtype_name: str
+    dtype: torch.dtype
+    device: str
+    inputs: Mapping[str, Any]
+    weights: Mapping[str, torch.Tensor]
 
 
+@dataclass(frozen=True)
+class _Traces:
+    a: Trace
+    b: Trace
+    a64: Trace   # the float64 CPU runs, each side's noise floor
+    b64: Trace
 
 
 def diff_pair(family: str, a, b, case: str, cfg: Config, dtype: str = "float32", *,
               device: str = "cpu", hints: bool = True, attribution: bool = True,
-              mistakes: bool = False) -> dict:
-    """Everything ``diff`` prints, as data (see the module docstring)."""
+              mistakes: bool = False) -> PairDiff:
+    """Everything ``diff`` prints, as data (see the module docstring); ``mistakes`` names
+    each side's own mistake as ``check`` names it (kernels; LLaMA-era conventions)."""
     started = time.perf_counter()
+    pair = _set_up(family, a, b, case, cfg, dtype, device)
+    traces = _trace(pair)
+    result = _declared_part(pair, traces, mistakes=mistakes)  # an error row where a side did not run
+    if not result.errors:
+        result = _compared(result, pair, traces, hints=hints, attribution=attribution)
+    return dataclasses.replace(result, seconds=time.perf_counter() - started)
+
+
+def _set_up(family: str, a, b, case: str, cfg: Config, dtype: str, device: str) -> _Pair:
     fam = get_family(family)
     va, vb = _variant(family, a), _variant(family, b)
     fam.case(case)
     for v in (va, vb):
-        reason = v.refuses(cfg, device)
+        reason = v.refuses(cfg, device, fam.base_case(case))
         if reason:
-            raise ConfigError(f"{v.key} cannot be built for this config: {reason}")
+            raise ConfigError(f"{v.key} cannot be built for this config or case: {reason}")
     dt = dtype_of(dtype)
+    own = [fam.params_for(cfg, v.traits) for v in (va, vb)]
+    apart = sorted(n for n in set(own[0]) & set(own[1]) if own[0][n] != own[1][n])
+    if apart:
+        raise ConfigError(f"{va.key} and {vb.key} hold {', '.join(apart)} in different shapes (their traits differ: "
+                          f"{declared(fam, va, vb, case)[1]}): diff runs two variants on one set of weights")
     zero = absent_fills(va.map_for(cfg)) | absent_fills(vb.map_for(cfg))
-    weights = zero_unrepresented(fam.canonical_weights(cfg), zero)
-    inputs = fam.inputs(case, cfg)
-    ta64 = trace_variant(va, cfg, inputs, weights, torch.float64, device="cpu")
-    tb64 = trace_variant(vb, cfg, inputs, weights, torch.float64, device="cpu", others=ta64.units)
-    if dt == torch.float64 and device == "cpu":
-        ta, tb = ta64, tb64
-    else:
-        ta = trace_variant(va, cfg, inputs, weights, dt, device=device, others=ta64.units)
-        tb = trace_variant(vb, cfg, inputs, weights, dt, device=device, others=ta.units)
-    expected, reason = declared(fam, va, vb, case)
-    out: dict[str, Any] = {
-        "family": family, "a": va.id, "b": vb.id, "case": case, "dtype": dtype, "device": device,
-        "expected": expected, "declared_reason": reason,
-        "traits": traits_side_by_side(fam, va, vb),
-        "errors": {v.id: t.error for v, t in ((va, ta), (vb, tb)) if t.error},
-        "paths": {va.id: ta.path, vb.id: tb.path},
-        # each side's own mistake, named as check names it (kernels; LLaMA-era conventions)
-        "mistakes": name_mistakes(family, (va, vb), cfg) if mistakes else {},
-    }
-    if ta.error or tb.error:
-        out.update(verdict=Verdict.ERROR, trace=[], first=None, attribution=None, where=[], ops=[], hints=[])
-        out["seconds"] = time.perf_counter() - started
-        return out
-    where = []
-    for name in ta.tensors:
-        if name in tb.tensors:
-            w = where_differs(fam, inputs, name, ta.tensors[name], tb.tensors[name],
-                              a64=ta64.tensors.get(name), b64=tb64.tensors.get(name), dtype=dt)
-            where.append(w)
+    both = {**fam.canonical_weights(cfg, traits=vb.traits), **fam.canonical_weights(cfg, traits=va.traits)}
+    weights = zero_unrepresented(both, zero)  # each side ports its own; the parameters they share are one
+    return _Pair(family, fam, va, vb, case, cfg, dtype, dt, device, fam.inputs(case, cfg), weights)
+
+
+def _trace(p: _Pair) -> _Traces:
+    """Each side traced in float64 on the CPU, then in the pair's dtype on its device."""
+    a64 = trace_variant(p.a, p.cfg, p.inputs, p.weights, torch.float64, device="cpu")
+    b64 = trace_variant(p.b, p.cfg, p.inputs, p.weights, torch.float64, device="cpu", others=a64.units)
+    if p.dtype == torch.float64 and p.device == "cpu":
+        return _Traces(a64, b64, a64, b64)
+    a = trace_variant(p.a, p.cfg, p.inputs, p.weights, p.dtype, device=p.device, others=a64.units)
+    b = trace_variant(p.b, p.cfg, p.inputs, p.weights, p.dtype, device=p.device, others=a.units)
+    return _Traces(a, b, a64, b64)
+
+
+def _declared_part(p: _Pair, t: _Traces, *, mistakes: bool) -> PairDiff:
+    """What holds before any comparison: the declarations, the traits, whether each side
+    ran, its kernel path and its own mistake; the verdict ``ERROR`` until compared."""
+    expected, reason = declared(p.fam, p.a, p.b, p.case)
+    sides = ((p.a, t.a), (p.b, t.b))
+    return PairDiff(
+        p.family, p.a.id, p.b.id, p.case, p.dtype_name, p.device, expected, reason,
+        traits=tuple(traits_side_by_side(p.fam, p.a, p.b)),
+        errors={v.id: tr.error for v, tr in sides if tr.error},
+        tracebacks={v.id: tr.traceback for v, tr in sides if tr.error and tr.traceback},
+        paths={v.id: tr.path for v, tr in sides},
+        mistakes=name_mistakes(p.family, (p.a, p.b), p.cfg) if mistakes else {},
+        verdict=Verdict.ERROR, seconds=0.0, stateful=_stateful(p))
+
+
+def _stateful(p: _Pair) -> dict[str, str]:
+    """Each side whose output on the case depends on the calls before it (float64, the
+    sequence ``check`` calls it in): a trace of one call cannot show that."""
+    checker = RunCache(p.cfg, record=False)
+    found = {v.id: call_order_dependence(v, p.case, checker.fills(v), checker) for v in (p.a, p.b)
+             if not v.refuses(p.cfg, "cpu") and not v.dtype_reason("float64")}
+    return {k: line for k, line in found.items() if line}
+
+
+def _compared(result: PairDiff, p: _Pair, t: _Traces, *, hints: bool, attribution: bool) -> PairDiff:
+    """``result`` with the comparison: where each tensor differs, the divergence trace and
+    its first divergence, the attribution, the layout hints, the ops and kernel paths."""
+    where = [where_differs(p.fam, p.inputs, name, t.a.tensors[name], t.b.tensors[name],
+                           a64=t.a64.tensors.get(name), b64=t.b64.tensors.get(name), dtype=p.dtype)
+             for name in t.a.tensors if name in t.b.tensors]
     verdict = Verdict.worst((w.verdict for w in where), default=Verdict.IDENTICAL)
     worst = max(where, key=lambda w: (w.verdict.rank, w.max_abs if not math.isnan(w.max_abs) else -1), default=None)
-    rows = trace_rows(ta, tb, ta64, tb64, dt)
+    rows = trace_rows(t.a, t.b, t.a64, t.b64, p.dtype)
     first = locate(rows)
+    apart = ""
+    if first is not None and first.kind == DivergenceKind.COMPUTATION and first.unit.endswith(":in"):
+        apart = _roles_apart(p, first)
+    output_agrees = bool(where) and where[0].tensor == "output" and where[0].verdict.agrees
     backward = None
-    if first is None and not verdict.agrees and where and where[0].tensor == "output" and where[0].verdict.agrees:
-        backward = backward_divergence(va, vb, cfg, inputs, weights)  # the outputs agree: a backward-only difference
+    if first is None and not verdict.agrees and output_agrees:  # a backward-only difference
+        backward = backward_divergence(p.a, p.b, p.cfg, p.inputs, p.weights)
     attrib = None
     if attribution and first is not None and where and not where[0].verdict.agrees:
-        attrib = attribute(va, vb, ta, ta64, tb, tb64=tb64, rows=rows, cfg=cfg, inputs=inputs,
-                           weights=weights, dtype=dt, device=device)
-        if not attrib["patched"]:  # B has no sub-module to feed (a fused root): feed B into A
-            swapped = [dataclasses.replace(r, how_a=r.how_b, how_b=r.how_a, source_a=r.source_b,
-                                           source_b=r.source_a) for r in rows]
-            back = attribute(vb, va, tb, tb64, ta, tb64=ta64, rows=swapped, cfg=cfg, inputs=inputs,
-                             weights=weights, dtype=dt, device=device)
-            if back["patched"]:
-                attrib = {**back, "reversed": True,
-                          "text": back["text"].replace("A's", "B's", 1).replace("into B, B's output agrees with A's",
-                                                                               "into A, A's output agrees with B's")
-                          .replace("fed into B,", "fed into A,")}
-    hint_list, tried = ([], 0)
+        attrib = _attribution(p, t, rows)
+    hint_list: list[str] = []
+    tried = 0
     if hints and not verdict.agrees and verdict != Verdict.ERROR:
-        hint_list, tried = layout_hints(fam, va, vb, case, cfg, weights=weights)
-    ops_inf = {}
-    for v in (va, vb):
+        hint_list, tried = layout_hints(p.fam, p.a, p.b, p.case, p.cfg, weights=p.weights)
+    return dataclasses.replace(
+        result, verdict=verdict, worst=None if worst is None else worst.tensor, trace=tuple(rows), first=first,
+        backward=backward, attribution=attrib, where=tuple(where), paths_no_grad=_no_grad_paths(p),
+        ops=tuple(align_ops(t.a.ops, t.b.ops)), op_counts={p.a.id: len(t.a.ops), p.b.id: len(t.b.ops)},
+        hints=tuple(hint_list), hint_candidates=tried, apart=apart)
+
+
+def _roles_apart(p: _Pair, first) -> str:
+    """Where q, k and v agree on a case that passes one tensor in several roles (query = key
+    = value): the first divergence on the family's first case that passes each role its own
+    tensor (a K/V swap, in the module or its map, shows only there); '' when it is the same."""
+    def tensors(inputs):
+        return [t for t in inputs.values() if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+    shared = tensors(p.inputs)
+    if len({id(t) for t in shared}) == len(shared):
+        return ""
+    for c in p.fam.cases:
+        inputs = p.fam.inputs(c.name, p.cfg)
+        mine = tensors(inputs)
+        if (c.name == p.case or not (applicable(p.a, c.name) and applicable(p.b, c.name))
+                or len(mine) < len(shared) or len({id(t) for t in mine}) < len(mine)):
+            continue
+        a = trace_variant(p.a, p.cfg, inputs, p.weights, torch.float64, device="cpu")
+        b = trace_variant(p.b, p.cfg, inputs, p.weights, torch.float64, device="cpu", others=a.units)
+        there = locate(trace_rows(a, b, a, b, torch.float64))
+        if there is None or there.unit == first.unit:
+            return ""
+        return f"on {c.name}, where each role has its own tensor: {there.text}"
+    return ""
+
+
+def _attribution(p: _Pair, t: _Traces, rows: list[TraceRow]) -> Attribution:
+    """A's diverging sub-modules fed into B; where B has none to feed (a fused root), B's
+    fed into A instead."""
+    run = dict(cfg=p.cfg, inputs=p.inputs, weights=p.weights, dtype=p.dtype, device=p.device)
+    found = attribute(p.a, p.b, t.a, t.a64, t.b, tb64=t.b64, rows=rows, **run)
+    if found.patched:
+        return found
+    swapped = [dataclasses.replace(r, how_a=r.how_b, how_b=r.how_a, source_a=r.source_b, source_b=r.source_a)
+               for r in rows]
+    back = attribute(p.b, p.a, t.b, t.b64, t.a, tb64=t.a64, rows=swapped, **run)
+    return dataclasses.replace(back, reversed=True) if back.patched else found
+
+
+def _no_grad_paths(p: _Pair) -> dict[str, str]:
+    """Each side's kernel path without autograd (a failing no_grad run shown as such)."""
+    paths = {}
+    for v in (p.a, p.b):
         rec = OpRecorder()
         with torch.no_grad():
-            module, _ = build(v, cfg, dtype=dt, device=device, weights=weights)
+            module, _ = build(v, p.cfg, dtype=p.dtype, device=p.device, weights=p.weights)
             with rec:
                 try:
-                    v.call(module, cast_inputs(inputs, dt, device))
+                    v.call(module, cast_inputs(p.inputs, p.dtype, p.device))
                 except Exception:  # noqa: BLE001  (a failing no_grad path is shown as such)
                     pass
-        ops_inf[v.id] = rec.path()
-    out.update(
-        verdict=verdict,
-        worst=None if worst is None else worst.tensor,
-        trace=[asdict(r) for r in rows], first=first, backward=backward, attribution=attrib,
-        where=[asdict(w) for w in where], ops=align_ops(ta.ops, tb.ops),
-        op_counts={va.id: len(ta.ops), vb.id: len(tb.ops)},
-        paths_no_grad=ops_inf, hints=hint_list, hint_candidates=tried,
-    )
-    out["seconds"] = time.perf_counter() - started
-    return out
+        paths[v.id] = rec.path()
+    return paths
 
 
-def declared(family: Family, a: Variant, b: Variant, case: str) -> tuple[str, str]:
+def declared(family: Family, a: Variant, b: Variant, case: str) -> tuple[Verdict, str]:
     """What the pair declares on ``case``: ('equivalent', '') or ('different', the
     differing semantic traits)."""
     sa, sb = family.semantic_traits(a.traits), family.semantic_traits(b.traits)
@@ -180,11 +268,10 @@ def declared(family: Family, a: Variant, b: Variant, case: str) -> tuple[str, st
     return (Verdict.DIFFERENT, "; ".join(reasons)) if reasons else (Verdict.EQUIVALENT, "")
 
 
-def traits_side_by_side(family: Family, a: Variant, b: Variant) -> list[dict]:
+def traits_side_by_side(family: Family, a: Variant, b: Variant) -> list[TraitRow]:
     semantic = set(family.traits)
     keys = list(dict.fromkeys([*a.traits, *b.traits]))
-    return [{"trait": k, "a": a.traits.get(k, ""), "b": b.traits.get(k, ""),
-             "differs": a.traits.get(k) != b.traits.get(k), "semantic": k in semantic}
+    return [TraitRow(k, a.traits.get(k, ""), b.traits.get(k, ""), a.traits.get(k) != b.traits.get(k), k in semantic)
             for k in keys if k != "cases"]
 
 
@@ -219,7 +306,8 @@ def _file_of(family: str, variant_id: str) -> str | None:
 
 
 def explain_variant(family: str, variant, case: str, cfg: Config | None = None, dtype: str = "float32",
-                    device: str = "cpu", *, hints: bool = True, avoid: set[str] = frozenset()) -> Divergence | None:
+                    device: str = "cpu", *, hints: bool = True,
+                    avoid: Collection[str] = frozenset()) -> Divergence | None:
     """For a variant that fails its spec: ``first_divergence`` against a registered peer
     that declares the same semantic traits: the family reference when it does, else the
     first such variant of the project or a pack before one of a user's files (which may
@@ -250,7 +338,7 @@ def quick_verdict(checker, a: Variant, b: Variant, case: str, dtype: torch.dtype
     return Verdict.worst(verdicts, default=Verdict.IDENTICAL)
 
 
-def pick_case(family: str, a, b, cfg: Config, dtype: str) -> tuple[str, list[tuple[str, str]]]:
+def pick_case(family: str, a, b, cfg: Config, dtype: str) -> tuple[str, list[tuple[str, Verdict]]]:
     """The first case on which the pair is not equivalent (else the first case), with
     every case's verdict."""
     fam = get_family(family)

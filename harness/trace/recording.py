@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
@@ -31,11 +31,12 @@ PROJECTIONS = ("q", "k", "v", "o")
 
 # -- the canonical sub-modules ---------------------------------------------------------------
 
-def canonical_units(family: Family, cfg: Config) -> list[str]:
-    """Every proper prefix of the canonical parameter names: ``self_attn``,
-    ``self_attn.q``, ``ffn.w1``, ``norm1`` (the whole module is the output itself)."""
+def canonical_units(family: Family, cfg: Config, traits: Mapping[str, Any] | None = None) -> list[str]:
+    """Every proper prefix of the canonical parameter names (of a variant declaring
+    ``traits``): ``self_attn``, ``self_attn.q``, ``ffn.w1``, ``norm1`` (the whole module is
+    the output itself)."""
     units: list[str] = []
-    for name in family.canonical_shapes(cfg):
+    for name in family.canonical_shapes(cfg, traits):
         parts = name.split(".")[:-1]
         for i in range(1, len(parts) + 1):
             unit = ".".join(parts[:i])
@@ -174,11 +175,12 @@ def _storage_ptr(t: torch.Tensor) -> int | None:
 class Observed:
     unit: str
     order: int
-    how: str                       # "module <path>" or "dispatcher: <op>"
+    how: str                       # "module <path>" or "dispatcher: <op>", as shown
     out: torch.Tensor | None = None
     inp: torch.Tensor | None = None
     source: str = ""               # what its input was: "input 'x'", "output of norm1", "computed"
     calls: int = 0
+    hooked: bool = False           # observed by hooks on its own module (which can be fed), not at the dispatcher
 
 
 @dataclass
@@ -191,6 +193,7 @@ class Trace:
     path: str
     error: str | None = None
     shapes: dict[str, tuple] = field(default_factory=dict)
+    traceback: str | None = None   # where ``error`` is the harness's own failure: its whole traceback
 
 
 def _projection_of(unit: str) -> str | None:
