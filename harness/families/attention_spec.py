@@ -72,9 +72,25 @@ def score_scale(value: Any) -> float | None:
 
 @dataclass(frozen=True, kw_only=True)
 class AttentionSpec:
-    """The options of one multi-head attention (see ``oracles.multi_head_attention``).
-    ``kv_heads`` None: as many as ``heads``; ``scale`` None: 1 / sqrt(d_k); ``window`` None:
-    no window, else (left, right) keys around the diagonal."""
+    """The options of one multi-head attention (``oracles.multi_head_attention``).
+    ``kv_heads`` None: as many as ``heads``; ``window`` None: no window, else (left, right)
+    keys around the diagonal.
+
+    A row whose keys are all masked becomes, by ``fully_masked_row``: NaN (a -inf fill),
+    the mean of V with no gradient to Q and K (a finite fill such as -1e9), or zeros (SDPA).
+    ``mask_style`` "additive" adds a very negative number instead of replacing the scores:
+    the same forward, but a fully masked row then sends gradient to Q and K (the mean of V:
+    a finite number; NaN: one that reaches the softmax as -inf). Either may be a ``ByCause``
+    (``harness.families.no_key_rows``).
+
+    ``qk_norm`` per head: q and k of each head are RMS-normalised over d_k (Qwen3); over all
+    heads: over the whole projection before the head split (OLMo2); eps ``qk_eps``, then
+    times the gains ``q_norm.weight`` and ``k_norm.weight`` (one per dim of a head, shared by
+    every head; or one per head and dim), before RoPE; ``softcap`` c > 0: scores become
+    c tanh(s / c) before masking (Gemma 2's attention logit soft-capping); ``scale``
+    multiplies q k^T (None: 1 / sqrt(d_k); Gemma 2: query_pre_attn_scalar ** -0.5);
+    ``window_diagonal`` bottom-right: the window sits on query i's key S - T + i (decoding
+    after a cache: the query's own position)."""
 
     heads: int
     fully_masked_row: Any = "NaN"

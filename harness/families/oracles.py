@@ -131,25 +131,11 @@ def multi_head_attention(
     """The Q, K, V projections (K and V to ``spec.kv_heads`` heads, default ``spec.heads``), RoPE on q
     and k at their positions (default 0..L-1), the kernel oracle's attention over the heads
     (``harness.families.kernel_oracle``: softmax(q k^T / sqrt(d_k)) over the keys the mask
-    allows, K/V heads grouped by ``gqa_grouping``, a (left, right) ``window`` on the top-left
-    diagonal), then the output projection. ``mask`` (B, T, S) bool, True = may attend.
-
-    A row whose keys are all masked becomes, by ``fully_masked_row``: NaN (a -inf fill),
-    the mean of V with no gradient to Q and K (a finite fill such as -1e9), or zeros (SDPA).
-    ``mask_style`` "additive" adds a very negative number instead of replacing the scores:
-    the same forward, but a fully masked row then sends gradient to Q and K (the mean of V:
-    a finite number; NaN: one that reaches the softmax as -inf). Either may be a ``ByCause``
-    (``harness.families.no_key_rows``).
-
-    ``qk_norm`` per head: q and k of each head are RMS-normalised over d_k (Qwen3); over all
-    heads: over the whole projection before the head split (OLMo2); eps
-    ``qk_eps``, then times the gains ``q_norm.weight`` and ``k_norm.weight`` (one per dim of
-    a head, shared by every head; or one per head and dim), before RoPE; ``softcap`` c > 0: scores become
-    c tanh(s / c) before masking (Gemma 2's attention logit soft-capping). The head width d_k
-    is the Q projection's width over ``heads`` (D / H unless the config sets ``head_dim``);
-    ``scale`` multiplies q k^T (default 1 / sqrt(d_k); Gemma 2: query_pre_attn_scalar ** -0.5);
-    ``window_diagonal`` bottom-right: the window sits on query i's key S - T + i (decoding
-    after a cache: the query's own position). The options: ``AttentionSpec``."""
+    allows, K/V heads grouped by ``gqa_grouping``, a (left, right) ``window`` on its diagonal),
+    then the output projection. ``mask`` (B, T, S) bool, True = may attend. The head width d_k
+    is the Q projection's width over ``heads`` (D / H unless the config sets ``head_dim``).
+    What each option means (a row without keys, QK-norm, soft-capping, the scale, the window's
+    diagonal): ``AttentionSpec``."""
     method, row, grad = spec.dead_rows
     B, T, D = query.shape
     S = key.shape[1]
