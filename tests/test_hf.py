@@ -70,6 +70,18 @@ def test_map_finds_the_pack_registration(row):
         assert proposal.traits["fully_masked_row"] == "mean of V" and "fully_masked" in proposal.traits["cases"]
 
 
+def test_map_finds_phi3s_fused_qkv_with_fewer_kv_heads():
+    """Phi-3's qkv_proj (96, 48) at kv_heads=2 stacks q, k and v as 48 + 24 + 24 rows: map
+    proposes Chunk(..., sizes=...) read from cfg, and the registration it prints checks clean."""
+    with scratch():
+        proposal = propose_map("transformers.models.phi3.modeling_phi3:Phi3Attention", "attention", cfg=GQA)
+    assert proposal.found and "0 contradict" in proposal.text, proposal.text
+    sizes = "sizes=(cfg.heads * cfg.d_k, cfg.n_kv_heads * cfg.d_k, cfg.n_kv_heads * cfg.d_k)"
+    for index, name in enumerate("qkv"):
+        assert f'"{name}.weight": Chunk("qkv_proj.weight", {index}, {sizes}),' in proposal.code, proposal.code
+    assert "param_map=lambda cfg: {" in proposal.code and "equal blocks only" not in proposal.text
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("row", TABLE, ids=[f"{r[0].rsplit(':', 1)[1]}-{r[3].n_kv_heads}kv" for r in TABLE])
 def test_map_table(row, tmp_path):
