@@ -92,3 +92,52 @@ def test_an_old_user_file_keeps_loading(tmp_path, capsys):
     assert err.count("deprecated: harness.adapt") == 1
     assert ("note: variant 'attention/torch_mha' of old_file.py is a project variant's id" in err
             and "loaded as 'attention/old_file_torch_mha'" in err), err
+
+
+OLD_QK_NORM = '''
+import torch
+from harness import register
+from variants.llama import LLAMA, LlamaAttention, attention_map, call
+
+QK = {**LLAMA, "qk_norm": "rms per head", "eps": 1e-6, "cases": ("self_kv",)}
+HELD = {"q_norm.weight": "QK-norm gain, held at its init", "k_norm.weight": "QK-norm gain, held at its init"}
+
+
+def gain_1_5(cfg):
+    module = LlamaAttention(cfg, qk_norm="per head")
+    with torch.no_grad():
+        module.q_norm.weight.fill_(1.5)
+    return module
+
+
+register(id="old_qk_norm", family="attention", source="a user's file, gains in fixed", call=call,
+         build=lambda cfg: LlamaAttention(cfg, qk_norm="per head"), param_map=attention_map(), traits=QK, fixed=HELD)
+register(id="old_qk_norm_gain_1_5", family="attention", source="a user's file, gains in fixed", call=call,
+         build=gain_1_5, param_map=attention_map(), traits=QK, fixed=HELD)
+'''
+
+
+def test_a_map_without_the_qk_norm_gains_keeps_its_meaning(tmp_path, capsys):
+    """A QK-norm variant whose map was written before the gains were canonical (the module's
+    gains in ``fixed``): it loads with one deprecation line per variant naming the new form,
+    and its gains are held at one on both sides, as ``fixed`` held them: a module with unit
+    gains is equivalent, one whose q gain is 1.5 is not."""
+    from harness.base.config import CONFIG_MATRIX
+    from harness.check.api import check_all
+
+    path = tmp_path / "old_qk.py"
+    path.write_text(OLD_QK_NORM)
+    with scratch():
+        added = load_file(path)
+        variant = get_variant("attention", "old_qk_norm")
+        assert set(variant.traits["not_learned"]) == {"q_norm.weight", "k_norm.weight"}
+        report = check_all(["attention"], {"default": CONFIG_MATRIX["default"]}, "cpu", ["float32"],
+                           variants=[v.key for v in added], extras=False)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len([line for line in err if line.startswith("deprecated: variant 'attention/old_qk_norm")]) == 2, err
+    assert "(old_qk.py)" in err[0] and "k_norm.weight, q_norm.weight" in err[0] and "Param(" in err[0]
+    verdicts = {}
+    for spec in report.specs:
+        verdicts.setdefault(spec.variant, []).append(spec.ok)
+    assert verdicts["old_qk_norm"] and all(verdicts["old_qk_norm"]), report.specs
+    assert not all(verdicts["old_qk_norm_gain_1_5"])
