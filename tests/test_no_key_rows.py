@@ -130,8 +130,8 @@ ATTN = {"sublayer": "attention"}
 @pytest.mark.parametrize("traits,said", [
     ({**ATTN, "fully_masked_row": ByDtype(float64="NaN")}, "gives no value for float32, bfloat16, float16"),
     ({**ATTN, "fully_masked_row": ByCause(window="zeros", other="NaN")}, "names window"),
-    ({**ATTN, "fully_masked_row": ByDtype(float64="zeros", other="mean of V"), "mask_style": "additive"},
-     "in float64: an additive mask gives the mean of V"),
+    ({**ATTN, "fully_masked_row": ByDtype(float64="NaN", other="none")},
+     "in float32: trait fully_masked_row='none' has no oracle"),
     ({**ATTN, "fully_masked_row": ByDtype(float64=ByDtype(other="NaN"), other="NaN")}, "a ByDtype inside a ByDtype"),
     ({**ATTN, "fully_masked_row": ByDtype(float32="nope", other="NaN")}, "in float32: trait fully_masked_row='nope'"),
     ({**ATTN, "eps": ByDtype(other=1e-5), "fully_masked_row": "NaN"}, "only the traits of rows without keys"),

@@ -1,6 +1,6 @@
 """The oracles cover what real modules differ by: a norm inside the attention sublayer
 (its eps and placement), an additive mask (the same forward as a fill, other gradients on a
-fully masked row), and a trait value no oracle can build is refused."""
+fully masked row; SDPA's repaired zeros), and a trait value no oracle can build is refused."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from harness import RegistryError, register
@@ -87,15 +88,49 @@ def test_an_additive_mask_differs_from_a_fill_only_in_gradients_of_a_fully_maske
     assert all(s.worst.startswith("grad:") for s in wrong)  # the forward agrees
 
 
-def test_an_additive_mask_cannot_give_zeros_on_a_fully_masked_row():
+class SdpaFloatMask(nn.Module):
+    """Multi-head attention through F.scaled_dot_product_attention, the mask given as a 0 /
+    -inf float bias: its safe softmax gives a row without keys zeros and no gradient."""
+
+    def __init__(self, d, h):
+        super().__init__()
+        self.h = h
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, query, key, value, mask):
+        B, T, D = query.shape
+        split = lambda x: x.view(B, -1, self.h, D // self.h).transpose(1, 2)  # noqa: E731
+        bias = torch.zeros(mask.shape, dtype=query.dtype).masked_fill(~mask, float("-inf"))[:, None]
+        out = F.scaled_dot_product_attention(split(self.q(query)), split(self.k(key)), split(self.v(value)),
+                                             attn_mask=bias)
+        return self.o(out.transpose(1, 2).reshape(B, T, D))
+
+
+def test_an_additive_mask_declares_what_sdpa_gives_a_fully_masked_row():
+    """SDPA over an additive 0 / -inf float mask gives zeros on a row without keys: declared
+    so it is equivalent; declared NaN (the plain softmax's row) it is caught there alone."""
+    with scratch():
+        for vid, row in (("sdpa_additive", "zeros"), ("sdpa_additive_said_nan", "NaN")):
+            register(id=vid, family="attention", source="tests",
+                     build=lambda cfg: SdpaFloatMask(cfg.d_model, cfg.heads),
+                     call=lambda m, i: m(i["query"], i["key"], i["value"], i["mask"]), param_map=QKVO,
+                     traits={"sublayer": "attention", "mask_style": "additive", "fully_masked_row": row,
+                             "cases": ("self", "fully_masked")})
+        report = check_all(["attention"], CONFIGS, "cpu", ["float32"], extras=False,
+                           variants=["attention/sdpa_additive", "attention/sdpa_additive_said_nan"])
+    assert [s for s in report.specs if s.variant == "sdpa_additive"] and not _failures(report, "sdpa_additive")
+    assert {s.case for s in _failures(report, "sdpa_additive_said_nan")} == {"fully_masked"}
+
+
+def test_a_mask_style_no_oracle_builds_is_refused():
     with scratch(), pytest.raises(RegistryError):
         _register("nonsense", "post", 1e-5, True, sublayer="attention", mask_style="subtractive")
     from harness.families import oracles
 
-    with pytest.raises(Exception, match="additive mask gives the mean of V"):
+    with pytest.raises(Exception, match="no oracle for mask_style='subtractive'"):
         oracles.multi_head_attention({}, "", torch.zeros(1, 1, 4), torch.zeros(1, 1, 4), torch.zeros(1, 1, 4),
                                      torch.ones(1, 1, 1, dtype=torch.bool),
-                                     oracles.AttentionSpec(heads=1, fully_masked_row="zeros", mask_style="additive"))
+                                     oracles.AttentionSpec(heads=1, fully_masked_row="zeros", mask_style="subtractive"))
 
 
 def test_the_attention_options_are_one_frozen_typed_value_built_at_the_edge():

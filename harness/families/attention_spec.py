@@ -80,7 +80,8 @@ class AttentionSpec:
     the mean of V with no gradient to Q and K (a finite fill such as -1e9), or zeros (SDPA).
     ``mask_style`` "additive" adds a very negative number instead of replacing the scores:
     the same forward, but a fully masked row then sends gradient to Q and K (the mean of V:
-    a finite number; NaN: one that reaches the softmax as -inf). Either may be a ``ByCause``
+    a finite number; NaN: one that reaches the softmax as -inf; zeros: a kernel that repairs
+    such rows, SDPA given a 0 / -inf float mask, sends none). Either may be a ``ByCause``
     (``harness.families.no_key_rows``).
 
     ``qk_norm`` per head: q and k of each head are RMS-normalised over d_k (Qwen3); over all

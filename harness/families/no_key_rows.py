@@ -175,14 +175,16 @@ FULLY_MASKED_ROWS = ("NaN", "mean of V", "zeros")
 MASK_STYLES = ("fill", "additive")
 # How the module-level mask style and fully-masked-row value read in the kernel oracle's terms.
 # An additive mask gives the mean of V (a finite bias: the uniform softmax's gradient reaches
-# Q and K) or NaN (a bias that reaches the softmax as -inf: a -inf mask, or float64's finfo.min
-# in a softmax taken in float32; NaN reaches Q and K).
+# Q and K), NaN (a bias that reaches the softmax as -inf: a -inf mask, or float64's finfo.min
+# in a softmax taken in float32; NaN reaches Q and K), or zeros where the kernel repairs such
+# rows (SDPA given a 0 / -inf float attn_mask: zeros, no gradient to Q and K).
 _KERNEL_DEAD_ROWS = {
     ("fill", "NaN"): ("bool_fill_-inf", "NaN", "none"),
     ("fill", "mean of V"): ("bool_fill_finfo_min", "mean of V", "none"),
     ("fill", "zeros"): ("bool_fill_-inf", "zeros", "none"),
     ("additive", "mean of V"): ("additive_finfo_min", "mean of V", "softmax"),
     ("additive", "NaN"): ("additive_bias", "NaN", "NaN"),
+    ("additive", "zeros"): ("additive_bias", "zeros", "none"),
 }
 
 
@@ -195,9 +197,6 @@ def kernel_dead_rows(fully_masked_row: Any, mask_style: Any) -> tuple[Any, Any, 
         style, row = at_cause(mask_style, cause), at_cause(fully_masked_row, cause)
         if style is None or row is None:
             continue
-        if style == "additive" and row not in ("mean of V", "NaN"):
-            raise SpecError(f"an additive mask gives the mean of V on a fully masked row (a finite bias) "
-                            f"or NaN (one that reaches the softmax as -inf), not {row!r}")
         if style not in MASK_STYLES:
             raise SpecError(f"no oracle for mask_style={style!r}; known: {list(MASK_STYLES)}")
         if (style, row) not in _KERNEL_DEAD_ROWS:
