@@ -153,3 +153,42 @@ def test_the_attention_options_are_one_frozen_typed_value_built_at_the_edge():
         spec.heads = 2  # type: ignore[misc]
     with pytest.raises(SpecError, match=r"^no oracle for qk_norm='rms'; known: \['none', 'rms per head'"):
         AttentionSpec.from_traits({**traits, "qk_norm": "rms"}, Config(), eps=1e-6, window=None)
+
+
+class UnusedBias(nn.Module):
+    """Multi-head attention holding biases on all four projections, one of them never used."""
+
+    def __init__(self, d, h, unused):
+        super().__init__()
+        self.h, self.unused = h, unused
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+
+    def project(self, name, x):
+        layer = getattr(self, name)
+        return F.linear(x, layer.weight, None if name == self.unused else layer.bias)
+
+    def forward(self, query, key, value, mask):
+        B, T, D = query.shape
+        split = lambda x: x.view(B, -1, self.h, D // self.h).transpose(1, 2)  # noqa: E731
+        q, k, v = (split(self.project(n, x)) for n, x in zip("qkv", (query, key, value)))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+        return self.project("o", out.transpose(1, 2).reshape(B, T, D))
+
+
+def test_a_parameter_left_unused_where_its_gradient_is_zero_is_equivalent():
+    """A key bias adds one constant to each query's scores, which the softmax ignores: its
+    gradient is zero, so a module that holds it and never adds it computes the same function
+    (equivalent, said in a note). A value bias left unused changes the output: different."""
+    with scratch():
+        for unused in "kv":
+            register(id=f"{unused}_bias_unused", family="attention", source="tests", param_map=QKVO,
+                     build=lambda cfg, unused=unused: UnusedBias(cfg.d_model, cfg.heads, unused),
+                     call=lambda m, i: m(i["query"], i["key"], i["value"], i["mask"]),
+                     traits={"sublayer": "attention", "fully_masked_row": "zeros", "cases": ("self",)})
+        report = check_all(["attention"], CONFIGS, "cpu", ["float32"], extras=False,
+                           variants=["attention/k_bias_unused", "attention/v_bias_unused"])
+    k_specs = [s for s in report.specs if s.variant == "k_bias_unused"]
+    assert k_specs and all(s.ok for s in k_specs)
+    assert all("k.bias: the oracle's gradient is 0 here" in s.note for s in k_specs if s.dtype == "float64")
+    v_wrong = _failures(report, "v_bias_unused")
+    assert v_wrong and all(s.verdict == "different" for s in v_wrong if s.dtype == "float64")

@@ -99,6 +99,7 @@ class TensorCheck:
     note: str = ""
     max_ratio: float = math.nan  # the largest error's ratio to the baseline's (shown; the verdict reads the RMS)
     n: int = 0                   # elements the RMS averages
+    shown: bool = False          # its note is said even when it is equivalent
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)

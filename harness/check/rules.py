@@ -23,6 +23,22 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 HALF_DIFFERENT_FACTOR = 10.0
 
 
+def unproduced(name: str, oracle: torch.Tensor, check) -> TensorCheck:
+    """A tensor the variant's run did not produce. The gradient of a parameter its forward
+    never uses is zero (autograd leaves it None): where the oracle's gradient is zero too, to
+    within the dtype's tolerance (``check`` of zeros), leaving the parameter out computes the
+    same function (a key bias without RoPE: softmax is shift-invariant) and the verdict is
+    equivalent, said in a note; anything else is missing: different."""
+    if name.startswith("grad:"):
+        zero = check(torch.zeros_like(oracle))
+        if zero.verdict == Verdict.EQUIVALENT:
+            zero.note = (f"{name.removeprefix('grad:')}: the oracle's gradient is 0 here, so leaving it "
+                         f"unused computes the same function")
+            zero.shown = True
+            return zero
+    return TensorCheck.missing(name)
+
+
 def float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal: str | None,
                    scale: float = 0.0, baseline: torch.Tensor | None = None,
                    factor: float = P.PRECISION_FACTOR) -> TensorCheck:
@@ -36,7 +52,7 @@ def float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal: 
     an error still within ``factor`` times the baseline's RMS error (``harness.check.precision``)
     is that dtype's rounding, "less precise" as declared; beyond both, "different"."""
     if a is None:
-        return TensorCheck.missing(name)
+        return unproduced(name, o, lambda z: float64_check(name, z, o, internal, scale, baseline, factor))
     g = P.gap(a, o)
     if not g.comparable:
         return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, None, 0.0, math.inf,
@@ -76,7 +92,8 @@ def _lower_check(name: str, a: torch.Tensor | None, o: torch.Tensor, baselines: 
     function as the variant: the oracle evaluated in ``dtype``, and the family reference
     when it shares the variant's semantics. The largest of their errors is the baseline."""
     if a is None:
-        return TensorCheck.missing(name)
+        return unproduced(name, o, lambda z: _lower_check(name, z.to(dtype), o, baselines, dtype, factor=factor,
+                                                          scale=scale, half_rule=half_rule, strict=strict))
     g = P.gap(a, o)
     gaps = [bg for b, bo in baselines if (bg := P.gap(b, bo)).comparable]
     ref_err = max(bg.max_abs for bg in gaps) if gaps else None

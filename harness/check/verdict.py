@@ -274,4 +274,4 @@ def _notes(e: Evidence, checks: list[TensorCheck], verdict: Verdict, overflow: s
     notes = [f"expected an error: {overflow}"] if verdict == Verdict.EQUIVALENT and overflow else []
     notes += [left_out_note(list(e.left_out))] if e.left_out else []
     notes += [x for x in (e.run.forward_only, e.run.note) if x]
-    return notes + [c.note for c in checks if c.verdict != Verdict.EQUIVALENT and c.note]
+    return notes + [c.note for c in checks if (c.verdict != Verdict.EQUIVALENT or c.shown) and c.note]
