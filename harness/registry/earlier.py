@@ -54,7 +54,8 @@ def unmapped_trait_norms(variant: Any) -> Any:
     declared = tuple(variant.traits.get("not_learned", ()))
     traits = {**variant.traits, "not_learned": declared + tuple(n for n in names if n not in declared)}
     where = f" ({Path(variant.origin).name})" if variant.origin else ""
-    print(f"deprecated: variant '{variant.key}'{where}: its param_map has no entry for {', '.join(names)}, "
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    print(f"deprecated: variant '{variant.key}'{where}: its param_map has no entry for {shown}, "
           f"canonical parameters since its traits bring them: read as held at their init on both sides (as "
           f"`fixed` held them); map them (\"{names[0]}\": Param(<the module's gain>)) to port and check them",
           file=sys.stderr)
