@@ -15,6 +15,7 @@ import pytest
 
 from harness.base.config import CONFIG_MATRIX
 from harness.check.api import check_all
+from harness.check.settings import CheckSettings
 from harness.cli.main import main
 from harness.families.catalog import get_family
 from harness.registry import load_file, load_packs, scratch
@@ -72,8 +73,8 @@ def test_the_legend_and_the_count_name_every_config_a_cell_has_a_symbol_for():
     load_packs()
     configs = dict(CONFIG_MATRIX)
     report = check_all(["attention"], configs, "cpu", ["float64"], extras=False, variants=["attention/torch_sdpa"])
-    text = check_text(report, configs, families=["attention"], device="cpu", factor=3.0, pairs="all",
-                      matrix_note=True, compile_backend=None, explained_differences=None, explained_failures="")
+    text = check_text(report, configs, CheckSettings(factor=3.0, pairs="all"), families=["attention"],
+                      matrix_note=True, explained_differences=None, explained_failures="")
     legend = text.split("in this order):\n", 1)[1].split("\n\n", 1)[0].splitlines()
     names = [line.split()[0] for line in legend]
     assert names == list(get_family("attention").configs_of(configs)) and "gqa" in names
@@ -82,9 +83,9 @@ def test_the_legend_and_the_count_name_every_config_a_cell_has_a_symbol_for():
     assert cells and all(len(cell) == len(names) for cell in cells)
     assert f"1 variants x {len(names)} config(s)" in summary_line(report, configs, ["attention"])
     assert "meta_llama does not apply" in text  # every variant's limits and class, --variant not given
-    scoped = check_text(report, configs, families=["attention"], device="cpu", factor=3.0, pairs="all",
-                        matrix_note=True, compile_backend=None, explained_differences=None, explained_failures="",
-                        variants=["attention/torch_sdpa"])
+    only = CheckSettings(factor=3.0, pairs="all", variants=frozenset({"attention/torch_sdpa"}))
+    scoped = check_text(report, configs, only, families=["attention"], matrix_note=True,
+                        explained_differences=None, explained_failures="")
     classes = scoped.split("equivalence classes (equal semantic traits)\n", 1)[1].split("\n\n", 1)[0]
     assert "does not apply" not in scoped and "meta_llama" not in classes
     [mine] = classes.splitlines()[2:]  # torch_sdpa's class only, with its peers

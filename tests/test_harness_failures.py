@@ -149,3 +149,26 @@ def test_a_train_step_that_fails_in_the_harness_keeps_its_traceback(monkeypatch)
     rows = training.compare_train_step("decoder_only_model", Config().replace(seed=7919))  # a config of its own
     assert rows and all(r.verdict == "error" and "planted harness bug" in r.error for r in rows)
     assert all(r.as_dict()["traceback"].startswith(TRACEBACK) for r in rows)
+
+
+def test_a_bench_row_keeps_the_harness_traceback_as_a_key_only_where_set():
+    """A case the harness itself failed to measure: its log row carries ``traceback`` (read back
+    as it was written); a user's failure, and every row that did not fail, have no such key."""
+    from types import SimpleNamespace
+
+    from harness.bench.row import BenchRow, Measurement, RowSpec
+    from harness.bench.sweep import _failed
+
+    def row_after(exc: Exception) -> dict:
+        m = Measurement()
+        _failed(m, SimpleNamespace(compiled=False), exc)  # type: ignore[arg-type]
+        return BenchRow(RowSpec(key="k"), m).to_json()
+
+    try:
+        raise RuntimeError("planted harness bug")
+    except RuntimeError as exc:
+        ours = row_after(exc)
+    assert ours["status"] == "error" and ours["traceback"].startswith(TRACEBACK)
+    assert list(ours)[-1] == "traceback" and BenchRow.from_json(ours).to_json() == ours
+    assert "traceback" not in row_after(UserCodeError("call", "my_file.py:3: boom"))
+    assert "traceback" not in BenchRow(RowSpec(key="k")).to_json()

@@ -70,6 +70,18 @@ def test_map_finds_the_pack_registration(row):
         assert proposal.traits["fully_masked_row"] == "mean of V" and "fully_masked" in proposal.traits["cases"]
 
 
+def test_map_finds_phi3s_fused_qkv_with_fewer_kv_heads():
+    """Phi-3's qkv_proj (96, 48) at kv_heads=2 stacks q, k and v as 48 + 24 + 24 rows: map
+    proposes Chunk(..., sizes=...) read from cfg, and the registration it prints checks clean."""
+    with scratch():
+        proposal = propose_map("transformers.models.phi3.modeling_phi3:Phi3Attention", "attention", cfg=GQA)
+    assert proposal.found and "0 contradict" in proposal.text, proposal.text
+    sizes = "sizes=(cfg.heads * cfg.d_k, cfg.n_kv_heads * cfg.d_k, cfg.n_kv_heads * cfg.d_k)"
+    for index, name in enumerate("qkv"):
+        assert f'"{name}.weight": Chunk("qkv_proj.weight", {index}, {sizes}),' in proposal.code, proposal.code
+    assert "param_map=lambda cfg: {" in proposal.code and "equal blocks only" not in proposal.text
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("row", TABLE, ids=[f"{r[0].rsplit(':', 1)[1]}-{r[3].n_kv_heads}kv" for r in TABLE])
 def test_map_table(row, tmp_path):
@@ -296,3 +308,21 @@ def test_an_hf_module_follows_rope_base_and_one_that_pins_its_base_is_caught():
         wrong = checker.check(get_variant("attention", "hf_llama_base_10000"), "base", "causal", "float64")
     assert right.ok, right.note
     assert not wrong.ok and wrong.verdict == "different", wrong.note
+
+
+@pytest.mark.parametrize("home,config,attention", [("qwen2", "Qwen2Config", "Qwen2Attention"),
+                                                   ("gemma2", "Gemma2Config", "Gemma2Attention"),
+                                                   ("gemma3", "Gemma3TextConfig", "Gemma3Attention")])
+def test_library_config_makes_the_layer_sliding_exactly_when_the_window_is_set(home, config, attention):
+    """Qwen2 slides only from layer max_window_layers (28) on, Gemma 2 and 3 slide on layer 0
+    by default: built by library_config, the module's own sliding window is the config's
+    window (w = left + 1), and none without one."""
+    import importlib
+
+    from harness import library_config
+
+    modeling = importlib.import_module(f"transformers.models.{home}.modeling_{home}")
+    config_cls = getattr(importlib.import_module(f"transformers.models.{home}.configuration_{home}"), config)
+    for window, want in (((2, 0), 3), (None, None)):
+        module = getattr(modeling, attention)(library_config(config_cls, Config(window=window)), layer_idx=0)
+        assert module.sliding_window == want, (window, module.sliding_window)

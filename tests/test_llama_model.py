@@ -177,12 +177,13 @@ def test_a_wrong_cache_is_caught_on_the_calls_where_it_shows(monkeypatch, step, 
 
 def test_the_block_is_composed_from_the_layer_families():
     """One set of conventions: the block's canonical parameters are the attention, norm and
-    gated_ffn families' own, nested; K/V keep the GQA width."""
+    gated_ffn families' own, nested; K/V keep the GQA width (2 K/V heads of d_k = 10)."""
     block = get_family("llama_block").canonical_shapes(GQA_CONFIG)
     attention = get_family("attention").canonical_shapes(GQA_CONFIG)
     assert all(block[f"self_attn.{n}"] == s for n, s in attention.items())
     assert block["mlp.gate.weight"] == get_family("gated_ffn").canonical_shapes(GQA_CONFIG)["gate.weight"]
-    assert block["attn_norm.weight"] == (GQA_CONFIG.d_model,) and block["self_attn.k.weight"][0] == 2 * 12
+    assert block["attn_norm.weight"] == (GQA_CONFIG.d_model,)
+    assert block["self_attn.k.weight"][0] == GQA_CONFIG.n_kv_heads * GQA_CONFIG.d_k == 2 * 10
 
 
 def test_gpt_neox_per_head_qkv_needs_its_entry():

@@ -11,6 +11,8 @@ from harness.base.config import Config
 from harness.cli.main import main
 from harness.porting.entries import entry_code
 from harness.registry import REGISTRY, get_variant, load_file, scratch
+from harness.trace.map_candidates import load_class
+from harness.trace.map_verify import verify_registration
 from harness.trace.mapsearch import propose_map
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,18 +173,35 @@ class FusedGqa(nn.Module):
 '''
 
 
-def test_map_says_why_a_fused_qkv_with_fewer_kv_heads_has_no_map(tmp_path):
-    """A fused QKV weight whose blocks differ in size (q's H * d rows, k's and v's H_kv * d)
-    has no map (Chunk cuts equal blocks): map says so, naming the parameter and the sizes; a
-    fused QKV of three equal blocks gets no such line (test_map_says_why_none_fits...)."""
-    path = tmp_path / "fused_gqa.py"
-    path.write_text(FUSED_GQA)
-    with scratch():
-        proposal = propose_map(f"{path}:FusedGqa", "attention", cfg=Config(kv_heads=2), call="qkv_mask",
-                               init="d_model=cfg.d_model, heads=cfg.heads, kv_heads=cfg.n_kv_heads")
-    assert not proposal.found
-    assert ("note: qkv.weight (96, 48) stacks q.weight, k.weight, v.weight (48 + 24 + 24 along dim 0): Chunk cuts "
-            "a parameter into equal blocks only") in proposal.text, proposal.text
+def test_map_finds_a_fused_qkv_of_unequal_blocks_in_the_order_the_module_stacks_them(tmp_path):
+    """A fused QKV weight whose blocks differ in size (q's H * d rows, k's and v's H_kv * d):
+    map proposes Chunk(..., sizes=...) with the sizes read from cfg, and its registration
+    checks clean. Stacked q, v, k instead, the search finds v in the middle block, and the
+    registration in the q, k, v order (k and v swapped for this module) does not check clean:
+    the order of two blocks of the same size is decided by the oracle, not by the sizes."""
+    sizes = "sizes=(cfg.heads * cfg.d_k, cfg.n_kv_heads * cfg.d_k, cfg.n_kv_heads * cfg.d_k)"
+    cfg = Config(kv_heads=2)
+    init = "d_model=cfg.d_model, heads=cfg.heads, kv_heads=cfg.n_kv_heads"
+    for name, order in (("FusedGqa", (0, 1, 2)), ("FusedGqaVK", (0, 2, 1))):
+        path = tmp_path / f"{name.lower()}.py"
+        path.write_text(FUSED_GQA if order == (0, 1, 2) else FUSED_GQA.replace("class FusedGqa", "class FusedGqaVK")
+                        .replace("q, k, v = (self.qkv", "q, v, k = (self.qkv").replace("(query, key, value))",
+                                                                                 "(query, value, key))"))
+        with scratch():
+            proposal = propose_map(f"{path}:{name}", "attention", cfg=cfg, call="qkv_mask", init=init)
+        assert proposal.found and "0 contradict" in proposal.text, proposal.text
+        for canonical, index in zip(("q", "k", "v"), order):
+            assert f'"{canonical}.weight": Chunk("qkv.weight", {index}, {sizes}),' in proposal.code, proposal.code
+        if order != (0, 1, 2):
+            swapped = proposal.code
+            for weight, was, now in (("k", 2, 1), ("v", 1, 2)):
+                entry = f'"{weight}.weight": Chunk("qkv.weight", '
+                swapped = swapped.replace(f"{entry}{was}", f"{entry}{now}")
+            assert swapped != proposal.code
+            cls = load_class(f"{path}:{name}")[0]
+            clean, line = verify_registration(swapped, "attention", name.lower(), cfg, scope={name: cls},
+                                              dtypes=("float64",), extras=False)
+            assert not clean and "contradiction" in line, line
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -94,4 +94,27 @@ def test_an_additive_mask_cannot_give_zeros_on_a_fully_masked_row():
 
     with pytest.raises(Exception, match="additive mask gives the mean of V"):
         oracles.multi_head_attention({}, "", torch.zeros(1, 1, 4), torch.zeros(1, 1, 4), torch.zeros(1, 1, 4),
-                                     torch.ones(1, 1, 1, dtype=torch.bool), 1, "zeros", "additive")
+                                     torch.ones(1, 1, 1, dtype=torch.bool),
+                                     oracles.AttentionSpec(heads=1, fully_masked_row="zeros", mask_style="additive"))
+
+
+def test_the_attention_options_are_one_frozen_typed_value_built_at_the_edge():
+    """Declared trait strings become the oracle's enums once, in ``AttentionSpec``; a mode no
+    oracle builds is the one-line error it always was; the value cannot change after."""
+    import dataclasses
+
+    from harness.base.config import Config
+    from harness.base.errors import SpecError
+    from harness.families import oracles
+    from harness.families.attention_spec import AttentionSpec, QkNorm, WindowDiagonal
+
+    traits = {"fully_masked_row": "NaN", "mask_style": "fill", "qk_norm": "rms over all heads",
+              "window_diagonal": "bottom_right", "score_scale": 0.5}
+    spec = AttentionSpec.from_traits(traits, Config(), eps=1e-6, window=(3, 0))
+    assert (spec.qk_norm, spec.window_diagonal, spec.scale, spec.window) == (
+        QkNorm.ALL_HEADS, WindowDiagonal.BOTTOM_RIGHT, 0.5, (3, 0))
+    assert oracles.QK_NORMS == ("none", "rms per head", "rms over all heads")  # the family's vocabulary
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.heads = 2  # type: ignore[misc]
+    with pytest.raises(SpecError, match=r"^no oracle for qk_norm='rms'; known: \['none', 'rms per head'"):
+        AttentionSpec.from_traits({**traits, "qk_norm": "rms"}, Config(), eps=1e-6, window=None)

@@ -7,8 +7,8 @@ Shape legend, used in comments everywhere in the project:
 The default config gives every role a different size (B=3, T=7, S=5, D=48, H=4, d_k=12,
 F=192), so a bug that swaps two of them (a head split written ``view(B, T, d_k, H)``, a
 1/sqrt(H) scale, K read where V belongs) changes a shape or a value and cannot pass.
-``CONFIG_MATRIX`` is what ``check`` and pytest run by default: that config, eight heads,
-one head, and a B=1 / T=1 edge.
+``CONFIG_MATRIX`` is what ``check`` and pytest run by default: that config, eight heads
+(with another vocabulary and RoPE base), one head, and a B=1 / T=1 edge.
 """
 
 from __future__ import annotations
@@ -241,10 +241,13 @@ _KINDS = {"window": "LEFT,RIGHT (e.g. 2,0; HF's sliding_window=w is w-1,0) or no
 
 
 # The default matrix. Every config keeps B, T, S, D, H, d_k and F apart where it can
-# (one head makes d_k = D; the edge makes B = T = 1 on purpose).
+# (one head makes d_k = D; the edge makes B = T = 1 on purpose). A field a family reads takes
+# a value off its default in at least one config a family runs (heads8: another vocabulary
+# and RoPE base; a family's extra configs and regime cases count), so a variant that
+# hard-codes the default instead of reading the config is caught (tests/test_config.py).
 CONFIG_MATRIX: dict[str, Config] = {
     "default": Config(),
-    "heads8": Config(d_model=96, heads=8, d_ff=384, batch=2, tgt_len=6, src_len=9),
+    "heads8": Config(d_model=96, heads=8, d_ff=384, batch=2, tgt_len=6, src_len=9, vocab=13, rope_base=500000.0),
     "one_head": Config(d_model=16, heads=1, d_ff=64, batch=2, tgt_len=5, src_len=3),
     "edge": Config(batch=1, tgt_len=1, src_len=3),
 }

@@ -5,7 +5,8 @@ and the additive mask library attention takes.
 
 What ``library_config`` fills, when the config class takes it: the width, heads, K/V heads,
 head width, feed-forward width, vocabulary (a default token id past it: none), one layer, the
-sliding window (HF's ``sliding_window = w`` keeps keys i-w+1 .. i: ``Config.window = (w-1, 0)``),
+sliding window (HF's ``sliding_window = w`` keeps keys i-w+1 .. i: ``Config.window = (w-1, 0)``;
+the layer a sliding one exactly when the window is set, where ``layer_types`` says which),
 RoPE's base (``rope_theta`` and its older names, or every ``rope_theta`` of the
 ``rope_parameters`` the class builds, one per layer type where it keeps several); every dropout
 probability 0; the eager attention implementation (the one that reads the mask it is given).
@@ -26,6 +27,7 @@ from harness.base.config import Config
 from harness.base.errors import ConfigError
 
 CONFIG_BASES = ("PreTrainedConfig", "PretrainedConfig")
+KINDS = ("sliding_attention", "full_attention")  # layer types: the window's, or none
 
 
 def is_library_config(obj: Any) -> bool:
@@ -63,10 +65,16 @@ def library_config(config_cls: type, cfg: Config, **overrides: Any) -> Any:
         kwargs.update({k: None for k, p in params.items() if k.endswith("_token_id") and _past(p.default, cfg.vocab)})
     kwargs.update(overrides)
     config = _made(config_cls, kwargs)
-    rope = getattr(config, "rope_parameters", None)
+    derived: dict[str, Any] = {}  # what the class derives from its own defaults: made to follow cfg
+    rope, kinds = getattr(config, "rope_parameters", None), getattr(config, "layer_types", None)
     if "rope_parameters" in accepted and not {"rope_parameters", "rope_theta"} & set(overrides) \
-            and isinstance(rope, dict) and _with_base(rope, cfg.rope_base) != rope:
-        config = _made(config_cls, {**kwargs, "rope_parameters": _with_base(rope, cfg.rope_base)})
+            and isinstance(rope, dict):
+        derived["rope_parameters"] = _with_base(rope, cfg.rope_base)
+    if "layer_types" in accepted and "layer_types" not in overrides and isinstance(kinds, list) \
+            and set(kinds) <= set(KINDS):
+        derived["layer_types"] = [KINDS[0] if kwargs.get("sliding_window") else KINDS[1]] * len(kinds)
+    if any(getattr(config, k) != v for k, v in derived.items()):
+        config = _made(config_cls, {**kwargs, **derived})
     try:
         config._attn_implementation = "eager"
     except (AttributeError, ValueError):

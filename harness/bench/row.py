@@ -77,7 +77,8 @@ _NOT_A_KEY = {"json": False}
 
 @dataclass
 class Measurement:
-    """What one case gave: its status and error; what one instrumented call showed (compile
+    """What one case gave: its status, error (and the harness's own failure's ``traceback``:
+    ``harness.base.failures``, a key only where set); what one instrumented call showed (compile
     time, kernel path, FLOPs executed and dense-equivalent, memory); how it was timed
     (``min_time`` per round, ``rounds``) and the state of the window (load, disturbed,
     interleaved); the raw ``times`` of its rounds and the ``stats`` derived from them
@@ -86,6 +87,7 @@ class Measurement:
 
     status: Status | None = None
     error: str | None = None
+    traceback: str | None = None
     compile_s: float | None = None
     compile_graphs: int | None = None
     path: str | None = None
@@ -152,7 +154,7 @@ KEY_ORDER = (
 # after every key of KEY_ORDER (and, unlike those, no column of their own for a report of
 # rows that lack them).
 PROMOTED_KEYS = ("min_time",)
-_CASE_KEYS = KEY_ORDER + PROMOTED_KEYS
+_CASE_KEYS = KEY_ORDER + PROMOTED_KEYS + ("traceback",)  # the harness's own failure: only where set, no column
 
 
 # What every case row must carry: the tables group and label rows by them.

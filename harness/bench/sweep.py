@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 import torch
 from tqdm import tqdm
@@ -19,6 +19,7 @@ from tqdm import tqdm
 from harness.base.boundary import describe
 from harness.base.dtypes import dtype_of
 from harness.base.errors import HarnessError, ResultsFileError
+from harness.base.failures import harness_traceback
 from harness.base.files import SCHEMA_VERSION, make_public, output_lock
 from harness.base.output import write_failed
 from harness.bench import counters, timing
@@ -104,7 +105,7 @@ def _failed(m: Measurement, case: BenchCase, exc: Exception) -> None:
         m.status, m.error = Status.OOM, str(exc).splitlines()[0]
         return
     m.status = Status.UNSUPPORTED if case.compiled else Status.ERROR  # e.g. torch.compile unsupported here
-    m.error = describe(exc)
+    m.error, m.traceback = describe(exc), harness_traceback(exc)
 
 
 def _spec(case: BenchCase, threads: int, baseline: str | None) -> RowSpec:
@@ -321,75 +322,99 @@ def _appending(target: Path, log: Path) -> Iterator:
 
 def _sweep_locked(cases: list[BenchCase], log: Path, stamp: dict, s: SweepSettings) -> Iterator[BenchRow]:
     old, done, replace = _measured_before(cases, log, stamp, fresh=s.fresh)
-    threads, deadline, profile = s.threads or torch.get_num_threads(), s.deadline, s.profile
+    threads = s.threads or torch.get_num_threads()
     env = environment(cases[0].device) if cases else {}
     machine = Environment(**{k: v for k, v in env.items() if k not in ("device", "threads")})
-    # Cheapest groups first (a memory estimate as the measure of work): the first rows land in
-    # seconds, and a sweep stopped early keeps the most groups.
-    todo = sorted((g for g in groups(cases) if any(c.key not in done for c in g)),
-                  key=lambda g: sum(case_bytes(c) for c in g))
-    if deadline is not None:  # under a time budget, what the targets read first
-        todo.sort(key=lambda g: not any(serves_target(c) for c in g))
-    longest, left = 0.0, 0
+    todo = _order(cases, done, s.deadline)
     cpu = bool(cases) and not cases[0].device.startswith("cuda")
     probe = MemProbe(list(s.variant_files), threads) if s.memory and cpu else None
-    target = log.parent / f".{log.name}.new-{os.getpid()}" if replace else log
-    placed = not replace
+    writer = _LogWriter(log, log.parent / f".{log.name}.new-{os.getpid()}" if replace else log, placed=not replace)
     try:
-        with _appending(target, log) as out:
-            def emit(row):
-                try:
-                    out.write(json.dumps(row, default=str) + "\n")
-                    out.flush()
-                except OSError as exc:  # a full disk: one line naming the log (the rows before it are whole)
-                    raise write_failed(log, exc) from None
-
-            def place():
-                nonlocal placed
-                if not placed:
-                    make_public(target)
-                    os.replace(target, log)  # the open file goes on being appended to, now as ``log``
-                    placed = True
-
+        with _appending(writer.target, log) as writer.out:
             if not old:
-                emit({"harness_log": LOG_MAGIC, "kind": "log", "schema": SCHEMA_VERSION, "stamp": stamp})
-
-            bar = tqdm(todo, desc="bench", unit="group", disable=not s.progress, dynamic_ncols=True)
-            for i, group in enumerate(bar):
-                c = group[0]
-                if deadline is not None and time.monotonic() + longest > deadline:
-                    left = len(todo) - i
-                    break
-                started = time.monotonic()
-                bar.set_postfix_str(f"{c.family} B={c.batch} T={c.seq} {c.mode}", refresh=False)
-                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                    # what a variant prints while it is timed is no part of the output (its first,
-                    # guarded call already showed anything that went wrong)
-                    rows, peak = measure_group(group, min_time=s.min_time, rounds=s.rounds, threads=threads,
-                                               probe=probe)
-                if peak.disturbed:
-                    tqdm.write(f"disturbed: {c.family} B={c.batch} T={c.seq} {c.mode}: {peak.disturbed}",
-                               file=sys.stderr)
-                peak.profile, peak.environment = profile, machine
-                emit(peak.to_json())
-                rows = [dataclasses.replace(row, spec=dataclasses.replace(row.spec, profile=profile),
-                                            environment=machine) for row in rows]
-                for row in rows:
-                    emit(row.to_json())
-                    if row.counting_error():
-                        tqdm.write(row.counting_error(), file=sys.stderr)
-                place()
-                longest = max(longest, time.monotonic() - started)
-                yield from rows
-            bar.close()
+                writer.emit({"harness_log": LOG_MAGIC, "kind": "log", "schema": SCHEMA_VERSION, "stamp": stamp})
+            left = yield from _measure_all(todo, s, threads, probe, machine, writer)
             if left:
                 print(f"time budget: {len(todo) - left} of {len(todo)} group(s) measured; {left} left in "
                       f"{log} for the same command to resume", file=sys.stderr)
             elif todo or not (old and old[-1].get("kind") == "end"):
-                emit({"kind": "end", "key": "end", "profile": profile})
-                place()
+                writer.emit({"kind": "end", "key": "end", "profile": s.profile})
+                writer.place()
     finally:
-        if not placed:
-            target.unlink(missing_ok=True)
+        if not writer.placed:
+            writer.target.unlink(missing_ok=True)
         if probe is not None:
             probe.close()
+
+
+def _order(cases: list[BenchCase], done: set, deadline: float | None) -> list[list[BenchCase]]:
+    """The groups left, cheapest first (by memory estimate: the first rows land in seconds, a
+    sweep stopped early keeps the most groups); under a time budget, those targets read first."""
+    todo = sorted((g for g in groups(cases) if any(c.key not in done for c in g)),
+                  key=lambda g: sum(case_bytes(c) for c in g))
+    if deadline is not None:
+        todo.sort(key=lambda g: not any(serves_target(c) for c in g))
+    return todo
+
+
+@dataclasses.dataclass
+class _LogWriter:
+    """Rows appended to ``target``: the log, or a new file put in its place once a group is whole."""
+
+    log: Path
+    target: Path
+    placed: bool
+    out: Any = None
+
+    def emit(self, row: dict) -> None:
+        try:
+            self.out.write(json.dumps(row, default=str) + "\n")
+            self.out.flush()
+        except OSError as exc:  # a full disk: one line naming the log (the rows before it are whole)
+            raise write_failed(self.log, exc) from None
+
+    def place(self) -> None:
+        if not self.placed:
+            make_public(self.target)
+            os.replace(self.target, self.log)  # the open file goes on being appended to, now as ``log``
+            self.placed = True
+
+
+def _measure_all(todo: list[list[BenchCase]], s: SweepSettings, threads: int, probe: MemProbe | None,
+                 machine: Environment, writer: _LogWriter) -> Generator[BenchRow, None, int]:
+    """Each group measured and written in turn; returns how many groups the time budget left."""
+    longest = 0.0  # the longest group yet: one that could not end before the deadline is not begun
+    bar = tqdm(todo, desc="bench", unit="group", disable=not s.progress, dynamic_ncols=True)
+    for i, group in enumerate(bar):
+        c = group[0]
+        if s.deadline is not None and time.monotonic() + longest > s.deadline:
+            bar.close()
+            return len(todo) - i
+        started = time.monotonic()
+        bar.set_postfix_str(f"{c.family} B={c.batch} T={c.seq} {c.mode}", refresh=False)
+        rows = _measure_one(group, s, threads, probe, machine, writer)
+        longest = max(longest, time.monotonic() - started)
+        yield from rows
+    bar.close()
+    return 0
+
+
+def _measure_one(group: list[BenchCase], s: SweepSettings, threads: int, probe: MemProbe | None,
+                 machine: Environment, writer: _LogWriter) -> list[BenchRow]:
+    """One group's rows and its peak row, measured, written to the log and returned."""
+    c = group[0]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        # what a variant prints while timed is no part of the output (its guarded first call showed it)
+        rows, peak = measure_group(group, min_time=s.min_time, rounds=s.rounds, threads=threads, probe=probe)
+    if peak.disturbed:
+        tqdm.write(f"disturbed: {c.family} B={c.batch} T={c.seq} {c.mode}: {peak.disturbed}", file=sys.stderr)
+    peak.profile, peak.environment = s.profile, machine
+    writer.emit(peak.to_json())
+    rows = [dataclasses.replace(row, spec=dataclasses.replace(row.spec, profile=s.profile), environment=machine)
+            for row in rows]
+    for row in rows:
+        writer.emit(row.to_json())
+        if row.counting_error():
+            tqdm.write(row.counting_error(), file=sys.stderr)
+    writer.place()
+    return rows

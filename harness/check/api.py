@@ -77,7 +77,7 @@ def _pairs(report: CheckReport, engine: SpecChecker, family: Family, configs: Ma
            s: CheckSettings) -> list[PairResult]:
     """The family's pair matrix on every dtype, config and case, from the specs just checked;
     with ``variants``, the pairs that have a checked variant on a side."""
-    index = {(r.variant, r.config, r.case, r.dtype): r for r in report.specs if r.family == family.name}
+    index = {r.cell: r for r in report.specs if r.family == family.name}
     return [p for dtype_name in family.dtypes or report.dtypes for config in configs for case in family.cases
             for p in derive_pairs(engine.checkers, family.name, config, case.name, dtype_name, specs=index,
                                   device=engine.device, measured=s.pairs == PairMode.ALL)

@@ -15,7 +15,7 @@ import torch
 from harness.base.dtypes import dtype_of
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
-from harness.check.results import PairResult, SpecResult
+from harness.check.results import Cell, PairResult, SpecResult
 from harness.check.runs import (
     Run,
     RunCache,
@@ -29,20 +29,20 @@ from harness.registry.nearest import differing_traits
 
 
 def derive_pairs(checkers: Mapping[str, RunCache], family_name: str, config: str, case: str, dtype_name: str, *,
-                 specs: Mapping[tuple, SpecResult], device: str, measured: bool = False) -> list[PairResult]:
+                 specs: Mapping[Cell, SpecResult], device: str, measured: bool = False) -> list[PairResult]:
     """The pairwise verdicts of one family on one config, case and dtype, derived from
     the equivalence classes (variants with equal semantic traits) and the oracles
     (``derived_pair``); with ``measured`` (``--pairs all``), from every pair's own runs
     compared directly (``measured_pair``). A pair with an erring side is an error pair."""
     family, checker, dtype = get_family(family_name), checkers[config], dtype_of(dtype_name)
+    cell = {v.id: Cell(family_name, v.id, config, case, dtype_name) for v in variants_of(family_name)}
     members = [v for v in variants_of(family_name)
-               if applicable(v, case) and not v.refuses(checker.cfg, checker.device)
-               and (v.id, config, case, dtype_name) in specs]
+               if applicable(v, case) and not v.refuses(checker.cfg, checker.device) and cell[v.id] in specs]
     digests = {} if measured else {v.id: _digest(checker, v, case, dtype) for v in members}
     classes = _Classes(family, checker, case, dtype)
     out = []
     for a, b in itertools.combinations(members, 2):
-        sa, sb = specs[(a.id, config, case, dtype_name)], specs[(b.id, config, case, dtype_name)]
+        sa, sb = specs[cell[a.id]], specs[cell[b.id]]
         if sa.verdict == Verdict.ERROR or sb.verdict == Verdict.ERROR:
             out.append(_error_pair(sa, sb, _reason(family, a, b, case), config, device))
             continue

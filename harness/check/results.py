@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from harness.base.config import Config
 from harness.base.failures import traceback_if_any
@@ -14,6 +14,17 @@ from harness.base.verdicts import Verdict
 
 if TYPE_CHECKING:
     from harness.families.base import PathFinding
+
+
+class Cell(NamedTuple):
+    """Where one spec result sits: a variant (its id) of a family on one config, case and
+    dtype. Results are joined and looked up on it, each field by name."""
+
+    family: str
+    variant: str
+    config: str
+    case: str
+    dtype: str
 
 
 @dataclass
@@ -45,6 +56,12 @@ class PairResult:
         self.verdict = Verdict(self.verdict)
         self.expected = Verdict(self.expected)
         self.grad_verdict = Verdict(self.grad_verdict)
+
+    @property
+    def sides(self) -> tuple[Cell, Cell]:
+        """The cells of the two specs this pair compares."""
+        return (Cell(self.family, self.a, self.config, self.case, self.dtype),
+                Cell(self.family, self.b, self.config, self.case, self.dtype))
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -134,6 +151,10 @@ class SpecResult:
         self.verdict = Verdict(self.verdict)
         self.expected = Verdict(self.expected)
 
+    @property
+    def cell(self) -> Cell:
+        return Cell(self.family, self.variant, self.config, self.case, self.dtype)
+
     def as_dict(self) -> dict:
         out = asdict(self)
         del out["finding"]
@@ -214,10 +235,8 @@ class CheckReport:
         """Everything that contradicts a declaration: a failing spec, gradcheck, dropout or
         compiled check, and a measured pair (``--pairs all``) that contradicts while both its
         specs hold (a pair whose spec fails is counted once, as that spec)."""
-        failing = {(s.family, s.variant, s.config, s.case, s.dtype) for s in self.specs if not s.ok}
-        pairs = [p for p in self.pairs if not p.ok
-                 and (p.family, p.a, p.config, p.case, p.dtype) not in failing
-                 and (p.family, p.b, p.config, p.case, p.dtype) not in failing]
+        failing = {s.cell for s in self.specs if not s.ok}
+        pairs = [p for p in self.pairs if not p.ok and not failing.intersection(p.sides)]
         return ([s for s in self.specs if not s.ok] + [g for g in self.gradchecks if not g.ok]
                 + [d for d in self.dropouts if not d.ok] + [c for c in self.compiled if not c.ok]
                 + [c for c in self.caches if not c.ok] + pairs)

@@ -41,7 +41,7 @@ from harness.base.failures import harness_traceback
 from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.left_out import undeclared_absent
-from harness.check.results import SpecResult
+from harness.check.results import Cell, SpecResult
 from harness.check.rules import HALF_DIFFERENT_FACTOR, HALF_DTYPES, _lower_check, float64_check  # noqa: F401
 from harness.check.run_keys import Mode
 from harness.check.runs import Run, RunCache, applicable
@@ -85,7 +85,7 @@ class SpecChecker:
         for family in FAMILIES.values():  # a family's own extra configs (the attention family's GQA)
             for name, cfg in family.configs_of(self.configs).items():
                 self.checkers.setdefault(name, RunCache(cfg, device, record=False))
-        self._specs: dict[tuple[str, str, str, str], SpecResult | None] = {}
+        self._specs: dict[Cell, SpecResult | None] = {}
 
     # -- one variant -------------------------------------------------------------------------
     def check(self, variant: Variant, config: str, case: str, dtype_name: str) -> SpecResult | None:
@@ -93,7 +93,7 @@ class SpecChecker:
         does not apply or the variant cannot be built for the config. The evidence read from
         the run cache (``evidence``), the verdict decided from it (``harness.check.verdict.decide``),
         then what the call changed folded in (``changes``)."""
-        key = (variant.key, config, case, dtype_name)
+        key = Cell(variant.family, variant.id, config, case, dtype_name)
         if key in self._specs:
             return self._specs[key]
         try:

@@ -102,10 +102,9 @@ def cmd_check(args) -> int:
     report = check_all(families, configs, settings=settings)
     report.caches += cached_sessions(families, configs, wanted)
     mistakes = Mistakes(report, configs)
-    print(check_text(report, configs, families=families, device=device, factor=args.precision_factor, pairs=args.pairs,
-                     matrix_note=not args.set, compile_backend=args.compile_backend if args.compiled else None,
+    print(check_text(report, configs, settings, families=families, matrix_note=not args.set,
                      explained_differences=explain_differences(report, configs) if args.explain else None,
-                     explained_failures=explain_failures(report, configs, mistakes=mistakes), variants=wanted))
+                     explained_failures=explain_failures(report, configs, mistakes=mistakes)))
     found = path_findings(report, configs, mistakes)
     if found:
         print("\n== Path findings (per case: behaviour that depends on the path taken)\n" + found)

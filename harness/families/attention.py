@@ -9,6 +9,7 @@ import torch
 
 from harness.base.config import Config
 from harness.families import kernel_oracle, oracles
+from harness.families.attention_spec import QK_NORMS, QkNorm
 from harness.families.base import (
     EPS,
     Case,
@@ -249,10 +250,11 @@ def qk_norm_params(traits, cfg: Config) -> ParamSpec:
     ``k_norm.weight``, one per dim of a head and shared by every head, (d_k,), for "rms per
     head" (Qwen3's RMSNorm(head_dim)); one per head and dim, (H d_k,) and (H_kv d_k,), for
     "rms over all heads" (OLMo2's RMSNorm(H * head_dim)); none otherwise."""
-    qk_norm = traits.get("qk_norm", "none")
-    if qk_norm == "rms per head":
+    declared = traits.get("qk_norm", "none")
+    qk_norm = QkNorm.of(declared) if declared in QK_NORMS else QkNorm.NONE  # an unknown one: its error comes later
+    if qk_norm is QkNorm.PER_HEAD:
         return {"q_norm.weight": ((cfg.d_k,), "norm_weight"), "k_norm.weight": ((cfg.d_k,), "norm_weight")}
-    if qk_norm == "rms over all heads":
+    if qk_norm is QkNorm.ALL_HEADS:
         return {"q_norm.weight": ((cfg.heads * cfg.d_k,), "norm_weight"),
                 "k_norm.weight": ((cfg.n_kv_heads * cfg.d_k,), "norm_weight")}
     return {}

@@ -233,8 +233,8 @@ CASES = (
 # causal; a kernel taking a mask alone crosses its blocks here).
 REGIME_CASES = (
     regime_case(CASES[0], "large", "q, k, v x12: logits of std ~140", scale=12.0),
-    regime_case(CASES[1], "long", f"B = 2, T = 70, S = {LONG_S}: across a 64-wide query block and 64- and "
-                "128-wide key blocks", batch=2, tgt_len=70, src_len=LONG_S),
+    regime_case(CASES[1], "long", f"B = 2, T = {LONG_T}, S = {LONG_S}: across 64- and 128-wide query and key "
+                "blocks", batch=2, tgt_len=LONG_T, src_len=LONG_S),
 )
 # What each case's mask is ("none": every key may be attended; "right": right key padding
 # only; "arbitrary": anything else) and which of the call's options it needs.

@@ -31,7 +31,10 @@ from harness.families.layers import GATED_FFN, LAYER_STD, NORM
 from harness.families.models import BOOL, ModelFamily, content_tokens, layers
 
 # The GQA config both families run besides the default one (two K/V heads for four query heads).
-GQA_CONFIG = Config(kv_heads=2, batch=2)
+# The llama families run the default config and this one: it moves what the default keeps
+# (widths, heads, length, vocabulary, RoPE base), so a block that hard-codes one is caught.
+GQA_CONFIG = Config(d_model=80, heads=8, kv_heads=2, d_ff=224, batch=2, tgt_len=6, src_len=5, vocab=13,
+                    rope_base=500000.0)
 _ATTN_TRAITS = ("rope", "rope_fraction", "gqa_grouping", "window", "window_diagonal", "qk_norm", "softcap",
                 "score_scale", "fully_masked_row", "mask_style")
 BLOCK_TRAITS = {

@@ -191,9 +191,14 @@ MODEL_TRAITS = {
     "tied_output": TraitSpec("the output projection is the (target) embedding table", BOOL),
 }
 
+# The whole-model families run the default config only (their cost); a small extra one
+# reads another vocabulary, so a model that hard-codes V = 11 is caught.
+VOCAB_CONFIG = Config(d_model=16, heads=2, d_ff=32, batch=2, tgt_len=4, src_len=3, vocab=13)
+
 ENCODER_DECODER = ModelFamily(
     name="encoder_decoder",
     matrix=("default",),
+    extra_configs={"vocab13": VOCAB_CONFIG},
     call="(src (B,S) int, tgt (B,T) int starting with the start symbol; pad 0) -> log-probabilities (B,T,V)",
     doc="A whole encoder-decoder: embeddings, positional encoding, N encoder and decoder layers, generator.",
     params=encoder_decoder_params,
@@ -226,6 +231,7 @@ def _tokens(cfg: Config, gen: torch.Generator, padded: bool) -> dict:
 DECODER_ONLY_MODEL = ModelFamily(
     name="decoder_only_model",
     matrix=("default",),
+    extra_configs={"vocab13": VOCAB_CONFIG},
     call="(tokens (B,T) int, pad (B,T) bool True=real token) -> log-probabilities (B,T,V); causal inside",
     doc="A whole decoder-only language model: embedding, N causal blocks, output head.",
     params=decoder_only_params,

@@ -26,6 +26,7 @@ import torch
 from harness.base.config import Config
 from harness.base.errors import SpecError
 from harness.families import kernel_oracle
+from harness.families.attention_spec import QK_NORMS, AttentionSpec, QkNorm, WindowDiagonal, score_scale  # noqa: F401
 from harness.families.no_key_rows import FULLY_MASKED_ROWS, MASK_STYLES, kernel_dead_rows  # noqa: F401 (vocabulary)
 from harness.families.rope import ROPE_LAYOUTS, rope  # noqa: F401 (ROPE_LAYOUTS: the attention family's vocabulary)
 
@@ -123,82 +124,53 @@ def norm(traits, cfg, w, inputs, dtype) -> Tensor:
 
 
 
-QK_NORMS = ("none", "rms per head", "rms over all heads")
-
-
 def multi_head_attention(
-    w: Mapping[str, Tensor], prefix: str, query: Tensor, key: Tensor, value: Tensor,
-    mask: Tensor, heads: int, fully_masked_row: Any = "NaN", mask_style: Any = "fill", *,
-    kv_heads: int | None = None, gqa_grouping: str = "consecutive", positions: Tensor | None = None,
-    key_positions: Tensor | None = None, rope_layout: str = "none", rope_fraction: float = 1.0,
-    rope_base: float = 10000.0, window: tuple[int, int] | None = None, softcap: float = 0.0,
-    qk_norm: str = "none", qk_eps: float = 1e-6, scale: float | None = None, window_diagonal: str = "top_left",
+    w: Mapping[str, Tensor], prefix: str, query: Tensor, key: Tensor, value: Tensor, mask: Tensor,
+    spec: AttentionSpec, *, positions: Tensor | None = None, key_positions: Tensor | None = None,
 ) -> Tensor:
-    """The Q, K, V projections (K and V to ``kv_heads`` heads, default ``heads``), RoPE on q
+    """The Q, K, V projections (K and V to ``spec.kv_heads`` heads, default ``spec.heads``), RoPE on q
     and k at their positions (default 0..L-1), the kernel oracle's attention over the heads
     (``harness.families.kernel_oracle``: softmax(q k^T / sqrt(d_k)) over the keys the mask
-    allows, K/V heads grouped by ``gqa_grouping``, a (left, right) ``window`` on the top-left
-    diagonal), then the output projection. ``mask`` (B, T, S) bool, True = may attend.
-
-    A row whose keys are all masked becomes, by ``fully_masked_row``: NaN (a -inf fill),
-    the mean of V with no gradient to Q and K (a finite fill such as -1e9), or zeros (SDPA).
-    ``mask_style`` "additive" adds a very negative number instead of replacing the scores:
-    the same forward, but a fully masked row then sends gradient to Q and K (the mean of V:
-    a finite number; NaN: one that reaches the softmax as -inf). Either may be a ``ByCause``
-    (``harness.families.no_key_rows``).
-
-    ``qk_norm`` "rms per head": q and k of each head are RMS-normalised over d_k (Qwen3);
-    "rms over all heads": over the whole projection before the head split (OLMo2); eps
-    ``qk_eps``, then times the gains ``q_norm.weight`` and ``k_norm.weight`` (one per dim of
-    a head, shared by every head; or one per head and dim), before RoPE; ``softcap`` c > 0: scores become
-    c tanh(s / c) before masking (Gemma 2's attention logit soft-capping). The head width d_k
-    is the Q projection's width over ``heads`` (D / H unless the config sets ``head_dim``);
-    ``scale`` multiplies q k^T (default 1 / sqrt(d_k); Gemma 2: query_pre_attn_scalar ** -0.5);
-    ``window_diagonal`` "bottom_right": the window sits on query i's key S - T + i (decoding
-    after a cache: the query's own position)."""
-    method, row, grad = kernel_dead_rows(fully_masked_row, mask_style)
+    allows, K/V heads grouped by ``gqa_grouping``, a (left, right) ``window`` on its diagonal),
+    then the output projection. ``mask`` (B, T, S) bool, True = may attend. The head width d_k
+    is the Q projection's width over ``heads`` (D / H unless the config sets ``head_dim``).
+    What each option means (a row without keys, QK-norm, soft-capping, the scale, the window's
+    diagonal): ``AttentionSpec``."""
+    method, row, grad = spec.dead_rows
     B, T, D = query.shape
     S = key.shape[1]
-    d_k = w[prefix + "q.weight"].shape[0] // heads
-    n_kv = heads if kv_heads is None else kv_heads
+    d_k = w[prefix + "q.weight"].shape[0] // spec.heads
+    n_kv = spec.heads if spec.kv_heads is None else spec.kv_heads
     split = lambda x, n, h: x.view(B, n, h, d_k).transpose(1, 2)  # noqa: E731  (B, h, L, d_k)
     here = lambda n: torch.arange(n).expand(B, n)  # noqa: E731
-    if qk_norm not in QK_NORMS:
-        raise _unknown("qk_norm", qk_norm, QK_NORMS)
+
     def normed(x: Tensor, name: str, per_head: bool) -> Tensor:  # (B, L, H d) or (B, h, L, d_k)
-        if qk_norm != ("rms per head" if per_head else "rms over all heads"):
+        if spec.qk_norm is not (QkNorm.PER_HEAD if per_head else QkNorm.ALL_HEADS):
             return x
         if prefix + name not in w:
-            raise SpecError(f"qk_norm {qk_norm!r} reads the canonical gain '{prefix}{name}', which the weights lack")
-        return normalize(x, w[prefix + name], torch.zeros((), dtype=x.dtype), "rms", qk_eps)
+            raise SpecError(f"qk_norm {spec.qk_norm.value!r} reads the canonical gain '{prefix}{name}', "
+                            "which the weights lack")
+        return normalize(x, w[prefix + name], torch.zeros((), dtype=x.dtype), "rms", spec.qk_eps)
 
-    q = rope(normed(split(normed(linear(query, w, prefix + "q"), "q_norm.weight", False), T, heads),
-                    "q_norm.weight", True),
-             here(T) if positions is None else positions, rope_layout, rope_fraction, rope_base)
-    k = rope(normed(split(normed(linear(key, w, prefix + "k"), "k_norm.weight", False), S, n_kv),
-                    "k_norm.weight", True),
-             here(S) if key_positions is None else key_positions, rope_layout, rope_fraction, rope_base)
+    def roped(x: Tensor, at: Tensor | None, length: int) -> Tensor:
+        return rope(x, here(length) if at is None else at, spec.rope_layout, spec.rope_fraction, spec.rope_base)
+
+    q = roped(normed(split(normed(linear(query, w, prefix + "q"), "q_norm.weight", False), T, spec.heads),
+                     "q_norm.weight", True), positions, T)
+    k = roped(normed(split(normed(linear(key, w, prefix + "k"), "k_norm.weight", False), S, n_kv),
+                     "k_norm.weight", True), key_positions, S)
     v = split(linear(value, w, prefix + "v"), S, n_kv)
-    traits = {"gqa_grouping": gqa_grouping, "scale": 1.0 / math.sqrt(d_k) if scale is None else float(scale),
-              "softcap": float(softcap),
+    traits = {"gqa_grouping": spec.gqa_grouping,
+              "scale": 1.0 / math.sqrt(d_k) if spec.scale is None else float(spec.scale),
+              "softcap": float(spec.softcap),
               "window": kernel_oracle.AS_CALLED, "mask_method": method,
               # the window's diagonal: top-left, or bottom-right (no key padding here: both kinds agree)
-              "causal": "none" if window_diagonal == "top_left" else "bottom_right_padded",
+              "causal": "none" if spec.window_diagonal is WindowDiagonal.TOP_LEFT else "bottom_right_padded",
               "fully_masked_row": row, "fully_masked_grad": grad}
     y = kernel_oracle.kernel_attention(traits, {
         "q": q, "k": k, "v": v, "mask": mask, "key_pad": torch.ones(B, S, dtype=torch.bool),
-        "causal": False, "window": window, "softcap": 0.0})                      # (B, H, T, d_k)
-    return linear(y.transpose(1, 2).reshape(B, T, heads * d_k), w, prefix + "o")
-
-
-def score_scale(value: Any) -> float | None:
-    """The ``score_scale`` trait as the factor on q k^T: None for 1/sqrt(d_k) (the head width
-    decides it), else the number."""
-    if value == kernel_oracle.DEFAULT_SCALE:
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
-        return float(value)
-    raise _unknown("score_scale", value, [kernel_oracle.DEFAULT_SCALE, "a number > 0"])
+        "causal": False, "window": spec.window, "softcap": 0.0})                      # (B, H, T, d_k)
+    return linear(y.transpose(1, 2).reshape(B, T, spec.heads * d_k), w, prefix + "o")
 
 
 ATTENTION_SUBLAYERS = ("attention", "attention + residual + post-LayerNorm",
@@ -223,15 +195,9 @@ def attention(traits, cfg, w, inputs, dtype) -> Tensor:
         query = normed
     window = traits.get("window", "none")
     window = inputs.get("window") if window == kernel_oracle.AS_CALLED else (None if window == "none" else window)
-    out = multi_head_attention(
-        w, "", query, key, value, inputs["mask"], cfg.heads, traits["fully_masked_row"], traits["mask_style"],
-        kv_heads=cfg.n_kv_heads, gqa_grouping=traits.get("gqa_grouping", "consecutive"),
-        positions=inputs.get("positions"), key_positions=inputs.get("key_positions"),
-        rope_layout=traits.get("rope", "none"), rope_fraction=traits.get("rope_fraction", 1.0),
-        rope_base=cfg.rope_base, window=None if window is None else tuple(window),
-        softcap=traits.get("softcap", 0.0), qk_norm=traits.get("qk_norm", "none"), qk_eps=eps,
-        scale=score_scale(traits.get("score_scale", kernel_oracle.DEFAULT_SCALE)),
-        window_diagonal=traits.get("window_diagonal", "top_left"))
+    spec = AttentionSpec.from_traits(traits, cfg, eps=eps, window=None if window is None else tuple(window))
+    out = multi_head_attention(w, "", query, key, value, inputs["mask"], spec,
+                               positions=inputs.get("positions"), key_positions=inputs.get("key_positions"))
     if sublayer == "attention":
         return out
     if sublayer == "attention + residual + post-LayerNorm":
@@ -294,7 +260,7 @@ def encoder_layer(traits, cfg, w, inputs, dtype) -> Tensor:
     mask = pad[:, None, :].expand(x.shape[0], x.shape[1], x.shape[1])  # (B, T, T)
     row = traits.get("fully_masked_row", "NaN")
     x = _residual(traits, w, "norm1", x, lambda h: multi_head_attention(
-        w, "self_attn.", h, h, h, mask, cfg.heads, row), dtype)
+        w, "self_attn.", h, h, h, mask, AttentionSpec(heads=cfg.heads, fully_masked_row=row)), dtype)
     return _residual(traits, w, "norm2", x, lambda h: feed_forward(w, "ffn.", h, traits["activation"]), dtype)
 
 
@@ -302,9 +268,9 @@ def decoder_layer(traits, cfg, w, inputs, dtype) -> Tensor:
     x, memory = inputs["x"], inputs["memory"]
     cross_mask = inputs["src_pad"][:, None, :].expand(x.shape[0], x.shape[1], memory.shape[1])  # (B, T, S)
     x = _residual(traits, w, "norm1", x, lambda h: multi_head_attention(
-        w, "self_attn.", h, h, h, inputs["tgt_mask"], cfg.heads), dtype)
+        w, "self_attn.", h, h, h, inputs["tgt_mask"], AttentionSpec(heads=cfg.heads)), dtype)
     x = _residual(traits, w, "norm2", x, lambda h: multi_head_attention(
-        w, "cross_attn.", h, memory, memory, cross_mask, cfg.heads), dtype)
+        w, "cross_attn.", h, memory, memory, cross_mask, AttentionSpec(heads=cfg.heads)), dtype)
     return _residual(traits, w, "norm3", x, lambda h: feed_forward(w, "ffn.", h, traits["activation"]), dtype)
 
 
@@ -313,7 +279,8 @@ def decoder_only_block(traits, cfg, w, inputs, dtype) -> Tensor:
     t = x.shape[1]
     mask = torch.ones(t, t, dtype=torch.bool).tril()[None] & pad[:, None, :]  # (B, T, T) causal & real key
     x = _residual(traits, w, "norm1", x, lambda h: multi_head_attention(
-        w, "self_attn.", h, h, h, mask, cfg.heads, traits["fully_masked_row"]), dtype)
+        w, "self_attn.", h, h, h, mask, AttentionSpec(heads=cfg.heads, fully_masked_row=traits["fully_masked_row"])),
+        dtype)
     return _residual(traits, w, "norm2", x, lambda h: feed_forward(w, "ffn.", h, traits["activation"]), dtype)
 
 

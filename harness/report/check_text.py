@@ -8,6 +8,7 @@ from typing import Mapping
 from harness.base.config import Config
 from harness.check import own_dtype
 from harness.check.results import CheckReport
+from harness.check.settings import CheckSettings, PairMode
 from harness.families.catalog import get_family
 from harness.registry import variants_of
 from harness.report.tables import (
@@ -25,12 +26,12 @@ OWN_DTYPE = ("semantics of kernels that run only in their own dtypes: error agai
              "(inputs rounded to {dtype}) at most " + f"{own_dtype.FACTOR:g}" + "x the {dtype} reference's + atol")
 
 
-def family_text(report: CheckReport, family: str, configs: Mapping[str, Config], *, device: str,
-                factor: float, pairs: str, matrix_note: bool, shown: list[str] | None = None,
-                wanted: list[str] | None = None) -> list[str]:
+def family_text(report: CheckReport, family: str, configs: Mapping[str, Config], settings: CheckSettings, *,
+                matrix_note: bool, shown: list[str] | None = None) -> list[str]:
     """One family: its call, cases, what was skipped, the spec matrices per dtype, the
     equivalence classes and the pair matrices. Its configs are named when its cells hold
-    another list than the legend's (``shown``)."""
+    another list than the legend's (``shown``); the variants shown are those ``settings``
+    checks."""
     fam = get_family(family)
     lines = [f"\n== {family}: {fam.call}"]
     own = list(fam.configs_of(configs))
@@ -41,7 +42,7 @@ def family_text(report: CheckReport, family: str, configs: Mapping[str, Config],
     lines += [f"   case {case.name}: {case.note}" for case in fam.cases]
     lines += [f"   {vid} skips config {config}: {why}" for fam_name, vid, config, why in report.skipped
               if fam_name == family]
-    checked = [v for v in variants_of(family) if wanted is None or v.key in wanted]
+    checked = [v for v in variants_of(family) if settings.wants(v.key)]
     for v in checked:
         limited = v.traits.get("cases")
         if limited is not None:
@@ -54,17 +55,18 @@ def family_text(report: CheckReport, family: str, configs: Mapping[str, Config],
         what = ("semantics: each variant against the float64 oracle of its declared traits"
                 if dtype == "float64" else
                 "precision: error against the oracle, as a multiple of the baseline's "
-                f"(at most {factor:g}x)")
+                f"(at most {settings.factor:g}x)")
         mine = {s.variant for s in report.specs if s.family == family and s.dtype == dtype}
         if mine and mine <= own:
             what = OWN_DTYPE.format(dtype=dtype)
         elif mine & own:
             what += f"; {', '.join(sorted(mine & own))}: " + OWN_DTYPE.format(dtype=dtype)
-        lines += [f"\n-- {dtype} on {device}: {what}",
+        lines += [f"\n-- {dtype} on {settings.device}: {what}",
                   spec_matrix(report.specs, family, dtype, fam.configs_of(configs))]
     lines += ["\n-- equivalence classes (equal semantic traits)", classes_table(family, _classmates(family, checked))]
+    made = "measured" if settings.pairs is PairMode.ALL else "derived from the classes"
     for dtype in fam.dtypes or report.dtypes:
-        lines += [f"\n-- pairs in {dtype} ({'measured' if pairs == 'all' else 'derived from the classes'})",
+        lines += [f"\n-- pairs in {dtype} ({made})",
                   verdict_matrix(report.pairs, family, dtype)]
     return lines
 
@@ -78,22 +80,21 @@ def _classmates(family: str, checked: list) -> list:
             if tuple(sorted(fam.semantic_traits(v.traits).items(), key=lambda kv: kv[0])) in mine]
 
 
-def check_text(report: CheckReport, configs: Mapping[str, Config], *, families: list[str], device: str,
-               factor: float, pairs: str, matrix_note: bool, compile_backend: str | None,
-               explained_differences: str | None, explained_failures: str,
-               variants: list[str] | None = None) -> str:
-    """Everything ``check`` prints before its summary line; ``variants``: the keys ``--variant``
-    named (None: every variant), whose case limits and classes are the ones shown."""
+def check_text(report: CheckReport, configs: Mapping[str, Config], settings: CheckSettings, *,
+               families: list[str], matrix_note: bool, explained_differences: str | None,
+               explained_failures: str) -> str:
+    """Everything ``check`` prints before its summary line, for the check ``settings`` asked
+    for: the variants it names (``settings.variants``; all when None) are those whose case
+    limits and classes are shown."""
     shown = shown_configs(configs, families)
     lines = [LEGEND, "\nconfigs (one symbol per config in each spec cell, in this order):"]
     lines += [f"  {name:9s} {cfg.describe()}" for name, cfg in shown.items()]
     for family in families:
-        lines += family_text(report, family, configs, device=device, factor=factor, pairs=pairs,
-                             matrix_note=matrix_note, shown=list(shown), wanted=variants)
+        lines += family_text(report, family, configs, settings, matrix_note=matrix_note, shown=list(shown))
     lines += ["\n== Differences (declared, with their effect)", differences_table(report.pairs),
               "\n== Kernel paths: autograd vs torch.no_grad() (eval mode)", paths_table(report.paths)]
-    if compile_backend:
-        lines += [f"\n== torch.compile (backend {compile_backend}) against eager, first config",
+    if settings.compile_backend:
+        lines += [f"\n== torch.compile (backend {settings.compile_backend}) against eager, first config",
                   compiled_table(report.compiled)]
     if explained_differences is not None:
         lines += ["\n== Where each declared difference first shows (harness.trace)", explained_differences]

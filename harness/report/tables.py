@@ -11,7 +11,7 @@ from tabulate import tabulate
 
 from harness.base.numbers import fmt
 from harness.base.verdicts import Verdict
-from harness.check.results import PairResult, PathResult
+from harness.check.results import Cell, PairResult, PathResult
 from harness.families.catalog import get_family
 from harness.registry import Variant, variants_of
 
@@ -137,22 +137,23 @@ def spec_matrix(specs, family: str, dtype: str, configs: dict, tablefmt: str = "
     """Each variant against its oracle: a row per variant, a column per case, one symbol per
     config (in matrix order) in each cell; '-' where the variant cannot take the config."""
     cases = [c.name for c in get_family(family).cases]
-    by_key = {(s.variant, s.config, s.case): s for s in specs if s.family == family and s.dtype == dtype}
+    by_key = {s.cell: s for s in specs if s.family == family and s.dtype == dtype}
     rows = []
     for v in variants_of(family):
-        if not any(k[0] == v.id for k in by_key):
+        if not any(k.variant == v.id for k in by_key):
             continue
         row = {"variant": v.id}
         for case in cases:
             cell = ""
             for config in configs:
-                s = by_key.get((v.id, config, case))
+                s = by_key.get(Cell(family, v.id, config, case, dtype))
                 if s is None:
                     cell += "-" if v.supports(configs[config]) else "·"
                 else:
                     cell += s.verdict.symbol + ("" if s.ok else "!")
             row[case] = cell
-        worst = max((s.ratio for k, s in by_key.items() if k[0] == v.id and s.ratio == s.ratio), default=math.nan)
+        worst = max((s.ratio for k, s in by_key.items() if k.variant == v.id and s.ratio == s.ratio),
+                    default=math.nan)
         row["worst ratio"] = fmt(worst) if dtype != "float64" else "-"
         rows.append(row)
     if not rows:

@@ -1,6 +1,7 @@
 """Map search, the candidate maps: every assignment of a module's parameters to the family's
-canonical ones (by shape, orientation, chunk and per-head chunk order; biases with their
-weights; norm gains by name; a missing square weight as the identity)."""
+canonical ones (by shape, orientation, chunk and per-head chunk order, blocks of unequal
+sizes in each order; biases with their weights; norm gains by name; a missing square weight
+as the identity)."""
 
 from __future__ import annotations
 
@@ -18,17 +19,21 @@ from harness.porting.entries import Absent, Chunk, Identity, Param, PerHeadChunk
 @dataclass(frozen=True)
 class Slot:
     """One place a canonical weight can live: a whole parameter or one chunk of it (the
-    chunk inside each of ``heads`` blocks when ``heads``: GPT-NeoX's per-head fused QKV)."""
+    chunk inside each of ``heads`` blocks when ``heads``: GPT-NeoX's per-head fused QKV; the
+    ``index``-th of blocks of ``sizes`` when they differ: Phi-3's fused QKV with fewer K/V heads)."""
 
     path: str
     index: int
     chunks: int
     transposed: bool
     heads: int = 0
+    sizes: tuple[int, ...] = ()
 
     def entry(self):
         if self.chunks == 1:
             inner = Param(self.path)
+        elif self.sizes:
+            inner = Chunk(self.path, self.index, sizes=self.sizes, dim=1 if self.transposed else 0)
         elif self.heads:
             inner = PerHeadChunk(self.path, self.index, self.chunks, self.heads, dim=1 if self.transposed else 0)
         else:
@@ -72,7 +77,7 @@ def _stem(path: str) -> str:
 def _bias_for(slot: Slot, biases: dict[str, torch.Tensor], out: int) -> Any:
     """The bias entry that goes with a weight slot: a 1-D parameter of the slot's module
     (or of the same stem: ``w_qkv``/``b_qkv``, ``in_proj_weight``/``in_proj_bias``)."""
-    want = out * slot.chunks
+    want = sum(slot.sizes) if slot.sizes else out * slot.chunks
     fits = [p for p, t in biases.items() if t.numel() == want]
     prefix = slot.path.rsplit(".", 1)[0] if "." in slot.path else ""
     same = [p for p in fits if (p.rsplit(".", 1)[0] if "." in p else "") == prefix and "." in p] \
@@ -82,16 +87,39 @@ def _bias_for(slot: Slot, biases: dict[str, torch.Tensor], out: int) -> Any:
         return Zero()
     if slot.chunks == 1:
         return Param(pick)
+    if slot.sizes:
+        return Chunk(pick, slot.index, sizes=slot.sizes)
     if slot.heads:
         return PerHeadChunk(pick, slot.index, slot.chunks, slot.heads)
     return Chunk(pick, slot.index, slot.chunks)
 
 
-def _options(path: str, p: torch.Tensor, shapes: list[tuple[int, int]], heads: int = 0
-             ) -> list[tuple[tuple[int, int], list[Slot]]]:
-    """The ways one module parameter can hold canonical weights: (canonical shape, its slots)
-    per shape and orientation."""
-    return [(shape, alt) for shape in shapes for group in _weight_slots({path: p}, *shape, heads) for alt in group]
+def _options(path: str, p: torch.Tensor, shapes: list[tuple[int, int]], weights: list[tuple[int, int]],
+             heads: int = 0) -> list[list[tuple[tuple[int, int], Slot]]]:
+    """The ways one module parameter can hold canonical weights, each a list of (canonical
+    shape, slot): per shape and orientation, then the stacks of unequal blocks."""
+    same = [[(shape, slot) for slot in alt] for shape in shapes
+            for group in _weight_slots({path: p}, *shape, heads) for alt in group]
+    return same + _unequal_options(path, p, weights)
+
+
+def _unequal_options(path: str, p: torch.Tensor, weights: list[tuple[int, int]]
+                     ) -> list[list[tuple[tuple[int, int], Slot]]]:
+    """A 2-D parameter as canonical weights of unequal sizes stacked along one axis, in every
+    order of the blocks (a fused QKV with fewer K/V heads: q's H * d_k rows beside k's and
+    v's H_kv * d_k, in whichever order the module stacks them). ``weights``: the canonical
+    2-D shapes, one per canonical weight; along dim 1 the parameter is stored (in, out)."""
+    if p.dim() != 2:
+        return []
+    found: list[list[tuple[tuple[int, int], Slot]]] = []
+    for axis, (size, other) in enumerate(((p.shape[0], p.shape[1]), (p.shape[1], p.shape[0]))):
+        outs = [s[0] for s in weights if s[1] == other]
+        stacks = {tuple(sorted(c)) for k in range(2, len(outs) + 1) for c in itertools.combinations(outs, k)
+                  if sum(c) == size and len(set(c)) > 1}
+        for sizes in sorted({order for stack in stacks for order in itertools.permutations(stack)}):
+            found.append([((n, other), Slot(path, i, len(sizes), bool(axis), sizes=sizes))
+                          for i, n in enumerate(sizes)])
+    return found
 
 
 def _vector_choices(shapes: dict, weights: list[str], params: dict[str, torch.Tensor], used: set[str],
@@ -129,7 +157,9 @@ def candidate_maps(family: Family, cfg: Config, module: torch.nn.Module, traits:
     params = dict(module.named_parameters())
     weights = [n for n, s in shapes.items() if len(s) == 2]
     kinds = list(dict.fromkeys(tuple(shapes[n]) for n in weights))
-    options = [opts for path, p in params.items() if p.dim() == 2 and (opts := _options(path, p, kinds, cfg.heads))]
+    each = [tuple(shapes[n]) for n in weights]
+    options = [opts for path, p in params.items()
+               if p.dim() == 2 and (opts := _options(path, p, kinds, each, cfg.heads))]
     need = {k: [n for n in weights if tuple(shapes[n]) == k] for k in kinds}
     exact = False
     for choice in itertools.product(*options):
@@ -152,29 +182,11 @@ def candidate_maps(family: Family, cfg: Config, module: torch.nn.Module, traits:
                 yield {name: full[name] for name in shapes}
 
 
-def unequal_stacks(family: Family, cfg: Config, module: torch.nn.Module) -> list[str]:
-    """Why no map holds a module weight that stacks canonical weights of unequal sizes on one
-    axis (a fused QKV with fewer K/V heads: q's H * d_k rows beside k's and v's H_kv * d_k):
-    ``Chunk`` cuts a parameter into equal blocks only. One line per such parameter."""
-    weights = [(n, tuple(s)) for n, s in family.canonical_shapes(cfg).items() if len(s) == 2]
-    out = []
-    for path, p in module.named_parameters():
-        for axis, (size, other) in enumerate(zip(p.shape, reversed(p.shape)) if p.dim() == 2 else ()):
-            fits = [(n, s[0]) for n, s in weights if s[1] == other]
-            stacks = [c for k in range(2, len(fits) + 1) for c in itertools.combinations(fits, k)
-                      if sum(x for _, x in c) == size and len({x for _, x in c}) > 1]
-            if stacks:
-                names, sizes = zip(*stacks[0])
-                out.append(f"{path} {tuple(p.shape)} stacks {', '.join(names)} ({' + '.join(map(str, sizes))} "
-                           f"along dim {axis}): Chunk cuts a parameter into equal blocks only, so no map holds them")
-                break
-    return out
-
-
 def _by_shape(choice, kinds) -> dict[tuple[int, int], list[Slot]]:
     by_shape: dict[tuple[int, int], list[Slot]] = {k: [] for k in kinds}
-    for shape, slots in choice:
-        by_shape[shape].extend(slots)
+    for option in choice:
+        for shape, slot in option:
+            by_shape[shape].append(slot)
     return by_shape
 
 

@@ -22,40 +22,35 @@ is tried in turn.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 
 import torch
 
 from harness.base.boundary import describe
 from harness.base.config import Config
 from harness.base.errors import InputError, PortingError, SpecError, UnknownName
-from harness.base.library import rotary_tables
-from harness.base.masks import additive_mask, masked, per_head
 from harness.base.verdicts import Verdict
 from harness.check.runs import RunCache, cast_inputs
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
 from harness.families.catalog import get_family
-from harness.porting.entries import IDENTITY, Absent, Transposed, entry_code
+from harness.porting.entries import Absent, entry_code
 from harness.porting.portmap import PortMap
-from harness.registry import Variant, build, reference_of
+from harness.registry import Variant, reference_of
 from harness.trace.map_candidates import (
     CALL_FORMS,
-    CALL_NOTES,
     MAX_CANDIDATES,
     SELF_ONLY,
     Proposal,
     _builder,
     _case_ok,
     guess_init,
-    init_imports,
     load_class,
     make_call,
 )
-from harness.trace.map_slots import candidate_maps, unequal_stacks
+from harness.trace.map_print import Hit, found
+from harness.trace.map_slots import candidate_maps
 from harness.trace.map_traits import agreement, infer_case_traits, search_fills, trait_sets
 from harness.trace.map_traits import verify_case as _verify
-from harness.trace.map_verify import verify_registration
 
 
 def propose_map(target: str, family_name: str, *, init: str | None = None, call: str | None = None,
@@ -135,7 +130,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
                         undecided.append(c.base)
                         trait_notes.append(f"'{c.name}' does not agree within the declared precision: "
                                            f"'{c.base}' is left out of its cases")
-                return _found(Hit(family=family, ref=ref, variant=variant, pmap=pmap, form=form, code=code,
+                return found(Hit(family=family, ref=ref, variant=variant, pmap=pmap, form=form, code=code,
                                   import_line=import_line, source=source, cls=cls, init=init, traits=traits,
                                   notes=trait_notes, cases=shown,
                                   tried=tried, ran_forms=ran_forms + [form], target=target, uses_mask=uses_mask,
@@ -164,7 +159,6 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
         for reason, named in reasons.items():
             why += f"\n  {', '.join(named)}: {reason}"
         why += "\npass --call (and --init) for a call form of your own"
-    why += "".join(f"\nnote: {line}" for line in unequal_stacks(family, cfg, probe))
     if call and call in failed:
         why += f"\n--call {call!r} " + ("ran " if failed[call].startswith("nothing") else "raised ") + failed[call]
     return Proposal(False, why, tried=tried, closest=closest)
@@ -253,7 +247,6 @@ def _forward(checker: RunCache, variant: Variant, case: str, module: torch.nn.Mo
 
 
 CLOSEST_POOL = 12  # candidates nearest on the first case that are scored over every case
-HELPERS = ("additive_mask", "library_config", "rotary_tables", "ByDtype")  # imported where the registration uses them
 
 
 def _closest(checker: RunCache, scored: list[tuple], vid: str, family: Family, source: str, build, ref) -> dict:
@@ -324,97 +317,3 @@ def _printed(family: Family, ref: Variant, traits: dict, cfg: Config) -> dict:
 
 def _descriptive(traits: dict) -> dict:
     return {t: traits[t] for t in ("internal_dtype",) if t in traits}
-
-
-def _entry_classes(entry) -> set[str]:
-    if isinstance(entry, Transposed):
-        return {"Transposed"} | _entry_classes(entry.inner)
-    if isinstance(entry, Absent) and entry.fill in (0.0, IDENTITY):
-        return {"Zero" if entry.fill == 0.0 else "Identity"}
-    return {type(entry).__name__}
-
-
-def _returns_tuple(variant: Variant, family: Family, cfg: Config, case: str, code: str) -> bool:
-    """Whether the module's own call (``code``) returns a tuple (nn.MultiheadAttention)."""
-    module, _ = build(variant, cfg, dtype=torch.float64)
-    inputs = family.inputs(case, cfg)
-    scope = {"per_head": per_head, "masked": masked, "torch": torch, "m": module, "i": inputs,
-             "additive_mask": additive_mask, "rotary_tables": rotary_tables}
-    with torch.no_grad():
-        return isinstance(eval(compile(code, "--call", "eval"), scope), (tuple, list))  # noqa: S307
-
-
-def _per_head(pmap: dict) -> bool:
-    return any("heads=" in entry_code(e) for e in pmap.values())
-
-
-def _code(entry, cfg: Config) -> str:
-    """The entry's code; a per-head entry reads its head count from the config it is built for."""
-    return entry_code(entry).replace(f"heads={cfg.heads})", "heads=cfg.heads)").replace(
-        f"heads={cfg.heads},", "heads=cfg.heads,")
-
-
-def _within(traits: dict) -> str:
-    internal = traits.get("internal_dtype")
-    return f" within {internal}'s tolerance (it computes in {internal} inside)" if internal else ""
-
-
-@dataclass(frozen=True)
-class Hit:
-    """The candidate that passed, with what the search knew when it found it."""
-
-    family: Family
-    ref: Variant
-    variant: Variant
-    pmap: dict
-    form: str
-    code: str
-    import_line: str
-    source: str
-    cls: type
-    init: str
-    traits: dict
-    notes: list[str]
-    cases: list[str]
-    tried: int
-    ran_forms: list[str]
-    target: str
-    uses_mask: bool
-    cfg: Config
-    restrict: bool  # registered with the cases it was compared on (no mask, or self-attention only)
-
-
-def _found(hit: Hit) -> Proposal:
-    (family, ref, variant, pmap, form, code, import_line, source, cls, init, traits, notes, cases, tried,
-     ran_forms, target, uses_mask, cfg, restrict) = (getattr(hit, f.name) for f in fields(hit))
-    uses = sorted(set().union(*(_entry_classes(e) for e in pmap.values())))
-    helpers = [h for h in HELPERS if f"{h}(" in code + init + repr(traits)]
-    lines = (["import torch"] if "torch." in code + init else []) + ([import_line] if import_line else []) \
-        + init_imports(cls, init)
-    lines.append(f"from harness import {', '.join(uses + helpers + ['register'])}")
-    if "per_head(" in code:
-        lines.append("from harness import masked, per_head")
-    all_traits = dict(traits)
-    if restrict and set(cases) != {c.name for c in family.cases if not c.base}:
-        # a mask-free or self-attention-only module is compared only where it can run
-        all_traits["cases"] = tuple(cases)
-    tail = "[0]" if _returns_tuple(variant, family, cfg, cases[0], code) else ""
-    lines += ["", "register(", f'    id="{variant.id}",', f'    family="{family.name}",',
-              f'    source="{source}",',
-              f"    build=lambda cfg: {cls.__name__}({init}),",
-              f"    call=lambda m, i: {code}{tail},",
-              "    param_map=lambda cfg: {" if _per_head(pmap) else "    param_map={"]
-    lines += [f'        "{name}": {_code(entry, cfg)},' for name, entry in pmap.items()]
-    lines += ["    },", "    traits={" + ", ".join(f'"{k}": {v!r}' for k, v in all_traits.items()) + "},", ")"]
-    code_text = "\n".join(lines)
-    head = [f"map {target} as family '{family.name}': found",
-            f"call form: {form} ({CALL_NOTES.get(form, 'custom expression')})",
-            f"{tried} candidate maps tried (call forms: {', '.join(ran_forms)}); this one agrees with the float64 "
-            f"oracle of its traits{_within(traits)}, output and every gradient, on {', '.join(cases)}"]
-    head += [f"trait {n}" for n in notes]
-    clean, checked = verify_registration(code_text, family.name, variant.id, cfg, scope={cls.__name__: cls},
-                                         dtypes=("float64",), extras=False)
-    head.append(checked)
-    where = "paste into a variant file" if import_line else "paste at the end of the file that defines the class"
-    text = "\n".join(head) + f"\n\n# {where}\n" + code_text
-    return Proposal(clean, text, code_text, tried, form, pmap, all_traits)
