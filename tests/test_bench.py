@@ -189,6 +189,31 @@ def test_rows_measured_with_other_settings_are_measured_again(norm_log, tmp_path
     assert cases and all(len(r["round_s"]) == 4 for r in cases)  # none of the 3-round rows kept
 
 
+def test_timing_defaults_from_the_environment(tmp_path, capsys, monkeypatch):
+    """$HARNESS_ROUNDS and $HARNESS_MIN_TIME replace the profile's defaults (the rows and the
+    log's stamp say so); an option still wins; a bad value is one line naming the variable."""
+    monkeypatch.setenv("HARNESS_ROUNDS", "4")
+    monkeypatch.setenv("HARNESS_MIN_TIME", "0.001")
+    shown = [a if a != "8,16" else "8" for a in TINY if a not in ("--min-time", "0.002", "--rounds", "3")]
+    log = tmp_path / "log.jsonl"
+    assert main(["bench", *shown, "--log", str(log)]) == 0
+    rows = read_log(log)
+    cases = [r for r in rows if r["kind"] == "case"]
+    assert cases and all(len(r["round_s"]) == 4 and r["min_time"] == 0.001 for r in cases)
+    stamp = json.loads(log.read_text().splitlines()[0])["stamp"]
+    assert (stamp["rounds"], stamp["min_time"]) == (4, 0.001)
+    assert main(["bench", *shown, "--rounds", "3", "--log", str(tmp_path / "own.jsonl")]) == 0
+    assert all(len(r["round_s"]) == 3 for r in read_log(tmp_path / "own.jsonl") if r["kind"] == "case")
+    capsys.readouterr()
+    for name, bad in (("HARNESS_ROUNDS", "2"), ("HARNESS_ROUNDS", "3.5"), ("HARNESS_MIN_TIME", "nan")):
+        monkeypatch.setenv(name, bad)
+        assert main(["bench", *shown, "--log", str(tmp_path / "bad.jsonl")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"${name}='{bad}' must be" in err and "\n" not in err
+        monkeypatch.delenv(name)
+    assert not (tmp_path / "bad.jsonl").exists()
+
+
 def test_a_changed_variant_file_is_another_fingerprint(tmp_path):
     mine = tmp_path / "mine.py"
     mine.write_text("x = 1\n")

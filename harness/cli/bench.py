@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from harness.base.dtypes import resolve_device
 from harness.base.errors import ConfigError, HarnessError
-from harness.bench.cases import TIMING, check_sizes, plan
+from harness.bench.cases import TIMING, TIMING_ENV, check_sizes, plan, timing_defaults
 from harness.bench.log import is_own_log, read_log, slow_peaks
 from harness.bench.row import BenchRow, PeakRow, Row, typed_rows
 from harness.bench.sweep import SweepSettings, device_dir, run_sweep, shard
@@ -57,9 +57,11 @@ def sweep_options(p, name: str) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--min-time", type=float,
                    help="seconds of timed calls per variant per round (default: quick "
-                        f"{TIMING['quick']['min_time']:g}, full {TIMING['full']['min_time']:g})")
+                        f"{TIMING['quick']['min_time']:g}, full {TIMING['full']['min_time']:g}; "
+                        f"${TIMING_ENV['min_time']} sets it for every profile)")
     p.add_argument("--rounds", type=int, help="interleaved rounds per group (default: quick "
-                   f"{TIMING['quick']['rounds']}, full {TIMING['full']['rounds']})")
+                   f"{TIMING['quick']['rounds']}, full {TIMING['full']['rounds']}; "
+                   f"${TIMING_ENV['rounds']} sets it for every profile)")
     p.add_argument("--no-rss", action="store_true", help="skip the CPU resident-set probe process")
     p.add_argument("--time-budget", type=float, metavar="S",
                    help="seconds for the whole command: a group is started only if it ends in time (the "
@@ -85,7 +87,7 @@ def add_commands(sub, common) -> None:
 
 def _validate(args) -> None:
     """Options that cannot work, refused before anything runs."""
-    timing = TIMING[args.profile or "quick"]
+    timing = timing_defaults(args.profile or "quick")
     args.min_time = timing["min_time"] if args.min_time is None else args.min_time
     args.rounds = timing["rounds"] if args.rounds is None else args.rounds
     if args.threads is not None and args.threads < 1:
