@@ -450,20 +450,39 @@ def load_equivalents(path: Path = EQUIVALENT) -> dict[str, str]:
 
 
 def _file_of(variant) -> str:
-    """The variants/ file that registered ``variant``: where its build (or the function a
-    ``register_kernel`` build closes over) is written."""
-    found = [variant.build, variant.call]
-    found += [c.cell_contents for c in getattr(variant.build, "__closure__", None) or ()]
-    for fn in found:
-        code = getattr(getattr(fn, "func", fn), "__code__", None)  # functools.partial: its .func
+    """The variants/ file that registered ``variant``: where its build or call is written,
+    looked for through the wrappers around them (the registry's guard, ``__wrapped__``; a
+    ``functools.partial``, ``.func``; the function a ``register_kernel`` build closes over),
+    nearest first."""
+    queue, seen = [(variant.build, 0), (variant.call, 0)], set()
+    while queue:
+        fn, depth = queue.pop(0)
+        if id(fn) in seen or not callable(fn):
+            continue
+        seen.add(id(fn))
+        code = getattr(fn, "__code__", None)
         if code is not None and code.co_filename.startswith(str(VARIANTS)):
             return Path(code.co_filename).name
+        if depth < 4:
+            inner = [getattr(fn, "__wrapped__", None), getattr(fn, "func", None)]
+            inner += [c.cell_contents for c in getattr(fn, "__closure__", None) or () if _filled(c)]
+            queue += [(f, depth + 1) for f in inner if f is not None]
     return ""
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # a cell not yet assigned
+        return False
+    return True
 
 
 def plan(args, registry) -> tuple[list[Mutant], dict, dict]:
     """(the mutants to run, the coverage of each variant, counts per file)."""
-    keys = [k for k, v in registry.items() if _file_of(v) and (not args.family or v.family in args.family)]
+    selected = [k for k, v in registry.items() if not args.family or v.family in args.family]
+    keys = [k for k in selected if _file_of(registry[k])]
+    unplaced = [k for k in selected if registry[k].origin == "variants" and k not in keys]
     keys.sort(key=lambda k: (FAMILY_ORDER.index(registry[k].family) if registry[k].family in FAMILY_ORDER else 99, k))
     files = [VARIANTS / f for f in (args.file or sorted(p.name for p in VARIANTS.glob("*.py")))]
     for f in files:
@@ -493,7 +512,7 @@ def plan(args, registry) -> tuple[list[Mutant], dict, dict]:
             sorted(covered, key=lambda m: _draw(args.seed, m.key))[:args.sample], key=lambda m: m.index)
         counts[path.name] = {"mutants": len(every), "run by a check": len(covered), "sampled": len(chosen)}
         mutants += chosen
-    return mutants, cov, {"files": counts, "broken": broken}
+    return mutants, cov, {"files": counts, "broken": broken, "unplaced": unplaced}
 
 
 def _draw(seed: int, key: str) -> str:
@@ -562,6 +581,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name}: {c['mutants']} mutants, {c['run by a check']} run by a check, {c['sampled']} sampled")
     if counts["broken"]:
         print(f"  fail unmutated (not used): {counts['broken']}")
+    if counts["unplaced"]:
+        print(f"  registered by variants/ but no file of it found (not used): {counts['unplaced']}")
     if args.list:
         for m in mutants:
             print(f"{m.family:20s} {m.file}:{m.line} {m.key}")

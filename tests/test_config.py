@@ -43,9 +43,6 @@ NOT_SEMANTIC = {"seed": "draws the inputs and weights; a variant has nothing to 
 # default passes there (check with --set FIELD=...). Listed so that a new field cannot join silently.
 NOT_YET_MOVED = {
     "head_dim": "d_k other than D / H: most variants split heads as D / H and would need a declared supports()",
-    "window": "the attention_kernel family passes the config's window to every case: a kernel without a window "
-              "option would leave that config out whole",
-    "softcap": "as window: the attention_kernel family passes the config's softcap to every case",
 }
 
 
@@ -110,8 +107,9 @@ def test_every_config_field_a_family_reads_leaves_its_default_somewhere_the_fami
 
 
 def test_a_variant_hard_coding_a_default_is_caught_on_the_default_matrix_and_its_control_is_not():
-    """RoPE's base fixed at 10000 and an embedding table fixed at V = 11 agree on every
-    config that keeps those defaults and are caught on heads8, which moves them; the same
+    """RoPE's base fixed at 10000, an embedding table fixed at V = 11, a window fixed at
+    (3, 0) and a kernel's cap fixed at 2.0 agree wherever the config keeps those defaults and
+    are caught exactly where it moves them (heads8, window@wide, softcap@cap5); the same
     modules reading the config agree everywhere (tests/wrong_config_defaults.py)."""
     import sys
     from pathlib import Path
@@ -123,11 +121,13 @@ def test_a_variant_hard_coding_a_default_is_caught_on_the_default_matrix_and_its
     with scratch():
         added = load_file(path)
         module = next(m for m in sys.modules.values() if getattr(m, "__file__", None) == str(path))
-        report = check_all(["attention", "embedding"], dict(CONFIG_MATRIX), "cpu", ["float64"],
+        configs = {n: CONFIG_MATRIX[n] for n in ("default", "heads8")}  # defaults kept, and moved
+        report = check_all(["attention", "embedding", "attention_kernel"], configs, "cpu", ["float64"],
                            variants=[v.key for v in added], extras=False)
-    failing = {v.id: {s.config for s in report.specs if s.variant == v.id and not s.ok} for v in added}
+    failing = {v.id: {(s.config, s.case) for s in report.specs if s.variant == v.id and not s.ok} for v in added}
     ran = {s.variant for s in report.specs}
     for vid in module.WRONG:
-        assert "heads8" in failing[vid] and "default" not in failing[vid], (vid, failing[vid])
+        where = {config if module.SHOWS_ON[vid] in CONFIG_MATRIX else case for config, case in failing[vid]}
+        assert where == {module.SHOWS_ON[vid]}, (vid, failing[vid])
     for vid in module.CONTROLS:
         assert vid in ran and not failing[vid], (vid, failing[vid])

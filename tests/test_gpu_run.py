@@ -143,23 +143,3 @@ def test_the_whole_run_rehearsed_on_the_cpu(tmp_path):
     assert "1 passed" in (out / "cpu" / "gpu-run-tests.txt").read_text()
     assert (out / "cpu" / "quick" / "REPORT.md").exists() and (out / "cpu" / "full" / "REPORT.md").exists()
     assert "--time-budget" in log
-
-
-@pytest.mark.slow
-def test_the_gpu_page_commands_run(tmp_path):
-    """docs/gpu.md's ``bash`` blocks, as written, in a copy of what they read (nothing is
-    written to the repository); its ``text`` block is the GPU command, rehearsed above."""
-    import re
-    import shutil
-
-    page = (ROOT / "docs" / "gpu.md").read_text()
-    commands = [line for block in re.findall(r"```bash\n(.*?)```", page, re.S) for line in block.splitlines() if line]
-    assert len(commands) == 2
-    for part in ("harness", "variants", "scripts", "tests/data", "pyproject.toml"):
-        src, dst = ROOT / part, tmp_path / part
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
-    for command in commands:
-        run = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-        assert run.returncode == 0, command + "\n" + run.stdout + run.stderr
-    report = (tmp_path / "reports" / "cuda-h200" / "from" / "REPORT.md").read_text()
-    assert "vs torch_sdpa" in report

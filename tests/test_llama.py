@@ -59,7 +59,7 @@ def test_the_mistakes_stay_hidden_where_they_cannot_show(checked):
     only on the window cases: the cases and the GQA config are what catch them."""
     report, _ = checked
     assert not {c for c in _failing(report, "wrong_kv_tiled") if c[0] == "default"}
-    assert {c for _, c in _failing(report, "wrong_window_off_by_one")} == {"window", "decode_window"}
+    assert {c for _, c in _failing(report, "wrong_window_off_by_one")} == {"window", "decode_window", "window@wide"}
 
 
 def test_controls_stay_equivalent(checked):

@@ -37,6 +37,21 @@ def test_mutants_never_touch_registrations_maps_or_traits():
     assert "RMSNorm" in scopes and "call" not in scopes and "attention_map" not in scopes  # adapters, maps
 
 
+def test_every_variant_of_the_pack_is_placed_in_its_file():
+    """A mutant is run by the variants whose file it is in first; a variant whose file is not
+    found is left out of the run (its family's mutants all unrun), e.g. a kernel whose build
+    the registry wraps twice (the guard around register_kernel's closure)."""
+    from harness.registry import REGISTRY, load_packs
+
+    ms = _script()
+    load_packs()
+    ours = {k: v for k, v in REGISTRY.items() if v.origin == "variants"}
+    files = {k: ms._file_of(v) for k, v in ours.items()}
+    assert not [k for k, f in files.items() if not f], files
+    assert files["attention_kernel/eager"] == "kernels.py" and files["norm/llama_rmsnorm"] == "llama.py"
+    assert all((ROOT / "variants" / f).is_file() for f in files.values())
+
+
 def test_equivalents_file_is_read():
     ms = _script()
     listed = ms.load_equivalents()

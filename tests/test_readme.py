@@ -395,11 +395,12 @@ def test_ci_passes_on_the_commands_exit_status(tmp_path, status):
 @pytest.mark.slow
 def test_the_test_commands_pytest_runs_collect_tests(workdir: Workdir):
     """The test command's pytest invocations, collected (running them here would run this
-    test inside itself); .ci/run runs them for real."""
+    test inside itself); .ci/run runs them for real. Collected in one process (``-n 0``):
+    xdist's workers would each collect the same tests again."""
     _, rest = split_setup(TEST_COMMAND.text)
     for part in rest.split(" && "):
         assert re.match(r"^python -m pytest\b", part), f"not a pytest run: {part}"
-        run = subprocess.run(["bash", "-c", f"{part} --collect-only -q"], cwd=workdir.path,
+        run = subprocess.run(["bash", "-c", f"{part} -n 0 --collect-only -q"], cwd=workdir.path,
                              env={**_env(), NESTED_ENV: ""}, capture_output=True, text=True,
                              timeout=COMMAND_TIMEOUT_S)
         assert run.returncode == 0, _shown(run)

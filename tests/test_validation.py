@@ -68,7 +68,7 @@ HEAVY = [("harness.cli.check", "check_all"), ("harness.cli.report", "check_all")
          ("harness.cli.review", "differences"), ("harness.cli.review", "propose_map"),
          ("harness.cli.review", "diff_pair"), ("harness.cli.review", "pick_case"),
          ("harness.cli.models", "write_cache_bench"), ("harness.cli.models", "write_copy_task"),
-         ("harness.cli.models", "check_cache"), ("harness.cli.models", "compare_greedy"),
+         ("harness.cli.models", "check_caches"), ("harness.cli.models", "compare_greedy"),
          ("harness.cli.models", "compare_train_step")]
 
 FLOATS = ["nan", "inf", "-inf", "-1", "0", "1e-9", "0.002", "0.5", "2", "1e400", "abc", ""]

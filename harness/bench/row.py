@@ -1,9 +1,9 @@
-"""Typed benchmark rows, the way ``torch.utils.benchmark`` passes a ``Measurement`` built
-around a frozen ``TaskSpec``: a case row is ``BenchRow`` (``spec``: what was measured and
-where; ``measurement``: what came out, its ``status`` a ``Status``, the raw ``Rounds`` it
-was timed in and the ``Statistics`` derived from them; ``environment``: the machine), a
-matmul-peak row is ``PeakRow``. The sweep builds them and writes ``to_json()`` lines to the JSONL log; the
-report reads them back with ``from_json`` and never coerces a dict again.
+"""Typed benchmark rows, the way ``torch.utils.benchmark`` passes a ``Measurement`` built around a
+frozen ``TaskSpec``: a case row is ``BenchRow`` (``spec``: what was measured and where;
+``measurement``: what came out, its ``status`` a ``Status``, the raw ``Rounds`` it was timed in and
+the ``Statistics`` derived from them; ``environment``: the machine), a matmul-peak row is
+``PeakRow``. The sweep builds them and writes ``to_json()`` lines to the JSONL log; the report
+reads them back with ``from_json`` and never coerces a dict again.
 
 JSON out: one flat object, keys in the order the sweep has always written them
 (``KEY_ORDER``); a field that is None is left out, except where the log has always written
@@ -21,6 +21,7 @@ and writing a row loses nothing."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -150,18 +151,17 @@ KEY_ORDER = (
     "vs_baseline_q3", "vs_baseline_lo", "vs_baseline_hi", "rss_peak_bytes", "rss_note", "source", "kind",
     "profile", "torch", "python", "cpu", "cpu_count", "commit", "device_name",
 )
-# Fields rows carried as extra keys before they were fields: written where they always were,
-# after every key of KEY_ORDER (and, unlike those, no column of their own for a report of
-# rows that lack them).
+# Fields rows carried as extra keys before they were fields: written where they always were, after
+# every key of KEY_ORDER (and, unlike those, no column of their own for a report of rows that lack them).
 PROMOTED_KEYS = ("min_time",)
 _CASE_KEYS = KEY_ORDER + PROMOTED_KEYS + ("traceback",)  # the harness's own failure: only where set, no column
-
 
 # What every case row must carry: the tables group and label rows by them.
 REQUIRED = ("family", "variant", "batch", "seq", "dtype", "device", "mode", "status")
 # Keys an earlier version wrote under another name: read as today's (old name -> new name).
 # None so far; a rename adds its pair here, and files written before it keep loading.
 RENAMED: dict[str, str] = {}
+_type_hints = functools.cache(typing.get_type_hints)  # evaluates every annotation: once per class, not per row
 
 
 def require_fields(rows: Iterable[Any], where: str) -> None:
@@ -184,7 +184,7 @@ def _renamed(data: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _fields(cls: type) -> dict[str, Any]:
     """A dataclass's fields that are JSON keys, with their types."""
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if not f.metadata}
 
 

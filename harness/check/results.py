@@ -224,8 +224,9 @@ class CheckReport:
     dropouts: list[DropoutResult] = field(default_factory=list)
     compiled: list[CompiledResult] = field(default_factory=list)
     skipped: list[tuple[str, str, str, str]] = field(default_factory=list)  # family, variant, config, why
-    # k/v caches: two cached sessions against the full forward (harness.systems.decoding's
-    # CacheResult, added by the check command: the systems layer sits above this one)
+    # k/v caches, one row per model: its cached sessions against re-running the prefix and
+    # against the full forward (harness.systems.cache_parity's CacheCheck, added by the check
+    # command: the systems layer sits above this one)
     caches: list = field(default_factory=list)
     # the run caches the check made, one per config (harness.check.runs.RunCache; not
     # serialized): a trace on the same config reads its runs instead of making them again

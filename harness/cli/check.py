@@ -18,7 +18,7 @@ from harness.registry import REGISTRY, variants_of
 from harness.report.check_text import check_text, summary_line
 from harness.report.io import ensure_writable, write_json
 from harness.report.tables import traits_listing, variants_listing
-from harness.systems.decoding import check_cache
+from harness.systems.cache_parity import check_caches
 from harness.trace.explain import Mistakes, explain_differences, explain_failures, path_findings
 
 
@@ -68,16 +68,17 @@ def _wanted(names: list[str] | None, families: list[str], any_family: bool) -> l
 
 
 def cached_sessions(families: list[str], configs, wanted: list[str] | None) -> list:
-    """Every model with a k/v cache: two cached sessions on one module (the second on another
-    sequence), each against the full forward re-run on every prefix, on the family's first
-    config (as ``decode``; about 0.3 s of CPU for the project's four cached models)."""
+    """Every model with a k/v cache, on the family's first config, through the regimes
+    ``decode`` runs (``check_caches``): two cached sessions against re-running the prefix, and
+    each call of a cached session (prefill + steps, chunked prefill) against the full forward
+    on every padding side its decoding declares. One row per model."""
     out = []
     for family in families:
         if not any(key.startswith(f"{family}/") for key in DECODINGS):
             continue
         family_configs = get_family(family).configs_of(configs)
         if family_configs:
-            out += [r for r in check_cache(family, next(iter(family_configs.values())))
+            out += [r for r in check_caches(family, next(iter(family_configs.values())))
                     if wanted is None or f"{family}/{r.variant}" in wanted]
     return out
 

@@ -26,9 +26,9 @@ from harness.registry import REGISTRY, get_variant
 from harness.report.io import write_json
 from harness.report.models_md import copy_task_table, write_cache_bench_report, write_copy_task_report
 from harness.report.models_text import decode_text, train_step_text
-from harness.systems.cache_parity import check_cache_parity
+from harness.systems.cache_parity import check_caches
 from harness.systems.copy_task import write_copy_task
-from harness.systems.decoding import check_cache, compare_greedy
+from harness.systems.decoding import compare_greedy
 from harness.systems.models import MODEL_FAMILIES, _model_family
 from harness.systems.parity import KL_BOUND, TOP_K, compare_distributions
 from harness.systems.training import ADAM, compare_train_step
@@ -96,8 +96,9 @@ def cmd_decode(args) -> int:
     for family in families:
         greedy_rows += mine(compare_greedy(family, cfg))
         kl_rows += mine(compare_distributions(family, cfg))
-        cache_rows += mine(check_cache(family, cfg))
-        parity_rows += mine(check_cache_parity(family, cfg))
+        caches = check_caches(family, cfg)  # the regimes check runs too
+        cache_rows += mine([r for c in caches for r in c.sessions])
+        parity_rows += mine([r for c in caches for r in c.parity])
     if args.json:
         write_json(args.json, {"greedy": [r.as_dict() for r in greedy_rows],
                                "cache": [r.as_dict() for r in cache_rows],

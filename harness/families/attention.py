@@ -304,6 +304,8 @@ REGIME_CASES = (
     regime_case(_SELF, "large", "inputs x12: logits of std ~140, per-row padding", scale=12.0, padding="per_row"),
     regime_case(_CROSS, "long", "B = 2, T = 131, S = 140: three key blocks of 64, two of 128; a right- and a "
                 "left-padded row", batch=2, tgt_len=131, src_len=140, padding="per_row"),
+    # the config's window, off the case's own (3, 0): a module that fixes the window passes that one
+    regime_case(CASES[10], "wide", "the config's window (5, 0)", window=(5, 0)),
 )
 
 FULLY_MASKED_ROW = TraitSpec("what a query row that sees no key becomes", oracles.FULLY_MASKED_ROWS)

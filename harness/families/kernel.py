@@ -235,6 +235,9 @@ REGIME_CASES = (
     regime_case(CASES[0], "large", "q, k, v x12: logits of std ~140", scale=12.0),
     regime_case(CASES[1], "long", f"B = 2, T = {LONG_T}, S = {LONG_S}: across 64- and 128-wide query and key "
                 "blocks", batch=2, tgt_len=LONG_T, src_len=LONG_S),
+    # the window and the cap the config sets, off the cases' own: a kernel that fixes them passes those
+    regime_case(CASES[7], "wide", "the config's window (4, 2)", window=(4, 2)),
+    regime_case(CASES[9], "cap5", "the config's softcap 5.0", softcap=5.0),
 )
 # What each case's mask is ("none": every key may be attended; "right": right key padding
 # only; "arbitrary": anything else) and which of the call's options it needs.

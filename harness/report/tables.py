@@ -193,10 +193,10 @@ def failures_table(report, tablefmt: str = "simple") -> str:
                          "max_abs": fmt(c.err), "note": c.note})
     for c in getattr(report, "caches", []):
         if not c.ok:
-            rows.append({"what": f"{c.family}/{c.variant}", "where": f"k/v cache ({c.cache}), two sessions",
-                         "found": c.verdict, "expected": "the full forward's log-probabilities", "worst": "",
-                         "max_abs": fmt(c.max_abs),
-                         "note": getattr(c, "error", "")[:160] or f"{c.steps} steps; noise ratio {fmt(c.noise_ratio)}"})
+            where, verdict, max_abs = c.worst()
+            rows.append({"what": f"{c.family}/{c.variant}", "where": f"k/v cache ({c.cache}), {where}",
+                         "found": verdict, "expected": "the full forward's log-probabilities", "worst": "",
+                         "max_abs": fmt(max_abs), "note": c.error[:160]})
     for d in report.dropouts:
         if not d.ok:
             rows.append({"what": f"{d.family}/{d.variant}", "where": d.check, "found": d.measured,

@@ -32,6 +32,7 @@ from harness.base.verdicts import Verdict
 from harness.check.tensors import compare_tensors
 from harness.families.models import Decoding
 from harness.registry import Variant
+from harness.systems.decoding import check_cache
 from harness.systems.models import Models, _memo, decodable, matches
 
 CHUNK = 2
@@ -129,3 +130,55 @@ def _parity(models: Models, variant: Variant, decoding: Decoding, side: str) -> 
         ok = all(matches(s.verdict, Verdict.EQUIVALENT) for s in steps)
         results.append(CacheParityResult(family, variant.id, side, name, ok, steps))
     return results
+
+
+# -- one model's cache, as check and decode both run it ----------------------------------------
+
+@dataclass
+class CacheCheck:
+    """One model's k/v cache: its two cached sessions against re-running the prefix
+    (``decoding.check_cache``: a cache kept across sessions) and its parity with the full
+    forward on each padding side and schedule (``check_cache_parity``). ``check`` reports it
+    as one row, ``decode`` as the rows of both tables."""
+    family: str
+    variant: str
+    cache: str
+    sessions: list = field(default_factory=list)   # decoding.CacheResult (one)
+    parity: list = field(default_factory=list)     # CacheParityResult per padding side and schedule
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in (*self.sessions, *self.parity))
+
+    @property
+    def error(self) -> str:
+        return next((r.error for r in (*self.sessions, *self.parity) if r.error), "")
+
+    def worst(self) -> tuple[str, str, float]:
+        """(where, verdict, max_abs) of the first regime that fails, ("", "", nan) if none."""
+        for s in self.sessions:
+            if not s.ok:
+                return "two sessions against re-running the prefix", s.verdict, s.max_abs
+        for p in self.parity:
+            bad = p.first_bad
+            if p.error or bad is None:
+                if not p.ok:
+                    return f"{p.padding} padding", Verdict.ERROR.value, float("nan")
+                continue
+            return (f"{p.padding} padding, {p.schedule}, from call {bad.fed} (position {bad.position})",
+                    bad.verdict, bad.max_abs)
+        return "", "", float("nan")
+
+    def as_dict(self) -> dict:
+        where, verdict, max_abs = self.worst()
+        return {"family": self.family, "variant": self.variant, "cache": self.cache, "ok": self.ok,
+                "where": where, "verdict": verdict, "max_abs": max_abs, "error": self.error,
+                "sessions": [r.as_dict() for r in self.sessions], "parity": [r.as_dict() for r in self.parity]}
+
+
+def check_caches(family: str, cfg: Config) -> list[CacheCheck]:
+    """Every model with a cache, every regime ``check`` and ``decode`` run on it (the one
+    function both commands call, so the two cannot run different regimes)."""
+    sessions, parity = check_cache(family, cfg), check_cache_parity(family, cfg)
+    return [CacheCheck(family, s.variant, s.cache, [s], [p for p in parity if p.variant == s.variant])
+            for s in sessions]
