@@ -24,13 +24,15 @@ from __future__ import annotations
 import statistics
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from torch.utils.benchmark import Timer
+
+if TYPE_CHECKING:
+    from torch.utils.benchmark import Timer
 
 # Matmul peak: IQR over median across rounds above this = disturbed. Measured on this 2-core
 # machine at load 0.8-1.9 (no other work running): 1024 matmuls in 0.02 s rounds spread 4-32%
@@ -100,6 +102,10 @@ class Timing:
 
 
 def timer(fn: Callable[[], object], threads: int | None = None) -> Timer:
+    # imported here: torch.utils.benchmark imports setuptools (through cpp_extension), which
+    # every command that imports the bench package but times nothing would pay at start
+    from torch.utils.benchmark import Timer
+
     return Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads or torch.get_num_threads())
 
 
