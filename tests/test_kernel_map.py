@@ -69,7 +69,7 @@ def test_map_names_the_case_the_closest_candidate_fails_and_its_mistake():
     load_packs()
     proposal = propose_kernel_map(f"{WRONG_FILE}:window_off_by_one", cfg=CONFIG_MATRIX["default"])
     assert not proposal.found
-    assert set(proposal.closest["failing"]) == {"window", "window_causal"}
+    assert set(proposal.closest["failing"]) == {"window", "window_causal", "window@wide"}
     assert "fails on window (max_abs" in proposal.text and "window_causal (max_abs" in proposal.text
     assert "its mistake: reads as window left +1" in proposal.text
 

@@ -258,8 +258,10 @@ def test_flex_block_masks_meet_the_oracle_forward_on_cpu(vid):
             torch.testing.assert_close(got, want, rtol=P.FLOAT64_RTOL, atol=P.FLOAT64_ATOL,
                                        msg=lambda m, c=(name, case.name): f"{c}: {m}")
         decoding = DECODINGS[variant.key]
-        state = decoding.prepare(module, inputs, True)   # the last case: left padding
+        inputs = family.inputs("left_pad", cfg)
+        state = decoding.prepare(module, inputs, True)
         with torch.no_grad():
+            got = variant.call(module, inputs)
             for k in schedules(cfg.tgt_len)["prefill + steps"]:
                 rows = inputs["pad"][:, k - 1]
                 step = decoding.step(module, state, inputs["tokens"][:, :k])

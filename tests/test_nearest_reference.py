@@ -11,6 +11,7 @@ from pathlib import Path
 from harness import register
 from harness.base.config import CONFIG_MATRIX
 from harness.check.pairs import derive_pairs
+from harness.check.results import Cell
 from harness.check.spec import SpecChecker
 from harness.cli.report import _checked_variants
 from harness.registry import REGISTRY, get_variant, load_all, reference_of, scratch, variants_of
@@ -80,8 +81,8 @@ def test_report_of_my_variant_checks_and_names_its_nearest_reference():
     assert set(keys) == {mine.key, ref.key, near.candidate.key}
     engine = SpecChecker({"default": CONFIG_MATRIX["default"]}, "cpu")
     ids = [k.split("/")[1] for k in keys]
-    specs = {(v, "default", "fully_masked", "float32"): engine.check(get_variant("attention", v), "default",
-                                                                     "fully_masked", "float32") for v in ids}
+    specs = {Cell("attention", v, "default", "fully_masked", "float32"):
+             engine.check(get_variant("attention", v), "default", "fully_masked", "float32") for v in ids}
     pairs = derive_pairs(engine.checkers, "attention", "default", "fully_masked", "float32", specs=specs,
                          device="cpu")
     assert short_verdict(reference_verdict("attention", "my_einsum", pairs)) == f"equivalent vs {near.candidate.id}"

@@ -169,7 +169,10 @@ def test_a_declared_error_is_named_as_such_not_as_the_verdict():
 
     ref = reference_of("attention").id
     engine = SpecChecker({"default": CONFIG_MATRIX["default"]}, "cpu")
-    specs = {(v, "default", "self", dtype): engine.check(get_variant("attention", v), "default", "self", dtype)
+    from harness.check.results import Cell
+
+    specs = {Cell("attention", v, "default", "self", dtype):
+             engine.check(get_variant("attention", v), "default", "self", dtype)
              for v in ("annotated", ref) for dtype in ("float32", "float16")}
     pairs = [p for dtype in ("float32", "float16")
              for p in derive_pairs(engine.checkers, "attention", "default", "self", dtype, specs=specs, device="cpu")]
