@@ -6,6 +6,9 @@ spec fails only its own test."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 import torch
 
@@ -14,6 +17,15 @@ from harness.base.dtypes import default_dtypes
 from harness.check.api import check_all
 from harness.families.catalog import FAMILIES
 from harness.registry import REGISTRY
+
+# The suite starts some 200 Python processes (xdist workers, every documented command, the
+# nested pytest runs). Where the environment sets PYTHONDONTWRITEBYTECODE, each of them would
+# compile the whole package again, and pytest rewrite every harness module again (the
+# package is a pytest plugin, so all its modules are rewritten): the suite's own processes
+# (started after this file is read) keep Python's default and cache bytecode in the
+# checkout's git-ignored __pycache__ folders.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 CUDA_SKIP = "no CUDA device: the float32/bfloat16/float16 CUDA checks run on a GPU machine"
 DEVICES = ("cpu", "cuda")
