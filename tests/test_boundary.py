@@ -159,12 +159,12 @@ def test_os_exit_in_a_forked_child_exits_and_in_a_thread_ends_the_process_with_a
 
 def test_a_declaration_the_oracle_refuses_is_refused_at_load(tmp_path, capsys):
     text = (ROOT / "examples" / "my_attention.py").read_text().replace('"fully_masked_row": "NaN",',
-                                                                         '"fully_masked_row": "zeros", '
-                                                                         '"mask_style": "additive",')
+                                                                         '"fully_masked_row": "NaN", '
+                                                                         '"mask_style": "additive_log",')
     path = tmp_path / "additive.py"
     path.write_text(text)
     code, _, err = _run(["list", "--variants", str(path)], capsys)
-    assert code == 2 and "oracle refuses" in err and "additive" in err and len(err.splitlines()) == 1
+    assert code == 2 and "has no oracle" in err and "additive_log" in err and len(err.splitlines()) == 1
 
 
 # -- the model families: a decoding step that fails is its rows, the command goes on ----------------

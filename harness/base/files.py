@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -22,6 +23,19 @@ OUTPUT_MAGIC = "attention-harness"
 # without it is schema 1 (written before files carried it); readers take every schema up to
 # this one and refuse a later one in one line (``read_json``).
 SCHEMA_VERSION = 2
+
+
+@contextlib.contextmanager
+def no_bytecode() -> Iterator[None]:
+    """Inside, Python writes no ``__pycache__`` folder: a user's file the harness imports (and
+    the modules it imports beside it) leaves nothing in the user's folders, whatever
+    PYTHONDONTWRITEBYTECODE says."""
+    before = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = before
 
 
 def read_text(path: str | Path) -> str:

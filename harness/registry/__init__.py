@@ -27,6 +27,7 @@ from harness.base.config import Config
 from harness.base.devices import DeviceSet
 from harness.base.dtypes import FLOAT_DTYPES
 from harness.base.errors import ConfigError, RegistryError, UnknownName, VariantFileError
+from harness.base.files import no_bytecode
 from harness.base.seeding import seed_everything
 from harness.families.base import Family
 from harness.families.catalog import FAMILIES, get_family
@@ -231,7 +232,7 @@ def load_file(path: str | Path) -> list[Variant]:
     _user_files[origin] = given
     try:
         sys.modules[name] = module
-        with user_code("import", files=(origin,), timeout=0) as printed:
+        with user_code("import", files=(origin,), timeout=0) as printed, no_bytecode():
             spec.loader.exec_module(module)
     except UserCodeError as failed:
         _undo(name, before)

@@ -26,6 +26,7 @@ from harness.base.errors import (
     VariantFileError,
     not_python_source,
 )
+from harness.base.files import no_bytecode
 from harness.base.library import config_class_for, library_config, rotary_tables
 from harness.base.masks import additive_mask, masked, per_head
 from harness.families.base import Family
@@ -153,7 +154,7 @@ def load_object(target: str, what: str = "CLASS", fits: Callable[[object], bool]
             for key in [k for k, v in registry.items() if v.origin == str(path.resolve())]:
                 del registry[key]
             try:
-                with user_code("import", files=(str(path),), timeout=0):
+                with user_code("import", files=(str(path),), timeout=0), no_bytecode():
                     spec.loader.exec_module(module)
             except HarnessError as exc:
                 raise VariantFileError(f"'{where}' failed to import: {exc}") from None
