@@ -143,3 +143,28 @@ def test_the_whole_run_rehearsed_on_the_cpu(tmp_path):
     assert "1 passed" in (out / "cpu" / "gpu-run-tests.txt").read_text()
     assert (out / "cpu" / "quick" / "REPORT.md").exists() and (out / "cpu" / "full" / "REPORT.md").exists()
     assert "--time-budget" in log
+
+
+def test_a_second_run_killed_at_its_timeout_keeps_the_finished_output(tmp_path, monkeypatch):
+    """A step's finished output from an earlier run stays when a second run's step is killed
+    at its timeout (the second's goes beside it, NAME.timed-out); a Ctrl-C while steps run
+    leaves no unfinished output behind."""
+    import time
+
+    monkeypatch.setattr(gpurun, "MIN_STEP_S", 0.5)
+    first = _step(tmp_path, "check", "print('finished')", 0.5)
+    gpurun.run_side_by_side([first], time.monotonic(), 4.0)
+    again = _step(tmp_path, "check", "import time; time.sleep(60)", 0.25)
+    gpurun.run_side_by_side([again], time.monotonic(), 4.0)
+    assert again.timed_out and "finished" in first.output.read_text()
+    assert "killed at its timeout" in (tmp_path / "gpu-run-check.txt.timed-out").read_text()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gpurun, "_wait", interrupted)
+    third = _step(tmp_path, "check", "import time; time.sleep(60)", 0.5)
+    with pytest.raises(KeyboardInterrupt):
+        gpurun.run_side_by_side([third], time.monotonic(), 4.0)
+    assert "finished" in first.output.read_text()
+    assert not list(tmp_path.glob(".*partial*"))

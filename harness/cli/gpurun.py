@@ -98,38 +98,55 @@ def run_side_by_side(steps: list[Step], t0: float, budget: float) -> None:
     """Start ``steps`` together; each runs until it exits or its deadline (its timeout),
     when its process group is killed. A step with under ``MIN_STEP_S`` left is skipped."""
     running = []
-    for step in steps:
-        if step.skipped:
-            continue
-        now = time.monotonic() - t0
-        step.timeout = step.deadline * budget - now
-        if step.timeout < MIN_STEP_S:
-            step.skipped = f"{step.timeout:.0f} s left before its deadline ({step.deadline:.0%} of {budget:g} s)"
-            continue
-        refuse_foreign(step.output, OUTPUT_MAGIC)
-        step.output.parent.mkdir(parents=True, exist_ok=True)
-        # written beside its output, renamed onto it when the step ends: a Ctrl-C or a second
-        # run never leaves an earlier run's finished output cut short
-        out = _partial(step.output).open("w")
-        out.write(f"{OUTPUT_MAGIC} {step.name}: {shlex.join(step.argv)}\n")
-        out.flush()
-        step.started = now
-        proc = subprocess.Popen(step.argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **step.env},
-                                start_new_session=True)  # its own process group: a timeout ends all of it
-        running.append((step, proc, out))
-    for step, proc, out in running:
-        left = t0 + step.started + step.timeout - time.monotonic()
-        try:
-            step.rc = proc.wait(timeout=max(left, 0.0))
-        except subprocess.TimeoutExpired:
-            step.timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)
-            step.rc = proc.wait()
-        step.seconds = time.monotonic() - t0 - step.started
-        out.write(f"\n{OUTPUT_MAGIC} {step.name}: " +
-                  (f"killed at its timeout of {step.timeout:.0f} s" if step.timed_out else f"exit {step.rc}") + "\n")
-        out.close()
-        os.replace(_partial(step.output), step.output)
+    try:
+        for step in steps:
+            if step.skipped:
+                continue
+            now = time.monotonic() - t0
+            step.timeout = step.deadline * budget - now
+            if step.timeout < MIN_STEP_S:
+                step.skipped = f"{step.timeout:.0f} s left before its deadline ({step.deadline:.0%} of {budget:g} s)"
+                continue
+            refuse_foreign(step.output, OUTPUT_MAGIC)
+            step.output.parent.mkdir(parents=True, exist_ok=True)
+            # written beside its output, renamed onto it when the step ends: a Ctrl-C or a second
+            # run never leaves an earlier run's finished output cut short
+            out = _partial(step.output).open("w")
+            out.write(f"{OUTPUT_MAGIC} {step.name}: {shlex.join(step.argv)}\n")
+            out.flush()
+            step.started = now
+            proc = subprocess.Popen(step.argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **step.env},
+                                    start_new_session=True)  # its own process group: a timeout ends all of it
+            running.append((step, proc, out))
+        for step, proc, out in running:
+            _wait(step, proc, out, t0)
+    finally:  # a Ctrl-C: the steps still running end, their unfinished outputs go, finished ones stay
+        for step, proc, out in running:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            out.close()
+            _partial(step.output).unlink(missing_ok=True)
+
+
+def _wait(step: Step, proc: subprocess.Popen, out, t0: float) -> None:
+    """Wait for one step until its deadline; its output replaces the earlier run's only if it
+    ran to its end (a step killed at its timeout, beside a finished output, is kept as
+    ``NAME.timed-out``)."""
+    left = t0 + step.started + step.timeout - time.monotonic()
+    try:
+        step.rc = proc.wait(timeout=max(left, 0.0))
+    except subprocess.TimeoutExpired:
+        step.timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        step.rc = proc.wait()
+    step.seconds = time.monotonic() - t0 - step.started
+    out.write(f"\n{OUTPUT_MAGIC} {step.name}: " +
+              (f"killed at its timeout of {step.timeout:.0f} s" if step.timed_out else f"exit {step.rc}") + "\n")
+    out.close()
+    kept = step.timed_out and step.output.exists()
+    target = step.output.with_name(step.output.name + ".timed-out") if kept else step.output
+    os.replace(_partial(step.output), target)
 
 
 def _partial(output: Path) -> Path:
