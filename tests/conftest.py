@@ -16,7 +16,7 @@ from harness.base.config import CONFIG_MATRIX
 from harness.base.dtypes import default_dtypes
 from harness.check.api import check_all
 from harness.families.catalog import FAMILIES
-from harness.registry import REGISTRY
+from harness.registry import REGISTRY, scratch
 
 # The suite starts some 200 Python processes (xdist workers, every documented command, the
 # nested pytest runs). Where the environment sets PYTHONDONTWRITEBYTECODE, each of them would
@@ -100,8 +100,5 @@ def _registry_restored():
     """Each test leaves the registry as it found it: a test that loads a user file (the
     README's example, a planted variant) without ``scratch()`` cannot make a later test in
     the same worker see its variants twice, whatever order xdist gives them."""
-    saved = dict(REGISTRY)
-    yield
-    if REGISTRY != saved:
-        REGISTRY.clear()
-        REGISTRY.update(saved)
+    with scratch():
+        yield
