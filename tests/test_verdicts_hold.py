@@ -384,8 +384,8 @@ def test_qk_norm_gains_are_canonical_where_declared_and_only_there():
     """A variant declaring ``qk_norm`` has the canonical ``q_norm.weight`` and ``k_norm.weight``
     ((d_k,) per head; (H d_k,) and (H_kv d_k,) over all heads), drawn away from one and ported
     into its module; one declaring none keeps the family's parameters, with the same tensors;
-    a QK-norm variant whose map leaves one gain out is a PortingError naming it (one that
-    leaves both out was written before they were canonical: ``harness.registry.earlier``); ``diff`` runs a
+    a QK-norm variant whose map leaves one gain out is a PortingError naming it (both left out:
+    tests/test_declared_names.py); ``diff`` runs a
     QK-norm variant beside one without and refuses two whose gains differ in shape."""
     from harness import Param, register
     from harness.base.errors import PortingError

@@ -47,9 +47,9 @@ class TraitSpec:
     values: tuple[Any, ...] = ()
     number: bool = False
     default: Any = REQUIRED
-    # names a value had before (or has in another library's vocabulary) -> its name here:
-    # accepted at registration with a one-line deprecation message
-    renamed: Mapping[Any, Any] = field(default_factory=dict)
+    # a value's name in another library's vocabulary -> its name here: named in the error
+    # that refuses it (declare the name here)
+    aliases: Mapping[Any, Any] = field(default_factory=dict)
 
     def accepts(self, value: Any) -> bool:
         if self.number and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -250,17 +250,6 @@ class Family:
         return {name: traits.get(name, spec.default) for name, spec in self.traits.items()
                 if name in traits or spec.default is not REQUIRED}
 
-    def renamed_traits(self, traits: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-        """``traits`` with each renamed value replaced by its current name, and one
-        deprecation line per replacement."""
-        out, said = dict(traits), []
-        for name, spec in self.traits.items():
-            value = traits.get(name)
-            if name in traits and isinstance(value, str) and value in spec.renamed:
-                out[name] = spec.renamed[value]
-                said.append(f"trait {name}={value!r} is deprecated: read as {out[name]!r} (declare that)")
-        return out, said
-
     def validate_traits(self, variant_id: str, traits: Mapping[str, Any]) -> list[str]:
         """Problems with a variant's declared traits (empty when they are executable)."""
         if no_key_rows.varies(traits):  # ByCause / ByDtype: each combination as a plain declaration
@@ -285,7 +274,9 @@ class Family:
         for name, spec in self.traits.items():
             if name in traits:
                 if not spec.accepts(traits[name]):
-                    problems.append(f"trait {name}={traits[name]!r} has no oracle; known: {spec.known()}")
+                    alias = spec.aliases.get(traits[name]) if isinstance(traits[name], str) else None
+                    hint = f" (another library's name for {alias!r}: declare that)" if alias else ""
+                    problems.append(f"trait {name}={traits[name]!r} has no oracle{hint}; known: {spec.known()}")
             elif spec.default is REQUIRED and name in needed:
                 problems.append(f"semantic trait {name!r} is not declared ({spec.doc}; known: {spec.known()})")
         problems += path_finding_problems(traits.get("path_findings"), {c.name for c in self.cases})

@@ -34,8 +34,8 @@ LAYER_STD = 0.1
 NORM_FORMULA = TraitSpec("the normalisation formula", oracles.NORM_FORMULAS)
 # Activation names a user's file may hold from another vocabulary: Hugging Face's
 # ``hidden_act`` names the tanh GELU "gelu_new" / "gelu_pytorch_tanh" and SiLU "swish".
-ACTIVATION_RENAMED = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "swish": "silu"}
-ACTIVATION = TraitSpec("the feed-forward activation", tuple(oracles.ACTIVATIONS), renamed=ACTIVATION_RENAMED)
+ACTIVATION_ALIASES = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "swish": "silu"}
+ACTIVATION = TraitSpec("the feed-forward activation", tuple(oracles.ACTIVATIONS), aliases=ACTIVATION_ALIASES)
 # the residual branches' output projections: zeroed, every correct dropout site drops zeros
 BRANCHES = tuple(f"{b}.{p}" for b in ("self_attn.o", "cross_attn.o", "ffn.w2") for p in ("weight", "bias"))
 LAYER_TRAITS = {
@@ -110,7 +110,7 @@ GATED_FFN = Family(
                         "down.weight": ((cfg.d_model, cfg.d_ff), "weight")},
     cases=(Case("rows", "standard normal rows", _ffn_rows),),
     traits={"activation": TraitSpec("the gate's activation (silu: SwiGLU; gelu, gelu_tanh: GeGLU)",
-                                    tuple(oracles.ACTIVATIONS), renamed=ACTIVATION_RENAMED)},
+                                    tuple(oracles.ACTIVATIONS), aliases=ACTIVATION_ALIASES)},
     oracle=oracles.gated_ffn,
     grad_inputs=("x",),
     dropout_stats=lambda t: "mean",

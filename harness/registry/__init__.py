@@ -33,7 +33,6 @@ from harness.families.base import Family
 from harness.families.catalog import FAMILIES, get_family
 from harness.porting.entries import ParamMap
 from harness.porting.portmap import MapSpec, PortMap
-from harness.registry.earlier import unmapped_trait_norms
 from harness.registry.guard import call_supports, guard, import_failure, variant_files, where_in
 from harness.registry.ids import namespaced
 
@@ -126,18 +125,13 @@ def register(**fields: Any) -> Variant:
             f"variant '{variant.id}' names unknown family '{variant.family}'; "
             f"families: {sorted(FAMILIES)}"
         )
-    traits, deprecated = FAMILIES[variant.family].renamed_traits(variant.traits)
-    if deprecated:
-        variant = dataclasses.replace(variant, traits=traits)
-        for line in deprecated:
-            print(f"deprecated: variant '{variant.key}': {line}", file=sys.stderr)
     problems = FAMILIES[variant.family].validate_traits(variant.id, variant.traits)
     if problems:
         raise RegistryError(f"variant '{variant.key}': " + "; ".join(problems))
     if isinstance(variant.dtypes, str) or any(d not in FLOAT_DTYPES for d in variant.dtypes):
         raise RegistryError(f"variant '{variant.key}': dtypes {variant.dtypes!r} must be a tuple of "
                             f"{list(FLOAT_DTYPES)}")
-    variant = unmapped_trait_norms(dataclasses.replace(variant, dtypes=tuple(variant.dtypes)))
+    variant = dataclasses.replace(variant, dtypes=tuple(variant.dtypes))
     if not variant.id or not variant.id.replace("_", "").replace("-", "").isalnum():
         raise RegistryError(f"variant id {variant.id!r} must be letters, digits, '_' or '-'")
     requires = FAMILIES[variant.family].requires
