@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="print every registered variant and its traits")
     common(p)
     p.add_argument("--json", metavar="PATH", help="also write the list as JSON")
+    p.add_argument("--params", action="store_true",
+                   help="each family's canonical parameter names and shapes (what a parameter map targets)")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("check",
