@@ -135,6 +135,17 @@ def test_a_thread_of_its_own_left_running_is_named():
     assert line.startswith("hack: the candidate left work on a background thread (") and "still running" in line
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA's caching allocator needs a GPU")
+def test_an_output_never_written_on_cuda_cannot_hold_the_references_result():
+    x = torch.randn(W.BATCH, W.DIM, device="cuda")
+    ref = W.Model()(x.clone())
+    stale = ref.clone()
+    del ref  # the caching allocator would hand this block to the candidate's empty_like
+    out, found = guarded_call(W.EmptyOutput(), [x], like=[stale])
+    assert HackKind.STALE_MEMORY in {f.kind for f in found}, [str(f) for f in found]
+    assert not torch.equal(out, stale)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA streams need a GPU")
 def test_work_left_on_another_cuda_stream_is_named():
     x = torch.randn(W.BATCH, W.DIM, device="cuda")
@@ -269,3 +280,9 @@ def test_pytorch_and_hugging_face_modules_raise_no_finding(name):
     assert sign_probe(module, oracle, rand_inputs) == []
     with torch.no_grad():
         assert precision_finding(module(x), module(x), oracle(x)) is None
+
+
+def test_the_docs_example_runs_and_finds_nothing():
+    text = (Path(__file__).parents[1] / "docs" / "hacks.md").read_text()
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(block, "docs/hacks.md", "exec"), {})

@@ -89,7 +89,7 @@ def poison_freed(sizes: Iterable[int], device: torch.device | str = "cpu", copie
     so an output buffer allocated and never written is likelier to hold the poison than a
     result freed earlier. Best effort; ``poisoned_allocations`` is exact where it can be."""
     budget = POISON_BUDGET
-    blocks = []
+    blocks: list[torch.Tensor] = []
     for n in sorted({int(s) for s in sizes if int(s) > 0}, reverse=True):
         for _ in range(copies):
             if n > budget and blocks:

@@ -168,8 +168,8 @@ def _keyed(candidate: Callable, reference: Callable, make_inputs: Callable[[], I
                                  f"and wrong at seed {', '.join(map(str, bad))} (code keyed to the evaluation's seed)"))
     sizes = []
     for label, build in elsewhere.items():
-        cand, ref, x = build()
-        if wrong(_call(cand, _copy(x), seed), _call(ref, _copy(x))):
+        cand, ref, at = build()
+        if wrong(_call(cand, _copy(at), seed), _call(ref, _copy(at))):
             sizes.append(label)
     if sizes:
         found.append(HackFinding(HackKind.KEYED_TO_SIZE, f"the candidate is right at the evaluation's sizes and "
