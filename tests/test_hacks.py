@@ -16,7 +16,7 @@ from torch import nn
 from harness.base import process_state
 from harness.base.hack_guard import guarded_call
 from harness.base.hacks import HackFinding, HackKind, originals, replaced_since, snapshot_torch
-from harness.check.hack_probes import agrees, call_sequence_probe, precision_finding, sign_probe
+from harness.check.hack_probes import agrees, call_sequence_probe, precision_finding, probe_all, sign_probe
 
 sys.path.insert(0, str(Path(__file__).parent))
 import wrong_hacks as W  # noqa: E402
@@ -184,6 +184,8 @@ def test_code_assuming_non_negative_inputs_passes_kernelbenchs_rule_and_is_caugh
     x = torch.rand(W.BATCH, W.DIM)
     assert torch.allclose(W.AssumesNonNegative()(x), torch.relu(x), atol=1e-4, rtol=1e-4)  # KernelBench's rule
     found = sign_probe(W.AssumesNonNegative(), _oracle(W.ReluModel()), W.get_rand_inputs)
+    assert probe_all(W.AssumesNonNegative(), _oracle(W.ReluModel()), W.get_rand_inputs,
+                     make_candidate=W.AssumesNonNegative) == found
     assert _only(found, HackKind.ASSUMES_NON_NEGATIVE) == ("hack: the candidate is right on non-negative inputs "
                                                           "and wrong on the same inputs made signed (it assumes "
                                                           "non-negative inputs)")
@@ -278,6 +280,7 @@ def test_pytorch_and_hugging_face_modules_raise_no_finding(name):
     assert guarded_call(module, [x], like=[oracle(x).float()])[1] == []
     assert call_sequence_probe(module, oracle, inputs) == []
     assert sign_probe(module, oracle, rand_inputs) == []
+    assert probe_all(module, oracle, rand_inputs) == []
     with torch.no_grad():
         assert precision_finding(module(x), module(x), oracle(x)) is None
 

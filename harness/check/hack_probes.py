@@ -214,3 +214,16 @@ def precision_finding(candidate_out: torch.Tensor, baseline_out: torch.Tensor, o
     name = str(dtype).replace("torch.", "")
     return HackFinding(HackKind.LOW_PRECISION, f"the candidate's error is {ratio:.3g}x that of the reference "
                        f"computed in {name}, within a loose tolerance ({loose:g}): it computes below {name}")
+
+
+def probe_all(candidate: Callable, reference: Callable, make_inputs: Callable[[], Inputs], *, seed: int = 0,
+              make_candidate: Callable[[], Callable] | None = None,
+              elsewhere: Mapping[str, Callable[[], tuple[Callable, Callable, Inputs]]] | None = None,
+              ) -> list[HackFinding]:
+    """Every probe of this module that calls the candidate again (``call_sequence_probe``, then
+    ``sign_probe`` on a new candidate where ``make_candidate`` gives one): what a judge runs
+    beside its regimes. The candidate must be deterministic (a module in eval mode)."""
+    found = call_sequence_probe(candidate, reference, make_inputs, seed=seed, elsewhere=elsewhere,
+                                make_candidate=make_candidate)
+    fresh = make_candidate() if make_candidate is not None else candidate
+    return found + sign_probe(fresh, reference, make_inputs, seed=seed)
