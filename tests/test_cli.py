@@ -56,7 +56,19 @@ def test_list_one_family_shows_each_variants_traits(capsys, own):
     assert "norm_formula=layernorm" in lines[at + 1] and "eps=" in lines[at + 1]  # its semantic traits
 
 
-@pytest.mark.parametrize("argv", [["list"], ["list", "--family", "attention"], ["--help"]])
+def test_list_params_names_each_familys_canonical_parameters_and_those_a_trait_brings(capsys, own):
+    from harness.base.config import CONFIG_MATRIX
+    from harness.families.catalog import get_family
+    assert main(["list", "--params", "--family", "llama_model", "--family", "norm", "--family", "attention"]) == 0
+    out = capsys.readouterr().out
+    for family in ("llama_model", "norm", "attention"):  # every canonical name, with the shape it is drawn in
+        for name, shape in get_family(family).canonical_shapes(CONFIG_MATRIX["default"]).items():
+            assert f"  {name}  {tuple(shape)}" in out
+    assert "brought by a declared trait" in out and "q_norm.weight" in out  # QK-norm's gains (qwen3)
+    assert "source (" not in out  # the listing alone
+
+
+@pytest.mark.parametrize("argv", [["list"], ["list", "--family", "attention"], ["list", "--params"], ["--help"]])
 def test_list_and_help_fit_an_80_column_terminal(argv, capsys, monkeypatch, own):
     monkeypatch.setenv("COLUMNS", "80")
     try:

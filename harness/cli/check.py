@@ -6,7 +6,7 @@ import shutil
 import textwrap
 
 from harness import registry
-from harness.base.config import config_matrix
+from harness.base.config import CONFIG_MATRIX, config_matrix
 from harness.base.dtypes import default_dtypes, dtype_of, resolve_device
 from harness.base.errors import HarnessError, UnknownName
 from harness.check.api import check_all
@@ -17,7 +17,7 @@ from harness.families.models import DECODINGS
 from harness.registry import REGISTRY, variants_of
 from harness.report.check_text import check_text, summary_line
 from harness.report.io import ensure_writable, write_json
-from harness.report.tables import traits_listing, variants_listing
+from harness.report.tables import params_listing, traits_listing, variants_listing
 from harness.systems.cache_parity import check_caches
 from harness.trace.explain import Mistakes, explain_differences, explain_failures, path_findings
 
@@ -28,11 +28,15 @@ def cmd_list(args) -> int:
     ensure_writable(args.json)
     variants = [v for v in REGISTRY.values() if v.family in set(families)]
     width = shutil.get_terminal_size((80, 24)).columns  # the terminal's, or 80 when piped
-    if len(families) == 1:  # one family: each variant's traits
+    if args.params:  # the canonical parameter names a map targets, per family
+        name, cfg = next(iter(CONFIG_MATRIX.items()))
+        print("\n\n".join(params_listing(f, name, cfg, width) for f in families))
+    elif len(families) == 1:  # one family: each variant's traits
         print(traits_listing(families[0], width))
     else:
         print(variants_listing(variants, width))
-    for pack, note in sorted(registry.PACK_NOTES.items()):  # read now: loading packs adds notes
+    notes = {} if args.params else registry.PACK_NOTES  # read now: loading packs adds notes
+    for pack, note in sorted(notes.items()):
         print("\n" + textwrap.fill(f"source ({pack}): {note}", width))
     if args.json:
         write_json(args.json, {"variants": [

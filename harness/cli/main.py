@@ -30,7 +30,6 @@ from harness.base.output import (
 from harness.base.output import install as install_output
 from harness.check.precision import PRECISION_FACTOR
 from harness.cli import bench as bench_commands
-from harness.cli import gpurun
 from harness.cli import models as models_commands
 from harness.cli import parity as parity_commands
 from harness.cli import report as report_commands
@@ -45,7 +44,7 @@ ABOUT = "Compare, verify and benchmark hand-written Transformer components (PyTo
 QUESTIONS = {
     "same function?": ("check", "list", "parity"),
     "where and why different?": ("diff", "map", "differences"),
-    "faster?": ("bench", "report", "cache-bench", "gpu-run"),
+    "faster?": ("bench", "report", "cache-bench"),
     "whole models": ("decode", "train-step", "copy-task"),
 }
 
@@ -91,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="print every registered variant and its traits")
     common(p)
     p.add_argument("--json", metavar="PATH", help="also write the list as JSON")
+    p.add_argument("--params", action="store_true",
+                   help="each family's canonical parameter names and shapes (what a parameter map targets)")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("check",
@@ -128,7 +129,6 @@ def build_parser() -> argparse.ArgumentParser:
     bench_commands.add_commands(sub, common)  # bench
     report_commands.add_command(sub, common)  # report
     models_commands.add_commands(sub, common)  # decode, train-step, copy-task, cache-bench
-    gpurun.add_command(sub)  # gpu-run: a whole GPU run in one command
     parity_commands.add_commands(sub, common)  # parity (a port on its checkpoint's weights)
     parser.description = _description(sub)
     return settle(parser)

@@ -61,6 +61,25 @@ def traits_listing(family: str, width: int = 80) -> str:
     return "\n".join(lines)
 
 
+def params_listing(family: str, config_name: str, cfg, width: int = 80) -> str:
+    """One family's canonical parameters at one config: the names a variant's parameter map
+    targets and the shapes the harness draws them in, then those a declared trait adds (QK-norm's
+    gains), each with a registered variant that declares it."""
+    fam = get_family(family)
+    base = fam.canonical_shapes(cfg)
+    lines = [_fit(f"{family}: canonical parameters at config '{config_name}' ({len(base)})", width)]
+    lines += [f"  {name}  {tuple(shape)}" for name, shape in base.items()]
+    brought: dict[str, tuple[tuple[int, ...], str]] = {}
+    for v in variants_of(family):
+        for name, shape in fam.canonical_shapes(cfg, v.traits).items():
+            if name not in base and name not in brought:
+                brought[name] = (shape, v.id)
+    if brought:
+        lines.append("  brought by a declared trait (declared, e.g., by the variant named):")
+        lines += [f"  {name}  {tuple(shape)}  ({vid})" for name, (shape, vid) in brought.items()]
+    return "\n".join(lines)
+
+
 def traits_table(family: str, tablefmt: str = "simple") -> str:
     """One family's traits side by side for REPORT.md: a row per variant, a column per trait
     (``list`` prints ``traits_listing``, which fits a terminal)."""

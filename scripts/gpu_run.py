@@ -1,5 +1,5 @@
-"""``python -m harness gpu-run``: a whole GPU run in one command, for a GPU machine lent for
-minutes (``scripts/gpu-run.sh`` runs it as it is).
+"""A whole GPU run in one command, for a GPU machine lent for minutes: an operator's script,
+not a command of the harness (``bash scripts/gpu-run.sh`` runs it; ``--help`` lists its options).
 
 Steps, each its own process with its own timeout (an overrun is killed and logged; the
 steps after it still run), each step's output in ``<out>/<device dir>/gpu-run-<step>.txt``
@@ -26,6 +26,7 @@ the CPU (narrowed with ``--tests``, ``-k``, ``--family`` and ``--sweep-args``), 
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import os
 import shlex
@@ -36,11 +37,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.base.dtypes import resolve_device
-from harness.base.errors import HarnessError
-from harness.base.files import atomic_write
-from harness.bench.sweep import device_dir
-from harness.families.catalog import get_family
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's harness, installed or not
+
+from harness.base.dtypes import resolve_device  # noqa: E402
+from harness.base.errors import HarnessError  # noqa: E402
+from harness.base.files import atomic_write  # noqa: E402
+from harness.bench.sweep import device_dir  # noqa: E402
+from harness.families.catalog import get_family  # noqa: E402
 
 # Deadlines of the steps as fractions of the budget (see the module docstring).
 DEADLINES = {"install": 0.10, "tests": 0.50, "check": 0.50, "quick": 0.85, "full": 1.0}
@@ -237,9 +240,10 @@ def _write_log(log: Path, header: list[str], steps: list[Step], t0: float) -> No
     atomic_write(log, "\n".join(lines) + "\n")
 
 
-def add_command(sub) -> None:
-    p = sub.add_parser("gpu-run", help="a whole GPU run in one command: install, CUDA tests beside the check, "
-                                       "quick report, full profile in the time left; one log")
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scripts/gpu-run.sh",
+                                description="a whole GPU run in one command: install, CUDA tests beside the check, "
+                                            "quick report, full profile in the time left; one log")
     p.add_argument("--device", default="cuda", help="cuda (default), or cpu to rehearse the run")
     p.add_argument("--budget", type=float, default=480.0, metavar="S",
                    help="seconds for the whole run (default %(default)g: an 8-minute GPU window)")
@@ -251,4 +255,25 @@ def add_command(sub) -> None:
     p.add_argument("--sweep-args", metavar="ARGS",
                    help="more options for both reports, e.g. \"--seq 8 --batch 1 --min-time 0.002\"")
     p.add_argument("--dry-run", action="store_true", help="print the steps, their commands and deadlines; run none")
-    p.set_defaults(func=cmd_gpu_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit 0 when every step exited 0, 1 when one failed or timed out, 2 for a usage mistake
+    (one line), 130 on Ctrl-C."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # a usage mistake (its line printed) or --help
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        return cmd_gpu_run(args)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
