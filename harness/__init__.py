@@ -8,6 +8,7 @@ the names below::
 
 Where the rest lives: docs/layout.md, a section per sub-package.
     from harness import register_kernel   # a plain attention function over projected heads
+    from harness import judge             # any candidate against the user's own reference
 """
 
 import harness._interrupt  # noqa: F401  (first: Ctrl-C during start-up is one line, exit 130)
@@ -25,6 +26,8 @@ from harness.base.errors import (
 )
 from harness.base.library import library_config, rotary_tables
 from harness.base.masks import additive_mask, causal_and_pad, key_pad_to_attn, masked, per_head
+from harness.check.reference import Gradients, judge
+from harness.check.reference_result import Judgement
 from harness.families.base import PathFinding
 from harness.families.models import PAD, START, dropout_sites, incremental, layers, register_decoding
 from harness.families.no_key_rows import ByCause, ByDtype
@@ -73,6 +76,8 @@ __all__ = [
     "register_decoding", "incremental", "layers", "dropout_sites", "PAD", "START",
     # the training families' declared forms
     "SPREADS", "STEP_COUNTS", "noam", "optimizer_rates", "smoothed_target",
+    # a candidate judged against a reference of the user's (no family): docs/reference-oracle.md
+    "judge", "Judgement", "Gradients",
     # performance claims
     "register_target", "Target",
     # errors

@@ -1,0 +1,375 @@
+"""A user's reference as the oracle: ``judge(reference, candidate, inputs)`` judges a candidate
+(an ``nn.Module`` class, a module or a function) against a reference of the same kind, with no
+family and no trait.
+
+- The reference run in float64 is the definition; the reference run in each lower dtype (the
+  dtype of the given inputs, float32 for KernelBench) is the precision baseline.
+- The candidate's output and every gradient (of each floating input and of each reference
+  parameter, read through the weight link) are judged by the harness's rules
+  (``harness.check.rules``): float64 decides semantics, a lower dtype decides precision against
+  the baseline; a candidate that does not run in float64 (a float32-only or half-only kernel)
+  has its semantics decided in its own dtype (``harness.check.own_dtype``).
+- The reference's weights go into the candidate by name, by a map or by creation order
+  (``harness.check.reference_weights``); a mismatch is one line naming the tensor.
+- Every regime of ``harness.check.reference_inputs.regimes`` is tried; each verdict says which
+  it saw, and a failure names its regime: "wrong at scale x100 (float32): ...".
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import torch
+
+from harness.base.boundary import UserCodeError, describe
+from harness.base.dtypes import dtype_of
+from harness.base.errors import InputError
+from harness.base.verdicts import Verdict
+from harness.check import reference_runs as R
+from harness.check.own_dtype import own_dtype_check
+from harness.check.precision import PRECISION_FACTOR
+from harness.check.reference_inputs import Case, InputSource, Regime, RegimeKind, map_tensors, regimes, tensors_of
+from harness.check.reference_result import Judgement, RegimeResult
+from harness.check.reference_weights import WeightLink, link
+from harness.check.results import TensorCheck
+from harness.check.rules import HALF_DTYPES, _lower_check, float64_check
+from harness.porting.entries import MapEntry
+
+F64 = torch.float64
+WEIGHTS = "weights: "  # a failure that opens so: the weights do not pair, nothing else is tried
+
+
+class Gradients(str, enum.Enum):
+    """Which gradients are judged: every one (``REQUIRED``: an output without a gradient is
+    wrong), those the candidate's output carries (``AUTO``: a forward-only kernel is judged on
+    its output, said in a note), or none (``NONE``)."""
+
+    REQUIRED = "required"
+    AUTO = "auto"
+    NONE = "none"
+
+
+@dataclass
+class _Pair:
+    """What every regime of one judgement shares."""
+
+    reference: Any
+    candidate: Any
+    source: InputSource
+    dtypes: tuple[torch.dtype, ...]      # the lower dtypes judged (precision), after float64
+    param_map: Mapping[str, MapEntry] | None
+    internal: str | None
+    gradients: Gradients
+    device: str
+    seed: int
+    factor: float
+    own: str = ""                        # why semantics are decided in the candidate's own dtype ("": float64)
+    train: bool = False                  # the mode every regime but "other mode" runs in
+    random_train: bool = False           # the reference is random in train mode (dropout)
+    weights: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
+          param_map: Mapping[str, MapEntry] | None = None, dtypes: Iterable[str] | None = None,
+          internal_dtype: str | None = None, gradients: Gradients | str = Gradients.REQUIRED,
+          only: Iterable[str] | None = None, device: str = "cpu", seed: int = 0,
+          factor: float = PRECISION_FACTOR, first_failure: bool = False) -> Judgement:
+    """``candidate`` against ``reference`` on ``inputs`` (a list of call arguments, a dict of
+    keywords, or a function drawing them: ``get_inputs``) and every regime beyond them.
+
+    ``init_inputs``: the constructor's arguments of a class (or a function returning them);
+    ``param_map``: {reference parameter: entry into the candidate} where names differ;
+    ``dtypes``: the lower dtypes judged (default: the given inputs' floating dtype);
+    ``internal_dtype``: the candidate computes in this dtype on purpose ("less precise" in
+    float64 is then its rounding, not a mistake); ``only``: the regimes (names or kinds) tried;
+    ``first_failure``: stop at the first failing regime."""
+    source = inputs if isinstance(inputs, InputSource) else InputSource(inputs, init_inputs)
+    _, given = source.draw(seed)
+    lower = tuple(dtype_of(d) for d in dtypes) if dtypes is not None else _given_dtypes(given)
+    pair = _Pair(reference, candidate, source, tuple(d for d in lower if d != F64), param_map, internal_dtype,
+                 Gradients(gradients), device, seed, factor)
+    all_regimes, skipped = regimes(source, modes=_has_modes(pair))
+    wanted = set(only) if only is not None else None
+    results: list[RegimeResult] = []
+    for regime in all_regimes:
+        if wanted is not None and regime.name not in wanted and regime.kind.value not in wanted:
+            continue
+        got = _regime(pair, regime, skipped)
+        if not got and regime.fallback is not None:
+            got = _regime(pair, regime.fallback, skipped)
+            if got and skipped and skipped[-1][0] == regime.name:
+                skipped[-1] = (regime.name, f"{skipped[-1][1]}; {regime.fallback} tried instead")
+        results += got
+        if regime.kind == RegimeKind.GIVEN and any(r.failure.startswith(WEIGHTS) for r in got):
+            break  # the weights do not pair: no other regime can say more
+        if first_failure and any(not r.ok for r in got):
+            break
+    semantics = f"{R.dtype_name(pair.dtypes[0])}, its own dtype ({pair.own})" if pair.own else "float64"
+    return Judgement(results, skipped, pair.weights, semantics, pair.notes)
+
+
+def _given_dtypes(inputs: Any) -> tuple[torch.dtype, ...]:
+    floats = [t.dtype for t in tensors_of(inputs) if t.is_floating_point()]
+    return (floats[0],) if floats else (torch.float32,)
+
+
+def _has_modes(pair: _Pair) -> bool:
+    return R.is_module_class(pair.reference) or isinstance(pair.reference, torch.nn.Module)
+
+
+def _draw(pair: _Pair, regime: Regime, skipped: list) -> Case | None:
+    try:
+        return pair.source.case(regime)
+    except (UserCodeError, InputError) as exc:
+        if regime.kind == RegimeKind.GIVEN:
+            raise InputError(f"the inputs cannot be drawn: {describe(exc)}") from None
+        skipped.append((regime.name, f"the inputs cannot be drawn: {describe(exc)}"))
+        return None
+
+
+@dataclass
+class _Sides:
+    """Both sides built for one regime: {dtype: Built} each, and the weight link."""
+
+    ref: dict[torch.dtype, R.Built]
+    cand: dict[torch.dtype, R.Built]
+    link: WeightLink
+    error: str = ""  # the candidate could not be built or take the weights: the regime's failure
+
+
+def _build(pair: _Pair, regime: Regime, case: Case, skipped: list) -> _Sides | None:
+    """Each side built in float64 and every lower dtype, the reference's weights in the
+    candidate; None where the reference itself cannot be built (the regime is left out)."""
+    every = (F64, *pair.dtypes)
+    try:
+        ref = {d: R.build(pair.reference, case.init, d, pair.seed, "reference", pair.device) for d in every}
+    except Exception as exc:
+        if regime.kind == RegimeKind.GIVEN:
+            raise InputError(f"the reference cannot be built: {describe(exc)}") from None
+        skipped.append((regime.name, f"the reference cannot be built: {describe(exc)}"))
+        return None
+    try:
+        cand = {d: R.build(pair.candidate, case.init, d, pair.seed, "candidate", pair.device) for d in every}
+    except Exception as exc:
+        return _Sides(ref, {}, WeightLink({}, {}, ""), f"the candidate cannot be built: {describe(exc)}")
+    try:
+        made = link(ref[F64].module, cand[F64].module, pair.param_map)
+        for d in every:
+            made.load(ref[d].module, cand[d].module)
+    except Exception as exc:
+        return _Sides(ref, cand, WeightLink({}, {}, ""), f"{WEIGHTS}{describe(exc)}")
+    if regime.kind == RegimeKind.GIVEN:
+        pair.weights = made.how
+    return _Sides(ref, cand, made)
+
+
+def _regime(pair: _Pair, regime: Regime, skipped: list) -> list[RegimeResult]:
+    """One regime: a result per dtype judged (float64 first), or none where it is left out."""
+    case = _draw(pair, regime, skipped)
+    if case is None:
+        return []
+    sides = _build(pair, regime, case, skipped)
+    if sides is None:
+        return []
+    if regime.kind == RegimeKind.GIVEN and not sides.error:
+        _settle(pair, sides, case)
+    if sides.error:
+        line = sides.error if sides.error.startswith(WEIGHTS) else f"wrong at {regime}: {sides.error}"
+        return [RegimeResult(regime, "float64", failure=line)]
+    if regime.flip_mode and pair.random_train:
+        return [_random_mode(pair, regime, sides, case)]
+    if regime.between:
+        return [_between(pair, regime, sides, case, d) for d in (pair.dtypes or (F64,))]
+    return _judged(pair, regime, sides, case, skipped)
+
+
+def _settle(pair: _Pair, sides: _Sides, case: Case) -> None:
+    """On the given inputs: the mode every regime runs in (eval where the reference is random in
+    train mode), and where the candidate's semantics are decided (its own dtype where it does
+    not run in float64)."""
+    module = sides.ref[F64].module
+    if module is not None:
+        pair.train = module.training
+        a, b = (R.run(sides.ref[F64], case.inputs, F64, who="reference", grad=False, train=True, call_seed=s)
+                for s in (1, 2))
+        if not a.error and not b.error and any(not torch.equal(a.tensors[n], b.tensors.get(n, a.tensors[n]))
+                                               for n in a.tensors):
+            pair.random_train, pair.train = True, False
+            pair.notes.append("the reference is random in train mode (dropout): judged in eval mode, and in "
+                              "train mode by being random too")
+    if not pair.dtypes:
+        return
+    c64 = R.run(sides.cand[F64], case.inputs, F64, who="candidate", grad=False, train=pair.train)
+    r64 = R.run(sides.ref[F64], case.inputs, F64, who="reference", grad=False, train=pair.train)
+    if c64.error:
+        pair.own = f"it does not run in float64: {c64.error}"
+    elif any(c64.dtypes.get(n) != r64.dtypes.get(n) for n in r64.dtypes):
+        got = next(R.dtype_name(c64.dtypes[n]) for n in r64.dtypes if c64.dtypes.get(n) != r64.dtypes[n])
+        pair.own = f"it answers float64 inputs in {got}"
+
+
+def _grad(pair: _Pair, regime: Regime) -> bool:
+    return regime.grad and pair.gradients != Gradients.NONE
+
+
+def _run(pair: _Pair, side: R.Built, who: str, inputs: Any, dtype: torch.dtype, regime: Regime,
+         sides: _Sides, *, train: bool | None = None, grad: bool | None = None, call_seed: int = 0,
+         as_given: bool = False) -> R.SideRun:
+    ref_module = sides.ref[F64].module
+    params = tuple(n for n, p in ref_module.named_parameters() if p.requires_grad) if ref_module is not None else ()
+    return R.run(side, inputs, dtype, who=who, device=pair.device, grad=_grad(pair, regime) if grad is None else grad,
+                 layout=regime.strided, train=pair.train ^ regime.flip_mode if train is None else train,
+                 names=R.input_names(sides.ref[F64].fn, inputs), link=sides.link if who == "candidate" else None,
+                 ref_params=params, cotangent_seed=pair.seed + regime.seed, call_seed=call_seed, as_given=as_given)
+
+
+def _judged(pair: _Pair, regime: Regime, sides: _Sides, case: Case, skipped: list) -> list[RegimeResult]:
+    """The candidate against the definition (float64) and against the baseline in each lower dtype."""
+    ref64 = _run(pair, sides.ref[F64], "reference", case.inputs, F64, regime, sides)
+    if ref64.error:
+        if regime.kind == RegimeKind.GIVEN:
+            raise InputError(f"the reference raises on the given inputs: {ref64.error}")
+        skipped.append((regime.name, f"the reference raises: {ref64.error}"))
+        return []
+    names = _names(pair, ref64)
+    results = []
+    if not pair.own or not pair.dtypes:
+        cand64 = _run(pair, sides.cand[F64], "candidate", case.inputs, F64, regime, sides)
+        baseline = (_run(pair, sides.ref[dtype_of(pair.internal)], "reference", case.inputs, dtype_of(pair.internal),
+                         regime, sides) if pair.internal and dtype_of(pair.internal) in sides.ref else None)
+        results.append(_decide(pair, regime, "float64", names, cand64, ref64, baseline, ref64))
+    for d in pair.dtypes:
+        rounded = map_tensors(case.inputs, lambda x: x.to(d).to(x.dtype) if x.is_floating_point() else x)
+        truth = ref64 if _exact_in(case.inputs, d) else _run(pair, sides.ref[F64], "reference", rounded, F64, regime,
+                                                             sides)
+        ref_d = _run(pair, sides.ref[d], "reference", case.inputs, d, regime, sides)
+        cand_d = _run(pair, sides.cand[d], "candidate", case.inputs, d, regime, sides)
+        results.append(_decide(pair, regime, R.dtype_name(d), names, cand_d, truth, ref_d, truth))
+    return results
+
+
+def _exact_in(inputs: Any, dtype: torch.dtype) -> bool:
+    return all(torch.equal(t, t.to(dtype).to(t.dtype)) for t in tensors_of(inputs) if t.is_floating_point())
+
+
+def _names(pair: _Pair, ref: R.SideRun) -> list[str]:
+    return [n for n in ref.tensors if pair.gradients != Gradients.NONE or not n.startswith("grad:")]
+
+
+def _decide(pair: _Pair, regime: Regime, dtype_label: str, names: list[str], cand: R.SideRun, truth: R.SideRun,
+            baseline: R.SideRun | None, oracle: R.SideRun) -> RegimeResult:
+    """Every tensor of ``cand`` by the rule of its dtype; the regime's one failing line."""
+    result = RegimeResult(regime, dtype_label)
+    where = f"wrong at {regime} ({dtype_label})"
+    if cand.error:
+        result.failure = f"{where}: the candidate raises {cand.error}"
+        return result
+    if cand.detached and pair.gradients == Gradients.AUTO:
+        names = [n for n in names if not n.startswith("grad:")]
+        result.note = "forward only: the candidate's output carries no gradient"
+    elif cand.detached and any(n.startswith("grad:") for n in names):
+        result.failure = (f"{where}: the candidate's output carries no gradient (detached, or a kernel without "
+                          "backward; gradients='auto' judges the output alone)")
+        return result
+    changed = [c for c in cand.changed if c not in (oracle.changed or [])]
+    if changed:
+        result.failure = f"{where}: {changed[0]}"
+        return result
+    dtype = F64 if dtype_label == "float64" else dtype_of(dtype_label)
+    scale = max((float(t.abs().max()) for n, t in truth.tensors.items()
+                 if n.startswith("grad:") and t.numel() and torch.isfinite(t).all()), default=0.0)
+    for n in names:
+        result.checks.append(_check(pair, regime, dtype, n, cand, truth, baseline, 0.0 if n.startswith("output")
+                                    else scale))
+    bad = next((c for c in result.checks if not _passes(pair, regime, dtype, c)), None)
+    if bad is not None:
+        result.failure = f"{where}: {_line(bad)}"
+    elif dtype != F64 and baseline is not None:
+        theirs = baseline.dtypes
+        wrong = next((n for n in names if n in cand.dtypes and n in theirs and cand.dtypes[n] != theirs[n]), None)
+        if wrong:
+            result.failure = (f"{where}: {wrong} returned in {R.dtype_name(cand.dtypes[wrong])}, the reference's in "
+                              f"{R.dtype_name(theirs[wrong])}")
+    return result
+
+
+def _check(pair: _Pair, regime: Regime, dtype: torch.dtype, name: str, cand: R.SideRun, truth: R.SideRun,
+           baseline: R.SideRun | None, scale: float) -> TensorCheck:
+    a, o = cand.tensors.get(name), truth.tensors[name]
+    if a is not None and not o.is_floating_point():
+        same = a.shape == o.shape and torch.equal(a, o.to(a.dtype))
+        return TensorCheck(name, Verdict.EQUIVALENT if same else Verdict.DIFFERENT, 0.0 if same else math.inf,
+                           None, 0.0, 0.0 if same else math.inf, "" if same else f"{name}: its elements differ")
+    base = baseline.tensors.get(name) if baseline is not None else None
+    if dtype == F64:
+        return float64_check(name, a, o, pair.internal, scale=scale, baseline=base, factor=pair.factor)
+    if pair.own and not regime.loose:  # scaled inputs: rounding amplified, judged as below (different beyond
+        return own_dtype_check(name, a, o, base, dtype, scale=scale)  # an assert_close tolerance and 10x the baseline)
+    pairs = [(base, o)] if base is not None else []
+    return _lower_check(name, a, o, pairs, dtype, factor=pair.factor, scale=scale, half_rule=regime.loose)
+
+
+def _passes(pair: _Pair, regime: Regime, dtype: torch.dtype, c: TensorCheck) -> bool:
+    if c.verdict.agrees:
+        return True
+    if c.verdict != Verdict.LESS_PRECISE:
+        return False
+    if dtype == F64:
+        return pair.internal is not None
+    return dtype in HALF_DTYPES or regime.loose
+
+
+def _line(c: TensorCheck) -> str:
+    if c.note:
+        return c.note if c.note.startswith(c.name) else f"{c.name}: {c.note}"
+    return f"{c.name} max |err| {c.err:.3g} > bound {c.allowed:.3g}"
+
+
+def _random_mode(pair: _Pair, regime: Regime, sides: _Sides, case: Case) -> RegimeResult:
+    """Train mode where the reference is random (dropout): the candidate must be random too."""
+    d = pair.dtypes[0] if pair.dtypes else F64
+    result = RegimeResult(regime, R.dtype_name(d), note="train mode: random in both")
+    a, b = (_run(pair, sides.cand[d], "candidate", case.inputs, d, regime, sides, train=True, grad=False,
+                 call_seed=s) for s in (1, 2))
+    if a.error or b.error:
+        result.failure = f"wrong at train mode ({R.dtype_name(d)}): the candidate raises {a.error or b.error}"
+    elif all(torch.equal(a.tensors[n], b.tensors.get(n, a.tensors[n])) for n in a.tensors):
+        result.failure = (f"wrong at train mode ({R.dtype_name(d)}): the reference is random there (dropout) and "
+                          "the candidate gives the same output on every call")
+    return result
+
+
+def _between(pair: _Pair, regime: Regime, sides: _Sides, case: Case, d: torch.dtype) -> RegimeResult:
+    """Three calls on one candidate instance: the inputs, other inputs, then the first call's
+    tensors rewritten in place with third values; each output against the definition on the
+    values it was given (a result kept by shape, by identity or from an earlier call shows)."""
+    label = R.dtype_name(d)
+    result = RegimeResult(regime, label)
+    values = (case.inputs, *case.others)
+    truths = [_run(pair, sides.ref[F64], "reference", v, F64, regime, sides, grad=False) for v in values]
+    bases = [_run(pair, sides.ref[d], "reference", v, d, regime, sides, grad=False) for v in values]
+    first, other, third = (R.prepare(v, d, pair.device, False, False)[0] for v in values)
+    outs = [_run(pair, sides.cand[d], "candidate", first, d, regime, sides, grad=False, as_given=True),
+            _run(pair, sides.cand[d], "candidate", other, d, regime, sides, grad=False, as_given=True)]
+    with torch.no_grad():
+        for t, new in zip(tensors_of(first), tensors_of(third)):
+            t.copy_(new)
+    outs.append(_run(pair, sides.cand[d], "candidate", first, d, regime, sides, grad=False, as_given=True))
+    whats = ("first call", "a call on other inputs", "the first call's tensors rewritten in place")
+    for what, truth, base, got in zip(whats, truths, bases, outs):
+        if truth.error:
+            return RegimeResult(regime, label, note=f"left out: the reference raises {truth.error}")
+        if got.error:
+            result.failure = f"wrong at {regime} ({label}), {what}: the candidate raises {got.error}"
+            return result
+        for n in truth.tensors:
+            check = _check(pair, regime, d, n, got, truth, base, 0.0)
+            check.name = f"{n} ({what})"
+            result.checks.append(check)
+            if not _passes(pair, regime, d, check) and not result.failure:
+                result.failure = f"wrong at {regime} ({label}): {_line(check)}"
+    return result

@@ -1,0 +1,331 @@
+"""The inputs a reference is judged on (``harness.check.reference.judge``): where they come from
+(``InputSource``: given tensors, or a function that draws them, such as KernelBench's
+``get_inputs``, with the module-level sizes it reads) and the regimes a careful reviewer would
+try beyond them (``Regime``, ``regimes``): other seeds, signed and scaled draws, other sizes,
+batch 1, non-contiguous inputs, calls with other inputs in between, the other train/eval mode,
+a call without autograd. Nothing here runs the reference or the candidate."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import inspect
+import types
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import torch
+
+from harness.base.boundary import user_code
+from harness.base.errors import InputError
+from harness.base.seeding import seed_everything
+
+SCALES = (1e-3, 10.0, 100.0)  # x100: logits where a softmax without its max subtracted overflows float32
+SEEDS = (1, 2)
+MAX_SIZE_REGIMES = 6  # one odd-size regime per module constant, at most this many
+BATCH_NAMES = ("batch", "batch_size", "bs", "b", "n_batch", "batchsize", "num_batches")
+
+
+class RegimeKind(str, enum.Enum):
+    """What a regime changes, against the given draw."""
+
+    GIVEN = "given"
+    SEED = "seed"
+    SIGNED = "signed"
+    SCALE = "scale"
+    SIZE = "size"
+    BATCH1 = "batch 1"
+    STRIDED = "non-contiguous"
+    BETWEEN = "calls between"
+    MODE = "mode"
+    NO_GRAD = "no grad"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Regime:
+    """One way of calling both sides. ``name`` is what a verdict says it saw ("scale x100",
+    "size dim=33"); ``changes``: module constants (or factory arguments) set for the draw;
+    ``slice_batch``: the inputs cut to their first row (no batch constant to set);
+    ``strided``: each input passed as a non-contiguous view holding the same values;
+    ``between``: three calls on one instance (the inputs, other inputs, the first tensors
+    rewritten in place); ``flip_mode``: the other of train/eval; ``grad``: inputs and
+    parameters require grad and every gradient is judged."""
+
+    name: str
+    kind: RegimeKind
+    seed: int = 0
+    changes: tuple[tuple[str, int], ...] = ()
+    scale: float = 1.0
+    signed: bool = False
+    slice_batch: bool = False
+    strided: bool = False
+    between: bool = False
+    flip_mode: bool = False
+    grad: bool = True
+    fallback: Regime | None = None  # tried where the reference cannot take this one (an odd width, H does not divide)
+
+    @property
+    def loose(self) -> bool:
+        """Outside the regime the precision rule was calibrated on (unit-scale inputs): a lower
+        dtype is judged there as the half dtypes are (``harness.check.verdict.outside_calibration``)."""
+        return self.scale != 1.0
+
+    def __str__(self) -> str:
+        return self.name
+
+
+GIVEN = Regime("given", RegimeKind.GIVEN)
+
+
+@dataclass
+class Case:
+    """A regime's draw: the constructor's arguments and the call's inputs (as drawn, before any
+    cast), and for ``between`` the other inputs of the second call and the values the first
+    call's tensors are rewritten with before the third."""
+
+    init: tuple
+    inputs: Sequence | Mapping
+    others: tuple = ()
+
+
+def _call_factory(fn: Callable, kwargs: Mapping[str, int], what: str) -> Any:
+    with user_code(what):
+        return fn(**kwargs)
+
+
+def _int_constant(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 1
+
+
+def _read_names(fn: Callable, seen: set[int] | None = None) -> set[str]:
+    """The global names ``fn`` reads, with those of the module's own functions it calls."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return set()
+    seen = seen if seen is not None else set()
+    if id(code) in seen:
+        return set()
+    seen.add(id(code))
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):  # a comprehension or nested function
+            names |= set(const.co_names)
+    g = getattr(fn, "__globals__", {})
+    for name in list(names):
+        other = g.get(name)
+        if isinstance(other, types.FunctionType) and other.__globals__ is g:
+            names |= _read_names(other, seen)
+    return names
+
+
+@dataclass
+class InputSource:
+    """Where the inputs come from: ``inputs`` (a list or tuple of call arguments, a dict of
+    keyword arguments, or a function returning either: KernelBench's ``get_inputs``) and
+    ``init_inputs`` (the constructor's arguments, or a function returning them:
+    ``get_init_inputs``). The sizes that can vary are the integer module constants the
+    functions read (``batch_size = 16``) and their integer keyword defaults."""
+
+    inputs: Any
+    init_inputs: Any = ()
+    _globals: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.inputs is None:
+            raise InputError("judge needs inputs: a list of tensors, or a function that draws them (get_inputs)")
+        fns = [f for f in (self.inputs, self.init_inputs) if callable(f)]
+        self._globals = getattr(fns[0], "__globals__", {}) if fns else {}
+
+    def _functions(self) -> list[Callable]:
+        return [f for f in (self.inputs, self.init_inputs) if callable(f)]
+
+    def sizes(self) -> dict[str, int]:
+        """{name: value} of every size that can vary: module constants first, then arguments."""
+        out: dict[str, int] = {}
+        for fn in self._functions():
+            g = getattr(fn, "__globals__", {})
+            for name in sorted(_read_names(fn)):
+                if _int_constant(g.get(name)):
+                    out.setdefault(name, g[name])
+            with contextlib.suppress(TypeError, ValueError):
+                for p in inspect.signature(fn).parameters.values():
+                    if _int_constant(p.default):
+                        out.setdefault(p.name, p.default)
+        return out
+
+    def batch_name(self) -> str | None:
+        return next((n for n in self.sizes() if n.lower() in BATCH_NAMES), None)
+
+    @contextlib.contextmanager
+    def _changed(self, changes: Mapping[str, int]) -> Iterator[dict[str, int]]:
+        """Module constants set for the block (put back after it); what is left are arguments."""
+        saved, kwargs = {}, {}
+        for name, value in changes.items():
+            g = next((getattr(f, "__globals__", {}) for f in self._functions()
+                      if name in getattr(f, "__globals__", {})), None)
+            if g is not None and name in _read_names_all(self._functions()):
+                saved[name] = (g, g[name])
+                g[name] = value
+            else:
+                kwargs[name] = value
+        try:
+            yield kwargs
+        finally:
+            for name, (g, value) in saved.items():
+                g[name] = value
+
+    def draw(self, seed: int, changes: Mapping[str, int] = types.MappingProxyType({})) -> tuple[tuple, Any]:
+        """(constructor arguments, call inputs) drawn under ``seed`` with ``changes`` applied."""
+        with self._changed(changes) as kwargs:
+            init = self._evaluate(self.init_inputs, kwargs, "get_init_inputs")
+            seed_everything(seed)
+            if callable(self.inputs):
+                inputs = self._evaluate(self.inputs, kwargs, "get_inputs")
+            else:
+                inputs = self.inputs if seed == 0 else redraw(self.inputs, seed)
+        return tuple(init) if isinstance(init, (list, tuple)) else (init,), inputs
+
+    @staticmethod
+    def _evaluate(source: Any, kwargs: Mapping[str, int], what: str) -> Any:
+        if not callable(source):
+            return source
+        own = {k: v for k, v in kwargs.items() if k in _parameters(source)}
+        return _call_factory(source, own, what)
+
+    def case(self, regime: Regime) -> Case:
+        """The draw of ``regime``: its seed and sizes, then its signs, scale and batch."""
+        init, inputs = self.draw(regime.seed, dict(regime.changes))
+        inputs = _transform(inputs, regime)
+        others: tuple = ()
+        if regime.between:
+            others = (_transform(self.draw(regime.seed + 100, dict(regime.changes))[1], regime),
+                      _transform(self.draw(regime.seed + 200, dict(regime.changes))[1], regime))
+        return Case(init, inputs, others)
+
+
+def _read_names_all(fns: list[Callable]) -> set[str]:
+    out: set[str] = set()
+    for f in fns:
+        out |= _read_names(f)
+    return out
+
+
+def _parameters(fn: Callable) -> set[str]:
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def tensors_of(inputs: Any) -> list[torch.Tensor]:
+    values = inputs.values() if isinstance(inputs, Mapping) else inputs
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+def map_tensors(inputs: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``inputs`` (a sequence or a mapping) with ``fn`` applied to each tensor; one tensor given
+    under two names (query is key) stays one."""
+    memo: dict[int, torch.Tensor] = {}
+
+    def one(v: Any) -> Any:
+        if not isinstance(v, torch.Tensor):
+            return v
+        if id(v) not in memo:
+            memo[id(v)] = fn(v)
+        return memo[id(v)]
+
+    if isinstance(inputs, Mapping):
+        return {k: one(v) for k, v in inputs.items()}
+    if not isinstance(inputs, (list, tuple)):
+        raise InputError(f"get_inputs returned {type(inputs).__name__}; return a list of the call's arguments")
+    return [one(v) for v in inputs]
+
+
+def redraw(inputs: Any, seed: int) -> Any:
+    """Given tensors drawn again under ``seed``, each as it looks: uniform in [0, 1) where it lies
+    there, normal otherwise, integers in their range; bool tensors (masks) kept."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def one(x: torch.Tensor) -> torch.Tensor:
+        if x.is_floating_point() and x.numel():
+            if float(x.min()) >= 0 and float(x.max()) <= 1:
+                return torch.rand(x.shape, generator=gen, dtype=torch.float64).to(x.dtype)
+            return torch.randn(x.shape, generator=gen, dtype=torch.float64).to(x.dtype)
+        if x.dtype != torch.bool and not x.is_complex() and x.numel():
+            lo, hi = int(x.min()), int(x.max()) + 1
+            return torch.randint(lo, hi, x.shape, generator=gen, dtype=x.dtype)
+        return x.clone()
+
+    return map_tensors(inputs, one)
+
+
+def _transform(inputs: Any, regime: Regime) -> Any:
+    """Signs, scale and batch of a regime, on the drawn inputs (floating tensors only)."""
+    gen = torch.Generator().manual_seed(1000 + regime.seed)
+    first = next((t for t in tensors_of(inputs) if t.dim()), None)
+    batch = first.shape[0] if first is not None else None
+
+    def one(x: torch.Tensor) -> torch.Tensor:
+        if regime.slice_batch and x.dim() and x.shape[0] == batch:
+            x = x[:1].clone()
+        if not x.is_floating_point():
+            return x
+        if regime.signed:
+            x = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(x.dtype)
+        return x * regime.scale if regime.scale != 1.0 else x
+
+    return map_tensors(inputs, one)
+
+
+def strided(x: torch.Tensor) -> torch.Tensor:
+    """The same values in a non-contiguous layout: the last two dims' strides swapped, or every
+    other element of a buffer twice the size (a 1-D tensor)."""
+    if x.dim() >= 2 and x.shape[-1] > 1 and x.shape[-2] > 1:
+        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if x.numel() > 1:
+        flat = x.reshape(-1)
+        buffer = torch.empty(flat.numel() * 2, dtype=x.dtype, device=x.device)
+        return buffer[::2].copy_(flat).view(*x.shape) if x.dim() == 1 else x
+    return x
+
+
+def _scale(s: float) -> str:
+    return f"{s:.0e}".replace("e-0", "e-") if s < 1 else f"{s:g}"
+
+
+def odd(n: int) -> int:
+    """A smaller odd size: about half of ``n``."""
+    m = max(1, n // 2)
+    return m if m % 2 else m + 1
+
+
+def regimes(source: InputSource, *, modes: bool = True) -> tuple[list[Regime], list[tuple[str, str]]]:
+    """Every regime for ``source``, in the order a failure is reported, and those not tried with
+    the reason (no module constant to vary)."""
+    out = [GIVEN, *[replace(GIVEN, name=f"seed {s}", kind=RegimeKind.SEED, seed=s) for s in SEEDS],
+           replace(GIVEN, name="signed", kind=RegimeKind.SIGNED, signed=True),
+           *[replace(GIVEN, name=f"scale x{_scale(s)}", kind=RegimeKind.SCALE, scale=s, signed=True) for s in SCALES]]
+    skipped: list[tuple[str, str]] = []
+    sizes = source.sizes()
+    if sizes:
+        out.append(replace(GIVEN, name="sizes halved", kind=RegimeKind.SIZE,
+                           changes=tuple((n, max(1, v // 2)) for n, v in sizes.items())))
+        for name, value in list(sizes.items())[:MAX_SIZE_REGIMES]:
+            half = max(1, value // 2)
+            even = replace(GIVEN, name=f"size {name}={half}", kind=RegimeKind.SIZE, changes=((name, half),))
+            out.append(replace(even, name=f"size {name}={odd(value)}", changes=((name, odd(value)),),
+                               fallback=even if half != odd(value) else None))
+    else:
+        skipped.append(("sizes", "no module constant or argument sets a size"))
+    batch = source.batch_name()
+    out.append(replace(GIVEN, name="batch 1", kind=RegimeKind.BATCH1, changes=((batch, 1),) if batch else (),
+                       slice_batch=batch is None))
+    out += [replace(GIVEN, name="non-contiguous", kind=RegimeKind.STRIDED, strided=True),
+            replace(GIVEN, name="calls between", kind=RegimeKind.BETWEEN, between=True, grad=False)]
+    if modes:
+        out.append(replace(GIVEN, name="other mode", kind=RegimeKind.MODE, flip_mode=True))
+    out.append(replace(GIVEN, name="no grad", kind=RegimeKind.NO_GRAD, grad=False))
+    return out, skipped

@@ -1,0 +1,109 @@
+"""What ``harness.check.reference.judge`` returns, as data: a verdict per regime, dtype and
+tensor (``RegimeResult`` holding ``TensorCheck``), the regimes seen and left out, how the
+weights were paired, and one line for the whole (``Judgement.summary``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from harness.base.verdicts import Verdict
+from harness.check.reference_inputs import Regime
+from harness.check.results import TensorCheck
+
+
+@dataclass
+class RegimeResult:
+    """One regime in one dtype: every tensor's check, and the one line that fails it ("")."""
+
+    regime: Regime
+    dtype: str
+    checks: list[TensorCheck] = field(default_factory=list)
+    failure: str = ""
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failure
+
+    def as_dict(self) -> dict:
+        return {"regime": self.regime.name, "kind": self.regime.kind.value, "dtype": self.dtype, "ok": self.ok,
+                "failure": self.failure, "note": self.note,
+                "tensors": [{"tensor": c.name, "verdict": c.verdict.value, "err": _num(c.err),
+                             "baseline_err": _num(c.ref_err), "bound": _num(c.allowed), "note": c.note}
+                            for c in self.checks]}
+
+
+def _num(x: float | None) -> float | None:
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
+
+
+@dataclass
+class Judgement:
+    """A candidate against its reference. ``ok``: every regime seen passes; ``results`` per
+    regime and dtype; ``skipped``: (regime, why) for those not tried or that the reference
+    itself cannot take; ``weights``: how the reference's weights went into the candidate;
+    ``semantics``: where the candidate's semantics were decided (float64, or its own dtype);
+    ``failure``: the first failing regime's line, with the other failing regimes named."""
+
+    results: list[RegimeResult]
+    skipped: list[tuple[str, str]]
+    weights: str
+    semantics: str
+    notes: list[str] = field(default_factory=list)
+    family: list = field(default_factory=list)  # the family's own spec results, where family= was given
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results) and all(getattr(f, "ok", True) for f in self.family)
+
+    @property
+    def regimes(self) -> tuple[str, ...]:
+        """The regimes seen, in order."""
+        return tuple(dict.fromkeys(r.regime.name for r in self.results))
+
+    @property
+    def failing(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.regime.name for r in self.results if not r.ok))
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.dtype for r in self.results))
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.name.split(" (")[0] for r in self.results for c in r.checks))
+
+    @property
+    def failure(self) -> str:
+        bad = [r for r in self.results if not r.ok]
+        if not bad:
+            fam = next((f for f in self.family if not getattr(f, "ok", True)), None)
+            return f"family check: {getattr(fam, 'note', '') or fam}" if fam is not None else ""
+        others = [n for n in self.failing if n != bad[0].regime.name]
+        tail = f" (also wrong at: {', '.join(others[:5])}{' ...' if len(others) > 5 else ''})" if others else ""
+        return bad[0].failure + tail
+
+    @property
+    def summary(self) -> str:
+        """One line: the verdict, the regimes and dtypes seen, the tensors judged, the weights."""
+        if not self.ok:
+            return f"wrong: {self.failure}"
+        grads = sum(1 for t in self.tensors if t.startswith("grad:"))
+        outs = len(self.tensors) - grads
+        return (f"correct: {outs} output(s) and {grads} gradient(s) agree in {len(self.regimes)} regimes x "
+                f"{', '.join(self.dtypes)} (semantics in {self.semantics}; weights {self.weights})")
+
+    def verdict(self, regime: str, dtype: str, tensor: str) -> Verdict | None:
+        for r in self.results:
+            if r.regime.name == regime and r.dtype == dtype:
+                for c in r.checks:
+                    if c.name == tensor:
+                        return c.verdict
+        return None
+
+    def as_dict(self) -> dict:
+        return {"ok": self.ok, "summary": self.summary, "failure": self.failure, "regimes": list(self.regimes),
+                "failing": list(self.failing), "skipped": [{"regime": n, "why": w} for n, w in self.skipped],
+                "weights": self.weights, "semantics": self.semantics, "notes": self.notes,
+                "results": [r.as_dict() for r in self.results]}
