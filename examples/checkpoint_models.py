@@ -71,10 +71,10 @@ class Gemma2Model(LlamaModel):
         keys = pad if past == 0 else torch.cat([cache.pad, pad], dim=1)
         if cache is not None:
             cache.pad = keys
-        mask = self.dense_mask(keys, n, past, segments)
+        masks = self.masks(keys, n, past, segments)
         x = self.embed(tokens)
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, positions, None if cache is None else cache.layers[i])
+            x = layer(x, masks[i], positions, None if cache is None else cache.layers[i])
         x = self.norm(x)
         logits = x @ self.embed.weight.T if self.head is None else self.head(x)
         if self.final_softcap:

@@ -31,6 +31,8 @@ from harness.check.reference_result import Judgement
 from harness.families.base import PathFinding
 from harness.families.models import PAD, START, dropout_sites, incremental, layers, register_decoding
 from harness.families.no_key_rows import ByCause, ByDtype
+from harness.families.rope_scaling import RopeScaling, RopeType
+from harness.families.rope_scaling import frequencies as rope_frequencies
 from harness.families.training import SPREADS, STEP_COUNTS, noam, optimizer_rates, smoothed_target
 from harness.porting.entries import (
     Absent,
@@ -72,6 +74,9 @@ __all__ = [
     "masked", "per_head", "causal_and_pad", "key_pad_to_attn", "additive_mask",
     # library modules (transformers): their config object from the harness config, their rotary tables
     "library_config", "rotary_tables",
+    # RoPE scaling (linear, dynamic NTK, YaRN, llama3, LongRoPE): the rope_scaling trait's values, and
+    # (inverse frequencies, attention factor) of one at a call's positions
+    "RopeScaling", "RopeType", "rope_frequencies",
     # whole models: how a model decodes, its layers and dropout sites
     "register_decoding", "incremental", "layers", "dropout_sites", "PAD", "START",
     # the training families' declared forms

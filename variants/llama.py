@@ -52,6 +52,7 @@ Variants:
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -59,23 +60,42 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention.flex_attention import BlockMask, and_masks, create_block_mask, flex_attention
 
-from harness import Chunk, Param, RopePermuted, Tied, Zero, layers, nest, norm_entries, register, register_decoding
+from harness import (
+    Chunk,
+    Param,
+    RopePermuted,
+    Tied,
+    Zero,
+    layers,
+    nest,
+    norm_entries,
+    register,
+    register_decoding,
+    rope_frequencies,
+)
 from variants.pytorch_behaviour import SDPA_HALF_FULLY_MASKED
 
 SOURCE = "torch"
 
 
-def rope_tables(positions: torch.Tensor, dim: int, base: float, dtype: torch.dtype):
-    """(cos, sin) of shape (B, 1, L, dim / 2) for ``positions`` (B, L)."""
-    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=dtype, device=positions.device) / dim))
+def rope_tables(positions: torch.Tensor, dim: int, base: float, dtype: torch.dtype, scaling=None):
+    """(cos, sin) of shape (B, 1, L, dim / 2) for ``positions`` (B, L); ``scaling`` a
+    ``RopeScaling`` (a checkpoint's ``ModelConfig.rope_scaling``: its inverse frequencies, and
+    its attention factor on cos and sin), None for the default RoPE."""
+    if scaling is None or scaling.is_default:
+        inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=dtype, device=positions.device) / dim))
+        factor = 1.0
+    else:
+        inv, factor = rope_frequencies(scaling, base, dim, positions, dtype)
+        inv = inv.to(positions.device)
     angle = positions.to(dtype)[:, None, :, None] * inv
-    return angle.cos(), angle.sin()
+    return angle.cos() * factor, angle.sin() * factor
 
 
-def rotate_half(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+def rotate_half(x: torch.Tensor, positions: torch.Tensor, base: float, scaling=None) -> torch.Tensor:
     """HF's apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, (B, h, L, d); the tables
     computed in float32 at least (HF's rotary embedding: float32 angles, cast to x's dtype)."""
-    cos, sin = rope_tables(positions, x.shape[-1], base, torch.promote_types(x.dtype, torch.float32))
+    cos, sin = rope_tables(positions, x.shape[-1], base, torch.promote_types(x.dtype, torch.float32), scaling)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
     half = x.shape[-1] // 2
@@ -83,11 +103,11 @@ def rotate_half(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.
     return x * cos + rotated * sin
 
 
-def rotate_complex(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+def rotate_complex(x: torch.Tensor, positions: torch.Tensor, base: float, scaling=None) -> torch.Tensor:
     """Meta's apply_rotary_emb: pairs (2i, 2i+1) as complex numbers times e^(i angle)."""
     work = torch.promote_types(x.dtype, torch.float32)
-    cos, sin = rope_tables(positions, x.shape[-1], base, work)
-    turns = torch.polar(torch.ones_like(cos), torch.atan2(sin, cos))
+    cos, sin = rope_tables(positions, x.shape[-1], base, work, scaling)
+    turns = torch.complex(cos, sin)
     pairs = torch.view_as_complex(x.to(work).reshape(*x.shape[:-1], -1, 2).contiguous())
     return torch.view_as_real(pairs * turns).flatten(-2).to(x.dtype)
 
@@ -97,10 +117,12 @@ class LlamaAttention(nn.Module):
     group, SDPA."""
 
     def __init__(self, cfg, rope: str = "half-split", bias: bool = False, gqa: str = "repeat_interleave",
-                 qk_norm: str = "none", softcap: float = 0.0):
+                 qk_norm: str = "none", softcap: float = 0.0, layer: int = 0):
         super().__init__()
-        self.h, self.h_kv, self.d, self.base = cfg.heads, cfg.n_kv_heads, cfg.d_k, cfg.rope_base
+        self.h, self.h_kv, self.d = cfg.heads, cfg.n_kv_heads, cfg.d_k
+        self.base, self.scaling = rope_of(cfg, layer)
         self.rope, self.gqa, self.softcap = rope, gqa, softcap
+        self.score_scale = getattr(cfg, "score_scale", None)
         self.q_proj = nn.Linear(cfg.d_model, cfg.heads * cfg.d_k, bias=bias)
         self.k_proj = nn.Linear(cfg.d_model, self.h_kv * cfg.d_k, bias=bias)
         self.v_proj = nn.Linear(cfg.d_model, self.h_kv * cfg.d_k, bias=bias)
@@ -108,8 +130,8 @@ class LlamaAttention(nn.Module):
         self.qk_norm = qk_norm
         if qk_norm != "none":  # before RoPE: over each head's d_k (Qwen3), or over all heads (OLMo2)
             width = cfg.d_k if qk_norm == "per head" else None
-            self.q_norm = RMSNorm(width or cfg.heads * cfg.d_k)
-            self.k_norm = RMSNorm(width or self.h_kv * cfg.d_k)
+            self.q_norm = RMSNorm(width or cfg.heads * cfg.d_k, eps=eps_of(cfg))
+            self.k_norm = RMSNorm(width or self.h_kv * cfg.d_k, eps=eps_of(cfg))
 
     def forward(self, query, key, value, mask, positions, key_positions, window=None, cache=None):
         """``cache``: a dict holding the rotated keys and values of earlier tokens ("k", "v",
@@ -126,9 +148,11 @@ class LlamaAttention(nn.Module):
         if self.qk_norm == "per head":
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope == "half-split":
-            q, k = rotate_half(q, positions, self.base), rotate_half(k, key_positions, self.base)
+            q = rotate_half(q, positions, self.base, self.scaling)
+            k = rotate_half(k, key_positions, self.base, self.scaling)
         elif self.rope == "interleaved":
-            q, k = rotate_complex(q, positions, self.base), rotate_complex(k, key_positions, self.base)
+            q = rotate_complex(q, positions, self.base, self.scaling)
+            k = rotate_complex(k, key_positions, self.base, self.scaling)
         if cache is not None:
             if "k" in cache:
                 k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, H_kv, P+S, d)
@@ -149,15 +173,28 @@ class LlamaAttention(nn.Module):
                 k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             else:  # "tile": a wrong grouping, for the tests
                 k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
-            y = eager(q, k, v, keep, self.softcap)
+            y = eager(q, k, v, keep, self.softcap, self.score_scale)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.h * self.d))
 
 
-def eager(q, k, v, keep, softcap: float = 0.0):
-    """HF's eager_attention_forward: q k^T / sqrt(d), soft-capped when ``softcap`` (Gemma 2:
-    c tanh(s / c)), masked, softmax, times v; a row without keys is zeros (as SDPA gives it),
-    with no gradient."""
-    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])                    # (B, H, T, S)
+def rope_of(cfg, layer: int = 0):
+    """(RoPE base, scaling) of ``layer``: a checkpoint's config (``ModelConfig``) says them per
+    layer type where they differ (Gemma 3); a plain ``Config`` has the base and no scaling."""
+    if hasattr(cfg, "layer_rope_of"):
+        return cfg.layer_rope_of(layer)
+    return cfg.rope_base, None
+
+
+def eps_of(cfg) -> float:
+    """The norms' eps: a checkpoint's (``ModelConfig.norm_eps``), else LLaMA's 1e-6."""
+    return getattr(cfg, "norm_eps", 1e-6)
+
+
+def eager(q, k, v, keep, softcap: float = 0.0, scale: float | None = None):
+    """HF's eager_attention_forward: q k^T / sqrt(d) (or times ``scale``: Gemma's
+    query_pre_attn_scalar ** -0.5), soft-capped when ``softcap`` (Gemma 2: c tanh(s / c)),
+    masked, softmax, times v; a row without keys is zeros (as SDPA gives it), with no gradient."""
+    s = q @ k.transpose(-2, -1) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)  # (B, H, T, S)
     if softcap:
         s = softcap * torch.tanh(s / softcap)
     dead = ~keep.any(-1, keepdim=True)
@@ -344,11 +381,11 @@ register(
 
 
 class LlamaBlock(nn.Module):
-    def __init__(self, cfg, rope: str = "half-split"):
+    def __init__(self, cfg, rope: str = "half-split", layer: int = 0):
         super().__init__()
-        self.attn_norm = RMSNorm(cfg.d_model)
-        self.self_attn = LlamaAttention(cfg, rope=rope)
-        self.ffn_norm = RMSNorm(cfg.d_model)
+        self.attn_norm = RMSNorm(cfg.d_model, eps=eps_of(cfg))
+        self.self_attn = LlamaAttention(cfg, rope=rope, layer=layer)
+        self.ffn_norm = RMSNorm(cfg.d_model, eps=eps_of(cfg))
         self.mlp = GatedFFN(cfg)
 
     def forward(self, x, mask, positions, cache=None):
@@ -442,12 +479,14 @@ class LlamaModel(nn.Module):
     padding, the window) and every block runs flex_attention."""
 
     def __init__(self, cfg, block=LlamaBlock, tied: bool = False, window: tuple[int, int] | None = None,
-                 flex: bool = False, final_softcap: float = 0.0):
+                 flex: bool = False, final_softcap: float = 0.0, windows: list | None = None):
         super().__init__()
         self.window, self.flex, self.final_softcap = window, flex, final_softcap
         self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
-        self.layers = nn.ModuleList([block(cfg) for _ in range(layers(cfg))])
-        self.norm = RMSNorm(cfg.d_model)
+        self.layers = nn.ModuleList([_block(block, cfg, i) for i in range(layers(cfg))])
+        # each layer's window (``windows``: a checkpoint's per layer type, ``layer_windows``), else ``window``
+        self.windows = windows if windows is not None else [window] * len(self.layers)
+        self.norm = RMSNorm(cfg.d_model, eps=eps_of(cfg))
         self.head = None if tied else nn.Linear(cfg.d_model, cfg.vocab, bias=False)
 
     def forward(self, tokens, pad, positions, cache: KVCache | None = None, segments=None):
@@ -459,31 +498,43 @@ class LlamaModel(nn.Module):
         keys = pad if past == 0 else torch.cat([cache.pad, pad], dim=1)          # (B, P + n)
         if cache is not None:
             cache.pad = keys
-        mask = self.block_mask(keys, n, past, segments) if self.flex else self.dense_mask(keys, n, past, segments)
+        masks = self.masks(keys, n, past, segments)
         x = self.embed(tokens)                                                  # (B, n, D)
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, positions, None if cache is None else cache.layers[i])
+            x = layer(x, masks[i], positions, None if cache is None else cache.layers[i])
         x = self.norm(x)
         logits = x @ self.embed.weight.T if self.head is None else self.head(x)
         if self.final_softcap:  # Gemma 2's final_logit_softcapping
             logits = self.final_softcap * torch.tanh(logits / self.final_softcap)
         return logits.log_softmax(-1)
 
-    def dense_mask(self, keys: torch.Tensor, n: int, past: int, segments=None) -> torch.Tensor:
+    def masks(self, keys: torch.Tensor, n: int, past: int, segments=None) -> list:
+        """Each layer's mask (one per distinct window): ``dense_mask`` or ``block_mask``."""
+        made: dict = {}
+        make = self.block_mask if self.flex else self.dense_mask
+        for w in self.windows:
+            if w not in made:  # the model's own window: the call a subclass's mask may override
+                made[w] = make(keys, n, past, segments) if w == self.window else make(keys, n, past, segments,
+                                                                                        window=w)
+        return [made[w] for w in self.windows]
+
+    def dense_mask(self, keys: torch.Tensor, n: int, past: int, segments=None, window="model") -> torch.Tensor:
         """(B, n, P+n) bool, True = may attend: queries past .. past+n-1 over keys 0 .. past+n-1,
-        causal, not padding, in the window, in the query's segment."""
+        causal, not padding, in the window (the model's, or ``window``), in the query's segment."""
+        window = self.window if window == "model" else window
         rows = torch.arange(n, device=keys.device)[:, None] + past
         cols = torch.arange(past + n, device=keys.device)[None, :]
         mask = (cols <= rows)[None] & keys[:, None, :]
-        if self.window is not None:
-            mask = mask & ((cols >= rows - self.window[0]) & (cols <= rows + self.window[1]))[None]
+        if window is not None:
+            mask = mask & ((cols >= rows - window[0]) & (cols <= rows + window[1]))[None]
         if segments is not None:
             mask = mask & (segments[:, :, None] == segments[:, None, :])
         return mask
 
-    def block_mask(self, keys: torch.Tensor, n: int, past: int, segments=None) -> BlockMask:
+    def block_mask(self, keys: torch.Tensor, n: int, past: int, segments=None, window="model") -> BlockMask:
         """Queries past .. past+n-1 over keys 0 .. past+n-1: causal, not padding, in the window,
         in the query's segment."""
+        window = self.window if window == "model" else window
         def causal(b, h, i, j):
             return j <= i + past
 
@@ -491,12 +542,29 @@ class LlamaModel(nn.Module):
             return keys[b, j]
 
         mods = [causal, padding]
-        if self.window is not None:
-            left, right = self.window
+        if window is not None:
+            left, right = window
             mods.append(lambda b, h, i, j: (j >= i + past - left) & (j <= i + past + right))
         if segments is not None:
             mods.append(lambda b, h, i, j: segments[b, i] == segments[b, j])
         return create_block_mask(and_masks(*mods), keys.shape[0], None, n, past + n, device=keys.device)
+
+
+def _block(block, cfg, i: int):
+    """Layer ``i`` of ``block``: told its index where it takes one (its RoPE by layer type)."""
+    try:
+        takes = "layer" in inspect.signature(block).parameters
+    except (TypeError, ValueError):
+        takes = False
+    return block(cfg, layer=i) if takes else block(cfg)
+
+
+def layer_windows(cfg) -> list:
+    """Each layer's window from a checkpoint's config: the config's on its sliding layers
+    (``ModelConfig.layer_window``), else the config's window on every layer."""
+    if hasattr(cfg, "layer_window"):
+        return [cfg.layer_window(i) for i in range(layers(cfg))]
+    return [cfg.window] * layers(cfg)
 
 
 def model_map(fused: bool = False, tied: bool = False):
@@ -535,7 +603,8 @@ def llama_step(model, state, ys):
 
 
 BLOCK = {"norm_placement": "pre", **RMS, "gain": "w", "upcast": "float32, cast back before the gain",
-         "rope": "half-split", "gqa_grouping": "consecutive", "fully_masked_row": "zeros", "activation": "silu",
+         "rope": "half-split", "rope_scaling": "as configured", "gqa_grouping": "consecutive",
+         "fully_masked_row": "zeros", "activation": "silu",
          "qkv_layout": "4 Linear", "bias": False, "mask_convention": "bool True = may attend"}
 FUSED = {**BLOCK, "qkv_layout": "q, fused kv (interleaved-RoPE rows, RopePermuted), fused gate/up",
          "scale": "on q before the product", "fill": "additive -inf"}
@@ -575,7 +644,7 @@ for vid, block, fused, tied, traits, summary in (
     register_decoding("llama_model", vid, prepare=llama_prepare, step=llama_step, cache=CACHE,
                       padding=("right", "left"))
 
-MISTRAL_WINDOW = (3, 0)   # Mistral's sliding_window = 4 at this harness's lengths (T = 7)
+MISTRAL_WINDOW = (3, 0)   # Mistral's sliding_window = 4 at this harness's lengths (T = 7), where the config has none
 FLEX_SKIP = ("flex_attention has no backward on CPU (NotImplementedError in torch 2.13); its forward is held "
              "to the oracle by tests/test_llama_model.py")
 FLEX_NOT_YET = ("flex_attention's higher-order op does not run under the check's kernel-path recorder: "
@@ -588,7 +657,9 @@ for vid, window, flex, summary in (
 ):
     register(
         id=vid, family="llama_model", source=SOURCE, summary=summary,
-        build=lambda cfg, w=window, f=flex: LlamaModel(cfg, window=w, flex=f), call=call_model,
+        build=lambda cfg, w=window, f=flex: LlamaModel(cfg, window=w and (cfg.window or w), flex=f,
+                                                       windows=w and layer_windows(cfg) if cfg.window else None),
+        call=call_model,
         param_map=model_map(), traits={**BLOCK, "tied_output": False, "window": window or "none",
                                        **({"note": "attention: flex_attention, eager"} if flex else {})},
         supports=(lambda cfg: FLEX_NOT_YET if torch.cuda.is_available() else FLEX_SKIP) if flex else (lambda cfg: None),

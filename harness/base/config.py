@@ -213,6 +213,21 @@ class ModelConfig(Config):
 
     layers: int = 2
     extensions: tuple[str, ...] = ()
+    # The class's own values, read from its config (``harness.registry.checkpoints.model_config``)
+    # for a port to build from; ``window`` and ``softcap`` (the attention's) are Config's own.
+    norm_eps: float = 1e-6                  # the norms' eps (rms_norm_eps, layer_norm_eps)
+    rope_scaling: Any = None                # a harness.families.rope_scaling.RopeScaling, None: the default
+    layer_types: tuple[str, ...] = ()       # per layer: "sliding_attention" (the window) or "full_attention"
+    layer_rope: tuple = ()                  # ((layer type, rope_base, RopeScaling), ...) where they differ
+                                            # by layer type (Gemma 3)
+    final_softcap: float = 0.0              # the logits' soft cap (final_logit_softcapping; 0: none)
+    score_scale: float | None = None        # the factor on q k^T where it is not 1/sqrt(d_k) (Gemma's
+                                            # query_pre_attn_scalar ** -0.5)
+    tied: bool = False                      # tie_word_embeddings
+    max_positions: int | None = None        # max_position_embeddings
+    model_type: str = ""
+    # the class's whole config as a dict (what no field above says: read it by name); not compared
+    class_config: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -220,6 +235,24 @@ class ModelConfig(Config):
             raise ConfigError(f"layers={self.layers!r} must be a positive integer")
         if not isinstance(self.extensions, tuple) or not all(isinstance(e, str) for e in self.extensions):
             raise ConfigError(f"extensions={self.extensions!r} must be a tuple of names")
+        if self.layer_types and len(self.layer_types) != self.layers:
+            raise ConfigError(f"layer_types has {len(self.layer_types)} entries for {self.layers} layers")
+        if not (isinstance(self.norm_eps, (int, float)) and 0 < self.norm_eps < 1):
+            raise ConfigError(f"norm_eps={self.norm_eps!r} must be a number in (0, 1)")
+
+    def layer_window(self, i: int) -> tuple[int, int] | None:
+        """Layer i's window: the config's where the layer is a sliding one (every layer when
+        no layer types are given), else None."""
+        if self.layer_types and self.layer_types[i] != "sliding_attention":
+            return None
+        return self.window
+
+    def layer_rope_of(self, i: int) -> tuple[float, Any]:
+        """(RoPE base, scaling) of layer i: its layer type's where they differ by type."""
+        for kind, base, scaling in self.layer_rope:
+            if self.layer_types and self.layer_types[i] == kind:
+                return base, scaling
+        return self.rope_base, self.rope_scaling
 
 def _parse_window(raw: str) -> tuple[int, int] | None:
     """``--set window=LEFT,RIGHT`` (keys diagonal-LEFT .. diagonal+RIGHT), or ``none``. HF's

@@ -9,7 +9,7 @@ import torch
 
 from harness.base.config import Config
 from harness.families import kernel_oracle, oracles
-from harness.families.attention_spec import QK_NORMS, QkNorm
+from harness.families.attention_spec import AS_CONFIGURED, QK_NORMS, QkNorm
 from harness.families.base import (
     EPS,
     Case,
@@ -23,6 +23,7 @@ from harness.families.base import (
     pad_pattern,
     regime_case,
 )
+from harness.families.rope_scaling import RopeScaling
 
 
 def _attn_self(cfg: Config, gen: torch.Generator) -> dict:
@@ -273,6 +274,17 @@ class _WindowSpec(TraitSpec):
         return "'none', 'as called', (left, right) integers >= 0"
 
 
+class _RopeScalingSpec(TraitSpec):
+    """``none``, ``as configured`` (the config's ``rope_scaling``: a checkpoint's) or a
+    ``RopeScaling`` (``harness.families.rope_scaling``)."""
+
+    def accepts(self, value) -> bool:
+        return value in ("none", AS_CONFIGURED) or isinstance(value, RopeScaling)
+
+    def known(self) -> str:
+        return "'none', 'as configured', a RopeScaling (harness.families.rope_scaling)"
+
+
 CASES = tuple(Case(c.name, c.note, _positions(c.make)) for c in (
     Case("self", "query = key = value, random key padding", _attn_self),
     Case("self_kv", "S = T but query, key and value all different (K/V roles apart)", _attn_self_kv),
@@ -326,6 +338,9 @@ ATTENTION = Family(
         "rope": TraitSpec("rotary embedding of q and k at the call's positions: none, half-split (HF "
                           "rotate_half) or interleaved pairs (Meta's complex form)", oracles.ROPE_LAYOUTS,
                           default="none"),
+        "rope_scaling": _RopeScalingSpec("the RoPE scaling of q and k's rotation (linear, dynamic NTK, YaRN with "
+                                         "its attention factor, llama3, LongRoPE): a RopeScaling, or 'as "
+                                         "configured' (the config's rope_scaling)", default="none"),
         "rope_fraction": TraitSpec("the fraction of each head's dims that rotate (GPT-NeoX's rotary_pct)",
                                    number=True, default=1.0),
         "gqa_grouping": TraitSpec("query head h reads K/V head h // (H / H_kv) (consecutive: repeat_interleave)"

@@ -58,6 +58,15 @@ class WindowDiagonal(enum.Enum):
 
 
 QK_NORMS = tuple(m.value for m in QkNorm)
+AS_CONFIGURED = "as configured"
+
+
+def rope_scaling(value: Any, cfg: Any) -> Any:
+    """The ``rope_scaling`` trait as a ``RopeScaling`` or None: ``as configured`` reads the
+    config's own (``ModelConfig.rope_scaling``, a checkpoint's; None on a plain config)."""
+    if value == AS_CONFIGURED:
+        return getattr(cfg, "rope_scaling", None)
+    return None if value in (None, "none") else value
 
 
 def score_scale(value: Any) -> float | None:
@@ -101,6 +110,7 @@ class AttentionSpec:
     rope_layout: str = "none"
     rope_fraction: float = 1.0
     rope_base: float = 10000.0
+    rope_scaling: Any = None          # a harness.families.rope_scaling.RopeScaling, or None (the default RoPE)
     window: tuple[int, int] | None = None
     softcap: float = 0.0
     qk_norm: QkNorm = QkNorm.NONE
@@ -126,7 +136,8 @@ class AttentionSpec:
             heads=cfg.heads, fully_masked_row=traits["fully_masked_row"], mask_style=traits["mask_style"],
             kv_heads=cfg.n_kv_heads, gqa_grouping=traits.get("gqa_grouping", "consecutive"),
             rope_layout=traits.get("rope", "none"), rope_fraction=traits.get("rope_fraction", 1.0),
-            rope_base=cfg.rope_base, window=window, softcap=traits.get("softcap", 0.0),
+            rope_base=cfg.rope_base, rope_scaling=rope_scaling(traits.get("rope_scaling", "none"), cfg),
+            window=window, softcap=traits.get("softcap", 0.0),
             qk_norm=traits.get("qk_norm", "none"), qk_eps=eps,
             scale=score_scale(traits.get("score_scale", kernel_oracle.DEFAULT_SCALE)),
             window_diagonal=traits.get("window_diagonal", "top_left"))

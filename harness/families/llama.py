@@ -35,8 +35,8 @@ from harness.families.models import BOOL, ModelFamily, content_tokens, layers
 # (widths, heads, length, vocabulary, RoPE base), so a block that hard-codes one is caught.
 GQA_CONFIG = Config(d_model=80, heads=8, kv_heads=2, d_ff=224, batch=2, tgt_len=6, src_len=5, vocab=13,
                     rope_base=500000.0)
-_ATTN_TRAITS = ("rope", "rope_fraction", "gqa_grouping", "window", "window_diagonal", "qk_norm", "softcap",
-                "score_scale", "fully_masked_row", "mask_style")
+_ATTN_TRAITS = ("rope", "rope_scaling", "rope_fraction", "gqa_grouping", "window", "window_diagonal", "qk_norm",
+                "softcap", "score_scale", "fully_masked_row", "mask_style")
 BLOCK_TRAITS = {
     "norm_placement": TraitSpec("norm before the sublayer (pre, LLaMA) or after the residual add (post)",
                                 ("pre", "post")),

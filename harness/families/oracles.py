@@ -153,7 +153,8 @@ def multi_head_attention(
         return normalize(x, w[prefix + name], torch.zeros((), dtype=x.dtype), "rms", spec.qk_eps)
 
     def roped(x: Tensor, at: Tensor | None, length: int) -> Tensor:
-        return rope(x, here(length) if at is None else at, spec.rope_layout, spec.rope_fraction, spec.rope_base)
+        return rope(x, here(length) if at is None else at, spec.rope_layout, spec.rope_fraction, spec.rope_base,
+                    spec.rope_scaling)
 
     q = roped(normed(split(normed(linear(query, w, prefix + "q"), "q_norm.weight", False), T, spec.heads),
                      "q_norm.weight", True), positions, T)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from harness.base.errors import SpecError
+from harness.families.rope_scaling import RopeScaling, frequencies
 
 Tensor = torch.Tensor
 
@@ -16,14 +17,17 @@ def _unknown(trait: str, value, known) -> SpecError:
 ROPE_LAYOUTS = ("none", "half-split", "interleaved")
 
 
-def rope(x: Tensor, positions: Tensor, layout: str, fraction: float = 1.0, base: float = 10000.0) -> Tensor:
+def rope(x: Tensor, positions: Tensor, layout: str, fraction: float = 1.0, base: float = 10000.0,
+         scaling: RopeScaling | None = None) -> Tensor:
     """Rotary position embedding of heads ``x`` (B, H, L, d) at ``positions`` (B, L).
 
     The first r = 2 * floor(d * fraction / 2) dims of each head rotate (GPT-NeoX's partial
     rotary: the rest pass through); pair i turns by position * base^(-2i / r). ``half-split``
     pairs dim i with dim i + r/2 (HF's ``rotate_half``); ``interleaved`` pairs dims 2i and
     2i + 1 (Meta's reference code, complex multiplication). ``none``: x unchanged. Below
-    float64 the angles are float32's (a careful implementation's tables, not the dtype's)."""
+    float64 the angles are float32's (a careful implementation's tables, not the dtype's).
+    ``scaling``: the inverse frequencies and the factor on cos and sin of a RoPE scaling
+    (``harness.families.rope_scaling``: linear, dynamic NTK, YaRN, llama3, LongRoPE)."""
     if layout == "none":
         return x
     if layout not in ROPE_LAYOUTS:
@@ -34,9 +38,12 @@ def rope(x: Tensor, positions: Tensor, layout: str, fraction: float = 1.0, base:
     # the angles in float64 for the spec; below it in float32 whatever the dtype, as a careful
     # implementation (HF's rotary embedding) computes its tables: the precision baseline
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    inv = base ** (-torch.arange(0, r, 2, dtype=work) / r)                       # (r/2,)
+    if scaling is None or scaling.is_default:
+        inv, factor = base ** (-torch.arange(0, r, 2, dtype=work) / r), 1.0        # (r/2,)
+    else:
+        inv, factor = frequencies(scaling, base, r, positions, work)
     angle = positions.to(work)[:, None, :, None] * inv                           # (B, 1, L, r/2)
-    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    cos, sin = (angle.cos() * factor).to(x.dtype), (angle.sin() * factor).to(x.dtype)
     turn, rest = x[..., :r], x[..., r:]
     if layout == "half-split":
         a, b = turn[..., : r // 2], turn[..., r // 2:]
