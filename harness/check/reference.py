@@ -152,6 +152,8 @@ def _build(pair: _Pair, regime: Regime, case: Case, skipped: list) -> _Sides | N
             raise InputError(f"the reference cannot be built: {describe(exc)}") from None
         skipped.append((regime.name, f"the reference cannot be built: {describe(exc)}"))
         return None
+    if regime.redraw_weights:
+        _redraw_weights(ref, pair.seed + 17)
     try:
         cand = {d: R.build(pair.candidate, case.init, d, pair.seed, "candidate", pair.device) for d in every}
     except Exception as exc:
@@ -165,6 +167,24 @@ def _build(pair: _Pair, regime: Regime, case: Case, skipped: list) -> _Sides | N
     if regime.kind == RegimeKind.GIVEN:
         pair.weights = made.how
     return _Sides(ref, cand, made)
+
+
+def _redraw_weights(ref: dict[torch.dtype, R.Built], seed: int) -> None:
+    """Every floating parameter of the reference moved by a seeded draw at its own spread (0.5
+    where it has none: a gain of ones, a bias of zeros), the same values in every dtype."""
+    gen = torch.Generator().manual_seed(seed)
+    modules = {d: b.module for d, b in ref.items() if b.module is not None}
+    if F64 not in modules:
+        return
+    with torch.no_grad():
+        for name, p in modules[F64].named_parameters():
+            if not p.is_floating_point() or not p.numel():
+                continue
+            spread = float(p.std()) if p.numel() > 1 and float(p.std()) > 0 else 0.5
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32).to(F64) * spread
+            new = (p.detach().cpu() + noise).to(torch.float32)  # representable in float32
+            for m in modules.values():
+                dict(m.named_parameters())[name].copy_(new)
 
 
 def _regime(pair: _Pair, regime: Regime, skipped: list) -> list[RegimeResult]:
