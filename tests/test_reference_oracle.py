@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import Chunk, Gradients, Param, judge
+from harness import Chunk, Gradients, Param, Transposed, Zero, judge
 from harness.base.errors import InputError
 from harness.base.verdicts import Verdict
 
@@ -148,8 +148,7 @@ def test_a_transposed_weight_is_named_with_the_entry_that_fits():
     j = judge(Stored, Canonical, [torch.randn(4, 3)])
     assert "parameter 'weight' has shape (8, 3) in the candidate and (3, 8) in the reference" in j.failure
     assert "Transposed(Param(\"weight\"))" in j.failure
-    assert judge(Stored, Canonical, [torch.randn(4, 3)], param_map={"weight": __import__("harness").Transposed(
-        Param("weight"))}).ok
+    assert judge(Stored, Canonical, [torch.randn(4, 3)], param_map={"weight": Transposed(Param("weight"))}).ok
 
 
 def test_a_wrong_scale_is_caught_in_float64_with_its_regime_and_tensor():
@@ -312,3 +311,35 @@ def test_fused_rmsnorm_linear_in_five_lines():
     wrong = judge(RMSNormLinear, WrongEps, lambda: [torch.randn(4, 7, 32)], init_inputs=(32, 48),
                   param_map={"norm.weight": Param("gain"), "proj.weight": Param("weight"), "proj.bias": Param("bias")})
     assert not wrong.ok and "scale x1e-3" in wrong.failing
+
+
+def test_where_a_family_applies_its_own_check_runs_too():
+    """An RMSNorm candidate that also fits the norm family: judged against the user's reference
+    and by the norm family's cases; a wrong eps fails both."""
+    class Reference(nn.Module):
+        def __init__(self, d=48):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+    class Candidate(Reference):
+        eps = 1e-6
+
+        def forward(self, x):
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+    class WrongEps(Candidate):
+        eps = 1e-3
+
+    fields = dict(family="norm", build=lambda cfg: Candidate(cfg.d_model), call=lambda m, i: m(i["x"]),
+                  param_map={"weight": Param("weight"), "bias": Zero()},
+                  traits={"norm_formula": "rms", "eps": 1e-6, "std": "root mean square, no centring"})
+    j = judge(Reference, Candidate, lambda: [torch.randn(3, 5, 48)], family=fields, only=("given",))
+    assert j.ok, j.failure
+    assert j.family and all(f.ok for f in j.family) and j.family_report is not None
+    wrong = judge(Reference, WrongEps, lambda: [torch.randn(3, 5, 48)], only=("given",),
+                  family={**fields, "build": lambda cfg: WrongEps(cfg.d_model)})
+    assert not wrong.ok
+    assert not any(f.ok for f in wrong.family if hasattr(f, "verdict") and f.dtype == "float64")

@@ -31,6 +31,7 @@ from harness.base.verdicts import Verdict
 from harness.check import reference_runs as R
 from harness.check.own_dtype import own_dtype_check
 from harness.check.precision import PRECISION_FACTOR
+from harness.check.reference_family import family_check
 from harness.check.reference_inputs import Case, InputSource, Regime, RegimeKind, map_tensors, regimes, tensors_of
 from harness.check.reference_result import Judgement, RegimeResult
 from harness.check.reference_weights import WeightLink, link
@@ -77,7 +78,8 @@ def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
           param_map: Mapping[str, MapEntry] | None = None, dtypes: Iterable[str] | None = None,
           internal_dtype: str | None = None, gradients: Gradients | str = Gradients.REQUIRED,
           only: Iterable[str] | None = None, device: str = "cpu", seed: int = 0,
-          factor: float = PRECISION_FACTOR, first_failure: bool = False) -> Judgement:
+          factor: float = PRECISION_FACTOR, first_failure: bool = False,
+          family: Mapping[str, Any] | None = None) -> Judgement:
     """``candidate`` against ``reference`` on ``inputs`` (a list of call arguments, a dict of
     keywords, or a function drawing them: ``get_inputs``) and every regime beyond them.
 
@@ -86,7 +88,9 @@ def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
     ``dtypes``: the lower dtypes judged (default: the given inputs' floating dtype);
     ``internal_dtype``: the candidate computes in this dtype on purpose ("less precise" in
     float64 is then its rounding, not a mistake); ``only``: the regimes (names or kinds) tried;
-    ``first_failure``: stop at the first failing regime."""
+    ``first_failure``: stop at the first failing regime; ``family``: the keywords of
+    ``harness.register`` that describe the candidate in a family, whose own check then runs too
+    (``harness.check.reference_family``)."""
     source = inputs if isinstance(inputs, InputSource) else InputSource(inputs, init_inputs)
     _, given = source.draw(seed)
     lower = tuple(dtype_of(d) for d in dtypes) if dtypes is not None else _given_dtypes(given)
@@ -109,7 +113,11 @@ def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
         if first_failure and any(not r.ok for r in got):
             break
     semantics = f"{R.dtype_name(pair.dtypes[0])}, its own dtype ({pair.own})" if pair.own else "float64"
-    return Judgement(results, skipped, pair.weights, semantics, pair.notes)
+    made = Judgement(results, skipped, pair.weights, semantics, pair.notes)
+    if family is not None:
+        made.family_report = family_check(candidate, family, device)
+        made.family = [*made.family_report.specs, *made.family_report.gradchecks, *made.family_report.dropouts]
+    return made
 
 
 def _given_dtypes(inputs: Any) -> tuple[torch.dtype, ...]:
