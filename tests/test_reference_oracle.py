@@ -343,3 +343,53 @@ def test_where_a_family_applies_its_own_check_runs_too():
                   family={**fields, "build": lambda cfg: WrongEps(cfg.d_model)})
     assert not wrong.ok
     assert not any(f.ok for f in wrong.family if hasattr(f, "verdict") and f.dtype == "float64")
+
+
+def test_sizes_given_as_the_factorys_arguments_are_varied():
+    def draw(batch=4, width=10):
+        return [torch.randn(batch, width)]
+
+    def first_ten(x):
+        return x[:, :10].sum(-1) if x.shape[-1] >= 10 else x.sum(-1) * float("nan")
+
+    j = judge(lambda x: x.sum(-1), first_ten, draw)
+    assert {"sizes halved", "size width=5"} <= set(j.failing)
+    assert "given" not in j.failing
+
+
+def test_a_result_kept_by_identity_is_caught_when_the_tensor_is_rewritten_in_place():
+    class ByPointer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.memo = {}
+
+        def forward(self, x):
+            key = x.data_ptr()
+            if key not in self.memo:
+                self.memo[key] = torch.sigmoid(x).detach().clone()
+            return self.memo[key]
+
+    j = judge(lambda x: torch.sigmoid(x), ByPointer, lambda: [torch.rand(3, 4)], gradients="none")
+    assert j.failing == ("calls between",)
+    assert "the first call's tensors rewritten in place" in j.failure
+
+
+def test_the_other_mode_is_judged_where_the_reference_is_not_random():
+    """BatchNorm: batch statistics in train mode, running ones in eval: a candidate that always
+    uses the batch's is wrong in eval mode only."""
+    class Norm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(5)
+
+        def forward(self, x):
+            return self.bn(x)
+
+    class BatchStats(Norm):
+        def forward(self, x):
+            return F.batch_norm(x, None, None, self.bn.weight, self.bn.bias, training=True, eps=self.bn.eps)
+
+    assert judge(Norm, Norm, lambda: [torch.randn(8, 5)]).ok
+    j = judge(Norm, BatchStats, lambda: [torch.randn(8, 5)])
+    assert not j.ok and "other mode" in j.failing and "given" not in j.failing
+    assert j.failure.startswith("wrong at other mode (float64)")

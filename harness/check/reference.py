@@ -220,10 +220,10 @@ def _settle(pair: _Pair, sides: _Sides, case: Case) -> None:
     train mode), and where the candidate's semantics are decided (its own dtype where it does
     not run in float64)."""
     module = sides.ref[F64].module
-    if module is not None:
+    if module is not None:  # on copies of their own: a call in train mode moves running statistics
         pair.train = module.training
-        a, b = (R.run(sides.ref[F64], case.inputs, F64, who="reference", grad=False, train=True, call_seed=s)
-                for s in (1, 2))
+        a, b = (R.run(R.build(pair.reference, case.init, F64, pair.seed, "reference", pair.device), case.inputs, F64,
+                      who="reference", grad=False, train=True, call_seed=s) for s in (1, 2))
         if not a.error and not b.error and any(not torch.equal(a.tensors[n], b.tensors.get(n, a.tensors[n]))
                                                for n in a.tensors):
             pair.random_train, pair.train = True, False
@@ -231,8 +231,8 @@ def _settle(pair: _Pair, sides: _Sides, case: Case) -> None:
                               "train mode by being random too")
     if not pair.dtypes:
         return
-    c64 = R.run(sides.cand[F64], case.inputs, F64, who="candidate", grad=False, train=pair.train)
-    r64 = R.run(sides.ref[F64], case.inputs, F64, who="reference", grad=False, train=pair.train)
+    c64 = R.run(sides.cand[F64], case.inputs, F64, who="candidate", grad=False, train=False)
+    r64 = R.run(sides.ref[F64], case.inputs, F64, who="reference", grad=False, train=False)
     if c64.error:
         pair.own = f"it does not run in float64: {c64.error}"
     elif any(c64.dtypes.get(n) != r64.dtypes.get(n) for n in r64.dtypes):
