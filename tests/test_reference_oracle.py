@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import Chunk, Gradients, Param, judge
+from harness import Chunk, Gradients, Param, Transposed, Zero, judge
 from harness.base.errors import InputError
 from harness.base.verdicts import Verdict
 
@@ -148,8 +148,7 @@ def test_a_transposed_weight_is_named_with_the_entry_that_fits():
     j = judge(Stored, Canonical, [torch.randn(4, 3)])
     assert "parameter 'weight' has shape (8, 3) in the candidate and (3, 8) in the reference" in j.failure
     assert "Transposed(Param(\"weight\"))" in j.failure
-    assert judge(Stored, Canonical, [torch.randn(4, 3)], param_map={"weight": __import__("harness").Transposed(
-        Param("weight"))}).ok
+    assert judge(Stored, Canonical, [torch.randn(4, 3)], param_map={"weight": Transposed(Param("weight"))}).ok
 
 
 def test_a_wrong_scale_is_caught_in_float64_with_its_regime_and_tensor():
@@ -312,3 +311,85 @@ def test_fused_rmsnorm_linear_in_five_lines():
     wrong = judge(RMSNormLinear, WrongEps, lambda: [torch.randn(4, 7, 32)], init_inputs=(32, 48),
                   param_map={"norm.weight": Param("gain"), "proj.weight": Param("weight"), "proj.bias": Param("bias")})
     assert not wrong.ok and "scale x1e-3" in wrong.failing
+
+
+def test_where_a_family_applies_its_own_check_runs_too():
+    """An RMSNorm candidate that also fits the norm family: judged against the user's reference
+    and by the norm family's cases; a wrong eps fails both."""
+    class Reference(nn.Module):
+        def __init__(self, d=48):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+    class Candidate(Reference):
+        eps = 1e-6
+
+        def forward(self, x):
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+    class WrongEps(Candidate):
+        eps = 1e-3
+
+    fields = dict(family="norm", build=lambda cfg: Candidate(cfg.d_model), call=lambda m, i: m(i["x"]),
+                  param_map={"weight": Param("weight"), "bias": Zero()},
+                  traits={"norm_formula": "rms", "eps": 1e-6, "std": "root mean square, no centring"})
+    j = judge(Reference, Candidate, lambda: [torch.randn(3, 5, 48)], family=fields, only=("given",))
+    assert j.ok, j.failure
+    assert j.family and all(f.ok for f in j.family) and j.family_report is not None
+    wrong = judge(Reference, WrongEps, lambda: [torch.randn(3, 5, 48)], only=("given",),
+                  family={**fields, "build": lambda cfg: WrongEps(cfg.d_model)})
+    assert not wrong.ok
+    assert not any(f.ok for f in wrong.family if hasattr(f, "verdict") and f.dtype == "float64")
+
+
+def test_sizes_given_as_the_factorys_arguments_are_varied():
+    def draw(batch=4, width=10):
+        return [torch.randn(batch, width)]
+
+    def first_ten(x):
+        return x[:, :10].sum(-1) if x.shape[-1] >= 10 else x.sum(-1) * float("nan")
+
+    j = judge(lambda x: x.sum(-1), first_ten, draw)
+    assert {"sizes halved", "size width=5"} <= set(j.failing)
+    assert "given" not in j.failing
+
+
+def test_a_result_kept_by_identity_is_caught_when_the_tensor_is_rewritten_in_place():
+    class ByPointer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.memo = {}
+
+        def forward(self, x):
+            key = x.data_ptr()
+            if key not in self.memo:
+                self.memo[key] = torch.sigmoid(x).detach().clone()
+            return self.memo[key]
+
+    j = judge(lambda x: torch.sigmoid(x), ByPointer, lambda: [torch.rand(3, 4)], gradients="none")
+    assert j.failing == ("calls between",)
+    assert "the first call's tensors rewritten in place" in j.failure
+
+
+def test_the_other_mode_is_judged_where_the_reference_is_not_random():
+    """BatchNorm: batch statistics in train mode, running ones in eval: a candidate that always
+    uses the batch's is wrong in eval mode only."""
+    class Norm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(5)
+
+        def forward(self, x):
+            return self.bn(x)
+
+    class BatchStats(Norm):
+        def forward(self, x):
+            return F.batch_norm(x, None, None, self.bn.weight, self.bn.bias, training=True, eps=self.bn.eps)
+
+    assert judge(Norm, Norm, lambda: [torch.randn(8, 5)]).ok
+    j = judge(Norm, BatchStats, lambda: [torch.randn(8, 5)])
+    assert not j.ok and "other mode" in j.failing and "given" not in j.failing
+    assert j.failure.startswith("wrong at other mode (float64)")

@@ -31,6 +31,7 @@ from harness.base.verdicts import Verdict
 from harness.check import reference_runs as R
 from harness.check.own_dtype import own_dtype_check
 from harness.check.precision import PRECISION_FACTOR
+from harness.check.reference_family import family_check
 from harness.check.reference_inputs import Case, InputSource, Regime, RegimeKind, map_tensors, regimes, tensors_of
 from harness.check.reference_result import Judgement, RegimeResult
 from harness.check.reference_weights import WeightLink, link
@@ -77,7 +78,8 @@ def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
           param_map: Mapping[str, MapEntry] | None = None, dtypes: Iterable[str] | None = None,
           internal_dtype: str | None = None, gradients: Gradients | str = Gradients.REQUIRED,
           only: Iterable[str] | None = None, device: str = "cpu", seed: int = 0,
-          factor: float = PRECISION_FACTOR, first_failure: bool = False) -> Judgement:
+          factor: float = PRECISION_FACTOR, first_failure: bool = False,
+          family: Mapping[str, Any] | None = None) -> Judgement:
     """``candidate`` against ``reference`` on ``inputs`` (a list of call arguments, a dict of
     keywords, or a function drawing them: ``get_inputs``) and every regime beyond them.
 
@@ -86,7 +88,9 @@ def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
     ``dtypes``: the lower dtypes judged (default: the given inputs' floating dtype);
     ``internal_dtype``: the candidate computes in this dtype on purpose ("less precise" in
     float64 is then its rounding, not a mistake); ``only``: the regimes (names or kinds) tried;
-    ``first_failure``: stop at the first failing regime."""
+    ``first_failure``: stop at the first failing regime; ``family``: the keywords of
+    ``harness.register`` that describe the candidate in a family, whose own check then runs too
+    (``harness.check.reference_family``)."""
     source = inputs if isinstance(inputs, InputSource) else InputSource(inputs, init_inputs)
     _, given = source.draw(seed)
     lower = tuple(dtype_of(d) for d in dtypes) if dtypes is not None else _given_dtypes(given)
@@ -109,7 +113,11 @@ def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
         if first_failure and any(not r.ok for r in got):
             break
     semantics = f"{R.dtype_name(pair.dtypes[0])}, its own dtype ({pair.own})" if pair.own else "float64"
-    return Judgement(results, skipped, pair.weights, semantics, pair.notes)
+    made = Judgement(results, skipped, pair.weights, semantics, pair.notes)
+    if family is not None:
+        made.family_report = family_check(candidate, family, device)
+        made.family = [*made.family_report.specs, *made.family_report.gradchecks, *made.family_report.dropouts]
+    return made
 
 
 def _given_dtypes(inputs: Any) -> tuple[torch.dtype, ...]:
@@ -152,6 +160,8 @@ def _build(pair: _Pair, regime: Regime, case: Case, skipped: list) -> _Sides | N
             raise InputError(f"the reference cannot be built: {describe(exc)}") from None
         skipped.append((regime.name, f"the reference cannot be built: {describe(exc)}"))
         return None
+    if regime.redraw_weights:
+        _redraw_weights(ref, pair.seed + 17)
     try:
         cand = {d: R.build(pair.candidate, case.init, d, pair.seed, "candidate", pair.device) for d in every}
     except Exception as exc:
@@ -165,6 +175,24 @@ def _build(pair: _Pair, regime: Regime, case: Case, skipped: list) -> _Sides | N
     if regime.kind == RegimeKind.GIVEN:
         pair.weights = made.how
     return _Sides(ref, cand, made)
+
+
+def _redraw_weights(ref: dict[torch.dtype, R.Built], seed: int) -> None:
+    """Every floating parameter of the reference moved by a seeded draw at its own spread (0.5
+    where it has none: a gain of ones, a bias of zeros), the same values in every dtype."""
+    gen = torch.Generator().manual_seed(seed)
+    modules = {d: b.module for d, b in ref.items() if b.module is not None}
+    if F64 not in modules:
+        return
+    with torch.no_grad():
+        for name, p in modules[F64].named_parameters():
+            if not p.is_floating_point() or not p.numel():
+                continue
+            spread = float(p.std()) if p.numel() > 1 and float(p.std()) > 0 else 0.5
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32).to(F64) * spread
+            new = (p.detach().cpu() + noise).to(torch.float32)  # representable in float32
+            for m in modules.values():
+                dict(m.named_parameters())[name].copy_(new)
 
 
 def _regime(pair: _Pair, regime: Regime, skipped: list) -> list[RegimeResult]:
@@ -192,10 +220,10 @@ def _settle(pair: _Pair, sides: _Sides, case: Case) -> None:
     train mode), and where the candidate's semantics are decided (its own dtype where it does
     not run in float64)."""
     module = sides.ref[F64].module
-    if module is not None:
+    if module is not None:  # on copies of their own: a call in train mode moves running statistics
         pair.train = module.training
-        a, b = (R.run(sides.ref[F64], case.inputs, F64, who="reference", grad=False, train=True, call_seed=s)
-                for s in (1, 2))
+        a, b = (R.run(R.build(pair.reference, case.init, F64, pair.seed, "reference", pair.device), case.inputs, F64,
+                      who="reference", grad=False, train=True, call_seed=s) for s in (1, 2))
         if not a.error and not b.error and any(not torch.equal(a.tensors[n], b.tensors.get(n, a.tensors[n]))
                                                for n in a.tensors):
             pair.random_train, pair.train = True, False
@@ -203,8 +231,8 @@ def _settle(pair: _Pair, sides: _Sides, case: Case) -> None:
                               "train mode by being random too")
     if not pair.dtypes:
         return
-    c64 = R.run(sides.cand[F64], case.inputs, F64, who="candidate", grad=False, train=pair.train)
-    r64 = R.run(sides.ref[F64], case.inputs, F64, who="reference", grad=False, train=pair.train)
+    c64 = R.run(sides.cand[F64], case.inputs, F64, who="candidate", grad=False, train=False)
+    r64 = R.run(sides.ref[F64], case.inputs, F64, who="reference", grad=False, train=False)
     if c64.error:
         pair.own = f"it does not run in float64: {c64.error}"
     elif any(c64.dtypes.get(n) != r64.dtypes.get(n) for n in r64.dtypes):

@@ -32,6 +32,7 @@ class RegimeKind(str, enum.Enum):
     GIVEN = "given"
     SEED = "seed"
     SIGNED = "signed"
+    WEIGHTS = "weights"
     SCALE = "scale"
     SIZE = "size"
     BATCH1 = "batch 1"
@@ -51,7 +52,9 @@ class Regime:
     ``slice_batch``: the inputs cut to their first row (no batch constant to set);
     ``strided``: each input passed as a non-contiguous view holding the same values;
     ``between``: three calls on one instance (the inputs, other inputs, the first tensors
-    rewritten in place); ``flip_mode``: the other of train/eval; ``grad``: inputs and
+    rewritten in place); ``flip_mode``: the other of train/eval; ``redraw_weights``: every
+    parameter of the reference moved off its initial value (a norm's gain of ones, a bias of
+    zeros hide a candidate that leaves them out); ``grad``: inputs and
     parameters require grad and every gradient is judged."""
 
     name: str
@@ -64,6 +67,7 @@ class Regime:
     strided: bool = False
     between: bool = False
     flip_mode: bool = False
+    redraw_weights: bool = False
     grad: bool = True
     fallback: Regime | None = None  # tried where the reference cannot take this one (an odd width, H does not divide)
 
@@ -307,12 +311,15 @@ def regimes(source: InputSource, *, modes: bool = True) -> tuple[list[Regime], l
     the reason (no module constant to vary)."""
     out = [GIVEN, *[replace(GIVEN, name=f"seed {s}", kind=RegimeKind.SEED, seed=s) for s in SEEDS],
            replace(GIVEN, name="signed", kind=RegimeKind.SIGNED, signed=True),
+           replace(GIVEN, name="weights re-drawn", kind=RegimeKind.WEIGHTS, redraw_weights=True),
            *[replace(GIVEN, name=f"scale x{_scale(s)}", kind=RegimeKind.SCALE, scale=s, signed=True) for s in SCALES]]
     skipped: list[tuple[str, str]] = []
     sizes = source.sizes()
     if sizes:
         out.append(replace(GIVEN, name="sizes halved", kind=RegimeKind.SIZE,
                            changes=tuple((n, max(1, v // 2)) for n, v in sizes.items())))
+        out.append(replace(GIVEN, name="sizes grown", kind=RegimeKind.SIZE,  # a buffer sized for the given ones
+                           changes=tuple((n, v + max(1, v // 2)) for n, v in sizes.items())))
         for name, value in list(sizes.items())[:MAX_SIZE_REGIMES]:
             half = max(1, value // 2)
             even = replace(GIVEN, name=f"size {name}={half}", kind=RegimeKind.SIZE, changes=((name, half),))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.base.verdicts import Verdict
 from harness.check.reference_inputs import Regime
@@ -52,6 +53,7 @@ class Judgement:
     semantics: str
     notes: list[str] = field(default_factory=list)
     family: list = field(default_factory=list)  # the family's own spec results, where family= was given
+    family_report: Any = None                     # ... and its whole CheckReport
 
     @property
     def ok(self) -> bool:
@@ -79,7 +81,10 @@ class Judgement:
         bad = [r for r in self.results if not r.ok]
         if not bad:
             fam = next((f for f in self.family if not getattr(f, "ok", True)), None)
-            return f"family check: {getattr(fam, 'note', '') or fam}" if fam is not None else ""
+            if fam is None:
+                return ""
+            where = " ".join(str(getattr(fam, k)) for k in ("family", "config", "case", "dtype") if hasattr(fam, k))
+            return f"wrong in the family check ({where}): {getattr(fam, 'note', '') or fam}"
         others = [n for n in self.failing if n != bad[0].regime.name]
         tail = f" (also wrong at: {', '.join(others[:5])}{' ...' if len(others) > 5 else ''})" if others else ""
         return bad[0].failure + tail

@@ -23,14 +23,15 @@ from harness.base.output import STDOUT, expand, special_filesystem
 
 # dest -> what the value is: an output file, an output folder, an input file
 OUT_FILE, OUT_DIR, IN_FILE = "output file", "output folder", "input file"
-PATH_KINDS = {"json": OUT_FILE, "log": OUT_FILE, "compare": IN_FILE, "from_file": IN_FILE, "variants": IN_FILE}
+PATH_KINDS = {"json": OUT_FILE, "log": OUT_FILE, "csv": OUT_FILE, "compare": IN_FILE, "from_file": IN_FILE,
+              "variants": IN_FILE}
 # ``--out`` is a folder, except where the command writes one file
 OUT_IS_FILE = {"differences": "DIFFERENCES.md"}
 STDOUT_REFUSED = {"log": "a log is read back to resume a sweep"}
-EXAMPLE_NAME = {"json": "results.json", "log": "bench.jsonl"}
+EXAMPLE_NAME = {"json": "results.json", "log": "bench.jsonl", "csv": "rows.csv"}
 # repeatable options that name a set: a value given twice counts once (``--from`` twice is refused
 # where the rows are read: the same shard twice)
-SETS = ("family", "variant", "dtype", "variants")
+SETS = ("family", "variant", "dtype", "variants", "only")
 
 
 def _path_type(flag: str, dest: str, kind: str, example: str):

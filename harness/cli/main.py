@@ -30,6 +30,7 @@ from harness.base.output import (
 from harness.base.output import install as install_output
 from harness.check.precision import PRECISION_FACTOR
 from harness.cli import bench as bench_commands
+from harness.cli import kernelbench as kernelbench_commands
 from harness.cli import models as models_commands
 from harness.cli import parity as parity_commands
 from harness.cli import report as report_commands
@@ -42,7 +43,7 @@ from harness.cli.validate import validate_args
 ABOUT = "Compare, verify and benchmark hand-written Transformer components (PyTorch)."
 # The question each command answers, in the order --help lists them; every command is in one.
 QUESTIONS = {
-    "same function?": ("check", "list", "parity"),
+    "same function?": ("check", "list", "parity", "kernelbench"),
     "where and why different?": ("diff", "map", "differences"),
     "faster?": ("bench", "report", "cache-bench"),
     "whole models": ("decode", "train-step", "copy-task"),
@@ -130,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     report_commands.add_command(sub, common)  # report
     models_commands.add_commands(sub, common)  # decode, train-step, copy-task, cache-bench
     parity_commands.add_commands(sub, common)  # parity (a port on its checkpoint's weights)
+    kernelbench_commands.add_commands(sub, common)  # kernelbench (Model / ModelNew files)
     parser.description = _description(sub)
     return settle(parser)
 

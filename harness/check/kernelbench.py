@@ -1,0 +1,202 @@
+"""KernelBench's format, natively: a problem file (``Model``, ``get_inputs()``,
+``get_init_inputs()``, module-level sizes) and candidate files (``ModelNew``, taking the same
+constructor arguments), each imported on its own, judged by ``harness.check.reference.judge``
+(the regimes beyond the given draw included: the sizes are the problem's module constants).
+
+A candidate that does not import (a syntax error, a kernel that does not compile, a torch
+function replaced at import) is its row: ``compiled`` false, the one-line error; the run goes
+on. Folders: ``PROBLEM.py`` with ``FOLDER/`` (every ``.py`` in it a candidate), or a folder of
+problems, each ``NAME.py`` with its candidates in the sibling folder ``NAME/``."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterable
+
+import torch
+
+from harness.base.boundary import UserCodeError, describe, user_code
+from harness.base.errors import InputError
+from harness.base.files import no_bytecode
+from harness.check import reference_runs as R
+from harness.check.reference import Gradients, judge
+from harness.check.reference_inputs import InputSource
+from harness.check.reference_result import Judgement
+from harness.check.reference_weights import link
+
+# KernelBench's fast_p: the fraction of all candidates that are correct and faster than p times
+# the reference (speedup > p); fast_0 is the fraction correct.
+FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+
+
+@dataclass
+class Problem:
+    """A KernelBench problem file, imported."""
+
+    name: str
+    path: str
+    module: ModuleType
+
+    @property
+    def model(self) -> type:
+        return self.module.Model
+
+    def source(self) -> InputSource:
+        return InputSource(self.module.get_inputs, self.module.get_init_inputs)
+
+
+def _import(path: Path, label: str) -> ModuleType:
+    """``path`` imported as a module of its own (not left in ``sys.modules``' way of any other
+    file: two candidates of the same name never see each other). ``UserCodeError`` where it fails."""
+    resolved = path.resolve()
+    name = f"harness_kernelbench_{label}_{abs(hash(str(resolved)))}"
+    spec = importlib.util.spec_from_file_location(name, resolved)
+    if spec is None or spec.loader is None:
+        raise InputError(f"'{path}' is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and torch.compile look a class's module up there
+    try:
+        with user_code("import", files=(str(resolved),), timeout=0) as printed, no_bytecode():
+            spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    if printed.text.strip():  # what it printed at import goes to stderr: stdout is the table's
+        sys.stderr.write(printed.text if printed.text.endswith("\n") else printed.text + "\n")
+    return module
+
+
+def load_problem(path: str | Path) -> Problem:
+    """A problem file, or ``InputError`` in one line (a problem is the oracle: it must load)."""
+    p = Path(path)
+    if not p.is_file() or p.suffix != ".py":
+        raise InputError(f"problem '{path}' is not a .py file")
+    try:
+        module = _import(p, "problem")
+    except UserCodeError as exc:
+        raise InputError(f"problem '{path}' does not import: {describe(exc)}") from None
+    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, n)]
+    if missing:
+        raise InputError(f"problem '{path}' has no {', '.join(missing)} (KernelBench's format: class Model, "
+                         "get_inputs(), get_init_inputs())")
+    return Problem(p.stem, str(path), module)
+
+
+def load_candidate(path: str | Path) -> tuple[type | None, str]:
+    """(``ModelNew``, "") or (None, the one line why not)."""
+    try:
+        module = _import(Path(path), "candidate")
+    except UserCodeError as exc:
+        return None, f"does not import: {exc.problem}"
+    model = getattr(module, "ModelNew", None)
+    if model is None:
+        return None, "defines no ModelNew"
+    return model, ""
+
+
+@dataclass
+class Row:
+    """One candidate, in KernelBench's columns, with the regimes its verdict saw."""
+
+    problem: str
+    candidate: str
+    compiled: bool
+    correct: bool
+    failing_check: str = ""
+    runtime_ms: float | None = None
+    ref_runtime_ms: float | None = None
+    speedup: float | None = None
+    regimes: list[str] = field(default_factory=list)
+    failing_regimes: list[str] = field(default_factory=list)
+    weights: str = ""
+    semantics: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def judge_candidate(problem: Problem, path: str | Path, *, gradients: Gradients | str = Gradients.AUTO,
+                    device: str = "cpu", only: Iterable[str] | None = None) -> tuple[Row, Judgement | None]:
+    """One candidate file against its problem: its row, and the judgement behind it."""
+    name = Path(path).name
+    model, error = load_candidate(path)
+    if model is None:
+        return Row(problem.name, name, False, False, error), None
+    try:
+        j = judge(problem.model, model, problem.source(), gradients=gradients, device=device, only=only)
+    except InputError:
+        raise  # the problem itself cannot be judged on: the user's to fix
+    except Exception as exc:  # anything else the candidate's code does is its row
+        return Row(problem.name, name, True, False, describe(exc)), None
+    return Row(problem.name, name, True, j.ok, j.failure, regimes=list(j.regimes), failing_regimes=list(j.failing),
+               weights=j.weights, semantics=j.semantics), j
+
+
+def timing_pair(problem: Problem, path: str | Path, device: str = "cpu") -> tuple[Callable[[], Any],
+                                                                                     Callable[[], Any]]:
+    """(reference call, candidate call) on the problem's given inputs, in their dtype, the
+    reference's weights in the candidate, under no_grad: what a timing compares."""
+    model, error = load_candidate(path)
+    if model is None:
+        raise InputError(error)
+    init, inputs = problem.source().draw(0)
+    dtype = next((t.dtype for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()), torch.float32)
+    ref = R.build(problem.model, init, dtype, 0, "reference", device)
+    cand = R.build(model, init, dtype, 0, "candidate", device)
+    link(ref.module, cand.module).load(ref.module, cand.module)
+    prepared, _ = R.prepare(inputs, dtype, device, False, False)
+
+    def call(side: R.Built) -> Callable[[], Any]:
+        def run() -> Any:
+            with torch.no_grad():
+                return side.fn(*prepared)
+        return run
+
+    return call(ref), call(cand)
+
+
+def discover(problem: str | Path, candidates: str | Path | None = None) -> list[tuple[Path, list[Path]]]:
+    """[(problem file, its candidate files)]: ``PROBLEM.py CANDIDATE.py``, ``PROBLEM.py FOLDER/``,
+    or ``FOLDER/`` of problems ``NAME.py``, each with its candidates in ``NAME/``."""
+    p = Path(problem)
+    if candidates is not None:
+        c = Path(candidates)
+        if c.is_dir():
+            files = sorted(f for f in c.glob("*.py") if f.is_file())
+            if not files:
+                raise InputError(f"candidate folder '{candidates}' holds no .py file")
+            return [(p, files)]
+        if not c.is_file():
+            raise InputError(f"candidate '{candidates}' does not exist")
+        return [(p, [c])]
+    if not p.is_dir():
+        raise InputError(f"'{problem}' is a problem file: give its candidate (a .py file or a folder of them) "
+                         "after it")
+    pairs = [(f, sorted(g for g in (f.parent / f.stem).glob("*.py") if g.is_file()))
+             for f in sorted(p.glob("*.py")) if (f.parent / f.stem).is_dir()]
+    pairs = [(f, cs) for f, cs in pairs if cs]
+    if not pairs:
+        raise InputError(f"folder '{problem}' holds no problem NAME.py with a sibling folder NAME/ of candidates")
+    return pairs
+
+
+def fast_p(rows: list[Row], ps: Iterable[float] = FAST_P) -> dict[str, float | None]:
+    """KernelBench's fast_p over every row: correct and speedup > p, over all candidates;
+    fast_0 is the fraction correct (no timing needed), the others None without timings."""
+    n = len(rows)
+    out: dict[str, float | None] = {}
+    for p in ps:
+        key = f"fast_{p:g}"
+        if p == 0:
+            out[key] = sum(r.correct for r in rows) / n if n else None
+        elif any(r.speedup is None for r in rows if r.correct):
+            out[key] = None
+        else:
+            out[key] = sum(1 for r in rows if r.correct and r.speedup is not None and r.speedup > p
+                           and math.isfinite(r.speedup)) / n if n else None
+    return out

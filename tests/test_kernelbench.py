@@ -1,0 +1,110 @@
+"""KernelBench's format, natively (``python -m harness kernelbench``): the corpus under
+``tests/kernelbench/`` (problems in the project's domain, correct rewrites and subtle bugs),
+every correct candidate passes and every bad one is caught with the regime its ``CAUGHT``
+names first in its failing line; the command's table, JSON, CSV, fast_p and exit statuses."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.check.kernelbench import Row, discover, fast_p, judge_candidate, load_problem
+from harness.cli.main import main
+
+CORPUS = Path(__file__).resolve().parent / "kernelbench"
+PROBLEMS = sorted(p.stem for p in CORPUS.glob("*.py"))
+CAUGHT = re.compile(r'^CAUGHT = "(.+)"$', re.M)
+
+
+def test_the_corpus_covers_the_projects_domain():
+    assert {"softmax", "log_softmax", "gelu", "rmsnorm", "layernorm", "sdpa", "causal", "min_gpt",
+            "relu_attention", "mha"} <= set(PROBLEMS)
+    pairs = discover(CORPUS)
+    files = [f for _, cs in pairs for f in cs]
+    assert len(pairs) == len(PROBLEMS) and len(files) >= 30
+    assert sum(f.name.startswith("ok_") for f in files) >= 12
+    for f in files:
+        assert f.name.startswith(("ok_", "bad_")), f
+        assert bool(CAUGHT.search(f.read_text())) == f.name.startswith("bad_"), f"{f}: CAUGHT for bad_ files only"
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_every_correct_candidate_passes_and_every_bad_one_is_caught_naming_the_regime(name):
+    problem = load_problem(CORPUS / f"{name}.py")
+    for path in sorted((CORPUS / name).glob("*.py")):
+        row, j = judge_candidate(problem, path)
+        assert row.compiled, row.failing_check
+        if path.name.startswith("ok_"):
+            assert row.correct, f"{name}/{path.name}: {row.failing_check}"
+            assert j is not None and len(j.regimes) >= 15
+        else:
+            caught = CAUGHT.search(path.read_text()).group(1)
+            assert not row.correct, f"{name}/{path.name} passed every regime"
+            assert row.failing_check.startswith(f"wrong at {caught} ("), f"{name}/{path.name}: {row.failing_check}"
+            assert "\n" not in row.failing_check
+
+
+def test_one_problem_and_a_folder_of_candidates_with_json_and_csv(tmp_path, capsys):
+    folder = tmp_path / "cands"
+    folder.mkdir()
+    for f in ("ok_logsumexp.py", "bad_no_max.py"):
+        (folder / f).write_text((CORPUS / "softmax" / f).read_text())
+    (folder / "a_broken.py").write_text("import torch\nclass ModelNew(torch.nn.Module:\n    pass\n")
+    out, rows_csv = tmp_path / "rows.json", tmp_path / "rows.csv"
+    code = main(["kernelbench", str(CORPUS / "softmax.py"), str(folder), "--json", str(out), "--csv", str(rows_csv)])
+    assert code == 1
+    text = capsys.readouterr().out
+    assert "a_broken.py" in text and "does not import: SyntaxError" in text
+    assert "3 candidate(s): fast_0 0.33" in text
+    data = json.loads(out.read_text())
+    rows = {r["candidate"]: r for r in data["rows"]}
+    assert rows["a_broken.py"]["compiled"] is False and rows["a_broken.py"]["correct"] is False
+    assert rows["ok_logsumexp.py"]["correct"] is True  # the run went on after the broken one
+    assert rows["bad_no_max.py"]["failing_check"].startswith("wrong at scale x100 (float32): output")
+    assert "scale x100" in rows["ok_logsumexp.py"]["regimes"]
+    assert data["fast_p"]["fast_0"] == pytest.approx(1 / 3)
+    assert data["verdicts"]["softmax/ok_logsumexp.py"]["ok"] is True
+    with open(rows_csv, newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert list(table[0])[:8] == ["problem", "candidate", "compiled", "correct", "failing_check", "runtime_ms",
+                                  "ref_runtime_ms", "speedup"]
+    assert {r["candidate"]: r["correct"] for r in table}["ok_logsumexp.py"] == "True"
+
+
+def test_one_correct_candidate_exits_0(capsys):
+    assert main(["kernelbench", str(CORPUS / "gelu.py"), str(CORPUS / "gelu" / "ok_erf.py"),
+                 "--only", "given", "--only", "signed"]) == 0
+    assert "ok_erf.py" in capsys.readouterr().out
+
+
+def test_a_problem_without_its_functions_or_candidate_is_a_usage_error(tmp_path, capsys):
+    bad = tmp_path / "p.py"
+    bad.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n")
+    assert main(["kernelbench", str(bad), str(CORPUS / "gelu" / "ok_erf.py")]) == 2
+    assert "has no get_inputs, get_init_inputs" in capsys.readouterr().err
+    assert main(["kernelbench", str(CORPUS / "gelu.py")]) == 2
+    assert "give its candidate" in capsys.readouterr().err
+    assert main(["kernelbench", str(tmp_path)]) == 2
+    assert "holds no problem NAME.py with a sibling folder NAME/" in capsys.readouterr().err
+
+
+def test_a_csv_the_harness_did_not_write_is_left_as_it_is(tmp_path, capsys):
+    mine = tmp_path / "notes.csv"
+    mine.write_text("my,own,data\n")
+    assert main(["kernelbench", str(CORPUS / "gelu.py"), str(CORPUS / "gelu" / "ok_erf.py"), "--only", "given",
+                 "--csv", str(mine)]) == 2
+    assert "was not written by this harness" in capsys.readouterr().err
+    assert mine.read_text() == "my,own,data\n"
+
+
+def test_fast_p_is_correct_and_faster_than_p_over_every_candidate():
+    rows = [Row("p", "a", True, True, speedup=1.6), Row("p", "b", True, True, speedup=0.9),
+            Row("p", "c", True, False, speedup=3.0), Row("p", "d", False, False)]
+    fast = fast_p(rows, (0.0, 1.0, 1.5, 2.0))
+    assert fast == {"fast_0": 0.5, "fast_1": 0.25, "fast_1.5": 0.25, "fast_2": 0.0}
+    untimed = fast_p([Row("p", "a", True, True)], (0.0, 1.0))
+    assert untimed == {"fast_0": 1.0, "fast_1": None}
