@@ -88,6 +88,13 @@ def ratio_of_medians(num: list[float], den: list[float], *, level: float = INTER
     return ratio, float(low), float(high)
 
 
+def median_interval(samples: list[float], *, level: float = INTERVAL_LEVEL, resamples: int = RESAMPLES,
+                    seed: int = 0) -> tuple[float, float, float]:
+    """(median, low, high): the median of ``samples`` with the same seeded ``level``
+    percentile-bootstrap interval as ``ratio_of_medians`` (a ratio to a constant 1)."""
+    return ratio_of_medians(samples, [1.0] * len(samples), level=level, resamples=resamples, seed=seed)
+
+
 @dataclass
 class Timing:
     median: float

@@ -1,0 +1,267 @@
+"""A candidate timed against its reference on the same inputs: ``time_pair``.
+
+Interleaved: rounds alternate the order (reference then candidate, candidate then reference,
+...), so a drift in the machine's speed falls on both; a round is each callable called until
+``min_time`` is spent (at least once), its value the median per-call time of that round.
+Each time is the median of its rounds with a percentile-bootstrap interval, the speedup
+(reference time / candidate time) the ratio of the medians over paired rounds with its
+interval (``harness.bench.timing``: the interval every timed target is decided on).
+
+On CUDA each call is timed between two ``torch.cuda.synchronize(device)`` (every stream of
+the device, not only the current one: work a callable leaves on a side stream is in its
+time) and is preceded by writing a 256 MB buffer, as ``triton.testing.do_bench`` does, so no
+call finds its inputs in the L2 cache the previous call left them in. Both callables are
+called ``warmup`` times first.
+
+A speedup the machine cannot give is flagged, never reported: the candidate's median time
+is set against the machine's measured peak (``MachinePeak``: the best round of the square
+matmul the sweep measures its peak with, and of a copy), for the work the pair needs (the
+smaller of the two FLOP counts, ``torch.utils.flop_counter`` through
+``harness.bench.counters``) and the bytes any implementation moves (every input read once,
+the reference's output written once). Above 100% of either, ``PairTiming.flag`` says so and
+``speedup`` is None.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.utils._pytree import tree_leaves, tree_map
+
+from harness.base.errors import ConfigError
+from harness.bench import counters, timing
+
+L2_FLUSH_BYTES = 256 * 2**20  # triton.testing.do_bench's cache buffer, written before each timed call
+PEAK_MATMUL = {"cpu": 1024, "cuda": 8192}  # the square matmul the sweep's peak is measured with
+PEAK_CALLS = 5  # the peak is the best of this many calls of the matmul and of the copy
+
+
+class Bound(str, Enum):
+    """The limit a candidate's time is set against."""
+
+    FLOPS = "FLOP/s"
+    BANDWIDTH = "memory bandwidth"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A figure and its bootstrap interval (``level`` in ``PairTiming``)."""
+
+    value: float
+    low: float
+    high: float
+
+    def contains(self, x: float) -> bool:
+        return self.low <= x <= self.high
+
+
+@dataclass(frozen=True)
+class MachinePeak:
+    """What this machine was measured to do at best: FLOP/s of a square ``matmul_size``
+    matmul in ``dtype``, and bytes/s of copying ``copy_bytes`` (read plus write)."""
+
+    device: str
+    dtype: str
+    flops_per_s: float
+    bytes_per_s: float
+    matmul_size: int
+    copy_bytes: int
+
+
+@dataclass(frozen=True)
+class BeyondPeak:
+    """The candidate's time implies ``fraction`` (3.4 = 340%) of the machine's peak ``bound``."""
+
+    bound: Bound
+    fraction: float
+
+    def __str__(self) -> str:
+        return (f"candidate at {self.fraction:.0%} of this machine's measured peak {self.bound.value}: "
+                "a counting error or a hack (skipped work, cached output), not a speedup")
+
+
+@dataclass(frozen=True)
+class PairTiming:
+    """Per-call seconds of the reference and the candidate, the speedup (reference time over
+    candidate time; None when ``flag`` is set), each with its ``level`` interval; the raw
+    round medians; the work counted (FLOPs of each, the bytes floor); the machine's peak and
+    the fractions of it the candidate's median time implies."""
+
+    device: str
+    reference_s: Interval
+    candidate_s: Interval
+    speedup: Interval | None
+    flag: BeyondPeak | None
+    level: float
+    rounds: int
+    reference_round_s: tuple[float, ...]
+    candidate_round_s: tuple[float, ...]
+    reference_calls: int
+    candidate_calls: int
+    reference_flops: int
+    candidate_flops: int
+    bytes_floor: int
+    peak: MachinePeak | None
+    flops_fraction: float | None
+    bandwidth_fraction: float | None
+    l2_flushed: bool
+
+
+Clock = Callable[[], float]
+
+
+def _sync(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def _args(make_inputs: Callable[[], Any], device: torch.device) -> tuple:
+    made = make_inputs()
+    args = tuple(made) if isinstance(made, (tuple, list)) else (made,)
+    return tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) and t.device != device else t, args)
+
+
+def _storage_bytes(values: Any) -> int:
+    """Bytes of the unique tensor storages in ``values`` (nested containers included)."""
+    seen: dict[tuple, int] = {}
+    for t in tree_leaves(values):
+        if isinstance(t, torch.Tensor):
+            s = t.untyped_storage()
+            seen.setdefault((t.device.type, s.data_ptr()), s.nbytes())
+    return sum(seen.values())
+
+
+def _dtype(args: tuple) -> torch.dtype:
+    return next((t.dtype for t in tree_leaves(args) if isinstance(t, torch.Tensor) and t.is_floating_point()),
+                torch.float32)
+
+
+def _best(fn: Callable[[], object], sync: Callable[[], None], clock: Clock, calls: int) -> float:
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(calls):
+        sync()
+        started = clock()
+        fn()
+        sync()
+        best = min(best, clock() - started)
+    return best
+
+
+def measure_peak(device: str | torch.device, dtype: torch.dtype = torch.float32, working_bytes: int = 0,
+                 *, clock: Clock = time.perf_counter) -> MachinePeak:
+    """The machine's best FLOP/s (the sweep's square matmul, ``PEAK_MATMUL``) and bytes/s (a
+    copy: on CUDA of the L2 flush's 256 MB, from device memory; on CPU of ``working_bytes``,
+    at least 1 MiB, so a working set the caches hold is set against the caches' speed)."""
+    dev = torch.device(device)
+    kind = dev.type if dev.type in PEAK_MATMUL else "cpu"
+    sync = _sync(dev)
+    size = PEAK_MATMUL[kind]
+    mm, mm_flops = timing.matmul_callable(str(dev), dtype, size)
+    flops_per_s = mm_flops / _best(mm, sync, clock, PEAK_CALLS)
+    half = L2_FLUSH_BYTES if kind == "cuda" else max(working_bytes // 2, 2**20)
+    src = torch.ones(half, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    bytes_per_s = 2 * half / _best(lambda: dst.copy_(src), sync, clock, PEAK_CALLS)
+    return MachinePeak(str(dev), str(dtype).removeprefix("torch."), flops_per_s, bytes_per_s, size, 2 * half)
+
+
+def _round(fn: Callable[[], object], sync: Callable[[], None], flush: torch.Tensor | None, clock: Clock,
+           min_time: float) -> tuple[float, int]:
+    """(median per-call seconds, calls) of one round: calls until ``min_time`` is spent."""
+    times: list[float] = []
+    spent = 0.0
+    while not times or spent < min_time:
+        if flush is not None:
+            flush.zero_()
+        sync()
+        started = clock()
+        fn()
+        sync()
+        times.append(clock() - started)
+        spent += times[-1]
+    return statistics.median(times), len(times)
+
+
+def _interleaved(fns: Sequence[Callable[[], object]], sync: Callable[[], None], flush: torch.Tensor | None,
+                 clock: Clock, rounds: int, min_time: float) -> tuple[list[list[float]], list[int]]:
+    """Round medians and call counts of each callable, the order reversed every other round."""
+    out: list[list[float]] = [[] for _ in fns]
+    calls = [0 for _ in fns]
+    enabled = gc.isenabled()
+    gc.disable()  # as torch.utils.benchmark.Timer: no collection inside a timed call
+    try:
+        for r in range(rounds):
+            order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+            for i in order:
+                median, n = _round(fns[i], sync, flush, clock, min_time)
+                out[i].append(median)
+                calls[i] += n
+    finally:
+        if enabled:
+            gc.enable()
+    return out, calls
+
+
+def _beyond(flops: int, nbytes: int, seconds: float, peak: MachinePeak
+            ) -> tuple[float, float, BeyondPeak | None]:
+    """The fractions of the peak FLOP/s and bandwidth ``seconds`` implies, and the flag."""
+    f = flops / seconds / peak.flops_per_s if seconds > 0 else float("inf")
+    b = nbytes / seconds / peak.bytes_per_s if seconds > 0 else float("inf")
+    over = [(frac, bound) for frac, bound in ((f, Bound.FLOPS), (b, Bound.BANDWIDTH)) if frac > 1]
+    flag = BeyondPeak(max(over)[1], max(over)[0]) if over else None
+    return f, b, flag
+
+
+def time_pair(reference: Callable[..., Any], candidate: Callable[..., Any], make_inputs: Callable[[], Any], *,
+              device: str | torch.device, rounds: int = 10, min_time: float = 0.01, warmup: int = 3,
+              level: float = timing.INTERVAL_LEVEL, flush_l2: bool | None = None, check_peak: bool = True,
+              peak: MachinePeak | None = None, clock: Clock = time.perf_counter, seed: int = 0) -> PairTiming:
+    """Time ``candidate(*inputs)`` against ``reference(*inputs)``, ``inputs = make_inputs()``
+    (a tuple or list of arguments, or one argument; tensors moved to ``device``).
+
+    ``rounds`` interleaved rounds (at least 3) of ``min_time`` seconds per callable, after
+    ``warmup`` calls of each; ``level``: the intervals' level (0.9); ``flush_l2``: write the
+    256 MB buffer before each call (default: on CUDA); ``check_peak``: count the work and set
+    the candidate's time against ``peak`` (measured here when None); ``clock``: seconds, as
+    ``time.perf_counter``; ``seed``: the bootstrap's. A bad argument is one ``ConfigError``."""
+    if rounds < 3:
+        raise ConfigError(f"rounds={rounds}: a pair needs at least 3 interleaved rounds (an interval over rounds)")
+    if not min_time > 0 or warmup < 0 or not 0 < level < 1:
+        raise ConfigError(f"min_time={min_time}, warmup={warmup}, level={level}: min_time must be positive, "
+                          "warmup at least 0 and level between 0 and 1")
+    dev = torch.device(device)
+    args = _args(make_inputs, dev)
+    sync = _sync(dev)
+    flushed = dev.type == "cuda" if flush_l2 is None else flush_l2
+    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=dev) if flushed else None
+    fns = (lambda: reference(*args), lambda: candidate(*args))
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    sync()
+    (ref_rounds, cand_rounds), (ref_calls, cand_calls) = _interleaved(fns, sync, flush, clock, rounds, min_time)
+    del flush
+    ref_s = Interval(*timing.median_interval(ref_rounds, level=level, seed=seed))
+    cand_s = Interval(*timing.median_interval(cand_rounds, level=level, seed=seed))
+    speedup: Interval | None = Interval(*timing.ratio_of_medians(ref_rounds, cand_rounds, level=level, seed=seed))
+    ref_flops = cand_flops = floor = 0
+    f_frac = b_frac = None
+    flag = None
+    if check_peak:
+        ref_flops, cand_flops = counters.count_flops(fns[0])[0], counters.count_flops(fns[1])[0]
+        floor = _storage_bytes(args) + _storage_bytes(fns[0]())
+        peak = peak or measure_peak(dev, _dtype(args), floor, clock=clock)
+        f_frac, b_frac, flag = _beyond(min(ref_flops, cand_flops), floor, cand_s.value, peak)
+        if flag is not None:
+            speedup = None
+    return PairTiming(str(dev), ref_s, cand_s, speedup, flag, level, rounds, tuple(ref_rounds), tuple(cand_rounds),
+                      ref_calls, cand_calls, ref_flops, cand_flops, floor, peak if check_peak else None,
+                      f_frac, b_frac, flushed)
