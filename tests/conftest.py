@@ -7,7 +7,9 @@ spec fails only its own test."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -26,6 +28,27 @@ from harness.registry import REGISTRY, scratch
 # checkout's git-ignored __pycache__ folders.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+# The documented commands the suite runs (tests/test_readme.py) check the same families on the
+# same code in many processes: they share one check cache ($HARNESS_CHECK_CACHE,
+# harness.check.check_cache) for the run, made by the controlling process before xdist starts
+# its workers (they inherit it) and removed when the run ends. The suite's own in-process
+# checks never read it: a test that patches the harness must see its patch.
+SUITE_CACHE_ENV = "HARNESS_SUITE_CHECK_CACHE"
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and SUITE_CACHE_ENV not in os.environ:
+        config._suite_check_cache = tempfile.mkdtemp(prefix="attention-harness-check-")
+        os.environ[SUITE_CACHE_ENV] = config._suite_check_cache
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "_suite_check_cache", None)
+    if made:
+        shutil.rmtree(made, ignore_errors=True)
+        os.environ.pop(SUITE_CACHE_ENV, None)
+
 
 CUDA_SKIP = "no CUDA device: the float32/bfloat16/float16 CUDA checks run on a GPU machine"
 DEVICES = ("cpu", "cuda")

@@ -91,7 +91,8 @@ def test_the_verdict_is_three_hops_from_the_check_command_as_the_package_says():
     for name in ("api.check_all", "spec.SpecChecker.check", "verdict.decide"):
         assert name in read_first
     assert "check_all" in _calls(cmd_check)            # hop 1
-    assert "check" in _calls(api.check_all)            # hop 2: each cell's spec
+    assert "_family_part" in _calls(api.check_all)     # a family at a time
+    assert "check" in _calls(api._family_part)         # hop 2: each cell's spec
     assert "decide" in _calls(spec.SpecChecker.check)  # hop 3: the decision
 
 

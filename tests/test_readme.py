@@ -163,6 +163,8 @@ def _env() -> dict[str, str]:
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env[NESTED_ENV] = "1"
     env.update(SMOKE_TIMING)
+    if os.environ.get("HARNESS_SUITE_CHECK_CACHE"):  # the run's shared check cache (tests/conftest.py)
+        env["HARNESS_CHECK_CACHE"] = os.environ["HARNESS_SUITE_CHECK_CACHE"]
     return env
 
 

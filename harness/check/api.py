@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Mapping
 from harness.base.boundary import FailedReason
 from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.dtypes import default_dtypes
+from harness.check.check_cache import cached_part, part_key
 from harness.check.extras import COMPILED_FAMILIES, compiled_check, dropout_checks, gradcheck_variant
 from harness.check.pairs import derive_pairs
 from harness.check.results import CheckReport, PairResult
@@ -35,23 +36,36 @@ def check_all(families: Iterable[str], configs: Mapping[str, Config], device: st
         for family in map(get_family, families):
             members = [v for v in variants_of(family.name) if s.wants(v.key)]
             family_configs = family.configs_of(configs)
-            for v in members if family_configs else []:
-                if progress:
-                    progress(v.key)
-                _refusals(report, engine, v, family_configs, s)
-                report.specs += [r for cell in engine.cells(v, s.dtypes) if (r := engine.check(v, *cell)) is not None]
-            if family_configs:
-                report.pairs += _pairs(report, engine, family, family_configs, s)
-            if family_configs and s.extras:
-                _extras(report, engine, members, next(iter(family_configs)), s)
-            if s.compile_backend and family.name in COMPILED_FAMILIES:
-                first = next(iter(configs))
-                report.compiled += [c for v in members if (c := compiled_check(
-                    v, engine.checkers[first], first, "float32", s.compile_backend, factor=s.factor)) is not None]
+            if not family_configs:
+                continue
+            key = part_key(family.name, {**dict(configs), **family_configs}, s, variants_of(family.name))
+            part = cached_part(key, lambda: _family_part(engine, family, members, family_configs, configs, s,
+                                                         progress))
+            report.merge(part)
     # a kernel judged in its own dtypes (float16, bfloat16) adds them to the report's dtypes
     report.dtypes += [d for d in dict.fromkeys(r.dtype for r in report.specs) if d not in report.dtypes]
     report.sessions = list(engine.checkers.values())
     return report
+
+
+def _family_part(engine: SpecChecker, family: Family, members: list[Variant], family_configs: Mapping[str, Config],
+                 configs: Mapping[str, Config], s: CheckSettings,
+                 progress: Callable[[str], None] | None) -> CheckReport:
+    """One family's part of the check: its specs, refusals, pairs, extras and compiled checks."""
+    part = CheckReport(dict(configs), s.report_dtypes)
+    for v in members:
+        if progress:
+            progress(v.key)
+        _refusals(part, engine, v, family_configs, s)
+        part.specs += [r for cell in engine.cells(v, s.dtypes) if (r := engine.check(v, *cell)) is not None]
+    part.pairs += _pairs(part, engine, family, family_configs, s)
+    if s.extras:
+        _extras(part, engine, members, next(iter(family_configs)), s)
+    if s.compile_backend and family.name in COMPILED_FAMILIES:
+        first = next(iter(configs))
+        part.compiled += [c for v in members if (c := compiled_check(
+            v, engine.checkers[first], first, "float32", s.compile_backend, factor=s.factor)) is not None]
+    return part
 
 
 def _refusals(report: CheckReport, engine: SpecChecker, v: Variant, configs: Mapping[str, Config],

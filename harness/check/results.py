@@ -243,6 +243,11 @@ class CheckReport:
                 + [d for d in self.dropouts if not d.ok] + [c for c in self.compiled if not c.ok]
                 + [c for c in self.caches if not c.ok] + pairs)
 
+    def merge(self, part: CheckReport) -> None:
+        """Add ``part``'s results (one family's, ``harness.check.api``) to this report's."""
+        for name in ("specs", "pairs", "paths", "gradchecks", "dropouts", "compiled", "skipped", "caches"):
+            getattr(self, name).extend(getattr(part, name))
+
     def as_dict(self) -> dict:
         return {
             "configs": {n: {**asdict(c), "d_k": c.d_k} for n, c in self.configs.items()},
