@@ -191,7 +191,11 @@ def test_an_input_changed_in_place_is_named():
 
     j = judge(lambda x: x * 2, scaled, lambda: [torch.rand(3, 4)], gradients="none")
     assert not j.ok
-    assert "changed in place by the call" in j.failure and "'x'" in j.failure
+    assert j.failure.startswith("hack: output_in_input: the candidate wrote its result into input 0")
+    given = next(r for r in j.results if r.regime.name == "given")  # and the regime's own line
+    assert "changed in place by the call" in given.failure and "'x'" in given.failure
+    off = judge(lambda x: x * 2, scaled, lambda: [torch.rand(3, 4)], gradients="none", hacks=False)
+    assert not off.hacks and "changed in place by the call" in off.failure and "'x'" in off.failure
 
 
 def test_a_result_kept_by_shape_is_caught_by_calls_between():
@@ -371,7 +375,9 @@ def test_a_result_kept_by_identity_is_caught_when_the_tensor_is_rewritten_in_pla
 
     j = judge(lambda x: torch.sigmoid(x), ByPointer, lambda: [torch.rand(3, 4)], gradients="none")
     assert j.failing == ("calls between",)
-    assert "the first call's tensors rewritten in place" in j.failure
+    assert j.failure.startswith("hack: cached_by_identity: ")  # the probe names it
+    between = next(r for r in j.results if not r.ok)
+    assert "the first call's tensors rewritten in place" in between.failure
 
 
 def test_the_other_mode_is_judged_where_the_reference_is_not_random():
