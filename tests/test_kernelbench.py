@@ -151,7 +151,7 @@ def test_fast_p_is_correct_and_faster_than_p_over_every_candidate():
 
 def test_the_hacks_docs_command_names_the_stale_buffer(capsys):
     text = (CORPUS.parents[1] / "docs" / "hacks.md").read_text()
-    command = text.split("```console\n$ python -m harness ", 1)[1].split("\n", 1)[0]
+    command = text.split("```console\n$ python -m harness ", 1)[1].split("\n", 1)[0].split("  # exit 1")[0]
     assert main(command.split()) == 1
     out = capsys.readouterr().out
     assert "bad_hack_stale_memory.py" in out and "hack: stale_memory: the candidate never wrote" in out
