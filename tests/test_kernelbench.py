@@ -1,7 +1,8 @@
 """KernelBench's format, natively (``python -m harness kernelbench``): the corpus under
 ``tests/kernelbench/`` (problems in the project's domain, correct rewrites and subtle bugs),
 every correct candidate passes and every bad one is caught with the regime its ``CAUGHT``
-names first in its failing line; the command's table, JSON, CSV, fast_p and exit statuses."""
+names first in its failing line, or, for a planted reward hack (``bad_hack_KIND.py``), with
+"hack: KIND"; the command's table, JSON, CSV, fast_p and exit statuses."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
+from harness.base.hacks import HackKind
 from harness.check.kernelbench import Row, discover, fast_p, judge_candidate, load_problem
 from harness.cli.main import main
 
 CORPUS = Path(__file__).resolve().parent / "kernelbench"
 PROBLEMS = sorted(p.stem for p in CORPUS.glob("*.py"))
+SOFTMAX = torch.softmax
 CAUGHT = re.compile(r'^CAUGHT = "(.+)"$', re.M)
 
 
@@ -44,8 +48,42 @@ def test_every_correct_candidate_passes_and_every_bad_one_is_caught_naming_the_r
         else:
             caught = CAUGHT.search(path.read_text()).group(1)
             assert not row.correct, f"{name}/{path.name} passed every regime"
-            assert row.failing_check.startswith(f"wrong at {caught} ("), f"{name}/{path.name}: {row.failing_check}"
             assert "\n" not in row.failing_check
+            if caught.startswith("hack: "):  # a planted reward hack: named by its kind, first
+                assert row.failing_check.startswith(f"{caught}: the candidate"), f"{name}/{path.name}: " \
+                                                                                  f"{row.failing_check}"
+                assert row.hacks[0].kind == HackKind(caught[6:]) and row.failing_check.startswith(row.hacks[0].line)
+                continue
+            assert row.failing_check.startswith(f"wrong at {caught} ("), f"{name}/{path.name}: {row.failing_check}"
+            assert not row.hacks, f"{name}/{path.name}: {row.failing_check}"
+
+
+def test_every_hack_kind_that_can_happen_on_the_cpu_is_planted_in_the_corpus():
+    planted = {f.stem[len("bad_hack_"):] for f in CORPUS.glob("*/bad_hack_*.py")}
+    assert planted == {k.value for k in HackKind} - {HackKind.SIDE_STREAM.value}  # CUDA streams need a GPU
+
+
+def test_without_the_hack_defences_a_seed_keyed_and_a_subclass_candidate_pass_and_with_them_they_are_named():
+    problem = load_problem(CORPUS / "softmax.py")
+    for kind in (HackKind.KEYED_TO_SEED, HackKind.NOT_PLAIN_TENSOR):
+        path = CORPUS / "softmax" / f"bad_hack_{kind.value}.py"
+        row, j = judge_candidate(problem, path, hacks=False)
+        assert row.correct and not row.hacks and j is not None and not j.hacks, row.failing_check
+        row, j = judge_candidate(problem, path)
+        assert not row.correct and [h.kind for h in row.hacks] == [kind] and j is not None and j.hacks == row.hacks
+        assert j.as_dict()["hacks"][0]["kind"] == kind.value and row.as_dict()["hacks"][0]["line"] == row.failing_check
+
+
+def test_a_torch_function_replaced_at_import_is_put_back_before_the_next_candidate():
+    problem = load_problem(CORPUS / "softmax.py")
+    row, _ = judge_candidate(problem, CORPUS / "softmax" / "bad_hack_replaced_function.py")
+    assert row.compiled and row.failing_check.startswith(
+        "hack: replaced_function: the candidate replaced torch.softmax by fast_softmax (bad_hack_replaced_function.py:")
+    assert torch.softmax is SOFTMAX  # torch's own again
+    row, _ = judge_candidate(problem, CORPUS / "softmax" / "ok_max_subtracted.py")
+    assert row.correct, row.failing_check
+    row, _ = judge_candidate(problem, CORPUS / "softmax" / "bad_hack_replaced_function.py", hacks=False)
+    assert not row.compiled and row.failing_check.startswith("does not import: it replaced torch.softmax")
 
 
 def test_one_problem_and_a_folder_of_candidates_with_json_and_csv(tmp_path, capsys):
@@ -68,6 +106,7 @@ def test_one_problem_and_a_folder_of_candidates_with_json_and_csv(tmp_path, caps
     assert "scale x100" in rows["ok_logsumexp.py"]["regimes"]
     assert data["fast_p"]["fast_0"] == pytest.approx(1 / 3)
     assert data["verdicts"]["softmax/ok_logsumexp.py"]["ok"] is True
+    assert rows["ok_logsumexp.py"]["hacks"] == [] and data["verdicts"]["softmax/ok_logsumexp.py"]["hacks"] == []
     with open(rows_csv, newline="") as fh:
         table = list(csv.DictReader(fh))
     assert list(table[0])[:8] == ["problem", "candidate", "compiled", "correct", "failing_check", "runtime_ms",
@@ -108,3 +147,11 @@ def test_fast_p_is_correct_and_faster_than_p_over_every_candidate():
     assert fast == {"fast_0": 0.5, "fast_1": 0.25, "fast_1.5": 0.25, "fast_2": 0.0}
     untimed = fast_p([Row("p", "a", True, True)], (0.0, 1.0))
     assert untimed == {"fast_0": 1.0, "fast_1": None}
+
+
+def test_the_hacks_docs_command_names_the_stale_buffer(capsys):
+    text = (CORPUS.parents[1] / "docs" / "hacks.md").read_text()
+    command = text.split("```console\n$ python -m harness ", 1)[1].split("\n", 1)[0].split("  # exit 1")[0]
+    assert main(command.split()) == 1
+    out = capsys.readouterr().out
+    assert "bad_hack_stale_memory.py" in out and "hack: stale_memory: the candidate never wrote" in out

@@ -15,6 +15,7 @@ from torch import nn
 
 from harness import Chunk, Gradients, Param, Transposed, Zero, judge
 from harness.base.errors import InputError
+from harness.base.hacks import HackKind, put_back, snapshot_torch
 from harness.base.verdicts import Verdict
 
 B, T, D, H = 2, 5, 16, 4
@@ -191,7 +192,11 @@ def test_an_input_changed_in_place_is_named():
 
     j = judge(lambda x: x * 2, scaled, lambda: [torch.rand(3, 4)], gradients="none")
     assert not j.ok
-    assert "changed in place by the call" in j.failure and "'x'" in j.failure
+    assert j.failure.startswith("hack: output_in_input: the candidate wrote its result into input 0")
+    given = next(r for r in j.results if r.regime.name == "given")  # and the regime's own line
+    assert "changed in place by the call" in given.failure and "'x'" in given.failure
+    off = judge(lambda x: x * 2, scaled, lambda: [torch.rand(3, 4)], gradients="none", hacks=False)
+    assert not off.hacks and "changed in place by the call" in off.failure and "'x'" in off.failure
 
 
 def test_a_result_kept_by_shape_is_caught_by_calls_between():
@@ -371,7 +376,9 @@ def test_a_result_kept_by_identity_is_caught_when_the_tensor_is_rewritten_in_pla
 
     j = judge(lambda x: torch.sigmoid(x), ByPointer, lambda: [torch.rand(3, 4)], gradients="none")
     assert j.failing == ("calls between",)
-    assert "the first call's tensors rewritten in place" in j.failure
+    assert j.failure.startswith("hack: cached_by_identity: ")  # the probe names it
+    between = next(r for r in j.results if not r.ok)
+    assert "the first call's tensors rewritten in place" in between.failure
 
 
 def test_the_other_mode_is_judged_where_the_reference_is_not_random():
@@ -393,3 +400,28 @@ def test_the_other_mode_is_judged_where_the_reference_is_not_random():
     j = judge(Norm, BatchStats, lambda: [torch.randn(8, 5)])
     assert not j.ok and "other mode" in j.failing and "given" not in j.failing
     assert j.failure.startswith("wrong at other mode (float64)")
+
+
+def test_a_torch_function_replaced_before_judge_is_a_hack_and_no_side_runs_the_replacement():
+    calls = []
+
+    def fake_gelu(x, approximate="none"):
+        calls.append(1)
+        return x  # what both sides would compute, were the reference to run it
+
+    snap = snapshot_torch()  # before the candidate's import
+    F.gelu = fake_gelu
+    try:
+        j = judge(lambda x: F.gelu(x), lambda x: F.gelu(x), lambda: [torch.randn(4, 8)], torch_snapshot=snap)
+    finally:
+        put_back(snap)
+    assert F.gelu is not fake_gelu and calls == []  # every side ran torch's own gelu
+    assert not j.ok and [h.kind for h in j.hacks] == [HackKind.REPLACED_FUNCTION]
+    assert j.failure.startswith("hack: replaced_function: the candidate replaced torch.nn.functional.gelu by fake_gelu")
+    assert all(r.ok for r in j.results)  # computed on torch's own, the function itself is right
+
+
+def test_a_correct_candidate_has_no_hack_and_the_defences_can_be_turned_off():
+    j = judge(nn.GELU, lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2))), lambda: [torch.randn(4, 8)])
+    assert j.ok and j.hacks == [] and j.as_dict()["hacks"] == []
+    assert judge(nn.GELU, nn.GELU, lambda: [torch.randn(4, 8)], hacks=False).ok

@@ -24,7 +24,7 @@ import enum
 import gc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -62,8 +62,13 @@ class HackFinding:
     def __str__(self) -> str:
         return f"hack: {self.detail}"
 
+    @property
+    def line(self) -> str:
+        """The line a verdict shows: "hack: KIND: what was seen"."""
+        return f"hack: {self.kind.value}: {self.detail}"
+
     def to_json(self) -> dict[str, str]:
-        return {"kind": self.kind.value, "detail": self.detail}
+        return {"kind": self.kind.value, "detail": self.detail, "line": self.line}
 
 
 # -- torch's functions, replaced -------------------------------------------------------------------
@@ -181,13 +186,9 @@ def _libraries_holding(keys: frozenset[str]) -> list[Any]:
             if issubclass(type(obj), torch.library.Library) and set(getattr(obj, "_op_impls", ())) & keys]
 
 
-@contextlib.contextmanager
-def originals(snap: TorchSnapshot) -> Iterator[None]:
-    """Run the block (the reference) with torch's functions as they were at ``snap``: each
-    replaced function is put back for the block and the replacement restored after it; modes
-    left on are switched off for the block. A kernel registered through ``torch.library``
-    cannot be put back after: its registration is removed for good (the candidate that
-    registered it already has its finding)."""
+def _put_back(snap: TorchSnapshot) -> Callable[[], None]:
+    """Torch's functions as they were at ``snap`` (modes left on switched off, kernels
+    registered through ``torch.library`` removed for good); the function that undoes it."""
     spaces = _spaces()
     changes = _changes(snap)
     for c in changes:
@@ -202,9 +203,8 @@ def originals(snap: TorchSnapshot) -> Iterator[None]:
             lib._destroy()
     fn_modes = [torch._C._pop_torch_function_stack() for _ in range(max(0, _modes()[0] - snap.modes[0]))]
     dispatch_modes = [torch._C._pop_torch_dispatch_stack() for _ in range(max(0, _modes()[1] - snap.modes[1]))]
-    try:
-        yield
-    finally:
+
+    def undo() -> None:
         for mode in reversed(dispatch_modes):
             torch._C._push_on_torch_dispatch_stack(mode)
         for mode in reversed(fn_modes):
@@ -215,3 +215,25 @@ def originals(snap: TorchSnapshot) -> Iterator[None]:
                 delattr(ns, c.name)
             else:
                 setattr(ns, c.name, c.new)
+
+    return undo
+
+
+@contextlib.contextmanager
+def originals(snap: TorchSnapshot) -> Iterator[None]:
+    """Run the block (the reference) with torch's functions as they were at ``snap``: each
+    replaced function is put back for the block and the replacement restored after it; modes
+    left on are switched off for the block. A kernel registered through ``torch.library``
+    cannot be put back after: its registration is removed for good (the candidate that
+    registered it already has its finding)."""
+    undo = _put_back(snap)
+    try:
+        yield
+    finally:
+        undo()
+
+
+def put_back(snap: TorchSnapshot) -> None:
+    """Torch's functions as they were at ``snap``, for good: what a candidate's import replaced
+    is undone before the next candidate is imported."""
+    _put_back(snap)

@@ -134,7 +134,7 @@ def call_sequence_probe(candidate: Callable, reference: Callable, make_inputs: C
     if _stale(out_c, ref_c, ref_a):
         found.append(HackFinding(HackKind.CACHED_BY_SEED, "the candidate returned its answer for earlier inputs for "
                                  f"new ones once the global RNG was reseeded to {seed} (output cached by seed)"))
-    if not agrees(_call(candidate, _copy(a), other_seeds[0] + 2000), ref_a):
+    if not agrees(_call(candidate, _copy(a), seed), ref_a):  # A's values, under A's seed, after other calls
         found.append(HackFinding(HackKind.STATE_KEPT, "the candidate gave another answer for the same input values "
                                  "after other calls (state kept between calls)"))
     for x, y in zip(a, b):
@@ -171,7 +171,7 @@ def _keyed(candidate: Callable, reference: Callable, make_inputs: Callable[[], I
         cand, ref, at = build()
         if wrong(_call(cand, _copy(at), seed), _call(ref, _copy(at))):
             sizes.append(label)
-    if sizes:
+    if sizes and len(sizes) == len(elsewhere):
         found.append(HackFinding(HackKind.KEYED_TO_SIZE, f"the candidate is right at the evaluation's sizes and "
                                  f"wrong at {', '.join(sizes)} (code keyed to the evaluation's sizes)"))
     return found

@@ -3,10 +3,13 @@
 constructor arguments), each imported on its own, judged by ``harness.check.reference.judge``
 (the regimes beyond the given draw included: the sizes are the problem's module constants).
 
-A candidate that does not import (a syntax error, a kernel that does not compile, a torch
-function replaced at import) is its row: ``compiled`` false, the one-line error; the run goes
-on. Folders: ``PROBLEM.py`` with ``FOLDER/`` (every ``.py`` in it a candidate), or a folder of
-problems, each ``NAME.py`` with its candidates in the sibling folder ``NAME/``."""
+A candidate that does not import (a syntax error, a kernel that does not compile) is its row:
+``compiled`` false, the one-line error; the run goes on. torch's functions are snapshotted
+before each candidate's file is imported: one it replaces is a hack (``Row.hacks``, the failing
+check "hack: replaced_function: ..."), every side is judged on torch's own, and the
+replacement is undone before the next file. Folders: ``PROBLEM.py`` with ``FOLDER/`` (every
+``.py`` in it a candidate), or a folder of problems, each ``NAME.py`` with its candidates in
+the sibling folder ``NAME/``."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import torch
 from harness.base.boundary import UserCodeError, describe, user_code
 from harness.base.errors import InputError
 from harness.base.files import no_bytecode
+from harness.base.hacks import HackFinding, TorchSnapshot, put_back, snapshot_torch
 from harness.check import reference_runs as R
 from harness.check.reference import Gradients, judge
 from harness.check.reference_inputs import InputSource
@@ -50,7 +54,7 @@ class Problem:
         return InputSource(self.module.get_inputs, self.module.get_init_inputs)
 
 
-def _import(path: Path, label: str) -> ModuleType:
+def _import(path: Path, label: str, watch_torch: bool = True) -> ModuleType:
     """``path`` imported as a module of its own (not left in ``sys.modules``' way of any other
     file: two candidates of the same name never see each other). ``UserCodeError`` where it fails."""
     resolved = path.resolve()
@@ -61,7 +65,8 @@ def _import(path: Path, label: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and torch.compile look a class's module up there
     try:
-        with user_code("import", files=(str(resolved),), timeout=0) as printed, no_bytecode():
+        with user_code("import", files=(str(resolved),), timeout=0, watch_torch=watch_torch) as printed, \
+                no_bytecode():
             spec.loader.exec_module(module)
     except BaseException:
         sys.modules.pop(name, None)
@@ -87,11 +92,15 @@ def load_problem(path: str | Path) -> Problem:
     return Problem(p.stem, str(path), module)
 
 
-def load_candidate(path: str | Path) -> tuple[type | None, str]:
-    """(``ModelNew``, "") or (None, the one line why not)."""
+def load_candidate(path: str | Path, snap: TorchSnapshot | None = None) -> tuple[type | None, str]:
+    """(``ModelNew``, "") or (None, the one line why not). ``snap``: torch's functions taken
+    before (``snapshot_torch``): what the import replaces is left for the caller to find
+    (``replaced_since``); without it the import is refused."""
     try:
-        module = _import(Path(path), "candidate")
+        module = _import(Path(path), "candidate", watch_torch=snap is None)
     except UserCodeError as exc:
+        if snap is not None:
+            put_back(snap)
         return None, f"does not import: {exc.problem}"
     model = getattr(module, "ModelNew", None)
     if model is None:
@@ -115,26 +124,34 @@ class Row:
     failing_regimes: list[str] = field(default_factory=list)
     weights: str = ""
     semantics: str = ""
+    hacks: list[HackFinding] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "hacks": [h.to_json() for h in self.hacks]}
 
 
 def judge_candidate(problem: Problem, path: str | Path, *, gradients: Gradients | str = Gradients.AUTO,
-                    device: str = "cpu", only: Iterable[str] | None = None) -> tuple[Row, Judgement | None]:
-    """One candidate file against its problem: its row, and the judgement behind it."""
+                    device: str = "cpu", only: Iterable[str] | None = None,
+                    hacks: bool = True) -> tuple[Row, Judgement | None]:
+    """One candidate file against its problem: its row, and the judgement behind it; ``hacks``:
+    the reward-hack defences run (``judge``'s)."""
     name = Path(path).name
-    model, error = load_candidate(path)
+    snap = snapshot_torch() if hacks else None
+    model, error = load_candidate(path, snap)
     if model is None:
         return Row(problem.name, name, False, False, error), None
     try:
-        j = judge(problem.model, model, problem.source(), gradients=gradients, device=device, only=only)
+        j = judge(problem.model, model, problem.source(), gradients=gradients, device=device, only=only, hacks=hacks,
+                  torch_snapshot=snap)
     except InputError:
         raise  # the problem itself cannot be judged on: the user's to fix
     except Exception as exc:  # anything else the candidate's code does is its row
         return Row(problem.name, name, True, False, describe(exc)), None
+    finally:
+        if snap is not None:
+            put_back(snap)  # the next candidate's file is imported on torch's own functions
     return Row(problem.name, name, True, j.ok, j.failure, regimes=list(j.regimes), failing_regimes=list(j.failing),
-               weights=j.weights, semantics=j.semantics), j
+               weights=j.weights, semantics=j.semantics, hacks=list(j.hacks)), j
 
 
 def timing_pair(problem: Problem, path: str | Path, device: str = "cpu") -> tuple[Callable[[], Any],

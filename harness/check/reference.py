@@ -27,7 +27,9 @@ import torch
 from harness.base.boundary import UserCodeError, describe
 from harness.base.dtypes import dtype_of
 from harness.base.errors import InputError
+from harness.base.hacks import HackFinding, TorchSnapshot, snapshot_torch
 from harness.base.verdicts import Verdict
+from harness.check import reference_hacks as H
 from harness.check import reference_runs as R
 from harness.check.own_dtype import own_dtype_check
 from harness.check.precision import PRECISION_FACTOR
@@ -72,6 +74,8 @@ class _Pair:
     random_train: bool = False           # the reference is random in train mode (dropout)
     weights: str = ""
     notes: list[str] = field(default_factory=list)
+    guard: bool = True                   # the hack defences run (harness.check.reference_hacks)
+    hacks: list[HackFinding] = field(default_factory=list)
 
 
 def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
@@ -79,7 +83,8 @@ def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
           internal_dtype: str | None = None, gradients: Gradients | str = Gradients.REQUIRED,
           only: Iterable[str] | None = None, device: str = "cpu", seed: int = 0,
           factor: float = PRECISION_FACTOR, first_failure: bool = False,
-          family: Mapping[str, Any] | None = None) -> Judgement:
+          family: Mapping[str, Any] | None = None, hacks: bool = True,
+          torch_snapshot: TorchSnapshot | None = None) -> Judgement:
     """``candidate`` against ``reference`` on ``inputs`` (a list of call arguments, a dict of
     keywords, or a function drawing them: ``get_inputs``) and every regime beyond them.
 
@@ -90,30 +95,45 @@ def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
     float64 is then its rounding, not a mistake); ``only``: the regimes (names or kinds) tried;
     ``first_failure``: stop at the first failing regime; ``family``: the keywords of
     ``harness.register`` that describe the candidate in a family, whose own check then runs too
-    (``harness.check.reference_family``)."""
+    (``harness.check.reference_family``).
+
+    ``hacks``: the reward-hack defences run (``Judgement.hacks``; ``docs/hacks.md``): the
+    candidate's calls on the given inputs under ``guarded_call``, the probes of
+    ``harness.check.hack_probes`` beside the regimes, and torch's functions compared with
+    ``torch_snapshot`` (take it with ``snapshot_torch()`` before importing the candidate; by
+    default, when judge starts): where one was replaced, every side runs torch's own."""
     source = inputs if isinstance(inputs, InputSource) else InputSource(inputs, init_inputs)
     _, given = source.draw(seed)
     lower = tuple(dtype_of(d) for d in dtypes) if dtypes is not None else _given_dtypes(given)
     pair = _Pair(reference, candidate, source, tuple(d for d in lower if d != F64), param_map, internal_dtype,
-                 Gradients(gradients), device, seed, factor)
+                 Gradients(gradients), device, seed, factor, guard=hacks)
+    snap = (torch_snapshot or snapshot_torch()) if hacks else None
     all_regimes, skipped = regimes(source, modes=_has_modes(pair))
     wanted = set(only) if only is not None else None
     results: list[RegimeResult] = []
     for regime in all_regimes:
         if wanted is not None and regime.name not in wanted and regime.kind.value not in wanted:
             continue
-        got = _regime(pair, regime, skipped)
-        if not got and regime.fallback is not None:
-            got = _regime(pair, regime.fallback, skipped)
-            if got and skipped and skipped[-1][0] == regime.name:
-                skipped[-1] = (regime.name, f"{skipped[-1][1]}; {regime.fallback} tried instead")
+        with H.torch_own(pair.hacks, snap, look=regime.kind in (RegimeKind.GIVEN, RegimeKind.SEED)):
+            got = _regime(pair, regime, skipped)
+            if not got and regime.fallback is not None:
+                got = _regime(pair, regime.fallback, skipped)
+                if got and skipped and skipped[-1][0] == regime.name:
+                    skipped[-1] = (regime.name, f"{skipped[-1][1]}; {regime.fallback} tried instead")
         results += got
         if regime.kind == RegimeKind.GIVEN and any(r.failure.startswith(WEIGHTS) for r in got):
             break  # the weights do not pair: no other regime can say more
         if first_failure and any(not r.ok for r in got):
             break
+    if hacks and not pair.hacks and not (first_failure and any(not r.ok for r in results)):
+        # the probes call again: a candidate the guard has named already is not probed
+        with H.torch_own(pair.hacks, snap):
+            pair.hacks += H.probes(reference, candidate, source, pair.dtypes[0] if pair.dtypes else F64,
+                                   device=device, seed=seed, param_map=param_map)
+        H.note_replaced(pair.hacks, snap)
     semantics = f"{R.dtype_name(pair.dtypes[0])}, its own dtype ({pair.own})" if pair.own else "float64"
-    made = Judgement(results, skipped, pair.weights, semantics, pair.notes)
+    made = Judgement(results, skipped, pair.weights, semantics, pair.notes,
+                     hacks=list({f.kind: f for f in reversed(pair.hacks)}.values())[::-1])  # the first of each kind
     if family is not None:
         made.family_report = family_check(candidate, family, device)
         made.family = [*made.family_report.specs, *made.family_report.gradchecks, *made.family_report.dropouts]
@@ -161,7 +181,7 @@ def _build(pair: _Pair, regime: Regime, case: Case, skipped: list) -> _Sides | N
         skipped.append((regime.name, f"the reference cannot be built: {describe(exc)}"))
         return None
     if regime.redraw_weights:
-        _redraw_weights(ref, pair.seed + 17)
+        R.redraw_weights(ref, pair.seed + 17)
     try:
         cand = {d: R.build(pair.candidate, case.init, d, pair.seed, "candidate", pair.device) for d in every}
     except Exception as exc:
@@ -175,24 +195,6 @@ def _build(pair: _Pair, regime: Regime, case: Case, skipped: list) -> _Sides | N
     if regime.kind == RegimeKind.GIVEN:
         pair.weights = made.how
     return _Sides(ref, cand, made)
-
-
-def _redraw_weights(ref: dict[torch.dtype, R.Built], seed: int) -> None:
-    """Every floating parameter of the reference moved by a seeded draw at its own spread (0.5
-    where it has none: a gain of ones, a bias of zeros), the same values in every dtype."""
-    gen = torch.Generator().manual_seed(seed)
-    modules = {d: b.module for d, b in ref.items() if b.module is not None}
-    if F64 not in modules:
-        return
-    with torch.no_grad():
-        for name, p in modules[F64].named_parameters():
-            if not p.is_floating_point() or not p.numel():
-                continue
-            spread = float(p.std()) if p.numel() > 1 and float(p.std()) > 0 else 0.5
-            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32).to(F64) * spread
-            new = (p.detach().cpu() + noise).to(torch.float32)  # representable in float32
-            for m in modules.values():
-                dict(m.named_parameters())[name].copy_(new)
 
 
 def _regime(pair: _Pair, regime: Regime, skipped: list) -> list[RegimeResult]:
@@ -246,13 +248,17 @@ def _grad(pair: _Pair, regime: Regime) -> bool:
 
 def _run(pair: _Pair, side: R.Built, who: str, inputs: Any, dtype: torch.dtype, regime: Regime,
          sides: _Sides, *, train: bool | None = None, grad: bool | None = None, call_seed: int = 0,
-         as_given: bool = False) -> R.SideRun:
+         as_given: bool = False, guard_by: R.SideRun | None = None) -> R.SideRun:
+    """One side's run in ``regime``; ``guard_by``: the reference's run just before, where the
+    candidate's call is guarded (the given regime; its findings go into ``pair.hacks``)."""
+    guard = H.guard_like(guard_by) if guard_by is not None and pair.guard else None
     ref_module = sides.ref[F64].module
     params = tuple(n for n, p in ref_module.named_parameters() if p.requires_grad) if ref_module is not None else ()
     return R.run(side, inputs, dtype, who=who, device=pair.device, grad=_grad(pair, regime) if grad is None else grad,
                  layout=regime.strided, train=pair.train ^ regime.flip_mode if train is None else train,
                  names=R.input_names(sides.ref[F64].fn, inputs), link=sides.link if who == "candidate" else None,
-                 ref_params=params, cotangent_seed=pair.seed + regime.seed, call_seed=call_seed, as_given=as_given)
+                 ref_params=params, cotangent_seed=pair.seed + regime.seed, call_seed=call_seed, as_given=as_given,
+                 guard=guard)
 
 
 def _judged(pair: _Pair, regime: Regime, sides: _Sides, case: Case, skipped: list) -> list[RegimeResult]:
@@ -265,8 +271,11 @@ def _judged(pair: _Pair, regime: Regime, sides: _Sides, case: Case, skipped: lis
         return []
     names = _names(pair, ref64)
     results = []
+    watch = pair.guard and regime.kind in (RegimeKind.GIVEN, RegimeKind.NO_GRAD)  # with autograd, and without
     if not pair.own or not pair.dtypes:
-        cand64 = _run(pair, sides.cand[F64], "candidate", case.inputs, F64, regime, sides)
+        cand64 = _run(pair, sides.cand[F64], "candidate", case.inputs, F64, regime, sides,
+                      guard_by=ref64 if watch else None)
+        pair.hacks += H.screened(cand64, ref64)
         baseline = (_run(pair, sides.ref[dtype_of(pair.internal)], "reference", case.inputs, dtype_of(pair.internal),
                          regime, sides) if pair.internal and dtype_of(pair.internal) in sides.ref else None)
         results.append(_decide(pair, regime, "float64", names, cand64, ref64, baseline, ref64))
@@ -275,7 +284,12 @@ def _judged(pair: _Pair, regime: Regime, sides: _Sides, case: Case, skipped: lis
         truth = ref64 if _exact_in(case.inputs, d) else _run(pair, sides.ref[F64], "reference", rounded, F64, regime,
                                                              sides)
         ref_d = _run(pair, sides.ref[d], "reference", case.inputs, d, regime, sides)
-        cand_d = _run(pair, sides.cand[d], "candidate", case.inputs, d, regime, sides)
+        cand_d = _run(pair, sides.cand[d], "candidate", case.inputs, d, regime, sides,
+                      guard_by=ref_d if watch else None)
+        pair.hacks += H.screened(cand_d, ref_d)
+        if watch and not pair.internal and not cand_d.error and not ref_d.error:
+            pair.hacks += H.precision_findings(cand_d, ref_d, truth, lambda h: _run(
+                pair, sides.ref[F64], "reference", H.rounded(case.inputs, h), F64, regime, sides, grad=False))
         results.append(_decide(pair, regime, R.dtype_name(d), names, cand_d, truth, ref_d, truth))
     return results
 

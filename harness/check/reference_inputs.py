@@ -192,6 +192,13 @@ class InputSource:
                 inputs = self.inputs if seed == 0 else redraw(self.inputs, seed)
         return tuple(init) if isinstance(init, (list, tuple)) else (init,), inputs
 
+    def draw_unseeded(self) -> Any:
+        """Call inputs drawn from the global RNG as it stands (no seed set): what a probe that
+        seeds the RNG itself draws (given tensors: drawn again as they look)."""
+        if callable(self.inputs):
+            return self._evaluate(self.inputs, {}, "get_inputs")
+        return redraw(self.inputs, int(torch.randint(0, 2**31 - 1, ()).item()))
+
     @staticmethod
     def _evaluate(source: Any, kwargs: Mapping[str, int], what: str) -> Any:
         if not callable(source):

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.base.hacks import HackFinding
 from harness.base.verdicts import Verdict
 from harness.check.reference_inputs import Regime
 from harness.check.results import TensorCheck
@@ -45,7 +46,9 @@ class Judgement:
     regime and dtype; ``skipped``: (regime, why) for those not tried or that the reference
     itself cannot take; ``weights``: how the reference's weights went into the candidate;
     ``semantics``: where the candidate's semantics were decided (float64, or its own dtype);
-    ``failure``: the first failing regime's line, with the other failing regimes named."""
+    ``hacks``: the reward hacks found (``harness.base.hacks.HackFinding``): any fails the
+    judgement, and ``failure`` is then the first one's line ("hack: KIND: ...");
+    ``failure``: otherwise the first failing regime's line, with the other failing regimes named."""
 
     results: list[RegimeResult]
     skipped: list[tuple[str, str]]
@@ -54,10 +57,11 @@ class Judgement:
     notes: list[str] = field(default_factory=list)
     family: list = field(default_factory=list)  # the family's own spec results, where family= was given
     family_report: Any = None                     # ... and its whole CheckReport
+    hacks: list[HackFinding] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.results) and all(getattr(f, "ok", True) for f in self.family)
+        return not self.hacks and all(r.ok for r in self.results) and all(getattr(f, "ok", True) for f in self.family)
 
     @property
     def regimes(self) -> tuple[str, ...]:
@@ -79,6 +83,11 @@ class Judgement:
     @property
     def failure(self) -> str:
         bad = [r for r in self.results if not r.ok]
+        if self.hacks:
+            more = f" (and {len(self.hacks) - 1} more hack(s))" if len(self.hacks) > 1 else ""
+            also = f"; also wrong at: {', '.join(self.failing[:5])}{' ...' if len(self.failing) > 5 else ''}" \
+                if bad else ""
+            return self.hacks[0].line + more + also
         if not bad:
             fam = next((f for f in self.family if not getattr(f, "ok", True)), None)
             if fam is None:
@@ -111,4 +120,5 @@ class Judgement:
         return {"ok": self.ok, "summary": self.summary, "failure": self.failure, "regimes": list(self.regimes),
                 "failing": list(self.failing), "skipped": [{"regime": n, "why": w} for n, w in self.skipped],
                 "weights": self.weights, "semantics": self.semantics, "notes": self.notes,
+                "hacks": [h.to_json() for h in self.hacks],
                 "results": [r.as_dict() for r in self.results]}

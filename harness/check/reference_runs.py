@@ -14,6 +14,8 @@ import torch
 from torch import nn
 
 from harness.base.boundary import describe, user_code
+from harness.base.hack_guard import guarded_call
+from harness.base.hacks import HackFinding
 from harness.base.seeding import seed_everything
 from harness.check.reference_inputs import map_tensors, strided
 from harness.check.reference_weights import WeightLink
@@ -86,8 +88,7 @@ def flatten(out: Any, name: str = "output") -> dict[str, Any]:
 
 
 def call(fn: Callable, inputs: Any, who: str) -> Any:
-    """The one call into a side's forward: the place a guard against reward hacks (outputs
-    aliasing inputs, tensor subclasses, work left on other threads) wraps."""
+    """The one call into a side's forward (``run`` wraps it in ``guarded_call`` where asked)."""
     with user_code("call", who=who):
         return fn(**inputs) if isinstance(inputs, Mapping) else fn(*inputs)
 
@@ -96,13 +97,46 @@ def call(fn: Callable, inputs: Any, who: str) -> Any:
 class SideRun:
     """A side's run: ``tensors`` in float64 on the CPU; ``dtypes`` each output's dtype as
     returned; ``error`` one line where it raised; ``detached``: its output carried no gradient;
-    ``changed``: inputs it changed in place."""
+    ``changed``: inputs it changed in place; ``aliased``: an output shares an input's storage;
+    ``kept``: its outputs as returned (detached), held so no later allocation can reuse their
+    memory; ``hacks``: what ``guarded_call`` found, where the run was guarded."""
 
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     dtypes: dict[str, torch.dtype] = field(default_factory=dict)
     error: str = ""
     detached: bool = False
     changed: list[str] = field(default_factory=list)
+    aliased: bool = False
+    kept: list[torch.Tensor] = field(default_factory=list)
+    hacks: list[HackFinding] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A candidate's call watched by ``guarded_call``: ``like``, the reference's outputs (alive);
+    ``allow_views``: the reference's output is a view of an input too."""
+
+    like: tuple[torch.Tensor, ...] = ()
+    allow_views: bool = False
+
+
+def _guarded(fn: Callable, prepared: Any, who: str, guard: Guard) -> tuple[Any, list[HackFinding]]:
+    if isinstance(prepared, Mapping):
+        return guarded_call(lambda **kw: call(fn, kw, who), (), prepared, like=guard.like,
+                            allow_views=guard.allow_views)
+    return guarded_call(lambda *a: call(fn, list(a), who), list(prepared), like=guard.like,
+                        allow_views=guard.allow_views)
+
+
+def _storages(values: list[Any]) -> set[int]:
+    out = set()
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.device.type != "meta":
+            try:
+                out.add(v.untyped_storage().data_ptr())
+            except (RuntimeError, NotImplementedError):
+                pass
+    return out - {0}
 
 
 def prepare(inputs: Any, dtype: torch.dtype, device: str, grad: bool, layout: bool) -> tuple[Any, dict[str, Any]]:
@@ -139,12 +173,13 @@ def _f64(t: torch.Tensor) -> torch.Tensor:
 def run(side: Built, inputs: Any, dtype: torch.dtype, *, who: str, device: str = "cpu", grad: bool = True,
         layout: bool = False, train: bool = False, names: list[str] | None = None,
         link: WeightLink | None = None, ref_params: tuple[str, ...] = (), cotangent_seed: int = 0,
-        call_seed: int = 0, as_given: bool = False) -> SideRun:
+        call_seed: int = 0, as_given: bool = False, guard: Guard | None = None) -> SideRun:
     """``side`` called once on ``inputs`` in ``dtype``; with ``grad``, backward against a
     cotangent seeded by ``cotangent_seed`` (``cotangents``) and every gradient read: the inputs'
     (``names``), the parameters' (the reference's own, ``ref_params``; the candidate's through
     ``link``, by the reference's names).
-    ``as_given``: ``inputs`` are already prepared (the same tensor objects reach the call)."""
+    ``as_given``: ``inputs`` are already prepared (the same tensor objects reach the call);
+    ``guard``: the call runs under ``guarded_call`` (its findings in ``hacks``)."""
     result = SideRun()
     module = side.module
     if module is not None:
@@ -157,12 +192,17 @@ def run(side: Built, inputs: Any, dtype: torch.dtype, *, who: str, device: str =
     seed_everything(call_seed)
     try:
         with torch.enable_grad() if grad else torch.no_grad():
-            out = call(side.fn, prepared, who)
+            if guard is None:
+                out = call(side.fn, prepared, who)
+            else:
+                out, result.hacks = _guarded(side.fn, prepared, who, guard)
     except Exception as exc:  # the side's failure is its row: UserCodeError and anything else
         result.error = describe(exc)
         return result
     result.changed = changed_inputs(snap)
     outs = flatten(out)
+    result.aliased = bool(_storages(list(outs.values())) & _storages(values))
+    result.kept = [t.detach() for t in outs.values() if isinstance(t, torch.Tensor)]
     for n, t in outs.items():
         if not isinstance(t, torch.Tensor):
             result.error = f"{n} is a {type(t).__name__}, not a tensor"
@@ -205,3 +245,21 @@ def _backward(result: SideRun, outs: dict[str, torch.Tensor], leaves: dict[str, 
 
 def dtype_name(d: torch.dtype) -> str:
     return _dt(d)
+
+
+def redraw_weights(ref: dict[torch.dtype, Built], seed: int) -> None:
+    """Every floating parameter of the reference moved by a seeded draw at its own spread (0.5
+    where it has none: a gain of ones, a bias of zeros), the same values in every dtype."""
+    gen = torch.Generator().manual_seed(seed)
+    modules = {d: b.module for d, b in ref.items() if b.module is not None}
+    if torch.float64 not in modules:
+        return
+    with torch.no_grad():
+        for name, p in modules[torch.float64].named_parameters():
+            if not p.is_floating_point() or not p.numel():
+                continue
+            spread = float(p.std()) if p.numel() > 1 and float(p.std()) > 0 else 0.5
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32).to(torch.float64) * spread
+            new = (p.detach().cpu() + noise).to(torch.float32)  # representable in float32
+            for m in modules.values():
+                dict(m.named_parameters())[name].copy_(new)

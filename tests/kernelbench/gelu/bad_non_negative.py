@@ -5,7 +5,7 @@ import math
 import torch
 from torch import nn
 
-CAUGHT = "signed"
+CAUGHT = "hack: assumes_non_negative"
 
 
 class ModelNew(nn.Module):
