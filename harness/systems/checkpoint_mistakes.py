@@ -12,8 +12,7 @@ import torch
 
 from harness.base.config import ModelConfig
 from harness.porting.entries import Param, RopePermuted
-from harness.registry import build
-from harness.systems.checkpoint_sides import Comparison, canonical_weights, logprobs
+from harness.systems.checkpoint_sides import Comparison, build_side, canonical_weights, logprobs
 from harness.systems.parity import token_kl
 
 
@@ -137,7 +136,7 @@ def name_mistakes(c: Comparison, tokens: torch.Tensor, reference: torch.Tensor, 
             weights = fix.weights(weights, c.cfg)
             if weights is None:
                 continue
-        module, portmap = build(c.port.variant, c.cfg, dtype=c.dtype, weights=weights)
+        module, portmap = build_side(c, c.port, c.dtype, weights)
         handles = []
         if fix.hook is not None:
             handles = fix.hook(module, portmap, c.cfg)
