@@ -23,6 +23,7 @@ that uses its own parameter names (``by_name_map``), not through the family.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -98,6 +99,8 @@ class ClassParams:
     head: str = ""                             # the output head's weight
     layers: str = ""                           # the decoder layers' ModuleList path
     n_layers: int = 0
+    saved: dict[str, str] = field(default_factory=dict)  # a held name -> the name save_pretrained writes
+                                                         # it under, where they differ (GPT-NeoX's head)
 
 
 def class_params(cls, hf: Any) -> ClassParams:
@@ -123,12 +126,41 @@ def class_params(cls, hf: Any) -> ClassParams:
         module = getattr(model, getter, lambda: None)()
         if module is not None and id(module) in paths:
             setattr(out, attr, paths[id(module)] + ".weight")
+    out.saved = _saved_names(model, {n: p for n, p in model.named_parameters()})
     n = get(hf, "num_hidden_layers", "n_layer", default=0)
     for path, module in model.named_modules():
         if isinstance(module, torch.nn.ModuleList) and len(module) == n:
             out.layers, out.n_layers = path, n
             break
     return out
+
+
+def _saved_names(model, held: dict) -> dict[str, str]:
+    """Held names renamed one to one by transformers' own conversion on saving
+    (``revert_weight_conversion``); a conversion that splits or merges tensors is not read."""
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+
+        out = revert_weight_conversion(model, dict(held))
+    except Exception:
+        return {}
+    by_id = {id(t): n for n, t in held.items()}
+    renamed = {by_id[id(t)]: n for n, t in dict(out).items() if id(t) in by_id}
+    return {old: new for old, new in renamed.items() if old != new} if len(renamed) == len(held) else {}
+
+
+def saved_map(entries: Mapping[str, MapEntry], params: ClassParams) -> dict[str, MapEntry]:
+    """``entries`` over the class's parameter names, read over the names its checkpoint holds."""
+    if not params.saved:
+        return dict(entries)
+
+    def rename(entry):
+        if dataclasses.is_dataclass(entry) and hasattr(entry, "path"):
+            return dataclasses.replace(entry, path=params.saved.get(entry.path, entry.path))
+        if hasattr(entry, "inner"):
+            return dataclasses.replace(entry, inner=rename(entry.inner))
+        return entry
+    return {n: rename(e) for n, e in entries.items()}
 
 
 def by_name_map(params: ClassParams) -> dict[str, MapEntry]:

@@ -43,6 +43,7 @@ from harness.registry.hf_class import (
     gpt2_map,
     hf_class,
     llama_map,
+    saved_map,
 )
 
 FAMILIES = ("llama_model", "decoder_only_model")
@@ -123,8 +124,9 @@ def by_name_port(variant: Variant, cfg: ModelConfig, params: ClassParams) -> Var
 
 
 def _hf_sides(ckpt: Checkpoint, port: Variant | str, changes: dict):
-    """(family, config, reference variant, port variant, canonical shapes or None) of a
-    checkpoint compared with the class its config.json names."""
+    """(family, config, reference variant, port variant, canonical shapes or None, the
+    reference's map over the checkpoint's names) of a checkpoint compared with the class its
+    config.json names."""
     hf = load_hf_config(ckpt.path)
     params = class_params(hf_class(hf), hf)
     fam = family_of(params)
@@ -133,11 +135,12 @@ def _hf_sides(ckpt: Checkpoint, port: Variant | str, changes: dict):
     port_variant = _side_variant(fam, port, any_family=True)
     named = by_name_port(port_variant, cfg, params)
     if named is not None:
-        return named.family, cfg, hf_variant(hf, named.family, by_name_map(params)), named, by_name_shapes(params)
+        ref = hf_variant(hf, named.family, by_name_map(params))
+        return named.family, cfg, ref, named, by_name_shapes(params), saved_map(ref.map_for(cfg), params)
     if port_variant.family != fam:
         raise ConfigError(f"'{port_variant.id}' is a {port_variant.family} model; the checkpoint's class is a {fam}")
     ref_map = gpt2_map(cfg) if gpt2 else llama_map(params, hf, cfg, rope_fraction(hf))
-    return fam, cfg, hf_variant(hf, fam, ref_map), port_variant, None
+    return fam, cfg, hf_variant(hf, fam, ref_map), port_variant, None, saved_map(ref_map, params)
 
 
 def prepare(path: str | Path, port: Variant | str, *, reference: Variant | str | None = None,
@@ -161,7 +164,7 @@ def prepare(path: str | Path, port: Variant | str, *, reference: Variant | str |
         if ckpt.config is None:
             raise InputError(f"checkpoint '{path}' has no config.json to build its class from: name the class "
                              "with --reference (a registered variant whose state_dict it is)")
-        fam, cfg, ref, port_variant, shapes = _hf_sides(ckpt, port, changes)
+        fam, cfg, ref, port_variant, shapes, saved = _hf_sides(ckpt, port, changes)
         if family is not None and family != fam:
             raise ConfigError(f"--family {family}: the checkpoint's config.json says a {fam}")
         ref_decoding = reference_decoding or HF_DECODING
@@ -170,6 +173,7 @@ def prepare(path: str | Path, port: Variant | str, *, reference: Variant | str |
         ref = _side_variant(fam, reference)
         ref_decoding = _decoding(ref, reference_decoding)
         port_variant = _side_variant(fam, port)
+        saved = ref.map_for(cfg)
     if fam not in FAMILIES:
         raise ConfigError(f"family '{fam}': checkpoints are compared in {list(FAMILIES)}")
     for v in (ref, port_variant):
@@ -185,7 +189,7 @@ def prepare(path: str | Path, port: Variant | str, *, reference: Variant | str |
                  f"{str(base).removeprefix('torch.')} for the rounding, and their activations on "
                  f"{batch} x {length} tokens")
     canonical = shapes if shapes is not None else get_family(fam).canonical_shapes(cfg)
-    reader = CheckpointReader(ckpt, ref.map_for(cfg), canonical, ref.id)
+    reader = CheckpointReader(ckpt, saved, canonical, ref.id)
     return Comparison(ckpt, fam, cfg, Side("reference", ref, ref_decoding),
                       Side("port", port_variant, _decoding(port_variant, port_decoding)), reader, dt, shapes=shapes)
 
