@@ -31,7 +31,7 @@ import torch
 
 from harness.base.config import ModelConfig
 from harness.base.errors import ConfigError
-from harness.porting.entries import Chunk, MapEntry, Param, Tied, Transposed, Zero
+from harness.porting.entries import Absent, Chunk, MapEntry, Param, Tied, Transposed, Zero
 
 
 class Unported(ConfigError):
@@ -178,8 +178,12 @@ def by_name_shapes(params: ClassParams) -> dict[str, tuple[int, ...]]:
 # -- a class's parameters among a family's canonical names ----------------------------------------
 
 def family_of(params: ClassParams) -> str:
-    """``decoder_only_model`` for GPT-2's Conv1D layout (``attn.c_attn``), else ``llama_model``."""
-    return "decoder_only_model" if any(".attn.c_attn." in n for n in params.shapes) else "llama_model"
+    """``decoder_only_model`` for GPT-2's layout (``transformer.wte`` / ``wpe``, a Conv1D
+    ``attn.c_attn`` of (D, 3D)), else ``llama_model``."""
+    c_attn = params.shapes.get("transformer.h.0.attn.c_attn.weight")
+    d = params.shapes.get("transformer.wte.weight", (0, 0))[1]
+    return "decoder_only_model" if c_attn == (d, 3 * d) and "transformer.wpe.weight" in params.shapes \
+        else "llama_model"
 
 
 def features(params: ClassParams, hf: Any, rope_fraction: float) -> list[str]:
@@ -247,6 +251,7 @@ def llama_map(params: ClassParams, hf: Any, cfg: ModelConfig, rope_fraction: flo
         elif n.endswith("norm.bias"):
             out["norm.bias"] = Param(n)
             used.add(n)
+    out.setdefault("norm.weight", Absent(1.0))
     out.setdefault("norm.bias", Zero())
     sizes = (cfg.heads * cfg.d_k, cfg.n_kv_heads * cfg.d_k, cfg.n_kv_heads * cfg.d_k)
     for i in range(cfg.layers):
@@ -269,7 +274,8 @@ def llama_map(params: ClassParams, hf: Any, cfg: ModelConfig, rope_fraction: flo
             else:
                 continue
             used.add(p + name)
-        for x in ("attn_norm", "ffn_norm"):
+        for x in ("attn_norm", "ffn_norm"):  # a norm without a gain (OLMo's): a gain of ones
+            out.setdefault(c + f"{x}.weight", Absent(1.0))
             out.setdefault(c + f"{x}.bias", Zero())
         for x in "qkvo":
             out.setdefault(c + f"self_attn.{x}.bias", Zero())
