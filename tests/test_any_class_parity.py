@@ -153,3 +153,23 @@ def test_neox_without_its_parallel_residual_is_caught(folders, ports):
 def test_command_by_name(folders, ports, capsys):
     assert main(["parity", str(folders["olmo2"]), "--port", "olmo2_by_name", "--length", "12"]) == 0
     assert "agrees: olmo2_by_name computes what Olmo2ForCausalLM computes" in capsys.readouterr().out
+
+
+def test_an_eps_off_tenfold_is_named(tmp_path, ports):
+    """A Llama whose rms_norm_eps matters (0.05 on activations scaled down) and a port that
+    reads it ten times smaller: caught, and named by undoing it."""
+    cfg = transformers.LlamaConfig(**SMALL, rms_norm_eps=0.05)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(0.01)
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.mul_(0.01)
+            layer.mlp.down_proj.weight.mul_(0.01)
+        model.lm_head.weight.mul_(30.0)
+    model.save_pretrained(tmp_path / "eps")
+    wrong = _without(get_variant("llama_model", "llama_model"), norm_eps=0.005)
+    _, report = _run(tmp_path / "eps", wrong)
+    assert not report.agrees and [m["name"] for m in report.mistakes] == ["norm eps 10x too small"]
+    _, good = _run(tmp_path / "eps", "llama_model")
+    assert good.agrees and not good.mistakes
