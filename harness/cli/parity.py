@@ -85,8 +85,12 @@ def cmd_parity(args) -> int:
         source = f"sampled from the vocabulary (seed {args.seed})"
     report = compare(comparison, tokens, prompt=args.prompt, source=source)
     if not report.agrees and not args.no_trace and not report.metrics[0].ok:
-        found = first_divergence(comparison, tokens)
-        report.divergence = found.text if found else ""
+        if comparison.by_name:
+            report.notes.append("the port is mapped by the class's own names: the first-divergence trace runs over "
+                                "a family's canonical sub-modules, not traced")
+        else:
+            found = first_divergence(comparison, tokens)
+            report.divergence = found.text if found else ""
     if args.json:
         write_json(args.json, report.as_dict())
     print(parity_text(report, comparison.checkpoint.describe()))

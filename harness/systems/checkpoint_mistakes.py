@@ -12,8 +12,7 @@ import torch
 
 from harness.base.config import ModelConfig
 from harness.porting.entries import Param, RopePermuted
-from harness.registry import build
-from harness.systems.checkpoint_sides import Comparison, canonical_weights, logprobs
+from harness.systems.checkpoint_sides import Comparison, build_side, canonical_weights, logprobs
 from harness.systems.parity import token_kl
 
 
@@ -102,6 +101,30 @@ def _embedding_scaled(power: float):
     return hook
 
 
+class _Restore:
+    """A hook handle that puts a module's attribute back."""
+
+    def __init__(self, module, name: str, value):
+        self.module, self.name, self.value = module, name, value
+
+    def remove(self) -> None:
+        setattr(self.module, self.name, self.value)
+
+
+def _eps_scaled(factor: float):
+    """Every norm of the port (a module with a float ``eps``: RMSNorm, LayerNorm's) with its
+    eps times ``factor``; None where the port has none."""
+    def hook(module, portmap, cfg):
+        handles = []
+        for sub in module.modules():
+            eps = getattr(sub, "eps", None)
+            if isinstance(eps, float) and not isinstance(eps, bool):
+                handles.append(_Restore(sub, "eps", eps))
+                sub.eps = eps * factor
+        return handles or None
+    return hook
+
+
 FIXES = (
     Fix("RoPE rows not permuted", "the port rotates pairs (2i, 2i+1) (Meta's interleaved RoPE) on q/k rows "
         "laid out for half-split RoPE (rotate_half): its map needs RopePermuted on q and k (HF's converter's "
@@ -119,6 +142,10 @@ FIXES = (
         "the port does not", hook=_embedding_scaled(1.0)),
     Fix("embedding scale added", "the port multiplies token embeddings by sqrt(D); the class does not",
         hook=_embedding_scaled(-1.0)),
+    Fix("norm eps 10x too small", "the port's norms add an eps ten times smaller than the class's "
+        "(rms_norm_eps / layer_norm_eps read from another field, or a default)", hook=_eps_scaled(10.0)),
+    Fix("norm eps 10x too large", "the port's norms add an eps ten times larger than the class's",
+        hook=_eps_scaled(0.1)),
     Fix("untied head left at its init", "the checkpoint saves the head tied to the embedding, once "
         "(deduplicated); the port's own head matrix is not in it and keeps its initial values: tie it "
         "(Tied(\"embed.weight\") in its map)", weights=_head_from_embedding),
@@ -137,7 +164,7 @@ def name_mistakes(c: Comparison, tokens: torch.Tensor, reference: torch.Tensor, 
             weights = fix.weights(weights, c.cfg)
             if weights is None:
                 continue
-        module, portmap = build(c.port.variant, c.cfg, dtype=c.dtype, weights=weights)
+        module, portmap = build_side(c, c.port, c.dtype, weights)
         handles = []
         if fix.hook is not None:
             handles = fix.hook(module, portmap, c.cfg)
