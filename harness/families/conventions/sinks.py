@@ -45,7 +45,8 @@ def with_sinks(value: Any, s: torch.Tensor, ctx: Context) -> torch.Tensor | None
 
 
 def params(value: Any, cfg: Any) -> dict:
-    return {"sinks": ((cfg.heads,), "bias")} if value == PER_HEAD else {}
+    """``sinks`` (H,) for a sink per head (and the mistakes' readings of it)."""
+    return {"sinks": ((cfg.heads,), "bias")} if value != "none" else {}
 
 
 def read_module(module: torch.nn.Module) -> str | None:
