@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from harness.base.config import Config
-from harness.families import kernel_oracle, oracles
+from harness.families import conventions, kernel_oracle, oracles
 from harness.families.attention_spec import AS_CONFIGURED, QK_NORMS, QkNorm
 from harness.families.base import (
     EPS,
@@ -19,7 +19,9 @@ from harness.families.base import (
     TraitSpec,
     _attn_params,
     activations,
+    case_named,
     causal,
+    convention_regimes,
     pad_pattern,
     regime_case,
 )
@@ -261,6 +263,11 @@ def qk_norm_params(traits, cfg: Config) -> ParamSpec:
     return {}
 
 
+def trait_params(traits, cfg: Config) -> ParamSpec:
+    """The parameters declared traits bring: QK-norm's gains, then the conventions' (a sink per head)."""
+    return {**qk_norm_params(traits, cfg), **conventions.trait_params("attention", traits, cfg)}
+
+
 class _WindowSpec(TraitSpec):
     """``none``, ``as called`` or a (left, right) pair of integers >= 0."""
 
@@ -311,13 +318,14 @@ CASES = tuple(Case(c.name, c.note, _positions(c.make)) for c in (
 # logits in the hundreds (a softmax without its max subtracted overflows in float32), and T, S
 # >= 130 crossing 64- and 128-wide key blocks (a blocked softmax's rescale between blocks),
 # both over per-row padding (right, left, arbitrary).
-_SELF, _CROSS = CASES[0], CASES[2]
+_SELF, _CROSS = case_named(CASES, "self"), case_named(CASES, "cross")
 REGIME_CASES = (
     regime_case(_SELF, "large", "inputs x12: logits of std ~140, per-row padding", scale=12.0, padding="per_row"),
     regime_case(_CROSS, "long", "B = 2, T = 131, S = 140: three key blocks of 64, two of 128; a right- and a "
                 "left-padded row", batch=2, tgt_len=131, src_len=140, padding="per_row"),
     # the config's window, off the case's own (3, 0): a module that fixes the window passes that one
-    regime_case(CASES[10], "wide", "the config's window (5, 0)", window=(5, 0)),
+    regime_case(case_named(CASES, "window"), "wide", "the config's window (5, 0)", window=(5, 0)),
+    *convention_regimes("attention", CASES),
 )
 
 FULLY_MASKED_ROW = TraitSpec("what a query row that sees no key becomes", oracles.FULLY_MASKED_ROWS)
@@ -327,7 +335,7 @@ ATTENTION = Family(
     call="(query (B,T,D), key (B,S,D), value (B,S,D), mask (B,T,S) bool True=may attend) -> (B,T,D)",
     doc="Multi-head attention with its Q, K, V and output projections.",
     params=lambda cfg: _attn_params("", cfg.d_model, cfg.n_kv_heads * cfg.d_k, cfg.heads * cfg.d_k),
-    trait_params=qk_norm_params,
+    trait_params=trait_params,
     cases=CASES + REGIME_CASES,
     traits={
         "sublayer": TraitSpec("what the module returns", oracles.ATTENTION_SUBLAYERS),
@@ -354,8 +362,7 @@ ATTENTION = Family(
         "qk_norm": TraitSpec("q and k RMS-normalised before RoPE, per head over d_k (Qwen3) or over all heads "
                              "(OLMo2), times their gains q_norm.weight and k_norm.weight (canonical parameters "
                              "when declared); eps the 'eps' trait", oracles.QK_NORMS, default="none"),
-        "softcap": TraitSpec("scores s -> c tanh(s / c) before masking (Gemma 2's attn_logit_softcapping; "
-                             "0: none)", number=True, default=0.0),
+        **conventions.trait_specs("attention"),   # the softcap, attention sinks
         "score_scale": ScaleSpec("the factor on q k^T: '1/sqrt(d)' (d the head width) or a number (Gemma 2: "
                                  "query_pre_attn_scalar ** -0.5)", default=kernel_oracle.DEFAULT_SCALE),
     },

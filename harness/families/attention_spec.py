@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from harness.base.errors import SpecError
-from harness.families import kernel_oracle
+from harness.families import conventions, kernel_oracle
 from harness.families.no_key_rows import kernel_dead_rows
 
 
@@ -96,8 +96,10 @@ class AttentionSpec:
     ``qk_norm`` per head: q and k of each head are RMS-normalised over d_k (Qwen3); over all
     heads: over the whole projection before the head split (OLMo2); eps ``qk_eps``, then
     times the gains ``q_norm.weight`` and ``k_norm.weight`` (one per dim of a head, shared by
-    every head; or one per head and dim), before RoPE; ``softcap`` c > 0: scores become
-    c tanh(s / c) before masking (Gemma 2's attention logit soft-capping); ``scale``
+    every head; or one per head and dim), before RoPE; ``conventions``: the values of the
+    registered conventions (``harness.families.conventions``: a softcap c > 0 makes scores
+    c tanh(s / c) before masking, Gemma 2's; a sink per head joins every softmax denominator,
+    gpt-oss's); ``scale``
     multiplies q k^T (None: 1 / sqrt(d_k); Gemma 2: query_pre_attn_scalar ** -0.5);
     ``window_diagonal`` bottom-right: the window sits on query i's key S - T + i (decoding
     after a cache: the query's own position)."""
@@ -112,7 +114,9 @@ class AttentionSpec:
     rope_base: float = 10000.0
     rope_scaling: Any = None          # a harness.families.rope_scaling.RopeScaling, or None (the default RoPE)
     window: tuple[int, int] | None = None
-    softcap: float = 0.0
+    # (trait, value) of each registered convention (``harness.families.conventions``: the
+    # softcap, attention sinks), its oracle branch taken in the kernel oracle
+    conventions: tuple[tuple[str, Any], ...] = ()
     qk_norm: QkNorm = QkNorm.NONE
     qk_eps: float = 1e-6
     scale: float | None = None
@@ -137,7 +141,7 @@ class AttentionSpec:
             kv_heads=cfg.n_kv_heads, gqa_grouping=traits.get("gqa_grouping", "consecutive"),
             rope_layout=traits.get("rope", "none"), rope_fraction=traits.get("rope_fraction", 1.0),
             rope_base=cfg.rope_base, rope_scaling=rope_scaling(traits.get("rope_scaling", "none"), cfg),
-            window=window, softcap=traits.get("softcap", 0.0),
+            window=window, conventions=conventions.values(traits, "attention"),
             qk_norm=traits.get("qk_norm", "none"), qk_eps=eps,
             scale=score_scale(traits.get("score_scale", kernel_oracle.DEFAULT_SCALE)),
             window_diagonal=traits.get("window_diagonal", "top_left"))

@@ -30,35 +30,11 @@ from harness.base.config import CONFIG_MATRIX, Config
 from harness.base.devices import device_type
 from harness.base.errors import UnknownName
 from harness.base.masks import leave_out_padded
-from harness.families import no_key_rows, oracles
+from harness.families import conventions, no_key_rows, oracles
 from harness.families.kernel_oracle import DEFAULT_SCALE
+from harness.families.trait_spec import REQUIRED, TraitSpec  # noqa: F401 (the families' vocabulary)
 
 ParamSpec = dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, init kind)
-
-REQUIRED = object()
-
-
-@dataclass(frozen=True)
-class TraitSpec:
-    """A semantic trait's vocabulary: the values its oracle can build (``values``), or any
-    number when ``number`` is set; ``default`` is used when a variant does not declare it."""
-
-    doc: str
-    values: tuple[Any, ...] = ()
-    number: bool = False
-    default: Any = REQUIRED
-    # a value's name in another library's vocabulary -> its name here: named in the error
-    # that refuses it (declare the name here)
-    aliases: Mapping[Any, Any] = field(default_factory=dict)
-
-    def accepts(self, value: Any) -> bool:
-        if self.number and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return math.isfinite(value) and value >= 0
-        return value in self.values
-
-    def known(self) -> str:
-        parts = [repr(v) for v in self.values] + (["a number >= 0"] if self.number else [])
-        return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -168,6 +144,21 @@ def regime_case(case: Case, label: str, note: str, **changes: Any) -> Case:
     matrix's fixed regimes are built this way from the family's cases."""
     return Case(f"{case.name}@{label}", f"{case.note}; {note}", case.make, base=case.base or case.name,
                 changes=tuple(sorted({**dict(case.changes), **changes}.items())))
+
+
+def case_named(cases: tuple[Case, ...], name: str) -> Case:
+    """The case ``name`` of ``cases`` (a family's, before the family is built): cases are
+    named, never counted."""
+    for case in cases:
+        if case.name == name:
+            return case
+    raise UnknownName(f"no case '{name}'; cases: {[c.name for c in cases]}")
+
+
+def convention_regimes(family: str, cases: tuple[Case, ...]) -> tuple[Case, ...]:
+    """The regime cases the family's conventions add (``Convention.regimes``), on its cases by name."""
+    return tuple(regime_case(case_named(cases, r.base), r.label, r.note, **dict(r.changes))
+                 for r in conventions.regimes(family))
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import torch
 
 from harness.base.config import Config
+from harness.families import conventions
 from harness.families import kernel_oracle as K
 from harness.families.attention import random_mask
 from harness.families.base import (
@@ -32,6 +33,8 @@ from harness.families.base import (
     ScaleSpec,
     TraitSpec,
     activations,
+    case_named,
+    convention_regimes,
     left_pad,
     regime_case,
     right_pad,
@@ -232,12 +235,12 @@ CASES = (
 # takes, and a problem without the causal option across 64- and 128-wide blocks (``long`` is
 # causal; a kernel taking a mask alone crosses its blocks here).
 REGIME_CASES = (
-    regime_case(CASES[0], "large", "q, k, v x12: logits of std ~140", scale=12.0),
-    regime_case(CASES[1], "long", f"B = 2, T = {LONG_T}, S = {LONG_S}: across 64- and 128-wide query and key "
-                "blocks", batch=2, tgt_len=LONG_T, src_len=LONG_S),
+    regime_case(case_named(CASES, "self"), "large", "q, k, v x12: logits of std ~140", scale=12.0),
+    regime_case(case_named(CASES, "cross"), "long", f"B = 2, T = {LONG_T}, S = {LONG_S}: across 64- and 128-wide "
+                "query and key blocks", batch=2, tgt_len=LONG_T, src_len=LONG_S),
     # the window and the cap the config sets, off the cases' own: a kernel that fixes them passes those
-    regime_case(CASES[7], "wide", "the config's window (4, 2)", window=(4, 2)),
-    regime_case(CASES[9], "cap5", "the config's softcap 5.0", softcap=5.0),
+    regime_case(case_named(CASES, "window"), "wide", "the config's window (4, 2)", window=(4, 2)),
+    *convention_regimes("attention_kernel", CASES),   # softcap@cap5
 )
 # What each case's mask is ("none": every key may be attended; "right": right key padding
 # only; "arbitrary": anything else) and which of the call's options it needs.
@@ -270,8 +273,7 @@ ATTENTION_KERNEL = KernelFamily(
         "causal": TraitSpec("the causal diagonal: top-left (query i faces key i), bottom-right "
                             "(the last query faces the last real key), or none", K.CAUSAL),
         "window": WindowSpec("the keys diag-left .. diag+right a query keeps", default=K.AS_CALLED),
-        "softcap": TraitSpec("cap in cap * tanh(s / cap) (0: none)", (K.AS_CALLED,), number=True,
-                             default=K.AS_CALLED),
+        **conventions.trait_specs("attention_kernel"),   # the softcap
         "scale": ScaleSpec("the factor on q k^T", default=K.DEFAULT_SCALE),
         "gqa_grouping": TraitSpec("query head h reads K/V head h // (H / H_kv) (consecutive) or h % H_kv "
                                   "(tiled)", K.GQA_GROUPINGS, default="consecutive"),

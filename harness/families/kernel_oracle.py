@@ -53,6 +53,8 @@ from typing import Any, Mapping
 import torch
 
 from harness.base.errors import SpecError
+from harness.families import conventions
+from harness.families.conventions.core import AS_CALLED, Context
 from harness.families.no_key_rows import traits_at_cause
 
 Tensor = torch.Tensor
@@ -62,7 +64,6 @@ GQA_GROUPINGS = ("consecutive", "tiled")
 MASK_METHODS = ("bool_fill_-inf", "bool_fill_finfo_min", "additive_bias", "additive_finfo_min")
 DEAD_ROWS = ("NaN", "zeros", "mean of V")
 DEAD_GRADS = ("none", "NaN", "softmax")
-AS_CALLED = "as called"
 DEFAULT_SCALE = "1/sqrt(d)"
 BY_MASK_METHOD = "by mask_method"
 # (fully_masked_row, fully_masked_grad) that each mask method gives by itself.
@@ -149,7 +150,10 @@ def group_heads(x: Tensor, heads: int, grouping: str) -> Tensor:
 
 
 def kernel_attention(traits: Mapping[str, Any], inputs: Mapping[str, Any]) -> Tensor:
-    """softmax(softcap(q k^T * scale) over the allowed keys) v, per query head."""
+    """softmax(softcap(q k^T * scale) over the allowed keys) v, per query head; each
+    convention the traits hold changes its step (``harness.families.conventions``: the
+    softcap on the scores, attention sinks in the softmax). ``inputs["params"]``: the
+    module's canonical parameters a convention reads (a sink per head)."""
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     B, H, T, d = q.shape
     if H % k.shape[1]:
@@ -163,15 +167,14 @@ def kernel_attention(traits: Mapping[str, Any], inputs: Mapping[str, Any]) -> Te
         raise _unknown("scale", scale, [DEFAULT_SCALE, "a number"])
     # Multiplied, as flash kernels do (the oracle evaluated in float32 is the precision baseline).
     s = q @ k.transpose(-2, -1) * scale                                 # (B, H, T, S)
-    cap = resolve(traits["softcap"], inputs["softcap"])
-    if cap:
-        s = cap * torch.tanh(s / cap)
+    ctx = Context(inputs, inputs.get("params", {}))
+    s = conventions.scores(traits, s, ctx)                              # the softcap, ...
     window = resolve(traits["window"], inputs["window"])
     window = None if window is None else tuple(window)
     allowed = allowed_keys(inputs["mask"], inputs["key_pad"], inputs["causal"], window,
                            traits.get("causal", "none"))[:, None]      # (B, 1, T, S)
     dead = ~allowed.any(-1, keepdim=True)                               # (B, 1, T, 1)
-    p = torch.softmax(s.masked_fill(~allowed, float("-inf")).masked_fill(dead, 0.0), dim=-1)
+    p = conventions.softmax(traits, s.masked_fill(~allowed, float("-inf")).masked_fill(dead, 0.0), ctx)
     if not bool(dead.any()):
         return p @ v                                                    # (B, H, T, d)
     zeroed = torch.zeros_like(dead)

@@ -163,14 +163,15 @@ def multi_head_attention(
     v = split(linear(value, w, prefix + "v"), S, n_kv)
     traits = {"gqa_grouping": spec.gqa_grouping,
               "scale": 1.0 / math.sqrt(d_k) if spec.scale is None else float(spec.scale),
-              "softcap": float(spec.softcap),
+              **dict(spec.conventions),
               "window": kernel_oracle.AS_CALLED, "mask_method": method,
               # the window's diagonal: top-left, or bottom-right (no key padding here: both kinds agree)
               "causal": "none" if spec.window_diagonal is WindowDiagonal.TOP_LEFT else "bottom_right_padded",
               "fully_masked_row": row, "fully_masked_grad": grad}
     y = kernel_oracle.kernel_attention(traits, {
         "q": q, "k": k, "v": v, "mask": mask, "key_pad": torch.ones(B, S, dtype=torch.bool),
-        "causal": False, "window": spec.window, "softcap": 0.0})                      # (B, H, T, d_k)
+        "causal": False, "window": spec.window, "softcap": 0.0,
+        "params": {n[len(prefix):]: t for n, t in w.items() if n.startswith(prefix)}})  # (B, H, T, d_k)
     return linear(y.transpose(1, 2).reshape(B, T, spec.heads * d_k), w, prefix + "o")
 
 

@@ -23,6 +23,7 @@ from harness.base.verdicts import Verdict
 from harness.check.own_dtype import gradient_scale, own_dtype_check
 from harness.check.runs import RunCache, applicable
 from harness.check.spec import expected_names, float64_check
+from harness.families import conventions
 from harness.families import kernel_oracle as K
 from harness.families.base import REQUIRED
 from harness.families.catalog import get_family
@@ -53,8 +54,7 @@ def candidates() -> list[tuple[str, str, Callable]]:
     out += [(f"gqa_grouping={g!r}", "gqa_grouping", _set("gqa_grouping", g)) for g in K.GQA_GROUPINGS]
     out += [(f"window left {dl:+d}" if dl else f"window right {dr:+d}", "window", _window(dl, dr))
             for dl, dr in ((1, 0), (-1, 0), (0, 1), (0, -1))]
-    out.append(("the softcap ignored", "softcap", lambda traits, inputs: (
-        {**traits, "softcap": 0} if K.resolve(traits["softcap"], inputs["softcap"]) else None)))
+    out += conventions.mistakes("attention_kernel")    # the softcap ignored, ...
     out += [_scale("no scale (1)", lambda d: 1.0), _scale("scale 1/d", lambda d: 1.0 / d)]
     out += [(f"fully_masked_row={r!r}, fully_masked_grad={g!r}", "fully_masked_row",
              lambda traits, inputs, r=r, g=g: {**traits, "fully_masked_row": r, "fully_masked_grad": g}
@@ -90,6 +90,7 @@ MODULE_CANDIDATES: dict[str, list[tuple[str, str, Callable]]] = {
         ("K/V heads grouped repeat_interleave vs tile", "gqa_grouping", _set("gqa_grouping", "consecutive")),
         ("window off by one (one key more)", "window", _module_window(1)),
         ("window off by one (one key less)", "window", _module_window(-1)),
+        *conventions.mistakes("attention"),             # a sink missing, in the numerator, shared by the heads
     ],
     "norm": [
         ("norm gain 1+w vs w", "gain", _set("gain", "1+w")),
@@ -143,7 +144,8 @@ def meets_spec(variant: Variant, checker: RunCache, case: str, traits: Mapping[s
 
 # The values probed for a numeric trait (no vocabulary to enumerate): the ones a module
 # computes when it leaves the step out (no 1/sqrt(d) on the scores, no softcap, every dim rotated).
-NUMERIC_PROBES: dict[str, tuple[float, ...]] = {"score_scale": (1.0,), "softcap": (0.0,), "rope_fraction": (1.0,)}
+NUMERIC_PROBES: dict[str, tuple[float, ...]] = {"score_scale": (1.0,), "rope_fraction": (1.0,),
+                                                **conventions.probes()}   # the softcap's 0, ...
 
 
 def hidden_by_one_key(variant: Variant, cfg: Config, case: str) -> bool:

@@ -26,6 +26,7 @@ from harness.base.verdicts import Verdict
 from harness.check import precision as P
 from harness.check.rules import float64_check
 from harness.check.runs import RunCache, run_variant
+from harness.families import conventions
 from harness.families.base import REQUIRED, Family
 from harness.families.no_key_rows import ByDtype
 from harness.porting.portmap import absent_fills
@@ -53,25 +54,18 @@ def module_eps(module: torch.nn.Module) -> float | None:
     return inner.pop() if len(inner) == 1 else None
 
 
-SOFTCAP_ATTRS = ("attn_logit_softcapping", "logit_softcapping", "softcap")
-
-
-def module_numbers(module: torch.nn.Module) -> dict[str, float]:
-    """Numbers an attention module keeps that the family declares as traits: its score scale
+def module_numbers(module: torch.nn.Module, family: str = "attention") -> dict[str, Any]:
+    """Values an attention module keeps that the family declares as traits: its score scale
     when it is not 1/sqrt(head_dim) (HF's ``scaling``: Gemma 2's query_pre_attn_scalar ** -0.5)
-    and its logit soft-cap (Gemma 2's ``attn_logit_softcapping``), read from the module or its
-    config: the search starts from them instead of the reference's."""
-    out: dict[str, float] = {}
-    config = getattr(module, "config", None)
+    and each convention's (``Convention.read_module``: Gemma 2's logit soft-cap, gpt-oss's
+    sinks), read from the module or its config: the search starts from them instead of the
+    reference's."""
+    out: dict[str, Any] = {}
     scaling, head_dim = getattr(module, "scaling", None), getattr(module, "head_dim", None)
     if isinstance(scaling, float) and isinstance(head_dim, int) and head_dim > 0 \
             and abs(scaling - head_dim ** -0.5) > 1e-12 * scaling:
         out["score_scale"] = scaling
-    for name in SOFTCAP_ATTRS:
-        cap = getattr(module, name, getattr(config, name, None))
-        if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
-            out["softcap"] = float(cap)
-            break
+    out.update(conventions.module_values(module, family))
     return out
 
 
@@ -96,7 +90,7 @@ def trait_sets(family: Family, ref_traits: dict, module: torch.nn.Module, search
             if t not in case_traits and (t in ref_traits or spec.default is not REQUIRED)}
     if eps is not None and "eps" in base:
         base["eps"] = eps
-    base.update({t: v for t, v in module_numbers(module).items() if t in family.traits})
+    base.update({t: v for t, v in module_numbers(module, family.name).items() if t in family.traits})
     names = [t for t in base if searched is None or t in searched]
     choices = {t: _values(family, t, base[t], eps)[1:] for t in names}
     yielded = 0
