@@ -13,6 +13,17 @@ run once per variant and device and shared by its aspects: float64 semantics and
 precision dtypes over the config matrix, gradcheck, dropout) on every case that applies to
 it. A file
 that cannot be loaded is a usage error (exit 4), with one line naming the problem.
+
+The configs are ``check``'s: the default matrix, or what ``--set KEY=VALUE`` (repeatable)
+makes of it, with the same meaning and the same refusals; a repository pins its own in its
+pytest ini (``pyproject.toml``'s ``[tool.pytest.ini_options]``)::
+
+    attention_harness_variants = ["my_mqa.py"]    # loaded as --variants, relative to the ini
+    attention_harness_set = ["kv_heads=1"]        # a --set on the command line replaces its key
+
+An ``attention-harness`` section after pytest's summary says once what each variant was not
+checked on ("checked on 1 of 5 configs; not buildable: ...") and, per failure, one line: the
+mistake ``check`` names and the ``check`` command that reproduces it.
 Without ``--variants`` the plugin does nothing (and imports nothing: pytest runs of
 other projects do not pay for torch).
 """
@@ -23,6 +34,7 @@ import fnmatch
 import os
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -37,6 +49,13 @@ DEVICES = ("cpu", "cuda")
 ASPECTS = ("semantics", "precision", "gradcheck", "dropout")
 
 _FILES = pytest.StashKey[frozenset]()
+# the run's config matrix (``harness.base.config.config_matrix`` of its --set items) and the items
+_MATRIX = pytest.StashKey[tuple]()
+# the ini options (pytest.ini, tox.ini, setup.cfg, pyproject.toml's [tool.pytest.ini_options])
+SET_INI, VARIANTS_INI = "attention_harness_set", "attention_harness_variants"
+# the user_properties names the summary's lines travel under (from every xdist worker): what a
+# variant was not checked on, and one line per failure
+COVERAGE, FAILURE = "attention_harness_coverage", "attention_harness_failure"
 
 
 def pytest_addoption(parser):
@@ -46,6 +65,15 @@ def pytest_addoption(parser):
         help=f"load the variants this file registers and test each against the spec of its "
              f"declared traits (repeatable; or ${VARIANTS_ENV}, {os.pathsep}-separated)",
     )
+    group.addoption(
+        "--set", action="append", default=[], dest="harness_set", metavar="KEY=VALUE",
+        help="a config override for the variants' checks, read as `python -m harness check --set` "
+             f"(repeatable); added to the ini's {SET_INI}, whose item for the same key it replaces",
+    )
+    parser.addini(SET_INI, type="linelist", default=[],
+                  help="--set KEY=VALUE items every run of variant files uses (one a line)")
+    parser.addini(VARIANTS_INI, type="paths", default=[],
+                  help="variant files every run loads, as --variants (relative to the ini file)")
 
 
 def worker_gpu(env: dict[str, str], device_count: int) -> str | None:
@@ -151,14 +179,46 @@ def _refuse_rootdir_from_variants(config) -> None:
 def variant_files(config) -> list[str]:
     files = list(config.getoption("variants") or [])
     files += [p for p in os.environ.get(VARIANTS_ENV, "").split(os.pathsep) if p]
-    return files
+    return files + [str(p) for p in config.getini(VARIANTS_INI) if str(p) not in files]
+
+
+def set_items(pinned: list[str], given: list[str]) -> list[str]:
+    """The run's --set items: the ini's, each replaced by a command-line item of the same key,
+    then the command line's (a key given twice there is refused by ``Config.parse``)."""
+    keys = {item.partition("=")[0].strip() for item in given}
+    return [item for item in pinned if item.partition("=")[0].strip() not in keys] + list(given)
+
+
+def _matrix(config) -> tuple[dict, tuple[str, ...]]:
+    """The configs the variants are checked on: ``check``'s own (``config_matrix``) for the
+    run's --set items; a bad item is pytest's one-line usage error, worded as ``check``'s."""
+    from harness.base.config import config_matrix
+    from harness.base.errors import HarnessError
+
+    pinned = [str(item) for item in config.getini(SET_INI)]
+    items = set_items(pinned, list(config.getoption("harness_set") or []))
+    try:
+        if pinned:
+            try:
+                config_matrix(pinned)
+            except HarnessError as exc:
+                raise HarnessError(f"{SET_INI} in {config.inipath}: {exc}") from None
+        return config_matrix(items), tuple(items)
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_configure(config):
     config.stash[_FILES] = frozenset()
+    _LINES.clear()
     files = variant_files(config)
     if not files:
+        given = config.getoption("harness_set")
+        if given:
+            raise pytest.UsageError(f"--set {given[0]} applies to the variants of a variant file: give "
+                                    f"--variants FILE (or {VARIANTS_INI} in the ini)")
         return
+    config.stash[_MATRIX] = _matrix(config)
     from harness.base.errors import HarnessError
     from harness.registry import load_all
 
@@ -248,22 +308,37 @@ class VariantItem(pytest.Item):
     def runtest(self):
         from types import SimpleNamespace
 
+        from harness.check.verdict import SEMANTICS_DIFFER
         from harness.registry import REGISTRY
+        from harness.report.pytest_text import aspect_results, check_command, coverage_line, first_cause
         from harness.report.tables import failures_table
+        from harness.trace.explain import variant_mistake
 
         variant = REGISTRY[self.key]
-        results = _aspect(_check_one(variant, self.device), self.aspect, variant.semantic_dtypes())
+        configs, sets = self.config.stash[_MATRIX]
+        checked = _check_one(variant, self.device, configs)
+        line = coverage_line(variant, self.device, checked.configs, checked.skipped)
+        if line:
+            self.user_properties.append((COVERAGE, line))
+        if not checked.results:
+            _nothing_checked(variant, self.device, configs)
+        results = aspect_results(checked.results, self.aspect, variant.semantic_dtypes())
         if not results:  # e.g. no dropout site declared, or no gradcheck for this family
             pytest.skip(f"no {self.aspect} check applies to {self.key} on {self.device}")
         wrong = [r for r in results if not r.ok]
-        if wrong:
-            by_kind = SimpleNamespace(specs=[], gradchecks=[], dropouts=[])
-            getattr(by_kind, {"gradcheck": "gradchecks", "dropout": "dropouts"}.get(self.aspect, "specs")).extend(wrong)
-            cause = _first_cause(wrong)
-            if self.aspect == "semantics" and not any(getattr(r, "verdict", "") == "error" for r in wrong):
-                cause = _mistake(REGISTRY[self.key], self.device) or cause
-            raise VariantMismatch(f"{self.key} contradicts its declaration ({self.aspect}: {len(wrong)} of "
-                                  f"{len(results)} checks): {cause}\n" + failures_table(by_kind))
+        if not wrong:
+            return
+        by_kind = SimpleNamespace(specs=[], gradchecks=[], dropouts=[])
+        getattr(by_kind, {"gradcheck": "gradchecks", "dropout": "dropouts"}.get(self.aspect, "specs")).extend(wrong)
+        cause, table = first_cause(wrong), "\n" + failures_table(by_kind)
+        if self.aspect == "semantics" and not any(getattr(r, "verdict", "") == "error" for r in wrong):
+            cause = variant_mistake(variant, checked.results, configs) or cause
+        if self.aspect == "precision" and all(getattr(r, "note", "").startswith(SEMANTICS_DIFFER) for r in wrong):
+            cause, table = f"{SEMANTICS_DIFFER} (the table: [{self.device}-semantics])", ""  # said once, there
+        head = f"{self.key} contradicts its declaration ({self.aspect}: {len(wrong)} of {len(results)} checks): {cause}"
+        again = f"reproduce: {check_command(variant, sets, self.device)}"
+        self.user_properties.append((FAILURE, f"{self.key} [{self.device}-{self.aspect}]: {cause}; {again}"))
+        raise VariantMismatch(f"{head}\n{again}{table}")
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, VariantMismatch):
@@ -278,69 +353,62 @@ class VariantItem(pytest.Item):
         return self.path, 0, f"{self.key} [{self.device}-{self.aspect}]"
 
 
-def _aspect(results: list, aspect: str, semantic: tuple[str, ...] = ("float64",)) -> list:
-    """The results of one aspect: semantics (the spec checks in ``semantic``, the dtypes the
-    variant's semantics are decided in, and the exact ones), precision (the spec checks in the
-    device's lower dtypes), gradcheck, dropout."""
-    from harness.check.results import DropoutResult, GradcheckResult, SpecResult
-
-    if aspect == "gradcheck":
-        return [r for r in results if isinstance(r, GradcheckResult)]
-    if aspect == "dropout":
-        return [r for r in results if isinstance(r, DropoutResult)]
-    specs = [r for r in results if isinstance(r, SpecResult)]
-    exact = [r for r in specs if r.dtype in (*semantic, "bool")]
-    return exact if aspect == "semantics" else [r for r in specs if r not in exact]
+# (variant key, device) -> its check: run once, its aspects share it.
+_CHECKED: dict[tuple[str, str], Checked] = {}
 
 
-# (variant key, device) -> its results: the check runs once and its aspects share it.
-_CHECKED: dict[tuple[str, str], list] = {}
+class Checked(NamedTuple):
+    """One variant's check on one device: every result (each has ``.ok``), the family's
+    configs it was asked for, and the report's ``skipped`` rows (what it refused, and why)."""
+
+    results: list
+    configs: tuple[str, ...]
+    skipped: list
 
 
-def _first_cause(wrong: list) -> str:
-    """The cause pytest's one-line summary shows: the first error's own message (an exception,
-    an output of the wrong shape or type) before any numeric difference."""
-    errors = [r for r in wrong if getattr(r, "verdict", "") == "error" and getattr(r, "note", "")]
-    first = errors[0] if errors else wrong[0]
-    worst = getattr(first, "worst", "")
-    verdict = str(getattr(first, "verdict", "") or "failed")
-    text = str(getattr(first, "note", "") or (verdict + (f" in {worst}" if worst else "")))
-    return text.split("; ")[0][:200]
-
-
-def _mistake(variant, device: str) -> str:
-    """The one line ``check`` prints naming the variant's mistake (the convention or trait
-    value that makes its own float64 run fit: ``harness.trace.explain.Mistakes``), or ''."""
-    from types import SimpleNamespace
-
-    from harness.base.config import CONFIG_MATRIX
-    from harness.check.results import SpecResult
-    from harness.trace.explain import Mistakes
-
-    specs = [r for r in _check_one(variant, device) if isinstance(r, SpecResult)]
-    mistakes = Mistakes(SimpleNamespace(specs=specs), CONFIG_MATRIX)
-    if variant.family != "attention_kernel" and not mistakes.explains(variant.family, variant.id):
-        return ""  # a module's computation mistake: the first failing check says more than 'none fits'
-    return mistakes.line(variant.family, variant.id)
-
-
-def _check_one(variant, device: str) -> list:
-    """The one place that decides a user's variant: its spec over the config matrix (the
-    lead's ``check_one_variant``), run once per (variant, device) in a session and shared
-    by its aspects. Returns every result; each has ``.ok``."""
+def _check_one(variant, device: str, configs: dict) -> Checked:
+    """The one place that decides a user's variant: its spec over the run's configs (the
+    lead's ``check_variant``), run once per (variant, device) in a session and shared by its
+    aspects."""
     from harness.base.dtypes import default_dtypes
-    from harness.check.api import check_one_variant
+    from harness.check.api import check_variant
 
     if (variant.key, device) not in _CHECKED:
-        _CHECKED[variant.key, device] = check_one_variant(variant, dtypes=default_dtypes(device), device=device)
-    results = _CHECKED[variant.key, device]
-    if not results:
-        from harness.base.config import CONFIG_MATRIX
+        report = check_variant(variant, configs, dtypes=default_dtypes(device), device=device)
+        asked = tuple(variant.family_spec.configs_of(configs))
+        _CHECKED[variant.key, device] = Checked([*report.specs, *report.gradchecks, *report.dropouts], asked,
+                                                [s for s in report.skipped if f"{s[0]}/{s[1]}" == variant.key])
+    return _CHECKED[variant.key, device]
 
-        configs = variant.family_spec.configs_of(CONFIG_MATRIX).values()
-        reasons = [variant.refuses(cfg, device) for cfg in configs]
-        if reasons and all(reasons):  # built for no config here (a CUDA-only kernel on CPU)
-            pytest.skip("; ".join(dict.fromkeys(reasons)))
-        pytest.fail(f"{variant.key} was checked on no config and case (check traits['cases'] "
-                    "and supports)", pytrace=False)
-    return results
+
+def _nothing_checked(variant, device: str, configs: dict) -> None:
+    """A variant with no result: skipped with the reasons when it is built for no config
+    here (a CUDA-only kernel on CPU), else failed."""
+    reasons = [variant.refuses(cfg, device) for cfg in variant.family_spec.configs_of(configs).values()]
+    if reasons and all(reasons):
+        pytest.skip("; ".join(dict.fromkeys(reasons)))
+    pytest.fail(f"{variant.key} was checked on no config and case (check traits['cases'] "
+                "and supports)", pytrace=False)
+
+
+# (kind, line) -> None: the summary's lines, each once, in the order they came
+_LINES: dict[tuple[str, str], None] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Gather the lines the tests said (in the controller, from every xdist worker)."""
+    for name, line in getattr(report, "user_properties", ()):
+        if name in (COVERAGE, FAILURE):
+            _LINES.setdefault((name, line), None)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Once, after pytest's own summary: what each variant was not checked on, then one line
+    per failure with its cause and the command that reproduces it."""
+    if not _LINES:
+        return
+    terminalreporter.section("attention-harness", sep="=")
+    for kind in (COVERAGE, FAILURE):
+        for name, line in _LINES:
+            if name == kind:
+                terminalreporter.write_line(line)

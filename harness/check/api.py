@@ -131,6 +131,13 @@ def check_one_variant(variant: Variant, configs: Mapping[str, Config] | None = N
     for precision), plus gradcheck and the dropout checks. Returns every result; each has
     ``.ok``. (``harness.check.api.check_all`` does whole families and the pair matrix.)"""
 
-    report = check_all([variant.family], configs or CONFIG_MATRIX,
-                       settings=CheckSettings(device, tuple(dtypes), variants=frozenset([variant.key])))
+    report = check_variant(variant, configs, dtypes, device)
     return [*report.specs, *report.gradchecks, *report.dropouts]
+
+
+def check_variant(variant: Variant, configs: Mapping[str, Config] | None = None,
+                  dtypes: Iterable[str] = ("float32",), device: str = "cpu") -> CheckReport:
+    """``check_one_variant``'s whole report: its results, and in ``skipped`` each config (or
+    case) the variant refuses, with why (what the pytest plugin says was not checked)."""
+    return check_all([variant.family], configs or CONFIG_MATRIX,
+                     settings=CheckSettings(device, tuple(dtypes), variants=frozenset([variant.key])))

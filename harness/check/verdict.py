@@ -56,6 +56,8 @@ CALIBRATED_LENGTH = 64  # longest T or S inside the calibrated regime (one 64-wi
 # How a declared path finding is written at the start of its result's note.
 PATH_FINDING = "declared path finding"
 INFERENCE_CHECK = "output (no-grad eval)"
+# the note of a precision check where the float64 semantics already differ (or err)
+SEMANTICS_DIFFER = "semantics already differ in float64"
 
 
 def outside_calibration(cfg: Config) -> bool:
@@ -231,7 +233,7 @@ def _lower_checks(e: Evidence, s: CheckSettings) -> list[TensorCheck]:
         return checks
     return [TensorCheck(c.name, Verdict.DIFFERENT if c.verdict != Verdict.EQUIVALENT
                         or sem64.verdict == Verdict.DIFFERENT else c.verdict,
-                        c.err, c.ref_err, c.allowed, c.ratio, "semantics already differ in float64") for c in checks]
+                        c.err, c.ref_err, c.allowed, c.ratio, SEMANTICS_DIFFER) for c in checks]
 
 
 def _inference_check(e: Evidence, s: CheckSettings) -> TensorCheck:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Mapping
+
 import torch
 
+from harness.base.config import Config
 from harness.base.devices import device_type
 from harness.base.errors import ConfigError, HarnessError, UnknownName
 from harness.base.masks import one_key_at_most
 from harness.base.verdicts import Verdict
-from harness.check.results import PairResult
+from harness.check.results import PairResult, SpecResult
 from harness.check.runs import RunCache
 from harness.check.spec import STATE_KEPT
 from harness.check.verdict import PATH_FINDING
@@ -202,3 +206,13 @@ def _declaration(specs) -> str:
         return "'why'"
     return ("PathFinding('why'" + (f", devices={tuple(devices)!r}" if devices else "")
             + (f", dtypes={tuple(dtypes)!r}" if some else "") + ")")
+
+
+def variant_mistake(variant, results: list, configs: Mapping[str, Config]) -> str:
+    """The one line ``check`` prints naming ``variant``'s mistake from its own ``results``
+    (the convention or trait value that makes its float64 run fit: ``Mistakes``), or '' for a
+    module's computation mistake (the first failing check says more than 'none fits')."""
+    mistakes = Mistakes(SimpleNamespace(specs=[r for r in results if isinstance(r, SpecResult)]), configs)
+    if variant.family != "attention_kernel" and not mistakes.explains(variant.family, variant.id):
+        return ""
+    return mistakes.line(variant.family, variant.id)
