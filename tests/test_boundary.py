@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -110,6 +111,29 @@ def test_a_hang_is_stopped_at_the_timeout_once_and_a_keyboard_interrupt_from_cod
 
     with pytest.raises(UserCodeError, match="raised KeyboardInterrupt itself"):
         guarded("call", interrupt)()
+
+
+def test_a_program_alarm_set_after_the_guard_is_left_alone_and_the_guard_comes_back_after_it(monkeypatch):
+    monkeypatch.setenv("HARNESS_CALL_TIMEOUT", "0.3")
+
+    def hang():
+        while True:
+            time.sleep(0.01)
+
+    with pytest.raises(UserCodeError, match="ran past 0.3 s"):
+        guarded("call", hang)()  # the guard's handler installed
+
+    def own(signum, frame):
+        raise AssertionError("the program's own alarm rang")
+
+    signal.signal(signal.SIGALRM, own)  # the program replaces it with its own
+    try:
+        assert guarded("call", lambda: 7)() == 7
+        assert signal.getsignal(signal.SIGALRM) is own  # not taken over
+    finally:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the program gives it back: the guard stops hangs again
+    with pytest.raises(UserCodeError, match="ran past 0.3 s"):
+        guarded("call", hang)()
 
 
 SOFTMAX = torch.nn.functional.softmax

@@ -198,7 +198,7 @@ def test_fresh_bad_input(name, argv, said, tmp_path, capsys, monkeypatch):
         (tmp_path / rel).write_text(text)
     os.mkfifo(tmp_path / "fifo")
     before = _files(tmp_path)
-    signal.signal(signal.SIGALRM, _too_slow)
+    earlier = signal.signal(signal.SIGALRM, _too_slow)
     signal.alarm(120)  # each must fail fast: a hang (a pipe opened for writing) fails here
     with scratch(), contextlib.chdir(tmp_path):
         try:
@@ -209,6 +209,7 @@ def test_fresh_bad_input(name, argv, said, tmp_path, capsys, monkeypatch):
             status = exc.code
         finally:
             signal.alarm(0)
+            signal.signal(signal.SIGALRM, earlier)  # the harness's own guard finds its handler again
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err, err
     changed = {k for k in set(before) | set(_files(tmp_path)) if before.get(k) != _files(tmp_path).get(k)}

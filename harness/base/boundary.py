@@ -177,14 +177,14 @@ _timeout = call_timeout
 
 
 class _Alarm:
-    """One SIGALRM handler, installed once: a guard arms the timer for its call (none armed
+    """One SIGALRM handler, put back whenever a guard finds the alarm free (a program that set its own
+    alarm keeps it): a guard arms the timer for its call (none armed
     already, main thread only); when it rings, a call still in the user's own code raises
     ``CallTimeout``. While the interpreter is inside a library (torch, an import, the
     harness) the ring is put off a moment and tried again: an exception raised there could
     leave that library half-done."""
 
     seconds = 0.0
-    installed = False
 
     @classmethod
     def ring(cls, signum: int, frame: FrameType | None) -> None:
@@ -199,12 +199,11 @@ class _Alarm:
     def arm(cls, seconds: float) -> bool:
         if not seconds or cls.seconds or threading.current_thread() is not threading.main_thread():
             return False
-        if not cls.installed:
+        if signal.getsignal(signal.SIGALRM) != cls.ring:  # not ours (never set, or replaced since)
             if signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, signal.SIG_IGN, None) \
                     or signal.getitimer(signal.ITIMER_REAL)[0] > 0:  # the program's own alarm: left alone
                 return False
             signal.signal(signal.SIGALRM, cls.ring)
-            cls.installed = True
         cls.seconds = seconds
         signal.setitimer(signal.ITIMER_REAL, seconds)
         return True
