@@ -253,3 +253,23 @@ def test_fresh_bad_input_to_the_pytest_plugin(name, args, said, tmp_path):
 def test_the_set_is_large_enough():
     assert len(CASES) + len(PYTEST_CASES) >= 80
     assert len(ACCEPTED) <= 2
+
+
+MISFITS = [  # a module searched as a family it does not fit: one line, and the family it does fit
+    ([TARGET, "--family", "norm"], "does not fit family 'norm'", "--family attention"),
+    ([TARGET, "--family", "ffn"], "does not fit family 'ffn'", "--family attention"),
+    ([TARGET, "--family", "masks"], "does not fit family 'masks'", "--family attention"),
+    ([TARGET, "--family", "llama_block"], "does not fit family 'llama_block'", "--family attention"),
+    (["torch.nn:LayerNorm", "--init", "normalized_shape=cfg.d_model", "--family", "attention"],
+     "does not fit family 'attention'", "--family norm"),
+]
+
+
+@pytest.mark.parametrize("argv, said, hint", MISFITS, ids=[m[0][-1] + "-" + m[0][0][-9:] for m in MISFITS])
+def test_map_on_a_module_of_another_family_is_one_line_naming_the_fitting_one(argv, said, hint, capsys):
+    with scratch():
+        status = main(["map", *argv])
+    out, err = capsys.readouterr()
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert status == 2 and "Traceback" not in out + err, err
+    assert len(lines) == 1 and said in lines[0] and hint in lines[0] and "have no place" in lines[0], err

@@ -47,6 +47,7 @@ from harness.trace.map_candidates import (
     load_class,
     make_call,
 )
+from harness.trace.map_fit import refuse_misfit
 from harness.trace.map_print import Hit, found
 from harness.trace.map_slots import candidate_maps
 from harness.trace.map_traits import agreement, infer_case_traits, search_fills, trait_sets
@@ -72,6 +73,8 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
         reason = family.requires(_full(ref, spec), cfg) if family.requires else None
         refused.extend([reason] if reason else [])
         specs.extend([] if reason else [spec])
+    layouts = {tuple(family.params_for(cfg, _full(ref, s)).items()): {**ref.traits, **s} for s in specs}
+    refuse_misfit(target, family, cfg, probe, list(layouts.values()))  # one line before any search
     checker = RunCache(cfg, record=False)
     tried = 0
     scored: list[tuple] = []   # (first-case gap, order, call form, adapter, map, cases, module, traits): those that ran
@@ -139,7 +142,8 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
             ran_forms.append(form)
     why = (f"no candidate map makes {target} agree with the float64 oracle of any of {len(specs)} trait sets "
            f"around {ref.id}'s ({tried} candidates tried; call forms that ran: {', '.join(ran_forms) or 'none'})")
-    why += f"\nleft out: {len(refused)} trait set(s) the family refuses at this config ({refused[0]})" * bool(refused)
+    if refused:
+        why += f"\nleft out: {len(refused)} trait set(s) the family refuses at this config ({refused[0]})"
     closest = _closest(checker, scored, vid, family, source, build, ref)
     if closest:
         fails = "; ".join(f"{c} (max_abs {g:.3g})" for c, g in closest["failing"].items())
