@@ -23,7 +23,7 @@ from harness.base.failures import harness_traceback
 from harness.base.files import SCHEMA_VERSION, make_public, output_lock
 from harness.base.output import write_failed
 from harness.bench import counters, timing
-from harness.bench.cases import BenchCase, Prepared, case_bytes, prepare, serves_target
+from harness.bench.cases import BenchCase, Prepared, prepare, serves_target
 from harness.bench.log import (
     LOG_MAGIC,
     _rewrite_without_cut_line,
@@ -37,6 +37,7 @@ from harness.bench.machine import cpu_model, environment, git_commit  # noqa: F4
 from harness.bench.measured import Rounds, Status
 from harness.bench.memprobe import MemProbe
 from harness.bench.row import BenchRow, Environment, Measurement, PeakRow, RowSpec
+from harness.bench.sizes import case_bytes
 from harness.check.runs import fill_overflow
 from harness.registry import get_variant, reference_of
 
@@ -225,7 +226,6 @@ def device_dir(device: str, device_name: str | None = None) -> str:
 
 
 # -- the sweep -------------------------------------------------------------------------------------------
-
 
 def group_key(case: BenchCase) -> str:
     """The key of the group a case is timed in (its own key without the variant)."""
