@@ -5,33 +5,15 @@ behind the guard; and the one line for a variants file that failed to import."""
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Mapping
 
 from harness.base.boundary import FailedReason, UserCodeError, guarded, tensor_result
 from harness.base.config import Config
 from harness.base.errors import RegistryError, not_python_source
 from harness.base.process_state import ProcessExit
-
-if TYPE_CHECKING:
-    from harness.registry import Variant
-
-
-def takes_case(supports: Callable[..., Any]) -> bool:
-    """Whether a ``supports`` function takes the case name too (two positional parameters)."""
-    try:
-        params = inspect.signature(supports).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    kinds = [p.kind for p in params]
-    return inspect.Parameter.VAR_POSITIONAL in kinds or sum(
-        k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in kinds) >= 2
-
-
-def call_supports(supports: Callable[..., Any], cfg: Config, case: str | None = None) -> Any:
-    return supports(cfg, case) if takes_case(supports) else supports(cfg)
+from harness.registry.variant import Variant, takes_case
 
 
 def variant_files(variant: Variant) -> tuple[str, ...]:
