@@ -8,7 +8,7 @@ import textwrap
 from harness import registry
 from harness.base.config import CONFIG_MATRIX, config_matrix
 from harness.base.dtypes import default_dtypes, dtype_of, resolve_device
-from harness.base.errors import HarnessError, UnknownName
+from harness.base.errors import UnknownName
 from harness.check.api import check_all
 from harness.check.settings import CheckSettings
 from harness.cli.common import _families, _load
@@ -97,8 +97,6 @@ def cmd_check(args) -> int:
         configs.update({name: cfg.check_fits(name) for name, cfg in explore(args.explore, args.seed).items()})
     device = resolve_device(args.device)
     dtypes = _check_dtypes(args.dtype, families, device)
-    if args.precision_factor <= 0:
-        raise HarnessError(f"--precision-factor {args.precision_factor} must be positive")
     ensure_writable(args.json)
     wanted = _wanted(args.variant, families, any_family=not args.family)
     settings = CheckSettings(device, tuple(dtypes), factor=args.precision_factor, strict=args.strict_precision,
