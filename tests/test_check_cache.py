@@ -91,3 +91,40 @@ def test_a_folder_that_cannot_hold_the_cache_changes_nothing(tmp_path, monkeypat
     report = check_all(["masks"], ONE, "cpu", ["float32"])
     assert report.specs and not report.failures
     assert blocker.read_text() == "not a folder" and list(tmp_path.iterdir()) == [blocker]
+
+
+def test_two_processes_needing_one_part_at_once_compute_it_once(tmp_path, monkeypatch):
+    """The second waits on the key's lock while the first computes, then reads its part."""
+    import fcntl
+    import threading
+    import time
+
+    from harness.check.check_cache import cached_part
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    computed: list[str] = []
+    held: list[bool] = []
+    second: list[object] = []
+    started = threading.Event()
+
+    def compute():
+        computed.append("first")
+        with (tmp_path / ".k.lock").open("a") as other:  # a lock taken elsewhere meanwhile is refused
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held.append(False)
+            except BlockingIOError:
+                held.append(True)
+        started.set()
+        time.sleep(0.5)
+        return {"part": 1}
+
+    def waiting():
+        started.wait()
+        second.append(cached_part("k", lambda: computed.append("second") or {"part": 2}))
+
+    t = threading.Thread(target=waiting)
+    t.start()
+    assert cached_part("k", compute) == {"part": 1}
+    t.join()
+    assert held == [True] and computed == ["first"] and second == [{"part": 1}]

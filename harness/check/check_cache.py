@@ -9,11 +9,13 @@ package, and the versions of Python, torch and transformers. The check is determ
 (the same seed gives the same numbers), so a part read back is the part the check would make.
 What the key cannot see, a helper module a variant's file imports, is why the cache is off
 unless the folder is named: clear it after changing such a module. A part is written whole
-(a temporary file, then renamed), so a second process reading it never sees half of one.
+(a temporary file, then renamed), so a second process reading it never sees half of one; two processes that need one
+part at once compute it once (the second waits on the key's lock, then reads it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -22,7 +24,7 @@ import pickle
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from harness.base.config import Config
 from harness.check.settings import CheckSettings
@@ -106,22 +108,57 @@ def part_key(family: str, configs: Mapping[str, Config], settings: CheckSettings
 
 def cached_part(key: str, compute: Callable[[], Any]) -> Any:
     """The part stored under ``key``, or ``compute()``'s, stored there (where a cache folder is
-    named and the part can be stored: one that cannot is computed, never an error)."""
+    named and the part can be stored: one that cannot is computed, never an error). Processes
+    asking for one key at once compute it once: the others wait on its lock, then read it."""
     where = cache_dir()
     if where is None:
         return compute()
     path = where / f"{key}.pkl"
+    part = _read(path)
+    if part is not None:
+        return part
+    with _key_lock(where, key):
+        part = _read(path)  # written while this process waited
+        if part is not None:
+            return part
+        part = compute()
+        _write(where, key, path, part)
+    return part
+
+
+def _read(path: Path) -> Any:
     try:
         with path.open("rb") as f:
             return pickle.load(f)
     except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError):
-        pass
-    part = compute()
+        return None
+
+
+@contextlib.contextmanager
+def _key_lock(where: Path, key: str) -> Iterator[None]:
+    """An exclusive lock on ``key`` (``flock``: released when its holder ends, however it ends);
+    none where the folder cannot hold one or the platform has no ``fcntl``."""
+    try:
+        import fcntl
+        where.mkdir(parents=True, exist_ok=True)
+        handle = (where / f".{key}.lock").open("a")
+    except (ImportError, OSError):
+        yield
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+
+
+def _write(where: Path, key: str, path: Path, part: Any) -> None:
     try:
         where.mkdir(parents=True, exist_ok=True)
         blob = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
     except (OSError, pickle.PickleError, TypeError, AttributeError):
-        return part  # a part that cannot be pickled (a user's object in a result) is just not kept
+        return  # a part that cannot be pickled (a user's object in a result) is just not kept
     fd, tmp = tempfile.mkstemp(dir=where, prefix=f".{key[:12]}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -129,4 +166,3 @@ def cached_part(key: str, compute: Callable[[], Any]) -> Any:
         os.replace(tmp, path)
     except OSError:
         Path(tmp).unlink(missing_ok=True)
-    return part
