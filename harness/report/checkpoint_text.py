@@ -28,7 +28,8 @@ def parity_text(report, described: str = "") -> str:
     else:
         parts.append(f"DIFFERS: {r.port} does not compute what {r.reference} computes on this checkpoint")
         for m in r.mistakes:
-            parts.append(f"  mistake: {m['name']}: {m['explanation']} (undone, the worst KL is {m['kl_undone']:.3g})")
+            parts.append(f"  mistake: {m['name']}: {m['explanation']} ({m.get('by', 'undone')}, the worst KL is "
+                         f"{m['kl_undone']:.3g})")
         if not r.mistakes and not r.metrics[0].ok:
             parts.append("  mistake: none of the classic porting mistakes, undone alone, makes the port agree")
         if r.divergence:

@@ -1,6 +1,7 @@
 """Naming a port's mistake on a checkpoint: each classic porting mistake undone on the
 port's side in turn (``FIXES``); the one after which the port agrees with the checkpoint's
-class names it."""
+class names it; a mistake no change on the port's side undoes (a config value ignored or read
+from the wrong field) is reproduced in the class instead (``CLASS_FIXES``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 
 from harness.base.config import ModelConfig
 from harness.porting.entries import Param, RopePermuted
+from harness.systems.checkpoint_class_fixes import CLASS_FIXES, class_with
 from harness.systems.checkpoint_sides import Comparison, build_side, canonical_weights, logprobs
 from harness.systems.parity import token_kl
 
@@ -154,7 +156,33 @@ FIXES = (
 
 def name_mistakes(c: Comparison, tokens: torch.Tensor, reference: torch.Tensor, bound: float) -> list[dict]:
     """Each fix after which the port agrees with the reference (worst KL within the bound),
-    with that KL; the untied-head fix only where the port kept a head at its init."""
+    with that KL; the untied-head fix only where the port kept a head at its init; then each
+    mistake reproduced in the class (``class_mistakes``)."""
+    return _port_fixes(c, tokens, reference, bound) + class_mistakes(c, tokens, bound)
+
+
+def class_mistakes(c: Comparison, tokens: torch.Tensor, bound: float) -> list[dict]:
+    """Each of ``CLASS_FIXES`` whose change, made in the class's config, makes the class compute
+    what the port, unchanged, computes (worst KL within the bound); the first candidate that
+    does, per fix."""
+    port = None
+    found = []
+    for fix in CLASS_FIXES:
+        for changes, detail in fix.candidates(c.cfg):
+            if port is None:
+                module, _ = build_side(c, c.port, c.dtype, canonical_weights(c, c.port, c.dtype))
+                port = logprobs(c.port, module, c.family, tokens)
+            changed, side = class_with(c, changes)
+            module, _ = build_side(changed, side, c.dtype, canonical_weights(changed, side, c.dtype))
+            kl = float(token_kl(logprobs(side, module, c.family, tokens), port).max())
+            if kl <= bound:
+                found.append({"name": fix.name, "explanation": f"{fix.explanation} {detail}", "kl_undone": kl,
+                              "by": "reproduced in the class"})
+                break
+    return found
+
+
+def _port_fixes(c: Comparison, tokens: torch.Tensor, reference: torch.Tensor, bound: float) -> list[dict]:
     found = []
     for fix in FIXES:
         if fix.name.startswith("untied head") and "head.weight" not in c.left_at_init:

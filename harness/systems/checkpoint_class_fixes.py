@@ -1,0 +1,110 @@
+"""Porting mistakes that no change on the port's side can undo: a port that ignores a config
+value (the sliding window, a soft cap) or reads it from the wrong field (``rope_theta``) is
+not changed by handing it another value. Such a mistake is named the other way round: the
+class is rebuilt with the mistake reproduced in its config (the window, the cap taken out;
+the RoPE base another one) and the port, unchanged, agrees with it.
+
+``CLASS_FIXES``: each a name, an explanation and the candidate changes to the model config
+(``ModelConfig`` fields) of a checkpoint that has the feature. A class built from the
+checkpoint's ``config.json`` gets them as its own config's fields (``sliding_window``,
+``attn_logit_softcapping``, ``final_logit_softcapping``, ``rope_parameters``); a registered
+reference gets the changed ``ModelConfig``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from harness.base.config import ModelConfig
+from harness.registry.checkpoints import hf_variant
+from harness.registry.hf_class import hf_class
+
+COMMON_BASES = (10000.0, 500000.0, 1000000.0)  # the defaults and the usual trained RoPE bases
+
+
+@dataclass(frozen=True)
+class ClassFix:
+    """``candidates(cfg)``: [(changes to the ModelConfig, what they say)], empty where the
+    checkpoint has no such feature."""
+
+    name: str
+    explanation: str
+    candidates: Callable[[ModelConfig], list[tuple[dict, str]]]
+
+
+def _window(cfg: ModelConfig) -> list[tuple[dict, str]]:
+    return [] if cfg.window is None else [({"window": None}, f"window {cfg.window})")]
+
+
+def _cap(field: str):
+    def candidates(cfg: ModelConfig) -> list[tuple[dict, str]]:
+        value = getattr(cfg, field)
+        return [({field: 0.0}, f"cap {value:g})")] if value else []
+    return candidates
+
+
+def _bases(cfg: ModelConfig) -> set[float]:
+    return {float(cfg.rope_base)} | {float(b) for _, b, _ in cfg.layer_rope}
+
+
+def _theta(cfg: ModelConfig) -> list[tuple[dict, str]]:
+    own = _bases(cfg)
+    shown = " / ".join(f"{b:g}" for b in sorted(own))
+    out = []
+    for base in sorted(set(COMMON_BASES) | own):
+        if own == {base} and not cfg.layer_rope:
+            continue
+        out.append(({"rope_base": base, "layer_rope": ()}, f"the port turns by {base:g} on every layer, "
+                    f"the class by {shown})"))
+    return out
+
+
+CLASS_FIXES = (
+    ClassFix("sliding window ignored", "the port attends to every earlier key where the class keeps only its "
+             "sliding window (read the config's sliding_window: ModelConfig.window / layer_window;", _window),
+    ClassFix("attention softcap dropped", "the port does not soft-cap attention scores (cap * tanh(s / cap): "
+             "attn_logit_softcapping, ModelConfig.softcap;", _cap("softcap")),
+    ClassFix("final logit softcap dropped", "the port does not soft-cap the logits (final_logit_softcapping, "
+             "ModelConfig.final_softcap;", _cap("final_softcap")),
+    ClassFix("rope_theta read from the wrong field", "the port's RoPE base is not the config's (rope_theta / "
+             "rope_parameters, ModelConfig.rope_base and layer_rope_of:", _theta),
+)
+
+
+def _hf_changed(hf: Any, changes: dict, cfg: ModelConfig) -> Any:
+    """A copy of the class's config with ``changes`` (ModelConfig fields) as its own fields."""
+    out = copy.deepcopy(hf)
+    if "window" in changes:  # longer than any sequence: every earlier key kept
+        out.sliding_window = max(cfg.max_positions or 0, 1 << 20)
+    if "softcap" in changes:
+        out.attn_logit_softcapping = None
+    if "final_softcap" in changes:
+        out.final_logit_softcapping = None
+    if "rope_base" in changes:
+        base = changes["rope_base"]
+        params = copy.deepcopy(getattr(out, "rope_parameters", None))
+        if isinstance(params, dict):
+            for p in ([params] if "rope_theta" in params or "rope_type" in params else params.values()):
+                if isinstance(p, dict):
+                    p["rope_theta"] = base
+            out.rope_parameters = params
+        if hasattr(out, "rope_theta"):
+            out.rope_theta = base
+    return out
+
+
+def class_with(c, changes: dict):
+    """(the comparison with its reference rebuilt from its config with ``changes``, the
+    reference side): the class built from ``config.json`` with them in that config, a registered
+    reference from the changed ModelConfig."""
+    cfg = dataclasses.replace(c.cfg, **changes)
+    side = c.reference
+    hf = c.cfg.class_config
+    if hf is not None and side.variant.id == hf_class(hf).__name__:
+        variant = hf_variant(_hf_changed(hf, changes, c.cfg), side.variant.family, side.variant.param_map)
+        side = dataclasses.replace(side, variant=variant)
+        return c, side
+    return dataclasses.replace(c, cfg=cfg), side
