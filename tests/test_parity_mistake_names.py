@@ -55,6 +55,13 @@ def folders(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def checkpoint_ports():
+    with scratch():
+        load_file(PORTS.parent / "checkpoint_ports.py")
+        yield
+
+
+@pytest.fixture(scope="module")
 def ports():
     with scratch():
         load_file(PORTS)
@@ -103,3 +110,66 @@ def test_the_name_in_the_command_output(folders, ports, capsys):
         assert main(["parity", str(folders["gemma3"]), "--port", "gemma3_nocap", "--length", "12"]) == 1
     out = capsys.readouterr().out
     assert "mistake: final logit softcap dropped" in out and "(reproduced in the class, the worst KL" in out
+
+
+# -- stress inputs: the features the checkpoint's own tokens do not reach -------------------------
+
+GEMMA2 = dict(head_dim=8, query_pre_attn_scalar=8, sliding_window=4)  # caps: Gemma 2's own 50 and 30
+
+
+@pytest.fixture(scope="module")
+def gemma2(tmp_path_factory):
+    CONFIGS["gemma2"] = lambda: transformers.Gemma2Config(**SMALL, **GEMMA2)
+    return _save("gemma2", tmp_path_factory.mktemp("stress") / "gemma2")
+
+
+def _gemma2_port(window: bool = True, softcap: bool = True) -> Variant:
+    """examples/checkpoint_ports.py's gemma2_port with the config's windows (it has none of
+    its own), and without its attention cap where ``softcap`` is False."""
+    from variants.llama import layer_windows
+    base = get_variant("llama_model", "gemma2_port")
+
+    def build(cfg):
+        model = base.build(cfg)
+        if window:
+            model.window, model.windows = None, layer_windows(cfg)
+        for layer in model.layers:
+            layer.self_attn.softcap = layer.self_attn.softcap if softcap else 0.0
+        return model
+    return dataclasses.replace(base, id=f"gemma2_window{window}_cap{softcap}", build=build)
+
+
+def _stressed(folder: Path, port, length: int = 16):
+    comparison = prepare(folder, port)
+    report = compare(comparison, sample_tokens(comparison.cfg, 3, length, seed=0))
+    return report, {s["feature"]: s for s in report.reached}
+
+
+def test_the_caps_are_reached_by_scaled_weights(gemma2, checkpoint_ports):
+    report, reached = _stressed(gemma2, _gemma2_port())
+    assert report.agrees and not report.mistakes, [(m.name, m.value) for m in report.metrics if not m.ok]
+    cap = reached["attention softcap 50"]
+    assert cap["reached"] and cap["how"].startswith("q scaled x")
+    assert reached["final logit softcap 30"]["reached"] and reached["sliding window (3, 0)"]["reached"]
+    stressed = [m for m in report.metrics if m.name == "per-token KL, attention softcap 50"]
+    assert len(stressed) == 1 and stressed[0].ok
+
+
+def test_a_cap_dropped_is_caught_and_named_on_the_stress(gemma2, checkpoint_ports):
+    report, _ = _stressed(gemma2, _gemma2_port(softcap=False))
+    plain = report.metrics[0]
+    stressed = next(m for m in report.metrics if m.name == "per-token KL, attention softcap 50")
+    assert plain.ok and not stressed.ok and not report.agrees  # the checkpoint's own scores stay below 50
+    assert [m["name"] for m in report.mistakes] == ["attention softcap dropped"]
+
+
+def test_sequences_longer_than_the_window(gemma2, checkpoint_ports):
+    """On 4-token sequences (no longer than the window) the port without a window agrees;
+    parity runs longer ones, catches it there and names it."""
+    report, reached = _stressed(gemma2, _gemma2_port(window=False), length=4)
+    window = reached["sliding window (3, 0)"]
+    assert window["reached"] and window["how"] == "sequences of 10 tokens" and window["shape"] == (3, 10)
+    assert report.metrics[0].ok and not report.agrees
+    assert [m["name"] for m in report.mistakes] == ["sliding window ignored"]
+    good, _ = _stressed(gemma2, _gemma2_port(), length=4)
+    assert good.agrees

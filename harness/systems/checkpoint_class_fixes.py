@@ -83,6 +83,10 @@ def _hf_changed(hf: Any, changes: dict, cfg: ModelConfig) -> Any:
         out.attn_logit_softcapping = None
     if "final_softcap" in changes:
         out.final_logit_softcapping = None
+    if "norm_eps" in changes:
+        for name in ("rms_norm_eps", "layer_norm_eps", "norm_eps", "layer_norm_epsilon"):
+            if getattr(out, name, None) is not None:
+                setattr(out, name, changes["norm_eps"])
     if "rope_base" in changes:
         base = changes["rope_base"]
         params = copy.deepcopy(getattr(out, "rope_parameters", None))

@@ -14,7 +14,7 @@ import torch
 from harness.base.config import ModelConfig
 from harness.porting.entries import Param, RopePermuted
 from harness.systems.checkpoint_class_fixes import CLASS_FIXES, class_with
-from harness.systems.checkpoint_sides import Comparison, build_side, canonical_weights, logprobs
+from harness.systems.checkpoint_sides import Comparison, build_side, canonical_weights, logprobs, run
 from harness.systems.parity import token_kl
 
 
@@ -154,14 +154,17 @@ FIXES = (
 )
 
 
-def name_mistakes(c: Comparison, tokens: torch.Tensor, reference: torch.Tensor, bound: float) -> list[dict]:
+def name_mistakes(c: Comparison, tokens: torch.Tensor, reference: torch.Tensor, bound: float,
+                  transform: Callable[[dict], dict] | None = None) -> list[dict]:
     """Each fix after which the port agrees with the reference (worst KL within the bound),
     with that KL; the untied-head fix only where the port kept a head at its init; then each
-    mistake reproduced in the class (``class_mistakes``)."""
-    return _port_fixes(c, tokens, reference, bound) + class_mistakes(c, tokens, bound)
+    mistake reproduced in the class (``class_mistakes``). ``transform``: the stress setting's
+    change to both sides' canonical weights (``checkpoint_stress``)."""
+    return _port_fixes(c, tokens, reference, bound, transform) + class_mistakes(c, tokens, bound, transform)
 
 
-def class_mistakes(c: Comparison, tokens: torch.Tensor, bound: float) -> list[dict]:
+def class_mistakes(c: Comparison, tokens: torch.Tensor, bound: float,
+                   transform: Callable[[dict], dict] | None = None) -> list[dict]:
     """Each of ``CLASS_FIXES`` whose change, made in the class's config, makes the class compute
     what the port, unchanged, computes (worst KL within the bound); the first candidate that
     does, per fix."""
@@ -170,11 +173,9 @@ def class_mistakes(c: Comparison, tokens: torch.Tensor, bound: float) -> list[di
     for fix in CLASS_FIXES:
         for changes, detail in fix.candidates(c.cfg):
             if port is None:
-                module, _ = build_side(c, c.port, c.dtype, canonical_weights(c, c.port, c.dtype))
-                port = logprobs(c.port, module, c.family, tokens)
+                port = run(c, c.port, tokens, transform)
             changed, side = class_with(c, changes)
-            module, _ = build_side(changed, side, c.dtype, canonical_weights(changed, side, c.dtype))
-            kl = float(token_kl(logprobs(side, module, c.family, tokens), port).max())
+            kl = float(token_kl(run(changed, side, tokens, transform), port).max())
             if kl <= bound:
                 found.append({"name": fix.name, "explanation": f"{fix.explanation} {detail}", "kl_undone": kl,
                               "by": "reproduced in the class"})
@@ -182,12 +183,14 @@ def class_mistakes(c: Comparison, tokens: torch.Tensor, bound: float) -> list[di
     return found
 
 
-def _port_fixes(c: Comparison, tokens: torch.Tensor, reference: torch.Tensor, bound: float) -> list[dict]:
+def _port_fixes(c: Comparison, tokens: torch.Tensor, reference: torch.Tensor, bound: float,
+                transform: Callable[[dict], dict] | None) -> list[dict]:
     found = []
     for fix in FIXES:
         if fix.name.startswith("untied head") and "head.weight" not in c.left_at_init:
             continue
         weights = canonical_weights(c, c.port, c.dtype)
+        weights = weights if transform is None else transform(weights)
         if fix.weights is not None:
             weights = fix.weights(weights, c.cfg)
             if weights is None:

@@ -56,9 +56,11 @@ from harness.systems.checkpoint_sides import (
     logprobs,
     prepare,
     read_token_file,
+    run,
     sample_tokens,
     tokenize,
 )
+from harness.systems.checkpoint_stress import stresses
 from harness.systems.parity import KL_BOUND, TOP_K, token_kl, topk_overlap
 
 __all__ = ["DTYPES", "FAMILIES", "KL_BOUND", "ParityReport", "compare", "prepare", "read_token_file",
@@ -116,6 +118,7 @@ class ParityReport:
     mistakes: list = field(default_factory=list)      # [{name, explanation, kl_undone}]: see name_mistakes
     divergence: str = ""
     notes: list = field(default_factory=list)
+    reached: list = field(default_factory=list)       # [{feature, how, reached, kl_removed, shape}]: see stresses
 
     @property
     def agrees(self) -> bool:
@@ -265,9 +268,34 @@ def _compare(c: Comparison, tokens: torch.Tensor, prompt: int, steps: int | None
             f"the checkpoint holds no tensor for {', '.join(c.left_at_init)} (saved once, tied to "
             f"{', '.join(sorted({c.reader.entries[n].to for n in c.left_at_init}))}); the port keeps its own "
             "parameter there at its initial values, as loading the checkpoint by name leaves it")
+    failing = _stressed(c, report, tokens, bound, bound_text)
     if explain and not report.agrees and not metrics[0].ok:
         report.mistakes = name_mistakes(c, tokens, la, bound)
+    elif explain and failing is not None:
+        stress, reference = failing
+        report.mistakes = name_mistakes(c, stress.tokens, reference, bound, stress.transform)
     return report
+
+
+def _stressed(c: Comparison, report: ParityReport, tokens: torch.Tensor, bound: float, bound_text: str):
+    """Each declared feature's setting (``stresses``) in ``report.reached``; where the tokens as
+    given do not reach it, a per-token KL metric on the setting that does. (the first failing
+    stress, the reference's log-probabilities there) or None."""
+    failing = None
+    found = stresses(c, tokens, bound)
+    report.reached = [s.as_dict() for s in found]
+    for s in found:
+        if not s.reached or (s.transform is None and s.tokens is tokens):
+            continue
+        reference = run(c, c.reference, s.tokens, s.transform)
+        kl = token_kl(reference, run(c, c.port, s.tokens, s.transform))
+        worst = float(kl.max())
+        r, t = divmod(int(kl.argmax()), kl.shape[1])
+        report.metrics.append(Metric(f"per-token KL, {s.feature}", _verdict(worst <= bound),
+                                     f"worst {worst:.3g} at row {r}, position {t} ({s.how})", bound_text))
+        if worst > bound and failing is None:
+            failing = (s, reference)
+    return failing
 
 
 def _verdict(ok: bool) -> Verdict:
