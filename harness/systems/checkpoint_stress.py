@@ -60,16 +60,23 @@ def _queries(w: dict) -> list[str]:
     return [n for n in out if n in w]
 
 
+def _tied(c: Comparison) -> bool:
+    return "head.weight" not in c.reader.entries or not c.reader.held("head.weight")
+
+
 def _head(c: Comparison) -> Callable[[dict], list[str]]:
-    tied = not c.reader.held("head.weight") if "head.weight" in c.reader.entries else True
-    return lambda w: [n for n in (("embed.weight", "head.weight") if tied else ("head.weight",)) if n in w]
+    """The head (and the embedding it is tied to: one tensor)."""
+    names = ("embed.weight", "head.weight") if _tied(c) else ("head.weight",)
+    return lambda w: [n for n in names if n in w]
+
+
+def _embedding(c: Comparison) -> Callable[[dict], list[str]]:
+    """The embedding (and the head tied to it: one tensor)."""
+    names = ("embed.weight", "head.weight") if _tied(c) else ("embed.weight",)
+    return lambda w: [n for n in names if n in w]
 
 
 Setting = tuple[str, torch.Tensor, "Transform | None"]
-
-
-def _embedding(w: dict) -> list[str]:
-    return ["embed.weight"]
 
 
 def _features(c: Comparison, tokens: torch.Tensor) -> list[tuple[str, dict, list[Setting]]]:
@@ -97,7 +104,7 @@ def _features(c: Comparison, tokens: torch.Tensor) -> list[tuple[str, dict, list
                     scaled("head", _head(c), SCALES)))
     if c.family == "llama_model" and "embed.weight" in c.reader.entries:
         out.append((f"norm eps {cfg.norm_eps:g}", {"norm_eps": cfg.norm_eps * 10},
-                    scaled("embedding", _embedding, SHRINKS)))
+                    scaled("embedding", _embedding(c), SHRINKS)))
     return out
 
 
