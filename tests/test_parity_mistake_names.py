@@ -173,3 +173,38 @@ def test_sequences_longer_than_the_window(gemma2, checkpoint_ports):
     assert [m["name"] for m in report.mistakes] == ["sliding window ignored"]
     good, _ = _stressed(gemma2, _gemma2_port(), length=4)
     assert good.agrees
+
+
+# -- a cache that does not offset positions ---------------------------------------------------------
+
+def _step_from_zero(model, state, ys):
+    """llama_step with the mistake: the tokens it feeds numbered from 0 each call."""
+    from variants.llama import positions_of
+    k, fed = ys.shape[1], state["fed"]
+    pad = torch.ones_like(ys, dtype=torch.bool)
+    if state["cache"] is None:
+        return model(ys, pad, positions_of(pad))[:, -1]
+    state["fed"] = k
+    return model(ys[:, fed:], pad[:, fed:], positions_of(pad[:, fed:]), cache=state["cache"])[:, -1]
+
+
+def _step_one_ahead(model, state, ys):
+    """Another cache mistake (each step's positions one too far), not to be named so."""
+    from variants.llama import positions_of
+    k, fed = ys.shape[1], state["fed"]
+    pad = torch.ones_like(ys, dtype=torch.bool)
+    state["fed"] = k
+    return model(ys[:, fed:], pad[:, fed:], positions_of(pad)[:, fed:] + (fed > 0), cache=state["cache"])[:, -1]
+
+
+@pytest.mark.parametrize("step, named", [(None, False), (_step_from_zero, True), (_step_one_ahead, False)])
+def test_a_cache_that_does_not_offset_positions_is_named(folders, step, named):
+    from harness.families.models import DECODINGS
+    correct = DECODINGS["llama_model/llama_model"]
+    decoding = correct if step is None else dataclasses.replace(correct, step=step)
+    comparison = prepare(folders["llama"], "llama_model", port_decoding=decoding)
+    report = compare(comparison, sample_tokens(comparison.cfg, 2, 12, seed=0))
+    port = [c for c in report.cache if c.side == "port"]
+    assert len(port) == 2 and all(c.ok for c in port) is (step is None)
+    assert [m["name"] for m in report.mistakes] == (["KV cache does not offset positions"] if named else [])
+    assert report.metrics[0].ok  # the full forward is right: only the cache is wrong

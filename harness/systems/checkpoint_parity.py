@@ -92,6 +92,7 @@ class CacheCheck:
     max_abs: float
     first_bad: str        # "call k (position p)" or ""
     ok: bool
+    mistake: dict | None = None   # a cache that does not offset positions: see _positions_restarted
 
 
 @dataclass
@@ -170,9 +171,36 @@ def _cache_checks(side: Side, runs: Mapping[torch.dtype, Any], family: str, toke
         bad = [i for i, ch in enumerate(checks) if not Verdict(ch.verdict).agrees]
         first = "" if not bad else f"call {bad[0] + 1} ({lengths[bad[0]]} tokens fed, position {lengths[bad[0]] - 1})"
         verdict = Verdict.worst(ch.verdict for ch in checks)
+        mistake = _positions_restarted(side, runs, family, tokens, lengths, results, dtype, base) if bad else None
         out.append(CacheCheck(side.role, side.name, schedule, verdict, max(ch.max_abs for ch in checks), first,
-                              not bad))
+                              not bad, mistake))
     return out
+
+
+def _positions_restarted(side: Side, runs: Mapping[torch.dtype, Any], family: str, tokens: torch.Tensor,
+                         lengths: list[int], results: dict, dtype: torch.dtype, base: torch.dtype) -> dict | None:
+    """A cache that does not offset positions, named by reproducing it in ``side``'s own full
+    forward: fed positions restarting at 0 with each call's tokens (what a step that numbers
+    only the tokens it feeds gives RoPE), it agrees with every cached call. None where it
+    does not, or where the family's call takes no positions."""
+    if family != "llama_model":
+        return None
+    starts = [0] + lengths[:-1]
+    positions = torch.cat([torch.arange(end - start) for start, end in zip(starts, lengths)])
+    inputs = {**inputs_of(family, tokens), "positions": positions.expand_as(tokens).contiguous()}
+    full = {}
+    with torch.no_grad():
+        for dt in (dtype, base):
+            full[dt] = side.variant.call(runs[dt][0], inputs).double()
+    checks = [compare_tensors(results[dtype][i], full[dtype][:, k - 1], results[base][i], full[base][:, k - 1], dtype)
+              for i, k in enumerate(lengths)]
+    if not all(Verdict(ch.verdict).agrees for ch in checks):
+        return None
+    kl = max(float(token_kl(full[dtype][:, k - 1], results[dtype][i]).max()) for i, k in enumerate(lengths))
+    return {"name": "KV cache does not offset positions",
+            "explanation": f"the {side.role}'s cached calls give RoPE positions counted from 0 in each call's new "
+                           "tokens, not from the tokens the cache already holds (its step must pass positions "
+                           "fed .. k-1)", "kl_undone": kl, "by": f"reproduced in the {side.role}'s full forward"}
 
 
 def compare(comparison: Comparison, tokens: torch.Tensor, *, prompt: int = 2, steps: int | None = None,
@@ -274,6 +302,8 @@ def _compare(c: Comparison, tokens: torch.Tensor, prompt: int, steps: int | None
     elif explain and failing is not None:
         stress, reference = failing
         report.mistakes = name_mistakes(c, stress.tokens, reference, bound, stress.transform)
+    if explain:
+        report.mistakes += list({ch.mistake["name"]: ch.mistake for ch in cache if ch.mistake}.values())
     return report
 
 
