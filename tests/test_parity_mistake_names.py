@@ -27,6 +27,7 @@ CONFIGS = {
     "gemma3": lambda: transformers.Gemma3TextConfig(
         **SMALL, head_dim=8, sliding_window=4, query_pre_attn_scalar=8, final_logit_softcapping=3.0,
         layer_types=["sliding_attention", "full_attention"]),
+    "qwen3": lambda: transformers.Qwen3Config(**SMALL, head_dim=8),
     "llama": lambda: transformers.LlamaConfig(**SMALL, rope_parameters={"rope_type": "default",
                                                                          "rope_theta": 1e6}),
 }
@@ -208,3 +209,36 @@ def test_a_cache_that_does_not_offset_positions_is_named(folders, step, named):
     assert len(port) == 2 and all(c.ok for c in port) is (step is None)
     assert [m["name"] for m in report.mistakes] == (["KV cache does not offset positions"] if named else [])
     assert report.metrics[0].ok  # the full forward is right: only the cache is wrong
+
+
+# -- q/k norm after RoPE ----------------------------------------------------------------------------
+
+def _norms_after_rope(port: str, monkeypatch) -> Variant:
+    """``port`` (its attention variants/llama.py's LlamaAttention with per-head q/k norms) with
+    the norms moved after RoPE: not applied where the attention applies them, applied to the
+    rotated q and k that reach its ``eager`` product."""
+    import variants.llama as llama
+    base, state, product = get_variant("llama_model", port), {"attention": None}, llama.eager
+
+    def eager(q, k, v, keep, *args):
+        a = state["attention"]
+        return product(a.q_norm(q), a.k_norm(k), v, keep, *args)
+
+    def build(cfg):
+        model = base.build(cfg)
+        for layer in model.layers:
+            layer.self_attn.qk_norm = "moved"
+            layer.self_attn.register_forward_pre_hook(lambda m, args, kwargs=None: state.__setitem__("attention", m))
+        return model
+    monkeypatch.setattr(llama, "eager", eager)
+    return dataclasses.replace(base, id=port + "_norm_after_rope", build=build)
+
+
+@pytest.mark.parametrize("kind, port, loaded", [("qwen3", "qwen3_port", "checkpoint_ports"),
+                                                ("gemma3", "gemma3_port", "ports")])
+def test_a_qk_norm_after_rope_is_named(folders, request, monkeypatch, kind, port, loaded):
+    request.getfixturevalue(loaded)
+    good, names = _names(folders[kind], port)
+    assert good.agrees and names == []
+    report, names = _names(folders[kind], _norms_after_rope(port, monkeypatch))
+    assert not report.agrees and names == ["q/k norm after RoPE"]

@@ -9,14 +9,23 @@ the RoPE base another one) and the port, unchanged, agrees with it.
 checkpoint's ``config.json`` gets them as its own config's fields (``sliding_window``,
 ``attn_logit_softcapping``, ``final_logit_softcapping``, ``rope_parameters``); a registered
 reference gets the changed ``ModelConfig``.
+
+A q/k norm applied after RoPE where the class applies it before is no config value: it is
+reproduced by running the class's own attention in the other order (``norms_after_rope``:
+its per-head ``q_norm``/``k_norm`` made the identity where the class calls them, and applied to
+what its ``apply_rotary_pos_emb`` returns).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+from torch import nn
 
 from harness.base.config import ModelConfig
 from harness.registry.checkpoints import hf_variant
@@ -112,3 +121,59 @@ def class_with(c, changes: dict):
         side = dataclasses.replace(side, variant=variant)
         return c, side
     return dataclasses.replace(c, cfg=cfg), side
+
+
+QK_NORM_AFTER_ROPE = ("q/k norm after RoPE", "the port normalises q and k after rotating them (RoPE); the class "
+                      "normalises them first (q_norm / k_norm, then the rotation): RMS is the same either way, the "
+                      "gains are not")
+
+
+def _qk_attentions(module: nn.Module) -> list[nn.Module]:
+    """The class's attention modules with per-head q/k norms (gain over the head width) and a
+    module-level ``apply_rotary_pos_emb`` to wrap; empty where it has none."""
+    out = []
+    for m in module.modules():
+        q, k, d = getattr(m, "q_norm", None), getattr(m, "k_norm", None), getattr(m, "head_dim", None)
+        if not (isinstance(q, nn.Module) and isinstance(k, nn.Module) and isinstance(d, int)):
+            continue
+        gains = [getattr(n, "weight", None) for n in (q, k)]
+        if any(g is None or g.shape[-1] != d for g in gains):
+            return []
+        if not hasattr(sys.modules.get(type(m).__module__), "apply_rotary_pos_emb"):
+            return []
+        out.append(m)
+    return out
+
+
+@contextmanager
+def norms_after_rope(module: nn.Module) -> Iterator[bool]:
+    """Within: the class ``module`` (a transformers model) normalises q and k after RoPE.
+    Yields False (nothing changed) where its attention has no per-head q/k norm to move."""
+    attentions = _qk_attentions(module)
+    if not attentions:
+        yield False
+        return
+    state: dict[str, Any] = {"attention": None, "bypass": False}
+    namespace = sys.modules[type(attentions[0]).__module__]
+    rotate = namespace.apply_rotary_pos_emb
+
+    def rotated(q, k, *args, **kwargs):
+        q, k = rotate(q, k, *args, **kwargs)
+        attention, state["bypass"] = state["attention"], True
+        try:
+            return attention.q_norm(q), attention.k_norm(k)
+        finally:
+            state["bypass"] = False
+
+    handles = []
+    for a in attentions:
+        handles.append(a.register_forward_pre_hook(lambda m, args: state.__setitem__("attention", m)))
+        for norm in (a.q_norm, a.k_norm):
+            handles.append(norm.register_forward_hook(lambda m, args, out: out if state["bypass"] else args[0]))
+    namespace.apply_rotary_pos_emb = rotated
+    try:
+        yield True
+    finally:
+        namespace.apply_rotary_pos_emb = rotate
+        for h in handles:
+            h.remove()

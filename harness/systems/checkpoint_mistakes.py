@@ -13,7 +13,7 @@ import torch
 
 from harness.base.config import ModelConfig
 from harness.porting.entries import Param, RopePermuted
-from harness.systems.checkpoint_class_fixes import CLASS_FIXES, class_with
+from harness.systems.checkpoint_class_fixes import CLASS_FIXES, QK_NORM_AFTER_ROPE, class_with, norms_after_rope
 from harness.systems.checkpoint_sides import Comparison, build_side, canonical_weights, logprobs, run
 from harness.systems.parity import token_kl
 
@@ -180,7 +180,23 @@ def class_mistakes(c: Comparison, tokens: torch.Tensor, bound: float,
                 found.append({"name": fix.name, "explanation": f"{fix.explanation} {detail}", "kl_undone": kl,
                               "by": "reproduced in the class"})
                 break
-    return found
+    return found + _norm_order(c, tokens, bound, transform)
+
+
+def _norm_order(c: Comparison, tokens: torch.Tensor, bound: float, transform) -> list[dict]:
+    """q/k norm after RoPE: the class run with its norms moved after the rotation agrees with
+    the port (``norms_after_rope``); nothing where the class has no such norm."""
+    weights = canonical_weights(c, c.reference, c.dtype)
+    module, _ = build_side(c, c.reference, c.dtype, weights if transform is None else transform(weights))
+    with norms_after_rope(module) as moved:
+        if not moved:
+            return []
+        reference = logprobs(c.reference, module, c.family, tokens)
+    kl = float(token_kl(reference, run(c, c.port, tokens, transform)).max())
+    if kl > bound:
+        return []
+    name, explanation = QK_NORM_AFTER_ROPE
+    return [{"name": name, "explanation": explanation, "kl_undone": kl, "by": "reproduced in the class"}]
 
 
 def _port_fixes(c: Comparison, tokens: torch.Tensor, reference: torch.Tensor, bound: float,

@@ -25,8 +25,12 @@ measures on real token sequences:
 Where the port does not agree, each classic porting mistake is undone in turn (``FIXES``:
 the q/k rows' RoPE permutation, K/V heads tiled instead of grouped, a norm gain 1 + w read
 as w, a missing embedding scale, an untied head the checkpoint holds no tensor for); the
-one after which the port agrees with the reference names the mistake. ``harness.trace``
-adds the first diverging sub-module on the same weights.
+one after which the port agrees with the reference names the mistake; a config value the
+port ignores or misreads (the window, a soft cap, the RoPE base) and a q/k norm after RoPE
+are reproduced in the class instead (``checkpoint_class_fixes``), and a cache that does not
+offset positions in the side's own full forward. Each feature the config declares is reached
+by the tokens or by a stress setting (``checkpoint_stress``), with a per-token KL there.
+``harness.trace`` adds the first diverging sub-module on the same weights.
 
 A canonical tensor the checkpoint does not hold (a tied head saved once) that the port
 keeps as a parameter of its own is left at the port's initial values, as loading the

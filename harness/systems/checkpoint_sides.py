@@ -269,7 +269,7 @@ def canonical_weights(comparison: Comparison, side: Side, dtype: torch.dtype) ->
 
 def run(comparison: Comparison, side: Side, tokens: torch.Tensor, transform: Callable[[dict], dict] | None = None):
     """(B, T, V) log-probabilities of ``side`` on its canonical weights (``transform``: changed
-    first, as the comparison's stress settings change both sides')."""
+    first, as the stress settings of checkpoint_stress change both sides)."""
     w = canonical_weights(comparison, side, comparison.dtype)
     module, _ = build_side(comparison, side, comparison.dtype, w if transform is None else transform(w))
     return logprobs(side, module, comparison.family, tokens)
