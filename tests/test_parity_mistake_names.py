@@ -242,3 +242,13 @@ def test_a_qk_norm_after_rope_is_named(folders, request, monkeypatch, kind, port
     assert good.agrees and names == []
     report, names = _names(folders[kind], _norms_after_rope(port, monkeypatch))
     assert not report.agrees and names == ["q/k norm after RoPE"]
+
+
+def test_stress_rows_in_bfloat16_hold_the_setting_to_its_own_rounding(gemma2, checkpoint_ports):
+    """Scaled weights round differently: each stress row's bound is the class's own bfloat16
+    KL against its float32 run on that setting; a correct port stays clean."""
+    comparison = prepare(gemma2, _gemma2_port(), dtype="bfloat16")
+    report = compare(comparison, sample_tokens(comparison.cfg, 3, 16, seed=0))
+    stressed = [m for m in report.metrics if m.name.startswith("per-token KL, ")]
+    assert report.agrees and stressed and all("on this setting" in m.bound for m in stressed)
+    assert {s["feature"] for s in report.reached} >= {"attention softcap 50", "final logit softcap 30"}
