@@ -155,7 +155,7 @@ def norms_after_rope(module: nn.Module) -> Iterator[bool]:
         return
     state: dict[str, Any] = {"attention": None, "bypass": False}
     namespace = sys.modules[type(attentions[0]).__module__]
-    rotate = namespace.apply_rotary_pos_emb
+    rotate = getattr(namespace, "apply_rotary_pos_emb")
 
     def rotated(q, k, *args, **kwargs):
         q, k = rotate(q, k, *args, **kwargs)
@@ -170,10 +170,10 @@ def norms_after_rope(module: nn.Module) -> Iterator[bool]:
         handles.append(a.register_forward_pre_hook(lambda m, args: state.__setitem__("attention", m)))
         for norm in (a.q_norm, a.k_norm):
             handles.append(norm.register_forward_hook(lambda m, args, out: out if state["bypass"] else args[0]))
-    namespace.apply_rotary_pos_emb = rotated
+    setattr(namespace, "apply_rotary_pos_emb", rotated)
     try:
         yield True
     finally:
-        namespace.apply_rotary_pos_emb = rotate
+        setattr(namespace, "apply_rotary_pos_emb", rotate)
         for h in handles:
             h.remove()

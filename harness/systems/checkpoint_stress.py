@@ -15,7 +15,7 @@ and a feature no setting reaches is said.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -76,21 +76,22 @@ def _embedding(c: Comparison) -> Callable[[dict], list[str]]:
     return lambda w: [n for n in names if n in w]
 
 
-Setting = tuple[str, torch.Tensor, "Transform | None"]
+Setting = tuple[str, torch.Tensor, Optional[Transform]]
 
 
 def _features(c: Comparison, tokens: torch.Tensor) -> list[tuple[str, dict, list[Setting]]]:
     """(feature, the config change that takes it out, the settings to try) of each declared one."""
-    cfg, plain = c.cfg, ("the tokens as given", tokens, None)
+    cfg = c.cfg
+    plain: Setting = ("the tokens as given", tokens, None)
     by_weights = c.shapes is None and c.family == "llama_model"
 
     def scaled(what: str, names, factors) -> list[Setting]:
         return [plain] + ([(f"{what} scaled x{f:g}", tokens, _scaled(names, f)) for f in factors] if by_weights
                           else [])
 
-    out = []
+    out: list[tuple[str, dict, list[Setting]]] = []
     if cfg.window is not None:
-        settings = [plain]
+        settings: list[Setting] = [plain]
         limit = cfg.max_positions or 4 * (cfg.window[0] + 2)
         length = min(limit, max(2 * (cfg.window[0] + 2), tokens.shape[1]))
         if length > tokens.shape[1]:
