@@ -252,3 +252,19 @@ def test_stress_rows_in_bfloat16_hold_the_setting_to_its_own_rounding(gemma2, ch
     stressed = [m for m in report.metrics if m.name.startswith("per-token KL, ")]
     assert report.agrees and stressed and all("on this setting" in m.bound for m in stressed)
     assert {s["feature"] for s in report.reached} >= {"attention softcap 50", "final logit softcap 30"}
+
+
+def test_a_registered_class_gets_the_mistake_through_its_model_config(tmp_path):
+    """A state_dict of a registered variant (no config.json): the class fix reaches it as a
+    changed ModelConfig (rope_base); the mistaken port is named, the correct one is clean."""
+    from harness.base.config import ModelConfig
+    from harness.registry import build
+    sizes = dict(layers=2, d_model=32, heads=4, kv_heads=2, d_ff=64, vocab=96, rope_base=1e6)
+    module, _ = build(get_variant("llama_model", "llama_model"), ModelConfig(**sizes))
+    torch.save(module.state_dict(), tmp_path / "model.pt")
+    for port, names in ((_wrong("llama_model", rope_base=10000.0), ["rope_theta read from the wrong field"]),
+                        ("llama_model", [])):
+        comparison = prepare(tmp_path / "model.pt", port, reference="llama_model", family="llama_model",
+                             changes=sizes)
+        report = compare(comparison, sample_tokens(comparison.cfg, 2, 16, seed=0))
+        assert [m["name"] for m in report.mistakes] == names and report.agrees == (not names)
