@@ -97,7 +97,9 @@ def _features(c: Comparison, tokens: torch.Tensor) -> list[tuple[str, dict, list
         if length > tokens.shape[1]:
             longer = sample_tokens(cfg, tokens.shape[0], length, seed=cfg.seed + 1)
             settings.append((f"sequences of {length} tokens", longer, None))
-        out.append((f"sliding window {cfg.window}", {"window": None}, settings))
+        inert = cfg.max_positions is not None and cfg.window[0] + 1 >= cfg.max_positions
+        spans = f" (it spans all {cfg.max_positions} positions the class takes)" if inert else ""
+        out.append((f"sliding window {cfg.window}{spans}", {"window": None}, settings))
     if cfg.softcap:
         out.append((f"attention softcap {cfg.softcap:g}", {"softcap": 0.0}, scaled("q", _queries, SCALES)))
     if cfg.final_softcap:
