@@ -10,7 +10,13 @@ def parity_text(report, described: str = "") -> str:
     r = report
     head = [f"checkpoint {described or r.checkpoint} ({r.family}): {r.reference} (the checkpoint's class) vs "
             f"{r.port} (the port), {r.dtype}",
-            f"tokens: {r.tokens}, {r.shape[0]} sequences x {r.shape[1]}", ""]
+            f"tokens: {r.tokens}, {r.shape[0]} sequences x {r.shape[1]}"]
+    if r.reached:
+        head.append("features reached: " + "; ".join(
+            f"{s['feature']} by {s['how']}" if s["reached"] else
+            f"{s['feature']} NOT reached (taken out, the class's worst KL is {s['kl_removed']:.3g})"
+            for s in r.reached))
+    head.append("")
     rows = [(m.name, str(m.verdict), m.value, m.bound) for m in r.metrics]
     parts = head + [tabulate(rows, headers=("metric", "verdict", "measured", "bound"))]
     details = [f"  {m.name}: {m.detail}" for m in r.metrics if m.detail]
@@ -28,8 +34,9 @@ def parity_text(report, described: str = "") -> str:
     else:
         parts.append(f"DIFFERS: {r.port} does not compute what {r.reference} computes on this checkpoint")
         for m in r.mistakes:
-            parts.append(f"  mistake: {m['name']}: {m['explanation']} (undone, the worst KL is {m['kl_undone']:.3g})")
-        if not r.mistakes and not r.metrics[0].ok:
+            parts.append(f"  mistake: {m['name']}: {m['explanation']} ({m.get('by', 'undone')}, the worst KL is "
+                         f"{m['kl_undone']:.3g})")
+        if not r.mistakes and any(not m.ok for m in r.metrics if m.name.startswith("per-token KL")):
             parts.append("  mistake: none of the classic porting mistakes, undone alone, makes the port agree")
         if r.divergence:
             parts.append(f"  first divergence: {r.divergence}")

@@ -1,6 +1,7 @@
 """Naming a port's mistake on a checkpoint: each classic porting mistake undone on the
 port's side in turn (``FIXES``); the one after which the port agrees with the checkpoint's
-class names it."""
+class names it; a mistake no change on the port's side undoes (a config value ignored or read
+from the wrong field) is reproduced in the class instead (``CLASS_FIXES``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import torch
 
 from harness.base.config import ModelConfig
 from harness.porting.entries import Param, RopePermuted
-from harness.systems.checkpoint_sides import Comparison, build_side, canonical_weights, logprobs
+from harness.systems.checkpoint_class_fixes import CLASS_FIXES, QK_NORM_AFTER_ROPE, class_with, norms_after_rope
+from harness.systems.checkpoint_sides import Comparison, build_side, canonical_weights, logprobs, run
 from harness.systems.parity import token_kl
 
 
@@ -152,14 +154,59 @@ FIXES = (
 )
 
 
-def name_mistakes(c: Comparison, tokens: torch.Tensor, reference: torch.Tensor, bound: float) -> list[dict]:
+def name_mistakes(c: Comparison, tokens: torch.Tensor, reference: torch.Tensor, bound: float,
+                  transform: Callable[[dict], dict] | None = None) -> list[dict]:
     """Each fix after which the port agrees with the reference (worst KL within the bound),
-    with that KL; the untied-head fix only where the port kept a head at its init."""
+    with that KL; the untied-head fix only where the port kept a head at its init; then each
+    mistake reproduced in the class (``class_mistakes``). ``transform``: the stress setting's
+    change to both sides' canonical weights (``checkpoint_stress``)."""
+    return _port_fixes(c, tokens, reference, bound, transform) + class_mistakes(c, tokens, bound, transform)
+
+
+def class_mistakes(c: Comparison, tokens: torch.Tensor, bound: float,
+                   transform: Callable[[dict], dict] | None = None) -> list[dict]:
+    """Each of ``CLASS_FIXES`` whose change, made in the class's config, makes the class compute
+    what the port, unchanged, computes (worst KL within the bound); the first candidate that
+    does, per fix."""
+    port = None
+    found = []
+    for fix in CLASS_FIXES:
+        for changes, detail in fix.candidates(c.cfg):
+            if port is None:
+                port = run(c, c.port, tokens, transform)
+            changed, side = class_with(c, changes)
+            kl = float(token_kl(run(changed, side, tokens, transform), port).max())
+            if kl <= bound:
+                found.append({"name": fix.name, "explanation": f"{fix.explanation} {detail}", "kl_undone": kl,
+                              "by": "reproduced in the class"})
+                break
+    return found + _norm_order(c, tokens, bound, transform)
+
+
+def _norm_order(c: Comparison, tokens: torch.Tensor, bound: float, transform) -> list[dict]:
+    """q/k norm after RoPE: the class run with its norms moved after the rotation agrees with
+    the port (``norms_after_rope``); nothing where the class has no such norm."""
+    weights = canonical_weights(c, c.reference, c.dtype)
+    module, _ = build_side(c, c.reference, c.dtype, weights if transform is None else transform(weights))
+    with norms_after_rope(module) as moved:
+        if not moved:
+            return []
+        reference = logprobs(c.reference, module, c.family, tokens)
+    kl = float(token_kl(reference, run(c, c.port, tokens, transform)).max())
+    if kl > bound:
+        return []
+    name, explanation = QK_NORM_AFTER_ROPE
+    return [{"name": name, "explanation": explanation, "kl_undone": kl, "by": "reproduced in the class"}]
+
+
+def _port_fixes(c: Comparison, tokens: torch.Tensor, reference: torch.Tensor, bound: float,
+                transform: Callable[[dict], dict] | None) -> list[dict]:
     found = []
     for fix in FIXES:
         if fix.name.startswith("untied head") and "head.weight" not in c.left_at_init:
             continue
         weights = canonical_weights(c, c.port, c.dtype)
+        weights = weights if transform is None else transform(weights)
         if fix.weights is not None:
             weights = fix.weights(weights, c.cfg)
             if weights is None:

@@ -25,8 +25,12 @@ measures on real token sequences:
 Where the port does not agree, each classic porting mistake is undone in turn (``FIXES``:
 the q/k rows' RoPE permutation, K/V heads tiled instead of grouped, a norm gain 1 + w read
 as w, a missing embedding scale, an untied head the checkpoint holds no tensor for); the
-one after which the port agrees with the reference names the mistake. ``harness.trace``
-adds the first diverging sub-module on the same weights.
+one after which the port agrees with the reference names the mistake; a config value the
+port ignores or misreads (the window, a soft cap, the RoPE base) and a q/k norm after RoPE
+are reproduced in the class instead (``checkpoint_class_fixes``), and a cache that does not
+offset positions in the side's own full forward. Each feature the config declares is reached
+by the tokens or by a stress setting (``checkpoint_stress``), with a per-token KL there.
+``harness.trace`` adds the first diverging sub-module on the same weights.
 
 A canonical tensor the checkpoint does not hold (a tied head saved once) that the port
 keeps as a parameter of its own is left at the port's initial values, as loading the
@@ -35,6 +39,7 @@ checkpoint by name leaves it, and said.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
@@ -56,9 +61,11 @@ from harness.systems.checkpoint_sides import (
     logprobs,
     prepare,
     read_token_file,
+    run,
     sample_tokens,
     tokenize,
 )
+from harness.systems.checkpoint_stress import stresses
 from harness.systems.parity import KL_BOUND, TOP_K, token_kl, topk_overlap
 
 __all__ = ["DTYPES", "FAMILIES", "KL_BOUND", "ParityReport", "compare", "prepare", "read_token_file",
@@ -90,6 +97,7 @@ class CacheCheck:
     max_abs: float
     first_bad: str        # "call k (position p)" or ""
     ok: bool
+    mistake: dict | None = None   # a cache that does not offset positions: see _positions_restarted
 
 
 @dataclass
@@ -116,6 +124,7 @@ class ParityReport:
     mistakes: list = field(default_factory=list)      # [{name, explanation, kl_undone}]: see name_mistakes
     divergence: str = ""
     notes: list = field(default_factory=list)
+    reached: list = field(default_factory=list)       # [{feature, how, reached, kl_removed, shape}]: see stresses
 
     @property
     def agrees(self) -> bool:
@@ -167,9 +176,36 @@ def _cache_checks(side: Side, runs: Mapping[torch.dtype, Any], family: str, toke
         bad = [i for i, ch in enumerate(checks) if not Verdict(ch.verdict).agrees]
         first = "" if not bad else f"call {bad[0] + 1} ({lengths[bad[0]]} tokens fed, position {lengths[bad[0]] - 1})"
         verdict = Verdict.worst(ch.verdict for ch in checks)
+        mistake = _positions_restarted(side, runs, family, tokens, lengths, results, dtype, base) if bad else None
         out.append(CacheCheck(side.role, side.name, schedule, verdict, max(ch.max_abs for ch in checks), first,
-                              not bad))
+                              not bad, mistake))
     return out
+
+
+def _positions_restarted(side: Side, runs: Mapping[torch.dtype, Any], family: str, tokens: torch.Tensor,
+                         lengths: list[int], results: dict, dtype: torch.dtype, base: torch.dtype) -> dict | None:
+    """A cache that does not offset positions, named by reproducing it in ``side``'s own full
+    forward: fed positions restarting at 0 with each call's tokens (what a step that numbers
+    only the tokens it feeds gives RoPE), it agrees with every cached call. None where it
+    does not, or where the family's call takes no positions."""
+    if family != "llama_model":
+        return None
+    starts = [0] + lengths[:-1]
+    positions = torch.cat([torch.arange(end - start) for start, end in zip(starts, lengths)])
+    inputs = {**inputs_of(family, tokens), "positions": positions.expand_as(tokens).contiguous()}
+    full = {}
+    with torch.no_grad():
+        for dt in (dtype, base):
+            full[dt] = side.variant.call(runs[dt][0], inputs).double()
+    checks = [compare_tensors(results[dtype][i], full[dtype][:, k - 1], results[base][i], full[base][:, k - 1], dtype)
+              for i, k in enumerate(lengths)]
+    if not all(Verdict(ch.verdict).agrees for ch in checks):
+        return None
+    kl = max(float(token_kl(full[dtype][:, k - 1], results[dtype][i]).max()) for i, k in enumerate(lengths))
+    return {"name": "KV cache does not offset positions",
+            "explanation": f"the {side.role}'s cached calls give RoPE positions counted from 0 in each call's new "
+                           "tokens, not from the tokens the cache already holds (its step must pass positions "
+                           "fed .. k-1)", "kl_undone": kl, "by": f"reproduced in the {side.role}'s full forward"}
 
 
 def compare(comparison: Comparison, tokens: torch.Tensor, *, prompt: int = 2, steps: int | None = None,
@@ -265,9 +301,43 @@ def _compare(c: Comparison, tokens: torch.Tensor, prompt: int, steps: int | None
             f"the checkpoint holds no tensor for {', '.join(c.left_at_init)} (saved once, tied to "
             f"{', '.join(sorted({c.reader.entries[n].to for n in c.left_at_init}))}); the port keeps its own "
             "parameter there at its initial values, as loading the checkpoint by name leaves it")
+    failing = _stressed(c, report, tokens, bound, bound_text)
     if explain and not report.agrees and not metrics[0].ok:
         report.mistakes = name_mistakes(c, tokens, la, bound)
+    elif explain and failing is not None:
+        stress, reference = failing
+        report.mistakes = name_mistakes(c, stress.tokens, reference, bound, stress.transform)
+    if explain:
+        report.mistakes += list({ch.mistake["name"]: ch.mistake for ch in cache if ch.mistake}.values())
     return report
+
+
+def _stressed(c: Comparison, report: ParityReport, tokens: torch.Tensor, bound: float, bound_text: str):
+    """Each declared feature's setting (``stresses``) in ``report.reached``; where the tokens as
+    given do not reach it, a per-token KL metric on the setting that does. (the first failing
+    stress, the reference's log-probabilities there) or None."""
+    failing = None
+    found = stresses(c, tokens, bound)
+    report.reached = [s.as_dict() for s in found]
+    for s in found:
+        if not s.reached or (s.transform is None and s.tokens is tokens):
+            continue
+        reference = run(c, c.reference, s.tokens, s.transform)
+        kl = token_kl(reference, run(c, c.port, s.tokens, s.transform))
+        worst = float(kl.max())
+        r, t = divmod(int(kl.argmax()), kl.shape[1])
+        here, here_text = bound, bound_text
+        if c.dtype != torch.float32:  # the setting's own rounding: scaled weights round differently
+            wide = run(dataclasses.replace(c, dtype=torch.float32), c.reference, s.tokens, s.transform)
+            baseline = float(token_kl(wide, reference).max())
+            here = max(KL_BOUND, NOISE_MULTIPLE * baseline)
+            here_text = (f"<= {here:.3g} ({NOISE_MULTIPLE:g} x the reference's own {_name(c.dtype)} KL against its "
+                         f"float32 run on this setting, {baseline:.3g})")
+        report.metrics.append(Metric(f"per-token KL, {s.feature}", _verdict(worst <= here),
+                                     f"worst {worst:.3g} at row {r}, position {t} ({s.how})", here_text))
+        if worst > here and failing is None:
+            failing = (s, reference)
+    return failing
 
 
 def _verdict(ok: bool) -> Verdict:

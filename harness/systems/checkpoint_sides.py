@@ -267,6 +267,14 @@ def canonical_weights(comparison: Comparison, side: Side, dtype: torch.dtype) ->
     return weights
 
 
+def run(comparison: Comparison, side: Side, tokens: torch.Tensor, transform: Callable[[dict], dict] | None = None):
+    """(B, T, V) log-probabilities of ``side`` on its canonical weights (``transform``: changed
+    first, as the stress settings of checkpoint_stress change both sides)."""
+    w = canonical_weights(comparison, side, comparison.dtype)
+    module, _ = build_side(comparison, side, comparison.dtype, w if transform is None else transform(w))
+    return logprobs(side, module, comparison.family, tokens)
+
+
 # -- token sequences ----------------------------------------------------------------------------
 
 def sample_tokens(cfg: Config, batch: int, length: int, seed: int) -> torch.Tensor:
