@@ -131,9 +131,11 @@ class Judgement:
 
     @property
     def summary(self) -> str:
-        """One line: the verdict, the regimes and dtypes seen, the tensors judged, the weights."""
+        """One line: the verdict, the regimes and dtypes seen, the tensors judged, the weights
+        (on a wrong verdict too where they were paired by creation order or by shape: a guess)."""
         if not self.ok:
-            return f"wrong: {self.failure}"
+            guessed = self.weights.startswith(("by creation order", "paired by shape"))
+            return f"wrong: {self.failure}" + (f" (weights {self.weights})" if guessed else "")
         grads = sum(1 for t in self.tensors if t.startswith("grad:"))
         outs = len(self.tensors) - grads
         return (f"correct: {outs} output(s) and {grads} gradient(s) agree in {len(self.regimes)} regimes x "
