@@ -97,3 +97,15 @@ def test_names_that_match_pair_by_name_and_only_the_rest_by_shape():
     assert paired == {} and "(4, 4) is held by the reference's 'a', 'b' and the candidate's 'x', 'y'" in why
     paired, why = by_shape({"w": torch.zeros(3, 8)}, {"w": torch.zeros(8, 3)})
     assert paired == {} and "the reference's 'w' (3, 8) has no partner" in why and "candidate's 'w' (8, 3)" in why
+
+
+def test_a_kernelbench_candidate_with_renamed_reordered_layers_is_correct_paired_by_shape():
+    from pathlib import Path
+
+    from harness.check.kernelbench import judge_candidate, load_problem
+
+    corpus = Path(__file__).resolve().parent / "kernelbench"
+    row, j = judge_candidate(load_problem(corpus / "min_gpt.py"), corpus / "min_gpt" / "ok_renamed_reordered.py")
+    assert row.correct, row.failing_check
+    assert row.weights == ("paired by shape: qkv.weight<-c_attn.weight, qkv.bias<-c_attn.bias, "
+                           "out.weight<-c_proj.weight, out.bias<-c_proj.bias")
