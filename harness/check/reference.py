@@ -35,7 +35,7 @@ from harness.check.own_dtype import own_dtype_check
 from harness.check.precision import PRECISION_FACTOR
 from harness.check.reference_family import family_check
 from harness.check.reference_inputs import Case, InputSource, Regime, RegimeKind, map_tensors, regimes, tensors_of
-from harness.check.reference_result import Judgement, RegimeResult
+from harness.check.reference_result import SEMANTIC, Judgement, RegimeResult, lead_check
 from harness.check.reference_weights import WeightLink, link
 from harness.check.results import TensorCheck
 from harness.check.rules import HALF_DTYPES, _lower_check, float64_check
@@ -93,7 +93,7 @@ def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
     ``dtypes``: the lower dtypes judged (default: the given inputs' floating dtype);
     ``internal_dtype``: the candidate computes in this dtype on purpose ("less precise" in
     float64 is then its rounding, not a mistake); ``only``: the regimes (names or kinds) tried;
-    ``first_failure``: stop at the first failing regime; ``family``: the keywords of
+    ``first_failure``: stop at the first regime that shows another function; ``family``: the keywords of
     ``harness.register`` that describe the candidate in a family, whose own check then runs too
     (``harness.check.reference_family``).
 
@@ -123,9 +123,9 @@ def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
         results += got
         if regime.kind == RegimeKind.GIVEN and any(r.failure.startswith(WEIGHTS) for r in got):
             break  # the weights do not pair: no other regime can say more
-        if first_failure and any(not r.ok for r in got):
-            break
-    if hacks and not pair.hacks and not (first_failure and any(not r.ok for r in results)):
+        if first_failure and any(r.kind == SEMANTIC for r in got):
+            break  # "less precise" alone does not stop: a later regime may show another function
+    if hacks and not pair.hacks and not (first_failure and any(r.kind == SEMANTIC for r in results)):
         # the probes call again: a candidate the guard has named already is not probed
         with H.torch_own(pair.hacks, snap):
             pair.hacks += H.probes(reference, candidate, source, pair.dtypes[0] if pair.dtypes else F64,
@@ -327,9 +327,9 @@ def _decide(pair: _Pair, regime: Regime, dtype_label: str, names: list[str], can
     for n in names:
         result.checks.append(_check(pair, regime, dtype, n, cand, truth, baseline, 0.0 if n.startswith("output")
                                     else scale))
-    bad = next((c for c in result.checks if not _passes(pair, regime, dtype, c)), None)
+    bad = lead_check([c for c in result.checks if not _passes(pair, regime, dtype, c)])
     if bad is not None:
-        result.failure = f"{where}: {_line(bad)}"
+        result.failure, result.failed = f"{where}: {_line(bad)}", bad
     elif dtype != F64 and baseline is not None:
         theirs = baseline.dtypes
         wrong = next((n for n in names if n in cand.dtypes and n in theirs and cand.dtypes[n] != theirs[n]), None)
@@ -412,6 +412,7 @@ def _between(pair: _Pair, regime: Regime, sides: _Sides, case: Case, d: torch.dt
             check = _check(pair, regime, d, n, got, truth, base, 0.0)
             check.name = f"{n} ({what})"
             result.checks.append(check)
-            if not _passes(pair, regime, d, check) and not result.failure:
-                result.failure = f"wrong at {regime} ({label}): {_line(check)}"
+    bad = lead_check([c for c in result.checks if not _passes(pair, regime, d, c)])
+    if bad is not None:
+        result.failure, result.failed = f"wrong at {regime} ({label}): {_line(bad)}", bad
     return result

@@ -1,6 +1,10 @@
 """What ``harness.check.reference.judge`` returns, as data: a verdict per regime, dtype and
 tensor (``RegimeResult`` holding ``TensorCheck``), the regimes seen and left out, how the
-weights were paired, and one line for the whole (``Judgement.summary``)."""
+weights were paired, and one line for the whole (``Judgement.summary``).
+
+The line that leads is chosen by kind: a hack first, then a semantic failure (a tensor that
+is "different", a candidate that raises, a wrong dtype, ...), and precision advice ("less
+precise") only where no regime shows a semantic difference; ``RegimeResult.kind`` says which."""
 
 from __future__ import annotations
 
@@ -13,24 +17,42 @@ from harness.base.verdicts import Verdict
 from harness.check.reference_inputs import Regime
 from harness.check.results import TensorCheck
 
+SEMANTIC, PRECISION = "semantic", "precision"
+
+
+def lead_check(failing: list[TensorCheck]) -> TensorCheck | None:
+    """The failing check a regime's line names: the first that is not merely "less precise"
+    (a different function outranks rounding), else the first."""
+    return next((c for c in failing if c.verdict != Verdict.LESS_PRECISE), failing[0] if failing else None)
+
 
 @dataclass
 class RegimeResult:
-    """One regime in one dtype: every tensor's check, and the one line that fails it ("")."""
+    """One regime in one dtype: every tensor's check, and the one line that fails it ("");
+    ``failed``: the check that line names, where a tensor's check fails it."""
 
     regime: Regime
     dtype: str
     checks: list[TensorCheck] = field(default_factory=list)
     failure: str = ""
     note: str = ""
+    failed: TensorCheck | None = None
 
     @property
     def ok(self) -> bool:
         return not self.failure
 
+    @property
+    def kind(self) -> str:
+        """"" (it passes), ``PRECISION`` (its failing tensor is the same function, less
+        precise: advice on dtypes) or ``SEMANTIC`` (anything else: another function)."""
+        if self.ok:
+            return ""
+        return PRECISION if self.failed is not None and self.failed.verdict == Verdict.LESS_PRECISE else SEMANTIC
+
     def as_dict(self) -> dict:
         return {"regime": self.regime.name, "kind": self.regime.kind.value, "dtype": self.dtype, "ok": self.ok,
-                "failure": self.failure, "note": self.note,
+                "failure": self.failure, "failure_kind": self.kind, "note": self.note,
                 "tensors": [{"tensor": c.name, "verdict": c.verdict.value, "err": _num(c.err),
                              "baseline_err": _num(c.ref_err), "bound": _num(c.allowed), "note": c.note}
                             for c in self.checks]}
@@ -48,7 +70,8 @@ class Judgement:
     ``semantics``: where the candidate's semantics were decided (float64, or its own dtype);
     ``hacks``: the reward hacks found (``harness.base.hacks.HackFinding``): any fails the
     judgement, and ``failure`` is then the first one's line ("hack: KIND: ...");
-    ``failure``: otherwise the first failing regime's line, with the other failing regimes named."""
+    ``failure``: otherwise the first semantically failing regime's line (the first failing
+    one where every failure is "less precise"), with the other failing regimes named."""
 
     results: list[RegimeResult]
     skipped: list[tuple[str, str]]
@@ -73,6 +96,11 @@ class Judgement:
         return tuple(dict.fromkeys(r.regime.name for r in self.results if not r.ok))
 
     @property
+    def semantically_wrong(self) -> tuple[str, ...]:
+        """The regimes where the candidate computes another function (not merely less precisely)."""
+        return tuple(dict.fromkeys(r.regime.name for r in self.results if r.kind == SEMANTIC))
+
+    @property
     def dtypes(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(r.dtype for r in self.results))
 
@@ -94,15 +122,20 @@ class Judgement:
                 return ""
             where = " ".join(str(getattr(fam, k)) for k in ("family", "config", "case", "dtype") if hasattr(fam, k))
             return f"wrong in the family check ({where}): {getattr(fam, 'note', '') or fam}"
-        others = [n for n in self.failing if n != bad[0].regime.name]
-        tail = f" (also wrong at: {', '.join(others[:5])}{' ...' if len(others) > 5 else ''})" if others else ""
-        return bad[0].failure + tail
+        lead = next((r for r in bad if r.kind == SEMANTIC), bad[0])
+        wrong = [n for n in self.semantically_wrong if n != lead.regime.name]
+        loose = [n for n in self.failing if n != lead.regime.name and n not in self.semantically_wrong]
+        tail = "; ".join(f"{what}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
+                         for what, names in (("also wrong at", wrong), ("less precise at", loose)) if names)
+        return lead.failure + (f" ({tail})" if tail else "")
 
     @property
     def summary(self) -> str:
-        """One line: the verdict, the regimes and dtypes seen, the tensors judged, the weights."""
+        """One line: the verdict, the regimes and dtypes seen, the tensors judged, the weights
+        (on a wrong verdict too where they were paired by creation order or by shape: a guess)."""
         if not self.ok:
-            return f"wrong: {self.failure}"
+            guessed = self.weights.startswith(("by creation order", "paired by shape"))
+            return f"wrong: {self.failure}" + (f" (weights {self.weights})" if guessed else "")
         grads = sum(1 for t in self.tensors if t.startswith("grad:"))
         outs = len(self.tensors) - grads
         return (f"correct: {outs} output(s) and {grads} gradient(s) agree in {len(self.regimes)} regimes x "

@@ -1,8 +1,10 @@
 """The reference's weights in the candidate (``harness.check.reference.judge``): by parameter
 name where the names match, through a parameter map of the porting entries (``Param``,
 ``Chunk``, ``Concat``, ``Transposed``, ...) keyed by the reference's names where they do not,
-and by creation order where only the names differ and every shape lines up (KernelBench's own
-pairing: both built after one seed). Anything else is one line naming the tensor."""
+by creation order where only the names differ and every shape lines up (KernelBench's own
+pairing: both built after one seed), and by shape where the layers come in another order:
+the parameters whose names match pair by name, the others by a shape each side holds once.
+Anything else is one line naming the tensor, and the tensors no shape pairs."""
 
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ def _params(module: nn.Module | None) -> dict[str, torch.Tensor]:
 class WeightLink:
     """How the candidate's parameters hold the reference's: ``entries`` {reference name: entry
     into the candidate}; ``how``: said in the verdict ("by name", "by the map given",
-    "by creation order (names differ: ...)", "none: neither side has parameters")."""
+    "by creation order (names differ: ...)", "paired by shape: gain<-norm.weight, ...",
+    "none: neither side has parameters")."""
 
     entries: Mapping[str, MapEntry]
     shapes: Mapping[str, tuple[int, ...]]
@@ -115,4 +118,46 @@ def link(reference: nn.Module | None, candidate: nn.Module | None,
         return WeightLink({a: Param(b) for a, b in zip(ref, cand)}, shapes,
                           f"by creation order (names differ: {', '.join(pairs[:3])}"
                           f"{' ...' if len(pairs) > 3 else ''})")
-    raise PortingError(problem)
+    paired, unpaired = by_shape(ref, cand)
+    clash = any(n in cand and _shape(cand[n]) != _shape(t) for n, t in ref.items())  # the names' line is sharper
+    if unpaired and len(ref) == len(cand) and not clash:  # renamed, reordered: say why the shapes do not pair
+        first = next(n for n in ref if n not in cand)
+        raise PortingError(f"the parameters pair neither by name nor by shape: {unpaired}; "
+                           f"give param_map={{'{first}': Param(...)}} naming where each lives")
+    if unpaired:
+        raise PortingError(problem)
+    named = sum(1 for a, b in paired.items() if a == b)
+    shown = [f"{b}<-{a}" for a, b in paired.items() if a != b]
+    return WeightLink({a: Param(b) for a, b in paired.items()}, shapes,
+                      f"paired by shape: {', '.join(shown)}{f' (the other {named} by name)' if named else ''}")
+
+
+def by_shape(ref: dict[str, torch.Tensor], cand: dict[str, torch.Tensor]) -> tuple[dict[str, str], str]:
+    """({reference name: candidate name}, "") where the parameters pair one-to-one: those whose
+    names and shapes match by name, every other by a shape each side holds once; otherwise
+    ({}, the line naming the tensors left unpaired and why)."""
+    pinned = {n: n for n, t in ref.items() if n in cand and _shape(cand[n]) == _shape(t)}
+    rest_ref = {n: _shape(t) for n, t in ref.items() if n not in pinned}
+    rest_cand = {n: _shape(t) for n, t in cand.items() if n not in pinned}
+    shapes = list(dict.fromkeys([*rest_ref.values(), *rest_cand.values()]))
+    if not shapes:
+        return pinned, ""
+    paired, why = dict(pinned), []
+    for shape in shapes:
+        mine = [n for n, s in rest_ref.items() if s == shape]
+        theirs = [n for n, s in rest_cand.items() if s == shape]
+        if len(mine) == len(theirs) == 1:
+            paired[mine[0]] = theirs[0]
+        elif mine and theirs:
+            why.append(f"shape {shape} is held by the reference's {_names(mine)} and the candidate's "
+                       f"{_names(theirs)} ({'ambiguous' if len(mine) == len(theirs) else 'not one-to-one'})")
+        else:
+            side = "reference's" if mine else "candidate's"
+            why.append(f"the {side} {_names(mine or theirs)} {shape} has no partner of that shape")
+    if not why:
+        return paired, ""
+    return {}, "; ".join(why[:3]) + (f" (and {len(why) - 3} more)" if len(why) > 3 else "")
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(f"'{n}'" for n in names[:4]) + (" ..." if len(names) > 4 else "")

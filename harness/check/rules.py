@@ -66,7 +66,7 @@ def float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal: 
     why = (f"computes in {internal} internally (declared)" if internal else
            "within float32's tolerance but not float64's: part of the work runs below "
            "float64 (declare internal_dtype if it is meant to)")
-    if P.within(a, o, rtol, atol):
+    if P.within(a, o, rtol, atol + rtol * scale):  # at the gradients' scale, as the float64 bound is
         return TensorCheck(name, Verdict.LESS_PRECISE, g.max_abs, None, allowed, ratio, why)
     if internal and baseline is not None:
         bg = P.gap(baseline, o)
