@@ -15,6 +15,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from harness.base.verdicts import Verdict
+from harness.bench.cases import shape_text as case_shape
 from harness.bench.measured import Status
 from harness.check.results import PairResult
 from harness.registry import REGISTRY, reference_of
@@ -184,7 +185,7 @@ def headline_shapes(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 def _shape(rows: pd.DataFrame) -> str:
     r = rows.iloc[0]
-    return f"B={r['batch']} T={r['seq']} D={r['d_model']}"
+    return case_shape(r["family"], r["batch"], r["seq"], r["d_model"], r["heads"])
 
 
 def machine_lines(cases: pd.DataFrame, peaks: pd.DataFrame) -> list[str]:
