@@ -30,6 +30,7 @@ from harness.base.boundary import user_code
 from harness.base.config import Config
 from harness.base.dtypes import PRECISION_DTYPES, dtype_of
 from harness.base.errors import ConfigError, UnknownName
+from harness.bench.shapes import HEAD_SHAPED, shape_text
 from harness.check.runs import cast_inputs, cotangent, unique_grad_inputs
 from harness.families.catalog import get_family
 from harness.porting.portmap import zero_unrepresented
@@ -43,23 +44,6 @@ BENCH_FAMILIES = ("attention", "attention_kernel", "norm", "ffn", "encoder_layer
 # (what a batch of real sentences looks like).
 BENCH_CASE = {"attention": "causal_only", "attention_kernel": "causal", "decoder_only_block": "right_pad",
               "llama_block": "right_pad"}
-# Families whose inputs are heads already projected, (B, H, T, d) with d = D / H: their shape
-# is written so
-HEAD_SHAPED = ("attention_kernel",)
-
-
-def shape_text(family: str, batch: int, seq: int, d_model: int, heads: int | float | None) -> str:
-    """A case's shape as its family's inputs have it: ``B= H= T= d=`` for a kernel (d = D / H),
-    else ``B= T= D=`` (also for a kernel row read back with no heads: NaN or None)."""
-    try:
-        h = int(heads)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        h = 0
-    if family in HEAD_SHAPED and h > 0:
-        return f"B={batch} H={h} T={seq} d={int(d_model) // h}"
-    return f"B={batch} T={seq} D={d_model}"
-
-
 @dataclass(frozen=True)
 class BenchCase:
     family: str

@@ -17,9 +17,10 @@ from tabulate import tabulate
 
 from harness.base.dtypes import resolve_device
 from harness.base.errors import ConfigError, HarnessError
-from harness.bench.cases import TIMING, TIMING_ENV, plan, shape_text, timing_defaults
+from harness.bench.cases import TIMING, TIMING_ENV, plan, timing_defaults
 from harness.bench.log import is_own_log, read_log, slow_peaks
 from harness.bench.row import BenchRow, PeakRow, Row, typed_rows
+from harness.bench.shapes import shape_text
 from harness.bench.sizes import check_sizes
 from harness.bench.sweep import SweepSettings, device_dir, run_sweep, shard
 from harness.cli.common import _load, _variant_files

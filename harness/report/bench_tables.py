@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from harness.bench.cases import HEAD_SHAPED, shape_text
 from harness.bench.flops import FUSED_TILES
 from harness.bench.measured import CUDA_FUSED_OPS, FlopBasis, Status
+from harness.bench.shapes import HEAD_SHAPED, shape_text
 from harness.report.bench_frame import frame
 from harness.report.targets import MET_TEXT, asked_targets, evaluate
 

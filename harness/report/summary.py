@@ -15,8 +15,8 @@ import pandas as pd
 from tabulate import tabulate
 
 from harness.base.verdicts import Verdict
-from harness.bench.cases import shape_text as case_shape
 from harness.bench.measured import Status
+from harness.bench.shapes import shape_text as case_shape
 from harness.check.results import PairResult
 from harness.registry import REGISTRY, reference_of
 from harness.registry.nearest import ranked_references
