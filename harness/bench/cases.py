@@ -30,19 +30,20 @@ from harness.base.boundary import user_code
 from harness.base.config import Config
 from harness.base.dtypes import PRECISION_DTYPES, dtype_of
 from harness.base.errors import ConfigError, UnknownName
+from harness.bench.shapes import HEAD_SHAPED, shape_text
 from harness.check.runs import cast_inputs, cotangent, unique_grad_inputs
 from harness.families.catalog import get_family
 from harness.porting.portmap import zero_unrepresented
 from harness.registry import TARGETS, build, get_variant, reference_of, variants_of
 
 MODES = ("fwd", "fwd+bwd")
-BENCH_FAMILIES = ("attention", "norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block",
-                  "encoder_decoder", "decoder_only_model")
-# The family case each benchmark runs: no padding for attention (causal, so SDPA may use
-# is_causal), the padded cases for layers (what a batch of real sentences looks like).
-BENCH_CASE = {"attention": "causal_only", "decoder_only_block": "right_pad"}
-
-
+BENCH_FAMILIES = ("attention", "attention_kernel", "norm", "ffn", "encoder_layer", "decoder_layer",
+                  "decoder_only_block", "llama_block", "encoder_decoder", "decoder_only_model", "llama_model")
+# The family case each benchmark runs: no padding for attention and the kernels (causal, T = S,
+# so SDPA may use is_causal and a flash kernel its causal option), the padded cases for layers
+# (what a batch of real sentences looks like).
+BENCH_CASE = {"attention": "causal_only", "attention_kernel": "causal", "decoder_only_block": "right_pad",
+              "llama_block": "right_pad"}
 @dataclass(frozen=True)
 class BenchCase:
     family: str
@@ -74,7 +75,9 @@ class BenchCase:
 
     @property
     def shape(self) -> str:
-        return f"B={self.batch} T={self.seq} D={self.d_model} H={self.heads}" + "".join(f" {s}" for s in self.sets)
+        heads = "" if self.family in HEAD_SHAPED else f" H={self.heads}"
+        return (shape_text(self.family, self.batch, self.seq, self.d_model, self.heads) + heads
+                + "".join(f" {s}" for s in self.sets))
 
     def config(self) -> Config:
         shape = Config(d_model=self.d_model, heads=self.heads, d_ff=self.d_ff, batch=self.batch,
@@ -140,9 +143,16 @@ def serves_target(case: BenchCase) -> bool:
                and all(getattr(case, k, v) == v for k, v in t.where.items()) for t in TARGETS)
 
 
-LAYERS = ("norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block")
-# Whole models (N=2 layers, the family's vocabulary of 11: the copy task's), full profile only
-MODELS = ("encoder_decoder", "decoder_only_model")
+LAYERS = ("norm", "ffn", "encoder_layer", "decoder_layer", "decoder_only_block", "llama_block")
+# Whole models (N=2 layers, the family's vocabulary of 11: the copy task's); in the quick
+# profile only the LLaMA-style ones, at a small shape
+MODELS = ("encoder_decoder", "decoder_only_model", "llama_model")
+# The quick profile's LLaMA-style block and model at B=2, T=64, D=128, H=4 (a few seconds each)
+LLAMA = ("llama_block", "llama_model")
+# Attention kernels: every registered kernel against the family's reference (eager) on
+# (B, H, T, d) = (B, heads, seq, d_model / heads); a kernel that runs only in half precision
+# or only on CUDA is a row saying so
+KERNELS = ("attention_kernel",)
 
 # Timing per profile: seconds of timed calls per variant per round, and rounds per group.
 TIMING = {"quick": {"min_time": 0.02, "rounds": 7}, "full": {"min_time": 0.05, "rounds": 7}}
@@ -182,12 +192,21 @@ PROFILES: dict[str, dict[str, list[Sweep]]] = {
             # the saved-bytes growth targets: fwd+bwd over T (exponents over 64..256: 1.00, 1.50, 1.51)
             Sweep(("attention",), batch=(2,), seq=(64, 128, 256), d_model=256, heads=8, modes=("fwd+bwd",)),
             # the layer families, forward only (their backward is in the full profile)
-            Sweep(LAYERS, batch=(4,), seq=(128,), d_model=256, heads=8, modes=("fwd",)),
+            Sweep(tuple(f for f in LAYERS if f not in LLAMA), batch=(4,), seq=(128,), d_model=256, heads=8,
+                  modes=("fwd",)),
+            # the kernels at (B, H, T, d) = (2, 4, 128, 32); the LLaMA-style block and model, small
+            # (every group costs seconds: the full profile has the larger shapes)
+            Sweep(KERNELS, batch=(2,), seq=(128,), d_model=128, heads=4, modes=("fwd",)),
+            Sweep(LLAMA, batch=(2,), seq=(64,), d_model=128, heads=4, modes=("fwd",)),
         ],
         "cuda": [
             Sweep(("attention",), batch=(8,), seq=(512, 2048), d_model=512, heads=8,
                   dtypes=("float32", "bfloat16")),
             Sweep(LAYERS, batch=(8,), seq=(512,), d_model=512, heads=8, dtypes=("bfloat16",)),
+            # (B, H, T, d) = (8, 16, 1024 and 4096, 64) and (4, 16, 2048, 128)
+            Sweep(KERNELS, batch=(8,), seq=(1024, 4096), d_model=1024, heads=16, dtypes=("float32", "bfloat16")),
+            Sweep(KERNELS, batch=(4,), seq=(2048,), d_model=2048, heads=16, dtypes=("bfloat16",)),
+            Sweep(("llama_model",), batch=(8,), seq=(512,), d_model=512, heads=8, dtypes=("bfloat16",)),
         ],
     },
     "full": {
@@ -197,6 +216,9 @@ PROFILES: dict[str, dict[str, list[Sweep]]] = {
             Sweep(("attention",), batch=(8,), seq=(256,), d_model=256, heads=8, compiled=(True,)),
             Sweep(LAYERS, batch=(8,), seq=(64, 256, 1024), d_model=512, heads=8),
             Sweep(MODELS, batch=(8,), seq=(64, 256), d_model=512, heads=8),
+            # (B, H, T, d) = (4, 8, 128 and 512, 64) and (2, 8, 512, 128)
+            Sweep(KERNELS, batch=(4,), seq=(128, 512), d_model=512, heads=8),
+            Sweep(KERNELS, batch=(2,), seq=(512,), d_model=1024, heads=8),
         ],
         "cuda": [
             Sweep(("attention",), batch=(8,), seq=(128, 256, 512, 1024, 2048, 4096, 8192), d_model=1024,
@@ -206,6 +228,10 @@ PROFILES: dict[str, dict[str, list[Sweep]]] = {
             Sweep(LAYERS, batch=(8,), seq=(512, 2048, 8192), d_model=1024, heads=8,
                   dtypes=PRECISION_DTYPES["cuda"]),
             Sweep(MODELS, batch=(8,), seq=(512, 2048), d_model=1024, heads=8, dtypes=("float32", "bfloat16")),
+            # (B, H, T, d) = (8, 16, 512..4096, 64) and (4, 16, 2048 and 8192, 128)
+            Sweep(KERNELS, batch=(8,), seq=(512, 1024, 2048, 4096), d_model=1024, heads=16,
+                  dtypes=PRECISION_DTYPES["cuda"]),
+            Sweep(KERNELS, batch=(4,), seq=(2048, 8192), d_model=2048, heads=16, dtypes=("bfloat16",)),
         ],
     },
 }
@@ -367,4 +393,3 @@ def prepare(case: BenchCase) -> Prepared:
     compile_s = time.perf_counter() - started
     graphs = counters["stats"]["unique_graphs"] - before
     return Prepared(forward, step, eager_step, resident, compile_s, graphs, output)
-

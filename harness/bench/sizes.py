@@ -10,20 +10,23 @@ import torch
 
 from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError
+from harness.bench.shapes import HEAD_SHAPED
 
 if TYPE_CHECKING:
     from harness.bench.cases import BenchCase
 
-ATTENTION_FAMILIES = {"attention", "encoder_layer", "decoder_layer", "decoder_only_block"}
+ATTENTION_FAMILIES = {"attention", "encoder_layer", "decoder_layer", "decoder_only_block", "llama_block",
+                      "encoder_decoder", "decoder_only_model", "llama_model", "attention_kernel"}
 
 
 def case_bytes(case: BenchCase) -> int:
     """A rough lower estimate of one case's memory: inputs, output and activations of
-    (B, T, D) and (B, T, F), and, for families with attention, one (B, H, T, S) weights
-    tensor (the explicit variants hold it); twice that with backward."""
+    (B, T, D) and (B, T, F) (a kernel: q, k, v and its output, (B, H, T, d) = (B, T, D) each),
+    and, for families with attention, one (B, H, T, S) weights tensor (the explicit variants
+    hold it); twice that with backward."""
     itemsize = dtype_of(case.dtype).itemsize
     b, t, d = case.batch, case.seq, case.d_model
-    n = 6 * b * t * d + b * t * case.d_ff
+    n = 4 * b * t * d if case.family in HEAD_SHAPED else 6 * b * t * d + b * t * case.d_ff
     if case.family in ATTENTION_FAMILIES:
         n += b * case.heads * t * t
     return itemsize * n * (2 if case.mode == "fwd+bwd" else 1)

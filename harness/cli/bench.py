@@ -20,6 +20,7 @@ from harness.base.errors import ConfigError, HarnessError
 from harness.bench.cases import TIMING, TIMING_ENV, plan, timing_defaults
 from harness.bench.log import is_own_log, read_log, slow_peaks
 from harness.bench.row import BenchRow, PeakRow, Row, typed_rows
+from harness.bench.shapes import shape_text
 from harness.bench.sizes import check_sizes
 from harness.bench.sweep import SweepSettings, device_dir, run_sweep, shard
 from harness.cli.common import _load, _variant_files
@@ -153,7 +154,7 @@ def _summary(rows: list[BenchRow]) -> str:
         ratio = st.vs_baseline
         out.append({
             "family": s.family, "variant": s.variant,
-            "shape": f"B={s.batch} T={s.seq} D={s.d_model}" + "".join(f" {x}" for x in s.sets or ()),
+            "shape": shape_text(s.family, s.batch, s.seq, s.d_model, s.heads) + "".join(f" {x}" for x in s.sets or ()),
             "dtype": s.dtype,
             "mode": s.mode + (" compiled" if s.compiled else ""),
             "median ms": f"{st.median_s * 1e3:.3g}" if m.ok else m.status,

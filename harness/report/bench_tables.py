@@ -11,6 +11,7 @@ from tabulate import tabulate
 
 from harness.bench.flops import FUSED_TILES
 from harness.bench.measured import CUDA_FUSED_OPS, FlopBasis, Status
+from harness.bench.shapes import HEAD_SHAPED, shape_text
 from harness.report.bench_frame import frame
 from harness.report.targets import MET_TEXT, asked_targets, evaluate
 
@@ -85,6 +86,8 @@ def family_table(cases: pd.DataFrame, family: str) -> str:
                 "not measured" if r["status"] == Status.OK and r["device"] == "cpu" else "-"),
             "path": short_path(r["path"]) if isinstance(r["path"], str) else "-",
         }
+        if family in HEAD_SHAPED:  # (B, H, T, d): d = D / H
+            row["H"], row["d"] = int(r["heads"]), int(r["d_model"]) // int(r["heads"])
         if compiled:
             row["compile s"] = "-" if pd.isna(r["compile_s"]) else f"{r['compile_s']:.1f}"
         if r["status"] != Status.OK:
@@ -98,7 +101,8 @@ def family_table(cases: pd.DataFrame, family: str) -> str:
                              f"{r['change']:+.0%}" + (" REGRESSION" if r["regression"] else ""))
         rows.append(row)
     df = pd.DataFrame(rows)
-    ids = ["variant", "mode", "B", "T", "D", "dtype"]
+    ids = ["variant", "mode", "B", "H", "T", "d", "dtype"] if family in HEAD_SHAPED else [
+        "variant", "mode", "B", "T", "D", "dtype"]
     parts = []
     for title, columns in (("Time", TIME_COLUMNS), ("Rate", RATE_COLUMNS), ("Memory", MEMORY_COLUMNS),
                            ("Kernel path", ("path",))):
@@ -198,7 +202,7 @@ def mechanisms_table(cases: pd.DataFrame, family: str) -> str:
         at = m[(m["batch"] == top["batch"]) & (m["seq"] == top["seq"]) & (m["d_model"] == top["d_model"])]
         for _, r in at.sort_values("variant").iterrows():
             rows.append({"variant": r["variant"], "mode": mode + (" compiled" if comp else ""),
-                         "shape": f"B={r['batch']} T={r['seq']} D={r['d_model']}",
+                         "shape": shape_text(family, r["batch"], r["seq"], r["d_model"], r["heads"]),
                          "executed / dense FLOPs": "-" if pd.isna(r["flops_dense"]) or not r["flops_dense"]
                          else f"{r['flops'] / r['flops_dense']:.2f}",
                          "mechanism (recorded operators, nested ones included)": mechanism(r)})

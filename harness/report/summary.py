@@ -16,6 +16,7 @@ from tabulate import tabulate
 
 from harness.base.verdicts import Verdict
 from harness.bench.measured import Status
+from harness.bench.shapes import shape_text as case_shape
 from harness.check.results import PairResult
 from harness.registry import REGISTRY, reference_of
 from harness.registry.nearest import ranked_references
@@ -184,7 +185,7 @@ def headline_shapes(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 def _shape(rows: pd.DataFrame) -> str:
     r = rows.iloc[0]
-    return f"B={r['batch']} T={r['seq']} D={r['d_model']}"
+    return case_shape(r["family"], r["batch"], r["seq"], r["d_model"], r["heads"])
 
 
 def machine_lines(cases: pd.DataFrame, peaks: pd.DataFrame) -> list[str]:
