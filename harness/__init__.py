@@ -10,50 +10,17 @@ Where the rest lives: docs/layout.md, a section per sub-package.
     from harness import register_kernel   # a plain attention function over projected heads
     from harness import judge             # any candidate against the user's own reference
 """
+# ruff: noqa: F405  (__all__ names what harness._api defines)
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 import harness._interrupt  # noqa: F401  (first: Ctrl-C during start-up is one line, exit 130)
-from harness.base.config import Config
-from harness.base.devices import DeviceSet
-from harness.base.errors import (
-    ConfigError,
-    HarnessError,
-    InputError,
-    PortingError,
-    RegistryError,
-    SpecError,
-    UnknownName,
-    VariantFileError,
-)
-from harness.base.library import library_config, rotary_tables
-from harness.base.masks import additive_mask, causal_and_pad, key_pad_to_attn, masked, per_head
-from harness.check.reference import Gradients, judge
-from harness.check.reference_result import Judgement
-from harness.families.base import PathFinding
-from harness.families.models import PAD, START, dropout_sites, incremental, layers, register_decoding
-from harness.families.no_key_rows import ByCause, ByDtype
-from harness.families.rope_scaling import RopeScaling, RopeType
-from harness.families.rope_scaling import frequencies as rope_frequencies
-from harness.families.training import SPREADS, STEP_COUNTS, noam, optimizer_rates, smoothed_target
-from harness.porting.entries import (
-    Absent,
-    Chunk,
-    Concat,
-    Identity,
-    Offset,
-    Param,
-    PerHeadChunk,
-    RopePermuted,
-    Tied,
-    Transposed,
-    Zero,
-    fused_entries,
-    linear_entries,
-    nest,
-    norm_entries,
-)
-from harness.porting.portmap import absent_norm
-from harness.registry import REGISTRY, Target, Variant, get_variant, register, register_target
-from harness.registry.kernels import register_kernel
+
+if TYPE_CHECKING:  # the names, for type checkers; at run time ``__getattr__`` below imports them
+    from harness._api import *  # noqa: F403
 
 __all__ = [
     # registering a variant, and reading one back
@@ -89,3 +56,16 @@ __all__ = [
     "HarnessError", "ConfigError", "PortingError", "InputError", "UnknownName",
     "VariantFileError", "RegistryError", "SpecError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, from ``harness._api`` (torch and the families load with it, on first use)."""
+    if name not in __all__:
+        raise AttributeError(f"module 'harness' has no attribute {name!r}")
+    api = importlib.import_module("harness._api")
+    globals().update({n: getattr(api, n) for n in __all__})
+    return globals()[name]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 import pytest
 
-# harness.cli.common.VARIANTS_ENV, spelled out so that a pytest run without variants imports
+# harness.cli.parsers.VARIANTS_ENV, spelled out so that a pytest run without variants imports
 # neither the harness nor torch (tests/test_cli.py checks the two agree).
 VARIANTS_ENV = "HARNESS_VARIANTS"
 CUDA_SKIP = "no CUDA device: the CUDA checks run on a GPU machine"

@@ -28,6 +28,7 @@ import torch
 
 from harness.base.boundary import user_code
 from harness.base.config import Config
+from harness.base.defaults import TIMING, TIMING_ENV
 from harness.base.dtypes import PRECISION_DTYPES, dtype_of
 from harness.base.errors import ConfigError, UnknownName
 from harness.bench.shapes import HEAD_SHAPED, shape_text
@@ -154,12 +155,6 @@ LLAMA = ("llama_block", "llama_model")
 # or only on CUDA is a row saying so
 KERNELS = ("attention_kernel",)
 
-# Timing per profile: seconds of timed calls per variant per round, and rounds per group.
-TIMING = {"quick": {"min_time": 0.02, "rounds": 7}, "full": {"min_time": 0.05, "rounds": 7}}
-# The same two defaults for every profile from the environment (a CI smoke run of the
-# documented commands times fewer, shorter rounds through the same code); --min-time and
-# --rounds still win. Each log's stamp records what its rows were timed with.
-TIMING_ENV = {"min_time": "HARNESS_MIN_TIME", "rounds": "HARNESS_ROUNDS"}
 
 
 def timing_defaults(profile: str, environ: Mapping[str, str] = os.environ) -> dict[str, float | int]:

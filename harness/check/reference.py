@@ -17,7 +17,6 @@ family and no trait.
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -25,6 +24,7 @@ from typing import Any, Iterable, Mapping
 import torch
 
 from harness.base.boundary import UserCodeError, describe
+from harness.base.defaults import Gradients
 from harness.base.dtypes import dtype_of
 from harness.base.errors import InputError
 from harness.base.hacks import HackFinding, TorchSnapshot, snapshot_torch
@@ -43,16 +43,6 @@ from harness.porting.entries import MapEntry
 
 F64 = torch.float64
 WEIGHTS = "weights: "  # a failure that opens so: the weights do not pair, nothing else is tried
-
-
-class Gradients(str, enum.Enum):
-    """Which gradients are judged: every one (``REQUIRED``: an output without a gradient is
-    wrong), those the candidate's output carries (``AUTO``: a forward-only kernel is judged on
-    its output, said in a note), or none (``NONE``)."""
-
-    REQUIRED = "required"
-    AUTO = "auto"
-    NONE = "none"
 
 
 @dataclass

@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from harness.base.dtypes import resolve_device
 from harness.base.errors import ConfigError, HarnessError
-from harness.bench.cases import TIMING, TIMING_ENV, plan, timing_defaults
+from harness.bench.cases import plan, timing_defaults
 from harness.bench.log import is_own_log, read_log, slow_peaks
 from harness.bench.row import BenchRow, PeakRow, Row, typed_rows
 from harness.bench.shapes import shape_text
@@ -35,56 +35,6 @@ def _int_list(text: str) -> list[int]:
     if not values:
         raise ConfigError(f"impossible sweep: {text!r} names no value")
     return values
-
-
-def sweep_options(p, name: str) -> None:
-    """The options ``bench`` and ``report`` share (what to measure and how), defined once."""
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
-    prof = p.add_mutually_exclusive_group()
-    prof.add_argument("--quick", dest="profile", action="store_const", const="quick",
-                      help="the quick profile (default; about 80 s with the check on an idle 2-core CPU)")
-    prof.add_argument("--full", dest="profile", action="store_const", const="full", help="the full sweep")
-    p.set_defaults(profile=None)
-    p.add_argument("--variant", action="append", metavar="ID",
-                   help="only this variant (repeatable; the family's reference is timed beside it)")
-    p.add_argument("--seq", type=str, help="override the sequence lengths, e.g. 64,128")
-    p.add_argument("--batch", type=str, help="override the batch sizes, e.g. 1,8")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="config override on every case, as check's: d_model, heads, d_ff, batch and "
-                        "tgt_len (= seq) set the shape; kv_heads=2, window=3,0 ... the attention's config")
-    p.add_argument("--dtype", action="append", metavar="DTYPE",
-                   help="time in this dtype (repeatable; default: the profile's), e.g. bfloat16")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's default, set explicitly)")
-    p.add_argument("--fresh", action="store_true", help="ignore rows already measured in the log")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--min-time", type=float,
-                   help="seconds of timed calls per variant per round (default: quick "
-                        f"{TIMING['quick']['min_time']:g}, full {TIMING['full']['min_time']:g}; "
-                        f"${TIMING_ENV['min_time']} sets it for every profile)")
-    p.add_argument("--rounds", type=int, help="interleaved rounds per group (default: quick "
-                   f"{TIMING['quick']['rounds']}, full {TIMING['full']['rounds']}; "
-                   f"${TIMING_ENV['rounds']} sets it for every profile)")
-    p.add_argument("--no-rss", action="store_true", help="skip the CPU resident-set probe process")
-    p.add_argument("--time-budget", type=float, metavar="S",
-                   help="seconds for the whole command: a group is started only if it ends in time (the "
-                        "longest group so far as its length" + (", and a reserve for writing the report)"
-                                                                 if name == "report" else ")")
-                        + "; the groups the targets read go first; the same command resumes the rest")
-
-
-def add_commands(sub, common) -> None:
-    """``bench``; ``report`` is ``harness.cli.report``'s, with the same sweep options."""
-    p = sub.add_parser("bench", help="speed and memory benchmarks (resumable)")
-    common(p)
-    sweep_options(p, "bench")
-    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
-    p.add_argument("--log", metavar="PATH",
-                   help="the JSONL log (default reports/<device>/bench-<profile>.jsonl, "
-                        "bench-<profile>-shard<I>of<N>.jsonl with --shard)")
-    p.add_argument("--shard", metavar="I/N",
-                   help="measure shard I of N (whole groups, split by key: N machines run 1/N each; "
-                        "merge with report --from LOG1 --from LOG2 ...)")
-    p.set_defaults(func=cmd_bench)
 
 
 def _validate(args) -> None:

@@ -10,10 +10,9 @@ from pathlib import Path
 
 from harness.base.errors import RegistryError
 from harness.check.declared import oracle_refusal
+from harness.cli.parsers import VARIANTS_ENV
 from harness.families.catalog import FAMILIES, get_family
 from harness.registry import REGISTRY, load_all
-
-VARIANTS_ENV = "HARNESS_VARIANTS"
 
 
 def _variant_files(args) -> list[str]:
@@ -66,15 +65,3 @@ def _families(args) -> list[str]:
     for name in names:
         get_family(name)
     return names
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line on stderr and exit 2 (no usage block), and a
-    long option is never abbreviated (``--var`` is not taken for ``--variant``)."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str):
-        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")

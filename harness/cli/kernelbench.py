@@ -13,29 +13,8 @@ from harness.base.errors import HarnessError
 from harness.base.files import read_text, refuse_foreign, write_text
 from harness.bench.kernelbench_time import time_pair
 from harness.check.kernelbench import FAST_P, Row, discover, fast_p, judge_candidate, load_problem, timing_pair
-from harness.check.reference import Gradients
 from harness.report.io import ensure_writable, write_json
 from harness.report.kernelbench_text import csv_text, fast_p_line, is_own_csv, table
-
-
-def add_commands(sub, common) -> None:
-    p = sub.add_parser("kernelbench", help="KernelBench problems and candidates (Model / ModelNew files), judged "
-                                           "against the problem's Model; exit 1 when one is wrong")
-    p.add_argument("problem", help="a problem file (Model, get_inputs, get_init_inputs), or a folder of problems "
-                                   "NAME.py each with its candidates in NAME/")
-    p.add_argument("candidates", nargs="?", help="a candidate file (ModelNew) or a folder of them")
-    p.add_argument("--time", action="store_true", help="also time each correct candidate against its reference "
-                                                       "(interleaved rounds; speedup = reference / candidate time)")
-    p.add_argument("--gradients", choices=[g.value for g in Gradients], default=Gradients.AUTO.value,
-                   help="judge every gradient (required), those the candidate's output carries (auto, the default: "
-                        "a forward-only kernel is judged on its output), or none")
-    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--only", action="append", metavar="REGIME",
-                   help="try only this regime (repeatable: given, seed, signed, scale, size, batch 1, non-contiguous, "
-                        "calls between, mode, no grad; or a name such as 'scale x100')")
-    p.add_argument("--json", metavar="PATH", help="also write a row per candidate and every verdict as JSON")
-    p.add_argument("--csv", metavar="PATH", help="also write a row per candidate as CSV (KernelBench's columns)")
-    p.set_defaults(func=cmd_kernelbench)
 
 
 def _own_csv(path: Path) -> bool:

@@ -34,42 +34,6 @@ from harness.systems.parity import KL_BOUND, TOP_K, compare_distributions
 from harness.systems.training import ADAM, compare_train_step
 
 
-def add_commands(sub, common) -> None:
-    def with_config(p):
-        p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. d_model=128")
-
-    p = sub.add_parser("decode", help="greedy decoding compared; cache vs full recomputation")
-    common(p)
-    with_config(p)
-    p.add_argument("--variant", action="append", metavar="ID",
-                   help="only the rows of this model (repeatable; the pairs it is in, its cache)")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    p.set_defaults(func=cmd_decode)
-
-    p = sub.add_parser("train-step", help="one training step compared across models")
-    common(p)
-    with_config(p)
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    p.set_defaults(func=cmd_train_step)
-
-    p = sub.add_parser("copy-task", help="train every encoder-decoder model on 004's copy task (CPU)")
-    common(p, families=False)
-    with_config(p)
-    p.add_argument("--out", required=True, metavar="DIR", help="writes copy_task.{json,md,png} here")
-    p.add_argument("--steps", type=int, default=300, help="updates per model (default %(default)s)")
-    p.add_argument("--batch", type=int, default=32, help="sequences per update (default %(default)s)")
-    p.add_argument("--eval", type=int, default=64, help="held-out sequences decoded for accuracy (default %(default)s)")
-    p.add_argument("--variant", action="append", metavar="ID", help="only this model (repeatable)")
-    p.set_defaults(func=cmd_copy_task)
-
-    p = sub.add_parser("cache-bench", help="tokens/s and memory with and without the cache as T grows")
-    common(p, families=False)
-    with_config(p)
-    p.add_argument("--out", required=True, metavar="DIR", help="writes cache_bench.{json,md,png} here")
-    p.add_argument("--seq", default="8,16,32,64", help="generated lengths (default %(default)s)")
-    p.set_defaults(func=cmd_cache_bench)
-
-
 def _families(args) -> list[str]:
     """The model families asked for (all by default); any other family is an error."""
     return [_model_family(name).name for name in args.family or MODEL_FAMILIES]

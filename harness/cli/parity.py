@@ -13,8 +13,6 @@ from harness.cli.common import _load
 from harness.report.checkpoint_text import parity_text
 from harness.report.io import write_json
 from harness.systems.checkpoint_parity import (
-    DTYPES,
-    FAMILIES,
     compare,
     prepare,
     read_token_file,
@@ -22,33 +20,6 @@ from harness.systems.checkpoint_parity import (
     tokenize,
 )
 from harness.trace.checkpoint_trace import first_divergence
-
-
-def add_commands(sub, common) -> None:
-    p = sub.add_parser("parity", help="a port against its checkpoint's own class, on the checkpoint's weights")
-    common(p, families=False)
-    p.add_argument("checkpoint", help="a Hugging Face model folder (config.json + safetensors), or a state_dict "
-                                      "file (.safetensors, .pt, .bin)")
-    p.add_argument("--port", required=True, metavar="ID", help="the port: a registered variant of the family")
-    p.add_argument("--reference", metavar="ID",
-                   help="the checkpoint's class as a registered variant whose state_dict the checkpoint is "
-                        "(default: the Hugging Face class config.json names, through transformers)")
-    p.add_argument("--family", choices=FAMILIES, help="the family, for a checkpoint without config.json")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", dest="model_set",
-                   help="model config for a checkpoint without config.json: layers, d_model, heads, kv_heads, "
-                        "d_ff, vocab, tgt_len, rope_base")
-    p.add_argument("--dtype", default="float32", choices=DTYPES, help="the dtype both run in (default float32)")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--tokens", metavar="FILE", help="token ids, one sequence per line")
-    src.add_argument("--text", action="append", metavar="TEXT",
-                     help="a text, through the checkpoint's own tokenizer (repeatable: one sequence each)")
-    p.add_argument("--batch", type=int, default=4, help="sampled sequences (no --tokens/--text; default 4)")
-    p.add_argument("--length", type=int, help="tokens per sequence (default 16 sampled; a file's shortest row)")
-    p.add_argument("--seed", type=int, default=0, help="the seed of the sampled sequences (default 0)")
-    p.add_argument("--prompt", type=int, default=2, help="greedy generation starts after this many tokens (default 2)")
-    p.add_argument("--no-trace", action="store_true", help="skip the first-divergence trace where they differ")
-    p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
-    p.set_defaults(func=cmd_parity)
 
 
 def _changes(items: list[str] | None) -> dict:

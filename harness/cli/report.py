@@ -23,7 +23,7 @@ from harness.bench.log import is_own_log, load_many, read_log
 from harness.bench.row import BenchRow, PeakRow, Row, typed_rows
 from harness.bench.sweep import device_dir
 from harness.check.api import check_all
-from harness.cli.bench import _disturbed_lines, _measure, _plan, _setup, _writable_dir, sweep_options
+from harness.cli.bench import _disturbed_lines, _measure, _plan, _setup, _writable_dir
 from harness.families.catalog import FAMILIES
 from harness.registry import reference_of, variants_of
 from harness.registry.nearest import nearest_reference
@@ -33,26 +33,6 @@ from harness.report.differences_md import is_own_differences, write_differences
 from harness.report.io import ensure_writable
 from harness.report.markdown import refuse_foreign_report, write_report
 from harness.trace.differences import differences
-
-
-def add_command(sub, common) -> None:
-    p = sub.add_parser("report", help="check + benchmarks -> reports/<device>/<profile>/")
-    common(p)
-    sweep_options(p, "report")
-    p.add_argument("--out", default="reports", help="parent folder of <device>/ (default reports)")
-    p.add_argument("--from", dest="from_file", metavar="FILE", action="append",
-                   help="make the report from rows measured before; measure nothing "
-                        "(written to <out>/<device>/from/); repeatable: the logs of "
-                        "bench --shard runs merge into one report (rows from different "
-                        "environments are refused)")
-    p.add_argument("--compare", metavar="OLD.json",
-                   help="a change column against an earlier results.json "
-                        "(default: the committed reference <out>/<device>/full/results.json)")
-    p.add_argument("--no-compare", action="store_true", help="no change column")
-    p.add_argument("--threshold", type=float, default=0.10, help="regression threshold (default %(default).2f)")
-    p.add_argument("--skip-check", action="store_true", help="leave the verdicts out")
-    p.set_defaults(func=cmd_report)
-
 
 # Seconds a time budget keeps for writing the report after the sweep (tables, plots): 15 s
 # for the quick profile's 200 rows on this project's loaded 2-core machine.

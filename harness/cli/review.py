@@ -89,38 +89,3 @@ def cmd_differences(args) -> int:
     return 0
 
 
-def add_review_commands(sub, common) -> None:
-    """``diff``, ``map`` and ``differences``: reviewing where and why variants differ."""
-    p = sub.add_parser("diff", help="where two variants first diverge, why, and what it costs")
-    common(p, families=False)
-    p.add_argument("family", help="the family of both variants")
-    p.add_argument("a", help="variant A")
-    p.add_argument("b", help="variant B")
-    p.add_argument("--case", help="the case to trace (default: the first case where they differ)")
-    p.add_argument("--dtype", default=None,
-                   help="float32 (default; the first dtype both run in when a variant declares its dtypes), "
-                        "float64, ...")
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. heads=8")
-    p.add_argument("--json", metavar="PATH", help="also write everything as JSON")
-    p.set_defaults(func=cmd_diff)
-
-    p = sub.add_parser("map", help="propose a parameter map for a module, by search")
-    common(p, families=False)
-    p.add_argument("target", help="FILE.py:CLASS or a module path such as torch.nn:MultiheadAttention "
-                                  "(with --family attention_kernel: FILE.py:FUNCTION or module.path:FUNCTION)")
-    p.add_argument("--family", required=True, help="the family the module belongs to")
-    p.add_argument("--init", help="constructor keyword arguments, e.g. 'embed_dim=cfg.d_model, "
-                                  "num_heads=cfg.heads' (default: guessed from the signature)")
-    p.add_argument("--call", help="how to call it: a call form name (see harness.trace.map_candidates.CALL_FORMS) "
-                                  "or an expression of m, query, key, value, mask (default: try the forms)")
-    p.add_argument("--id", help="the id to register it under (default: the class name, lower case)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override")
-    p.add_argument("--json", metavar="PATH", help="also write the proposal as JSON")
-    p.set_defaults(func=cmd_map)
-
-    p = sub.add_parser("differences", help="write reports/DIFFERENCES.md (classes, reasons, costs)")
-    common(p)
-    p.add_argument("--out", default="reports/DIFFERENCES.md", help="where to write it")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override")
-    p.set_defaults(func=cmd_differences)

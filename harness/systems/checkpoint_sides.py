@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from harness.base.config import Config, ModelConfig
+from harness.base.defaults import PARITY_DTYPES, PARITY_FAMILIES
 from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError, InputError, UnknownName
 from harness.base.seeding import seed_everything
@@ -46,8 +47,7 @@ from harness.registry.hf_class import (
     saved_map,
 )
 
-FAMILIES = ("llama_model", "decoder_only_model")
-DTYPES = ("float32", "bfloat16", "float16")
+FAMILIES, DTYPES = PARITY_FAMILIES, PARITY_DTYPES
 
 
 @dataclass
