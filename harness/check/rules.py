@@ -50,7 +50,11 @@ def float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal: 
     dtype (the definition evaluated where the variant says it computes). Beyond that dtype's
     elementwise tolerance (large activations: float32 rotary tables at logits in the hundreds),
     an error still within ``factor`` times the baseline's RMS error (``harness.check.precision``)
-    is that dtype's rounding, "less precise" as declared; beyond both, "different"."""
+    is that dtype's rounding, "less precise" as declared; beyond both, "different". Without a
+    declaration, ``baseline`` is the definition computed in float32: an error within float32's
+    tolerance is "less precise" only while its RMS is within ``factor`` times that baseline's
+    (float32's rounding); a systematic difference that small (an eps of 1e-5 for 1e-12) is
+    "different"."""
     if a is None:
         return unproduced(name, o, lambda z: float64_check(name, z, o, internal, scale, baseline, factor))
     g = P.gap(a, o)
@@ -67,6 +71,16 @@ def float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal: 
            "within float32's tolerance but not float64's: part of the work runs below "
            "float64 (declare internal_dtype if it is meant to)")
     if P.within(a, o, rtol, atol + rtol * scale):  # at the gradients' scale, as the float64 bound is
+        if not internal and baseline is not None:  # float32's rounding, or a small other function?
+            bg = P.gap(baseline, o)
+            at = max(g.scale, scale)
+            rms_ratio = P.ratio_to_reference(g.rms, bg.rms if bg.comparable else None, torch.float32, at)
+            limit = P.size_factor(factor, g.n)
+            if rms_ratio > limit:  # an eps of 1e-5 for 1e-12: within the tolerance, not float32's rounding
+                return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, bg.max_abs, allowed, ratio,
+                                   f"{name}: within float32's tolerance, but its RMS error is {rms_ratio:.3g}x that "
+                                   f"of the definition computed in float32 (allowed {limit:.3g}x on {g.n} "
+                                   "elements): not float32's rounding but another function", n=g.n)
         return TensorCheck(name, Verdict.LESS_PRECISE, g.max_abs, None, allowed, ratio, why)
     if internal and baseline is not None:
         bg = P.gap(baseline, o)
