@@ -3,8 +3,8 @@ each ``NAME.py`` with its candidates in ``NAME/``): every candidate judged again
 problem's ``Model`` (``harness.check.kernelbench``), a table on the terminal, ``--json`` and
 ``--csv`` rows in KernelBench's columns, the fast_p line; ``--time`` also times each correct
 candidate against its reference (``harness.bench.pair.time_pair``: the speedup with its
-interval, a speedup beyond the machine's peak flagged, one too short to bound noted). Exit 0 when every candidate is correct, 1 when one is not,
-2 on a usage mistake (one line)."""
+interval, a speedup beyond the machine's peak flagged, one too short to bound noted).
+Exit 0 when every candidate is correct, 1 when one is not, 2 on a usage mistake (one line)."""
 
 from __future__ import annotations
 
