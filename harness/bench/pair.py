@@ -115,7 +115,7 @@ class TooShortToBound:
     def __str__(self) -> str:
         return (f"too short to bound: the candidate's {self.candidate_s * 1e6:.3g} us and the work's "
                 f"{self.work_s * 1e6:.3g} us at peak are within {FLOOR_MARGIN:g}x the per-call floor "
-                f"({self.floor_s * 1e6:.3g} us): the speedup is real time, not a checked kernel")
+                f"({self.floor_s * 1e6:.3g} us): at this size the time cannot tell a kernel from skipped work")
 
 
 @dataclass(frozen=True)
