@@ -9,6 +9,7 @@ one for LLaMA-style pieces, one for GPT-NeoX's attention, one for gpt-oss's atte
 from . import (  # noqa: F401  (imported for their registrations)
     annotated_notebook,
     annotated_preln,
+    bloom_alibi,
     decoder_only,
     fused_qkv,
     gpt_neox,
