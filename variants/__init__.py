@@ -7,6 +7,7 @@ one for LLaMA-style pieces, one for GPT-NeoX's attention, one for gpt-oss's atte
 """
 
 from . import (  # noqa: F401  (imported for their registrations)
+    alibi_kernels,
     annotated_notebook,
     annotated_preln,
     bloom_alibi,
