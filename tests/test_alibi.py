@@ -53,7 +53,8 @@ def test_the_oracle_branch_by_hand_over_indices_and_real_keys():
     ctx = Context({"mask": mask, "key_pad": torch.ones(2, 4, dtype=torch.bool)})
     m = torch.tensor([2.0 ** -4, 2.0 ** -8, 2.0 ** -2], dtype=torch.float64).view(1, 3, 1, 1)
     indices = A.with_alibi(A.KEY_INDICES, s, ctx)
-    torch.testing.assert_close(indices, (m * torch.tensor([-3.0, -2.0, -1.0, 0.0], dtype=torch.float64)).expand(2, 3, 1, 4))
+    by_hand = m * torch.tensor([-3.0, -2.0, -1.0, 0.0], dtype=torch.float64)             # slope * (j - (S - 1))
+    torch.testing.assert_close(indices, by_hand.expand(2, 3, 1, 4))
     real = A.with_alibi(A.REAL_KEYS, s, ctx)
     torch.testing.assert_close(real[0], indices[0])
     # row 1: keys 0, 2, 3 are real: positions 0, -, 1, 2; relative to the last: -2, (-2), -1, 0
