@@ -79,7 +79,7 @@ def test_left_or_right_padding_shifts_real_keys_by_a_constant():
 
 def test_alibi_is_a_trait_of_both_families():
     assert get_family("attention").traits["alibi"].values == (A.NONE, A.KEY_INDICES, A.REAL_KEYS)
-    assert get_family("attention_kernel").traits["alibi"].values == (A.NONE, A.KEY_INDICES)
+    assert get_family("attention_kernel").traits["alibi"].values == (A.NONE, A.KEY_INDICES, "as called")
     assert get_family("attention").traits["alibi"].default == A.NONE
     shapes = get_family("attention").canonical_shapes(DEFAULT, {"alibi": A.REAL_KEYS})
     assert shapes == get_family("attention").canonical_shapes(DEFAULT, {})    # ALiBi learns nothing

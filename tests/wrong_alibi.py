@@ -4,7 +4,10 @@ controls compute the same ALiBi another way and must stay equivalent. Registered
 ``harness.registry.scratch()`` by tests/test_alibi.py (``register_all``).
 
 ``WRONG_MODULES`` / ``WRONG_KERNELS``: id -> (class or function, the mistake ``check``
-names). ``CONTROLS``: id -> family.
+names). ``WRONG_CALLED``: kernels declaring ``alibi="as called"`` (the slopes their call
+passes as ``alibi_slopes``) that misuse them. ``CONTROLS``: id -> family; the kernel
+``control_alibi_called_flash`` takes the call's slopes as flash-attention writes its bias,
+``-slope * |i + S - T - j|`` on the bottom-right diagonal (S the row's real keys).
 """
 
 from __future__ import annotations
@@ -98,9 +101,46 @@ WRONG_KERNELS = {
                                       "ALiBi slopes of the next power of two's head count, cut to H"),
     "wrong_alibi_kernel_sign": (_with_slopes(mpt_slopes, -1.0), "ALiBi's sign flipped: far keys favoured"),
 }
-CONTROLS = {"control_alibi_relative": "attention", "control_alibi_kernel_relative": "attention_kernel"}
+def flash_style(q, k, v, mask, causal=False, window=None, alibi_slopes=None):
+    """Control: flash-attention's ALiBi, ``-slope * |i + S - T - j|`` with S the row's real
+    keys (right padding), the causal mask and window on the bottom-right diagonal: over the keys
+    a causal row keeps, the key-indices bias plus a constant per row."""
+    B, H, T, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    keep = attend_mask(mask, causal, window, "bottom_right")                        # (B, 1, T, S)
+    bias = torch.zeros(B, H, T, S, dtype=torch.float64)
+    if alibi_slopes is not None:
+        real = mask.any(-2)[:, 0].sum(-1).view(B, 1, 1)                              # (B, 1, 1) real keys
+        rel = (torch.arange(T).view(1, T, 1) + real - T - torch.arange(S).view(1, 1, S)).abs()
+        bias = -alibi_slopes.double().view(-1, H, 1, 1) * rel[:, None]               # (B, H, T, S)
+    attn_mask = torch.where(keep, bias.to(q.dtype), float("-inf"))
+    with sdpa_kernel([SDPBackend.MATH]):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=True)
+
+
+def _called(sign: float = 1.0, used: bool = True):
+    """Key-indices ALiBi with the call's slopes, ``sign`` on the bias; ``used=False``: the
+    slopes taken and never applied."""
+    def fn(q, k, v, mask, causal=False, window=None, alibi_slopes=None):
+        H, S = q.shape[1], k.shape[2]
+        bias = torch.zeros(1, H, 1, S, dtype=torch.float64)
+        if alibi_slopes is not None and used:
+            j = torch.arange(S, dtype=torch.float64).view(1, 1, 1, S)
+            bias = sign * alibi_slopes.double().view(-1, H, 1, 1) * (j - (S - 1))
+        attn_mask = torch.where(attend_mask(mask, causal, window, "bottom_right"), bias.to(q.dtype), float("-inf"))
+        with sdpa_kernel([SDPBackend.MATH]):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=True)
+    return fn
+
+
+WRONG_CALLED = {
+    "wrong_alibi_called_ignored": (_called(used=False), "the alibi_slopes ignored"),
+    "wrong_alibi_called_sign": (_called(-1.0), "ALiBi's sign flipped: far keys favoured"),
+}
+CONTROLS = {"control_alibi_relative": "attention", "control_alibi_kernel_relative": "attention_kernel",
+            "control_alibi_called_flash": "attention_kernel"}
 KERNEL_TRAITS = {"causal": "top_left", "alibi": "key indices", "mask_method": "additive_bias",
                  "fully_masked_row": "zeros", "fully_masked_grad": "none"}
+CALLED_TRAITS = {**KERNEL_TRAITS, "causal": "bottom_right", "alibi": "as called"}
 
 
 def register_all() -> dict:
@@ -111,4 +151,6 @@ def register_all() -> dict:
                              build=lambda cfg, cls=cls: cls(cfg), traits=BLOOM)
     for vid, (fn, _) in {**WRONG_KERNELS, "control_alibi_kernel_relative": (relative_kernel, "")}.items():
         made[vid] = register_kernel(id=vid, source="tests", fn=fn, traits=KERNEL_TRAITS)
+    for vid, (fn, _) in {**WRONG_CALLED, "control_alibi_called_flash": (flash_style, "")}.items():
+        made[vid] = register_kernel(id=vid, source="tests", fn=fn, traits=CALLED_TRAITS)
     return made

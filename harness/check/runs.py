@@ -271,10 +271,16 @@ def fill_overflow(variant: Variant, dtype: torch.dtype) -> str | None:
 # -- the cache of runs ---------------------------------------------------------------------------------
 
 
+# The config fields a built module's shapes follow: a regime case that changes one (ALiBi's
+# H = 6) is run on modules and weights built for its own config (``RunCache.of_case``).
+SHAPE_FIELDS = ("d_model", "heads", "kv_heads", "head_dim", "d_ff", "vocab")
+
+
 class RunCache:
     """The runs of one config on one device, cached: each case's inputs, the canonical
     weights, and each (variant, case, fills, dtype, mode) run. The spec, pair and trace
-    checks read their runs from here; it compares nothing itself."""
+    checks read their runs from here; it compares nothing itself. A regime case that
+    changes the model's shape is run by the cache of its own config (``of_case``)."""
 
     def __init__(self, cfg: Config, device: str = "cpu", record: bool = True):
         self.cfg = cfg
@@ -283,8 +289,21 @@ class RunCache:
         self._runs: dict[RunKey | OracleKey, Run] = {}
         self._inputs: dict[tuple, dict] = {}
         self._weights: dict[tuple, dict] = {}
+        self._shaped: dict[Config, RunCache] = {}
+
+    def of_case(self, family: Family, case: str) -> "RunCache":
+        """This cache, or, for a case whose config changes a ``SHAPE_FIELDS`` field, the cache
+        of that config: its modules are built, and its weights drawn, at the case's shapes."""
+        cfg = family.case_config(case, self.cfg)
+        if all(getattr(cfg, f) == getattr(self.cfg, f) for f in SHAPE_FIELDS):
+            return self
+        if cfg not in self._shaped:
+            self._shaped[cfg] = RunCache(cfg, self.device, self.record)
+        return self._shaped[cfg]
 
     def inputs(self, family: Family, case: str) -> dict:
+        if (own := self.of_case(family, case)) is not self:
+            return own.inputs(family, case)
         key = (family.name, case)
         if key not in self._inputs:
             self._inputs[key] = family.inputs(case, self.cfg)
@@ -334,6 +353,8 @@ class RunCache:
         rounding in that dtype, the precision baseline); ``rounded``: inputs rounded to that
         dtype first (the truth a kernel running only in that dtype is held to); ``through``:
         inputs and results rounded to that dtype (a declared ``internal_dtype``'s baseline)."""
+        if (own := self.of_case(family, case)) is not self:
+            return own.oracle(family, traits, case, zero, dtype, compute, rounded, through)
         semantic = family.semantic_traits(traits)
         key = OracleKey(family.name, tuple(sorted(semantic.items(), key=lambda kv: kv[0])), case,
                         frozen_fills(zero), dtype, compute, rounded, through)
@@ -345,6 +366,8 @@ class RunCache:
 
     def run(self, variant: Variant, case: str, zero: Fills, dtype: torch.dtype,
             device: str | None = None, mode: Mode = Mode.AUTOGRAD) -> Run:
+        if (own := self.of_case(variant.family_spec, case)) is not self:
+            return own.run(variant, case, zero, dtype, device, mode)
         device = device or self.device
         key = RunKey(variant.key, case, frozen_fills(zero), dtype, device, mode)
         if key not in self._runs:
@@ -369,6 +392,8 @@ class RunCache:
         """One build called on ``warmups()``' inputs, then on this case's inputs (float64, no-grad
         eval, as the fresh build's inference run it is compared with), and the sequence in words."""
         family = variant.family_spec
+        if (own := self.of_case(family, case)) is not self:
+            return own.sequence(variant, case, zero)
         key = RunKey(variant.key, case, frozen_fills(zero), torch.float64, self.device, Mode.SEQUENCE)
         calls = [w for w in self.warmups() if not variant.refuses(w, self.device)]
         said = ", then ".join(f"B={w.batch} T={w.tgt_len} S={w.src_len} seed {w.seed}" for w in calls)
@@ -394,6 +419,8 @@ class RunCache:
 
     def compare_paths(self, variant: Variant, case: str, dtype_name: str) -> PathResult | None:
         family = variant.family_spec
+        if (own := self.of_case(family, case)) is not self:
+            return own.compare_paths(variant, case, dtype_name)
         if (not family.differentiable or not applicable(variant, case)
                 or variant.refuses(self.cfg, self.device, family.base_case(case)) or variant.dtype_reason(dtype_name)):
             return None

@@ -20,6 +20,7 @@ True on real tokens; a padded query position's output is unspecified (``Family.p
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -137,13 +138,16 @@ class Case:
     # it, its semantic traits are ``base``'s, and the call sees ``inputs["case"] == base``.
     base: str = ""
     changes: tuple[tuple[str, Any], ...] = ()
+    # A convention's trait: the case runs only for the variants declaring a value of it other
+    # than the family's default (``Family.declared_for``; ``Regime.declared_only``).
+    declarer: str = ""
 
 
 def regime_case(case: Case, label: str, note: str, **changes: Any) -> Case:
     """``case`` on the config changed by ``changes``, named ``case@label``: the default
     matrix's fixed regimes are built this way from the family's cases."""
     return Case(f"{case.name}@{label}", f"{case.note}; {note}", case.make, base=case.base or case.name,
-                changes=tuple(sorted({**dict(case.changes), **changes}.items())))
+                changes=tuple(sorted({**dict(case.changes), **changes}.items())), declarer=case.declarer)
 
 
 def case_named(cases: tuple[Case, ...], name: str) -> Case:
@@ -156,9 +160,28 @@ def case_named(cases: tuple[Case, ...], name: str) -> Case:
 
 
 def convention_regimes(family: str, cases: tuple[Case, ...]) -> tuple[Case, ...]:
-    """The regime cases the family's conventions add (``Convention.regimes``), on its cases by name."""
-    return tuple(regime_case(case_named(cases, r.base), r.label, r.note, **dict(r.changes))
-                 for r in conventions.regimes(family))
+    """The regime cases the family's conventions add (``Convention.regimes``), on its cases by
+    name; one ``declared_only`` runs for the variants declaring the convention's trait."""
+    out = []
+    for trait, r in conventions.regimes(family):
+        case = regime_case(case_named(cases, r.base), r.label, r.note, **dict(r.changes))
+        out.append(dataclasses.replace(case, declarer=trait) if r.declared_only else case)
+    return tuple(out)
+
+
+def _with_option(make: Callable, name: str, exercised: Callable[[Config], Any]) -> Callable:
+    return lambda cfg, gen: {**make(cfg, gen), name: exercised(cfg)}
+
+
+def convention_cases(family: str, cases: tuple[Case, ...]) -> tuple[Case, ...]:
+    """The cases the family's conventions add whose call passes their kernel option at its
+    ``exercised`` value (``Convention.cases``), each drawn from a case of ``cases`` by name."""
+    out = []
+    for trait, option, c in conventions.option_cases(family):
+        base = case_named(cases, c.base)
+        out.append(Case(c.name, c.note, _with_option(base.make, option.name, option.exercised),
+                        declarer=trait if c.declared_only else ""))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -223,6 +246,15 @@ class Family:
         raise UnknownName(
             f"family '{self.name}' has no case '{name}'; cases: {[c.name for c in self.cases]}"
         )
+
+    def declared_for(self, case: str, traits: Mapping[str, Any]) -> bool:
+        """Whether ``traits`` declare what a case limited to declarers needs (``Case.declarer``:
+        a value of that trait other than the family's default); True for every other case."""
+        found = next((c for c in self.cases if c.name == case), None)
+        if found is None or not found.declarer:
+            return True
+        spec = self.traits[found.declarer]
+        return found.declarer in traits and traits[found.declarer] != spec.default
 
     def base_case(self, case: str) -> str:
         """The case a regime case is drawn from (itself for a family case)."""

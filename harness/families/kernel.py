@@ -3,13 +3,14 @@ projected (SDPA and its backends, flex_attention, flash-attention, a Triton or C
 one's own), with no parameters.
 
 Call: (q (B, H, T, d), k (B, H_kv, S, d), v (B, H_kv, S, d), mask (B, T, S) bool True = may
-attend, key_pad (B, S) bool True = real key, causal, window, softcap) -> (B, H, T, d). A
-kernel is registered with ``harness.register_kernel`` (its layout and mask form as
-data); its traits declare how it reads the call (``harness.families.kernel_oracle`` says each
-convention and its branch). The config states the problem: ``heads``, ``d_k`` (= d),
-``kv_heads``, ``window``, ``softcap``, ``block``; a case takes its window, softcap and K/V
-heads from the config unless it exists to exercise one (``window``: (2, 1) when the config
-sets none, ...).
+attend, key_pad (B, S) bool True = real key, causal, window, and each convention's kernel
+option: softcap, alibi_slopes) -> (B, H, T, d). A kernel is registered with
+``harness.register_kernel`` (its layout and mask form as data); its traits declare how it
+reads the call (``harness.families.kernel_oracle`` says each convention and its branch). The
+config states the problem: ``heads``, ``d_k`` (= d), ``kv_heads``, ``window``, ``softcap``,
+``block``; a case takes its window, K/V heads and conventions' options from the config
+(``KernelOption.called``) unless it exists to exercise one (``window``: (2, 1) when the
+config sets none; a convention's ``OptionCase``: its ``exercised`` value, ...).
 
 Cases keep every size apart (T != S where they may differ, d != T) and say which trait each
 exercises; the mask kind of each case (``CASE_MASKS``) tells ``register_kernel`` which cases a
@@ -34,6 +35,7 @@ from harness.families.base import (
     TraitSpec,
     activations,
     case_named,
+    convention_cases,
     convention_regimes,
     left_pad,
     regime_case,
@@ -91,11 +93,12 @@ def _lengths_at_least(gen: torch.Generator, batch: int, low: int, high: int) -> 
 
 
 def problem(cfg: Config, gen: torch.Generator, *, T: int, S: int, pad: str = "none",
-            causal: bool = False, window: tuple[int, int] | None = None, softcap: float | None = None,
+            causal: bool = False, window: tuple[int, int] | None = None,
             kv_heads: int | None = None, batch: int | None = None) -> dict[str, Any]:
     """One case's inputs: q, k, v ~ N(0, 1) in float64; the key padding ``pad`` (none,
-    right, left, right >= T); the causal flag; the window and softcap (the config's unless
-    given); K/V heads (the config's unless given)."""
+    right, left, right >= T); the causal flag; the window (the config's unless given); K/V
+    heads (the config's unless given); each convention's kernel option as the config has it
+    (``KernelOption.called``: the softcap, no ALiBi slopes)."""
     B, H, d = batch or cfg.batch, cfg.heads, cfg.d_k
     H_kv = kv_heads or cfg.n_kv_heads
     q = activations(gen, B, H, T, d)                                # (B, H, T, d)
@@ -114,7 +117,7 @@ def problem(cfg: Config, gen: torch.Generator, *, T: int, S: int, pad: str = "no
     mask = key_pad[:, None, :].expand(B, T, S).clone()              # (B, T, S) True = may attend
     return {"q": q, "k": k, "v": v, "mask": mask, "key_pad": key_pad, "causal": causal,
             "window": cfg.window if window is None else window,
-            "softcap": cfg.softcap if softcap is None else softcap}
+            **{o.name: o.called(cfg) for o in conventions.kernel_options()}}
 
 
 def _T(cfg: Config) -> int:
@@ -164,10 +167,6 @@ def _window_causal(cfg, gen):
     return problem(cfg, gen, T=_T(cfg), S=_T(cfg), causal=True, window=_window_size(cfg, (2, 0)))
 
 
-def _softcap(cfg, gen):
-    return problem(cfg, gen, T=_T(cfg), S=cfg.src_len, pad="right", softcap=cfg.softcap or 2.0)
-
-
 def gqa_heads(cfg: Config) -> int:
     """K/V heads of the gqa case: the config's when it groups heads, else H / 2 (1 when H is odd)."""
     if cfg.n_kv_heads < cfg.heads:
@@ -209,7 +208,7 @@ def _long(cfg, gen):
                    kv_heads=gqa_heads(cfg), batch=min(cfg.batch, 2))
 
 
-CASES = (
+BASE_CASES = (
     Case("self", "T = S, no padding, not causal", _self),
     Case("cross", "T != S, right key padding", _cross),
     Case("left_pad", "T != S, left key padding", _left_pad),
@@ -219,7 +218,6 @@ CASES = (
     Case("causal_pad", "causal, S > T, right key padding: bottom-right aligns to the last real key", _causal_pad),
     Case("window", "window (2, 1) (or the config's), S > T, not causal", _window),
     Case("window_causal", "causal with window (2, 0) (HF sliding_window=3; or the config's), T = S", _window_causal),
-    Case("softcap", "logit softcap 2.0 (or the config's), right key padding", _softcap),
     Case("gqa", "GQA: H_kv = H / 2 (or the config's kv_heads)", _gqa),
     Case("mqa", "MQA: H_kv = 1, causal, S > T", _mqa),
     Case("fully_masked", "rows whose keys are all masked", _fully_masked),
@@ -230,6 +228,9 @@ CASES = (
     Case("long", f"T = {LONG_T}, S = {LONG_S}: crosses 64- and 128-wide blocks; causal, right key padding, GQA",
          _long),
 )
+# The cases the conventions add whose call passes their kernel option (``Convention.cases``):
+# softcap (cross with the cap 2.0, or the config's), alibi (causal_pad with ALiBi's slopes).
+CASES = BASE_CASES + convention_cases("attention_kernel", BASE_CASES)
 # The fixed regimes of the default matrix, as the attention family's: logits in the hundreds
 # (a softmax without its max subtracted overflows in float32 and below) on a case every kernel
 # takes, and a problem without the causal option across 64- and 128-wide blocks (``long`` is
@@ -240,21 +241,25 @@ REGIME_CASES = (
                 "query and key blocks", batch=2, tgt_len=LONG_T, src_len=LONG_S),
     # the window and the cap the config sets, off the cases' own: a kernel that fixes them passes those
     regime_case(case_named(CASES, "window"), "wide", "the config's window (4, 2)", window=(4, 2)),
-    *convention_regimes("attention_kernel", CASES),   # softcap@cap5
+    *convention_regimes("attention_kernel", CASES),   # softcap@cap5, self@heads6 (ALiBi's declarers)
 )
 # What each case's mask is ("none": every key may be attended; "right": right key padding
 # only; "arbitrary": anything else) and which of the call's options it needs.
 CASE_MASKS = {
     "self": "none", "cross": "right", "left_pad": "arbitrary", "random_mask": "arbitrary",
     "causal": "none", "causal_cross": "none", "causal_pad": "right", "window": "none",
-    "window_causal": "none", "softcap": "right", "gqa": "none", "mqa": "none",
+    "window_causal": "none", "gqa": "none", "mqa": "none",
     "fully_masked": "arbitrary", "long": "right", "causal_short": "none", "window_short": "none",
 }
 CASE_NEEDS = {
     "causal": ("causal",), "causal_cross": ("causal",), "causal_pad": ("causal",), "mqa": ("causal",),
     "long": ("causal",), "window": ("window",), "window_causal": ("causal", "window"),
-    "softcap": ("softcap",), "causal_short": ("causal",), "window_short": ("window",),
+    "causal_short": ("causal",), "window_short": ("window",),
 }
+# A convention's case: its base's mask, and its base's options with the convention's own.
+for _trait, _option, _case in conventions.option_cases("attention_kernel"):
+    CASE_MASKS[_case.name] = CASE_MASKS[_case.base]
+    CASE_NEEDS[_case.name] = (*CASE_NEEDS.get(_case.base, ()), _option.name)
 # The cases whose queries and keys are the same positions (T = S) over the config's K/V
 # heads: what one packed QKV tensor (flash-attention's qkvpacked (B, S, 3, H, d)) can hold.
 SELF_CASES = ("self", "causal", "window_causal")
@@ -265,7 +270,7 @@ NO_KEY_CASES = ("fully_masked", "causal_short", "window_short")  # cases with ro
 ATTENTION_KERNEL = KernelFamily(
     name="attention_kernel",
     call="(q (B,H,T,d), k (B,H_kv,S,d), v (B,H_kv,S,d), mask (B,T,S) bool True=may attend, key_pad (B,S), "
-         "causal, window, softcap) -> (B,H,T,d)",
+         f"causal, window, {', '.join(o.name for o in conventions.kernel_options())}) -> (B,H,T,d)",
     doc="Attention over projected heads (a kernel: SDPA, flex_attention, a blocked kernel); no parameters.",
     params=lambda cfg: {},
     cases=CASES + REGIME_CASES,
@@ -273,7 +278,7 @@ ATTENTION_KERNEL = KernelFamily(
         "causal": TraitSpec("the causal diagonal: top-left (query i faces key i), bottom-right "
                             "(the last query faces the last real key), or none", K.CAUSAL),
         "window": WindowSpec("the keys diag-left .. diag+right a query keeps", default=K.AS_CALLED),
-        **conventions.trait_specs("attention_kernel"),   # the softcap
+        **conventions.trait_specs("attention_kernel"),   # the softcap, ALiBi
         "scale": ScaleSpec("the factor on q k^T", default=K.DEFAULT_SCALE),
         "gqa_grouping": TraitSpec("query head h reads K/V head h // (H / H_kv) (consecutive) or h % H_kv "
                                   "(tiled)", K.GQA_GROUPINGS, default="consecutive"),

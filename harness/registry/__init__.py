@@ -241,7 +241,10 @@ def get_variant(family: str, variant_id: str) -> Variant:
 
 def applicable(variant: Variant, case: str) -> bool:
     """Whether a family case applies to a variant (``traits["cases"]`` limits it, and a case
-    the family keeps for the variants declaring some trait: ``Family.case_declarers``)."""
+    the family keeps for the variants declaring some trait: ``Family.case_declarers``; a
+    convention's case for those declaring its trait: ``Family.declared_for``)."""
+    if not variant.family_spec.declared_for(case, variant.traits):
+        return False
     case = variant.family_spec.base_case(case)  # a regime case applies where its base case does
     cases = variant.traits.get("cases")
     if cases is not None and case not in cases:

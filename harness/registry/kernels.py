@@ -15,9 +15,11 @@ their cumulative lengths (int32), right key padding dropped (the cases ``lengths
 returning (B*T, H, d). It gets by name only the options its signature lists (or all, with
 ``**kwargs``):
 
-- ``causal`` (bool), ``window`` ((left, right) or None), ``softcap`` (float, 0: none):
-  the call's; a function without one of them is not run on the cases that need it, nor
-  on a config that sets it (``supports`` says so);
+- ``causal`` (bool), ``window`` ((left, right) or None), and each convention's kernel
+  option (``harness.families.conventions``' ``kernel_option``): ``softcap`` (float, 0:
+  none), ``alibi_slopes`` ((H,) slopes, or None: no ALiBi): the call's; a function without
+  one of them is not run on the cases that need it, nor on a config that sets it
+  (``supports`` says so);
 - ``dropout_p``: the config's dropout in training, 0 in eval;
 - ``block``: the config's block size (a blocked kernel).
 
@@ -55,13 +57,15 @@ from torch import nn
 
 from harness.base.devices import DeviceSet
 from harness.base.errors import RegistryError
+from harness.families import conventions
 from harness.families.kernel import ATTENTION_KERNEL, CASE_MASKS, CASE_NEEDS, SELF_CASES
 from harness.registry import Variant, register
 
 LAYOUTS = ("BHSD", "BSHD", "varlen", "qkvpacked", "kvpacked")
 PACKED = ("qkvpacked", "kvpacked")  # (B, L, n, H, d) stacks, heads second to last as BSHD
 MASK_FORMS = ("bool", "additive", "additive_min", "lengths", "none", "is_causal")
-OPTIONS = ("causal", "window", "softcap", "dropout_p", "block")
+CONVENTION_OPTIONS = conventions.kernel_options()   # softcap, alibi_slopes
+OPTIONS = ("causal", "window", *(o.name for o in CONVENTION_OPTIONS), "dropout_p", "block")
 # The mask method a mask form implies when the traits do not declare one (the kernel adds the
 # bias it is given); a bool mask keeps the family's default, bool_fill_-inf.
 FORM_METHOD = {"additive": "additive_bias", "additive_min": "additive_finfo_min"}
@@ -94,8 +98,13 @@ class KernelModule(nn.Module):
         self.fn, self.layout, self.mask_form, self.options = fn, layout, mask, options
         self.dropout, self.block = dropout, block
 
-    def forward(self, q, k, v, mask, key_pad, causal=False, window=None, softcap=0.0):
-        given = {"causal": bool(causal), "window": window, "softcap": float(softcap),
+    def forward(self, q, k, v, mask, key_pad, causal=False, window=None, **called):
+        """``called``: the conventions' options by name (``CONVENTION_OPTIONS``), each its
+        ``off`` value where not given."""
+        if unknown := sorted(set(called) - {o.name for o in CONVENTION_OPTIONS}):
+            raise TypeError(f"KernelModule.forward got unknown option(s) {unknown}; options: {list(OPTIONS)}")
+        given = {"causal": bool(causal), "window": window,
+                 **{o.name: o.to_call(called.get(o.name, o.off)) for o in CONVENTION_OPTIONS},
                  "dropout_p": self.dropout if self.training else 0.0, "block": self.block}
         options = {name: given[name] for name in self.options}
         if self.layout == "varlen":
@@ -136,13 +145,16 @@ class KernelModule(nn.Module):
 
 
 def kernel_call(module: KernelModule, i: Mapping[str, Any]) -> torch.Tensor:
-    return module(i["q"], i["k"], i["v"], i["mask"], i["key_pad"], i["causal"], i["window"], i["softcap"])
+    return module(i["q"], i["k"], i["v"], i["mask"], i["key_pad"], i["causal"], i["window"],
+                  **{o.name: i[o.name] for o in CONVENTION_OPTIONS if o.name in i})
 
 
-def kernel_cases(mask: str, options: tuple[str, ...]) -> tuple[str, ...]:
+def kernel_cases(mask: str, options: tuple[str, ...], traits: Mapping[str, Any] | None = None) -> tuple[str, ...]:
     """The family's cases a kernel with this mask form and these options can take (a regime
-    case, ``self@large``, applies where its base case does)."""
+    case, ``self@large``, applies where its base case does), of those its ``traits`` get
+    (a convention's case for its declarers: ``Family.declared_for``)."""
     return tuple(c.name for c in ATTENTION_KERNEL.cases if not c.base
+                 and ATTENTION_KERNEL.declared_for(c.name, traits or {})
                  and CASE_MASKS[c.name] in FORM_CASES[mask]
                  and all(need in options for need in CASE_NEEDS.get(c.name, ())))
 
@@ -163,7 +175,7 @@ def register_kernel(*, id: str, fn: Callable, layout: str = "BHSD", mask: str = 
     traits = dict(traits or {})
     if form in FORM_METHOD:
         traits.setdefault("mask_method", FORM_METHOD[form])
-    cases = kernel_cases(form, options)
+    cases = kernel_cases(form, options, traits)
     if layout == "qkvpacked":
         cases = tuple(c for c in cases if c in SELF_CASES)
     if "cases" in traits:
@@ -171,11 +183,12 @@ def register_kernel(*, id: str, fn: Callable, layout: str = "BHSD", mask: str = 
     if not cases:
         raise RegistryError(f"kernel '{id}': no case of attention_kernel fits mask={mask!r} "
                             f"and the options {list(options)}")
-    if len(cases) < len([c for c in ATTENTION_KERNEL.cases if not c.base]):
+    if len(cases) < len(kernel_cases("bool", OPTIONS, traits)):   # what a kernel taking every option gets
         traits["cases"] = cases
 
     def config_reason(cfg) -> str | None:
-        missing = [name for name, on in (("window", cfg.window is not None), ("softcap", cfg.softcap != 0))
+        missing = [name for name, on in (("window", cfg.window is not None),
+                                         *((o.name, o.set_by(cfg)) for o in CONVENTION_OPTIONS))
                    if on and name not in options]
         if missing:
             return f"{'/'.join(missing)} set by the config, and the function takes no {' or '.join(missing)}"

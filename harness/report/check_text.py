@@ -46,7 +46,8 @@ def family_text(report: CheckReport, family: str, configs: Mapping[str, Config],
     for v in checked:
         limited = v.traits.get("cases")
         if limited is not None:
-            left_out = [c.name for c in fam.cases if (c.base or c.name) not in limited]  # a regime case: its base's
+            left_out = [c.name for c in fam.cases if (c.base or c.name) not in limited  # a regime case: its base's
+                        and fam.declared_for(c.name, v.traits)]          # not a convention's case it does not declare
             if left_out:
                 lines.append(f"   {v.id} does not apply to {', '.join(left_out)} (declared traits['cases']"
                              + (f": {v.traits['note']}" if v.traits.get("note") else "") + ")")

@@ -1,8 +1,9 @@
 """The conventions, each defined once (``core.Convention``): its trait in each family, its
-oracle branch, its cases, its named mistakes, what ``map`` reads off a module, its kernel
-option. The attention families' vocabulary, the oracle, ``check``, ``explain``/``diff``,
-``map`` and the docs read them from ``CONVENTIONS``; adding one is one module here and its
-line below (docs/add-a-convention.md)."""
+oracle branch, its kernel option and the cases passing it, its regime cases, its named
+mistakes, what ``map`` reads off a module. The attention families' vocabulary and cases,
+the oracle, ``register_kernel``'s call, ``check``, ``explain``/``diff``, ``map`` and the
+docs read them from ``CONVENTIONS``; adding one is one module here and its line below
+(docs/add-a-convention.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ from typing import Any, Mapping
 import torch
 
 from harness.families.conventions import alibi, sinks, softcap
-from harness.families.conventions.core import SCORES, SOFTMAX, Context, Convention, Regime
+from harness.families.conventions.core import (
+    SCORES,
+    SOFTMAX,
+    Context,
+    Convention,
+    KernelOption,
+    OptionCase,
+    Regime,
+)
 from harness.families.trait_spec import TraitSpec
 
 CONVENTIONS: tuple[Convention, ...] = (
@@ -44,8 +53,16 @@ def trait_params(family: str, traits: Mapping[str, Any], cfg: Any) -> dict:
     return out
 
 
-def regimes(family: str) -> tuple[Regime, ...]:
-    return tuple(r for c in of_family(family) for r in c.regimes.get(family, ()))
+def regimes(family: str) -> tuple[tuple[str, Regime], ...]:
+    """(trait, regime) of each regime case the family's conventions add."""
+    return tuple((c.trait, r) for c in of_family(family) for r in c.regimes.get(family, ()))
+
+
+def option_cases(family: str) -> tuple[tuple[str, KernelOption, OptionCase], ...]:
+    """(trait, kernel option, case) of each case the family's conventions add whose call
+    passes the option (``Convention.cases``)."""
+    return tuple((c.trait, c.kernel_option, case) for c in of_family(family) if c.kernel_option
+                 for case in c.cases.get(family, ()))
 
 
 def mistakes(family: str) -> list[tuple[str, str, Any]]:
@@ -67,7 +84,8 @@ def module_values(module: torch.nn.Module, family: str) -> dict[str, Any]:
     return out
 
 
-def kernel_options() -> tuple[str, ...]:
+def kernel_options() -> tuple[KernelOption, ...]:
+    """The call options kernels take conventions' values by, in ``CONVENTIONS``' order."""
     return tuple(c.kernel_option for c in CONVENTIONS if c.kernel_option)
 
 

@@ -24,6 +24,18 @@ What pos(j) counts, the trait's values:
   kernel's call) that some query may attend (the call's mask: the attention family's key
   padding). It differs from ``key indices`` only where padding sits between real keys (left
   or right padding shifts every real key of a row by one constant).
+- ``as called`` (a kernel only): over key indices, with the slopes the call passes as its
+  ``alibi_slopes`` option ((H,) or (B, H), flash-attention's name; None: no bias); the
+  ``alibi`` case passes the standard slopes of H heads, the other cases none. flash-attention
+  adds ``-slope * |i + S - T - j|`` (S the row's real keys); on the keys a causal row keeps
+  on the bottom-right diagonal (j <= i + S - T) that is ``slope * (j - (S - 1))`` plus
+  ``slope * (T - 1 - i)``, a constant per row: the same softmax as this value's. Without
+  ``causal`` it penalises keys after the diagonal too (symmetric about it), which this value
+  does not build.
+
+The regime cases run only for the variants that declare ALiBi: H = 6, not a power of two
+(the next power's slopes differ), and, in the attention family, key padding with holes
+between real keys (real keys and key indices differ there).
 
 The oracle also builds the readings a reviewer names (``explain``, ``diff``), never declared
 (``Reading``): the slopes of the next power of two's head count truncated to H, the sign
@@ -32,6 +44,7 @@ flipped (far keys favoured), and positions over indices where real keys are decl
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -39,12 +52,13 @@ from typing import Any, Mapping
 import torch
 
 from harness.base.errors import SpecError
-from harness.families.conventions.core import SCORES, Context, Convention
+from harness.families.conventions.core import AS_CALLED, SCORES, Context, Convention, KernelOption, OptionCase, Regime
 from harness.families.trait_spec import TraitSpec
 
 NONE, KEY_INDICES, REAL_KEYS = "none", "key indices", "real keys"
 VALUES = (NONE, KEY_INDICES, REAL_KEYS)
-KERNEL_VALUES = (NONE, KEY_INDICES)   # a kernel's cases never leave holes in the key padding
+KERNEL_VALUES = (NONE, KEY_INDICES, AS_CALLED)   # a kernel's cases never leave holes in the key padding
+OPTION = "alibi_slopes"
 
 
 class Slopes(enum.Enum):
@@ -53,6 +67,7 @@ class Slopes(enum.Enum):
 
     STANDARD = "standard"
     NEXT_POWER_CUT = "next power of two, cut to H"
+    CALLED = "the call's alibi_slopes"
 
 
 @dataclass(frozen=True)
@@ -102,6 +117,8 @@ def reading(value: Any) -> Reading | None:
         return None
     if value in (KEY_INDICES, REAL_KEYS):
         return Reading(value)
+    if value == AS_CALLED:
+        return Reading(KEY_INDICES, Slopes.CALLED)
     raise SpecError(f"no oracle for alibi={value!r}; known: {list(VALUES)}")
 
 
@@ -111,7 +128,10 @@ def with_alibi(value: Any, s: torch.Tensor, ctx: Context) -> torch.Tensor:
     if r is None:
         return s
     H, S = s.shape[1], s.shape[-1]
-    m = slopes(H, r.slopes).view(1, H, 1, 1)
+    m = ctx.inputs.get(OPTION) if r.slopes is Slopes.CALLED else slopes(H, r.slopes)
+    if m is None:                                                         # as called, and the call passes none
+        return s
+    m = m.reshape(-1, H, 1, 1)                                            # (1 or B, H, 1, 1)
     bias = r.sign * m * positions(r.positions, S, ctx)                   # (B or 1, H, 1, S)
     return s + bias.to(dtype=s.dtype, device=s.device)
 
@@ -130,20 +150,39 @@ def read_module(module: torch.nn.Module) -> str | None:
     return None
 
 
-def _reads(label: str, change: Mapping[str, Any], only: str | None = None):
-    """A mistake: the declared ALiBi read with ``change`` (``only``: where that value is declared)."""
+def _reads(label: str, change: Mapping[str, Any], only: tuple[str, ...] = (KEY_INDICES, REAL_KEYS, AS_CALLED)):
+    """A mistake: the declared ALiBi read with ``change`` (``only``: where one of those values is declared)."""
     def make(traits: dict, inputs: Any) -> dict | None:
         declared = traits.get("alibi", NONE)
-        if declared not in (KEY_INDICES, REAL_KEYS) or (only and declared != only):
+        if declared not in only or (declared == AS_CALLED and inputs.get(OPTION) is None):
             return None
-        return {**traits, "alibi": Reading(**{"positions": declared, **change})}
+        return {**traits, "alibi": dataclasses.replace(reading(declared), **change)}
     return label, make
+
+
+def _ignored(traits: dict, inputs: Any) -> dict | None:
+    """The call's slopes ignored: no ALiBi where ``as called`` is declared and slopes passed."""
+    called = traits.get("alibi") == AS_CALLED and inputs.get(OPTION) is not None
+    return {**traits, "alibi": NONE} if called else None
+
+
+def _float32_at_least(value: Any) -> Any:
+    """The slopes as a kernel receives them: float32 in a half-precision call (flash-attention's
+    ``alibi_slopes`` is fp32), as cast otherwise."""
+    if isinstance(value, torch.Tensor) and value.dtype in (torch.float16, torch.bfloat16):
+        return value.float()
+    return value
 
 
 WRONG_SLOPES = "ALiBi slopes of the next power of two's head count, cut to H"
 SIGN_FLIPPED = "ALiBi's sign flipped: far keys favoured"
 OVER_INDICES = "ALiBi positions over key indices, not real keys"
-MISTAKES = (_reads(WRONG_SLOPES, {"slopes": Slopes.NEXT_POWER_CUT}), _reads(SIGN_FLIPPED, {"sign": -1}))
+IGNORED = "the alibi_slopes ignored"
+MISTAKES = (_reads(WRONG_SLOPES, {"slopes": Slopes.NEXT_POWER_CUT}, only=(KEY_INDICES, REAL_KEYS)),
+            _reads(SIGN_FLIPPED, {"sign": -1}))
+# H = 6 on every config (D = 48: d_k = 8; as many K/V heads): the next power's slopes differ
+HEADS6 = {"heads": 6, "kv_heads": 6, "d_model": 48}
+HEADS6_NOTE = "H = 6, not a power of two: ALiBi's slopes of 4 heads, then 2 of 8's"
 
 ALIBI = Convention(
     trait="alibi",
@@ -151,11 +190,21 @@ ALIBI = Convention(
                                   "mask, slopes 2^(-8k/n) for any head count (ALiBi: BLOOM, MPT): positions over "
                                   "'key indices' (MPT), over 'real keys' (BLOOM: the keys padding keeps), or "
                                   "'none'", VALUES, default=NONE),
-           "attention_kernel": TraitSpec("ALiBi built into the kernel, the standard slopes of its head count: "
-                                         "positions over 'key indices', or 'none'", KERNEL_VALUES, default=NONE)},
+           "attention_kernel": TraitSpec("ALiBi over key indices: built into the kernel with the standard slopes of "
+                                         "its head count ('key indices'), or with the slopes the call passes as "
+                                         "alibi_slopes ('as called', flash-attention's, causal), or 'none'",
+                                         KERNEL_VALUES, default=NONE)},
     step=SCORES,
     oracle=with_alibi,
-    mistakes={"attention": (*MISTAKES, _reads(OVER_INDICES, {"positions": KEY_INDICES}, only=REAL_KEYS)),
-              "attention_kernel": MISTAKES},
+    cases={"attention_kernel": (OptionCase("alibi", "causal_pad", "ALiBi's standard slopes of H heads passed as "
+                                           "alibi_slopes; causal, S > T, right key padding", declared_only=True),)},
+    regimes={"attention": (Regime("cross", "heads6", HEADS6_NOTE, HEADS6, declared_only=True),
+                           Regime("cross", "holes", "key padding with holes between real keys: real keys and key "
+                                  "indices differ", {"padding": "arbitrary"}, declared_only=True)),
+             "attention_kernel": (Regime("self", "heads6", HEADS6_NOTE, HEADS6, declared_only=True),)},
+    mistakes={"attention": (*MISTAKES, _reads(OVER_INDICES, {"positions": KEY_INDICES}, only=(REAL_KEYS,))),
+              "attention_kernel": (*MISTAKES, (IGNORED, _ignored))},
     read_module=read_module,
+    kernel_option=KernelOption(OPTION, called=lambda cfg: None, exercised=lambda cfg: slopes(cfg.heads),
+                               to_call=_float32_at_least),
 )

@@ -3,9 +3,11 @@ knows conventions (``harness.families.conventions`` lists them).
 
 A convention is a semantic trait of one or more families (its name and vocabulary in each),
 the step of the float64 oracle it changes (``oracle``, at ``step``), the canonical parameters
-a declared value brings, the cases that exercise it (by name), the regime cases it adds
-(drawn from a family's case by name), the mistakes ``explain`` and ``diff`` name for it, the
-values ``map``'s search reads off a library module, and the call option a kernel takes it by.
+a declared value brings, the call option a kernel takes it by (``KernelOption``), the cases
+whose call passes that option (``OptionCase``), the regime cases it adds (drawn from a
+family's case by name, for every variant or only for those declaring it), the mistakes
+``explain`` and ``diff`` name for it, and the values ``map``'s search reads off a library
+module.
 """
 
 from __future__ import annotations
@@ -52,12 +54,55 @@ class Context:
 @dataclass(frozen=True)
 class Regime:
     """A case a convention adds to a family: the family's case ``base`` (by name) on the config
-    changed by ``changes``, named ``base@label`` (``harness.families.base.regime_case``)."""
+    changed by ``changes``, named ``base@label`` (``harness.families.base.regime_case``).
+    ``declared_only``: the case runs only for the variants that declare a value of the
+    convention's trait other than its default (ALiBi's head count off a power of two: nothing
+    to the variants without ALiBi, and check time)."""
 
     base: str
     label: str
     note: str
     changes: Mapping[str, Any]
+    declared_only: bool = False
+
+
+def _as_given(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class KernelOption:
+    """The call option an attention kernel takes a convention's value by (flash-attention's
+    names): ``name``; ``called(cfg)``: what a case passes where it does not exercise the
+    option (softcap: the config's cap; ALiBi: None), a value other than ``off`` making the
+    config one a kernel without the option cannot run; ``exercised(cfg)``: what the
+    convention's ``OptionCase`` passes (softcap: the config's cap or 2.0; ALiBi: the standard
+    slopes of the config's head count); ``to_call``: the value as the kernel receives it
+    (softcap: a float); ``off``: the value that asks for nothing, the call's default."""
+
+    name: str
+    called: Callable[[Any], Any]
+    exercised: Callable[[Any], Any]
+    to_call: Callable[[Any], Any] = _as_given
+    off: Any = None
+
+    def set_by(self, cfg: Any) -> bool:
+        """Whether ``cfg`` has every case pass the option (a kernel without it cannot run it)."""
+        value = self.called(cfg)
+        return value is not None and value != self.off
+
+
+@dataclass(frozen=True)
+class OptionCase:
+    """A case a convention adds to the kernel family: its case ``base`` (by name), the call
+    passing the convention's ``KernelOption`` at its ``exercised`` value, named ``name``. A
+    kernel whose signature lacks the option is not run on it; ``declared_only``: only the
+    kernels declaring a value of the trait other than its default run it."""
+
+    name: str
+    base: str
+    note: str
+    declared_only: bool = False
 
 
 # (label, (declared traits, a case's inputs) -> the traits the mistake reads as, or None where
@@ -73,25 +118,30 @@ class Convention:
     applies to). ``oracle(value, s, ctx)``: the float64 branch at ``step`` (``STEPS``); a
     value that changes nothing returns ``s`` (scores) or None (softmax); a value no branch
     builds raises ``SpecError``. ``params(value, cfg)``: the canonical parameters the value
-    brings (name -> (shape, init kind)). ``cases``: family -> the names of its cases that
-    exercise the convention; ``regimes``: family -> cases it adds. ``mistakes``: family ->
+    brings (name -> (shape, init kind)). ``cases``: family -> the ``OptionCase``s it adds
+    (the kernel family's, whose call passes ``kernel_option``); ``regimes``: family -> the
+    regime cases it adds. ``mistakes``: family ->
     the named mistakes. ``probes``: the values a module computes when it leaves the step out
     (tried when the trait is left out of a registration). ``module_attrs``: the attributes of
     a library module, or of its ``config``, that hold the value (``map`` starts from it).
-    ``kernel_option``: the name a kernel takes the value by in its call."""
+    ``kernel_option``: the option a kernel takes the value by in its call (``KernelOption``:
+    ``harness.register_kernel`` passes it to a function whose signature names it, and an
+    ``as called`` value reads it)."""
 
     trait: str
     specs: Mapping[str, TraitSpec]
     step: str
     oracle: Callable[[Any, Tensor, Context], Any]
     params: Callable[[Any, Any], dict] | None = None
-    cases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    cases: Mapping[str, tuple[OptionCase, ...]] = field(default_factory=dict)
     regimes: Mapping[str, tuple[Regime, ...]] = field(default_factory=dict)
     mistakes: Mapping[str, tuple[Mistake, ...]] = field(default_factory=dict)
     probes: tuple[Any, ...] = ()
     read_module: Callable[[torch.nn.Module], Any] | None = None
-    kernel_option: str | None = None
+    kernel_option: KernelOption | None = None
 
     def __post_init__(self) -> None:
         if self.step not in STEPS:
             raise ValueError(f"convention {self.trait!r}: step {self.step!r} is not one of {list(STEPS)}")
+        if any(self.cases.values()) and self.kernel_option is None:
+            raise ValueError(f"convention {self.trait!r}: its cases pass its kernel option, and it has none")

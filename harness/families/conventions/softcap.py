@@ -1,6 +1,7 @@
 """Logit soft-capping (Gemma 2's ``attn_logit_softcapping``): scores s become c tanh(s / c)
 after the scale and before the mask; 0: none. A kernel takes the cap as its ``softcap``
-option (``as called``) or builds one in."""
+option (``as called``: every case passes the config's cap, the ``softcap`` case 2.0 where the
+config sets none) or builds one in."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import torch
 
-from harness.families.conventions.core import AS_CALLED, SCORES, Context, Convention, Regime
+from harness.families.conventions.core import AS_CALLED, SCORES, Context, Convention, KernelOption, OptionCase, Regime
 from harness.families.trait_spec import TraitSpec
 
 ATTRS = ("attn_logit_softcapping", "logit_softcapping", "softcap")
@@ -42,11 +43,14 @@ SOFTCAP = Convention(
                                          default=AS_CALLED)},
     step=SCORES,
     oracle=capped,
-    cases={"attention_kernel": ("softcap", "softcap@cap5")},
+    # cross with the cap passed (2.0, or the config's): a kernel without the option is not run on it
+    cases={"attention_kernel": (OptionCase("softcap", "cross",
+                                           "logit softcap 2.0 (or the config's), right key padding"),)},
     # the cap the config sets, off the case's own: a kernel that fixes the cap passes that one
     regimes={"attention_kernel": (Regime("softcap", "cap5", "the config's softcap 5.0", {"softcap": 5.0}),)},
     mistakes={"attention_kernel": (("the softcap ignored", _ignored),)},
     probes=(0.0,),
     read_module=read_module,
-    kernel_option="softcap",
+    kernel_option=KernelOption("softcap", called=lambda cfg: cfg.softcap, exercised=lambda cfg: cfg.softcap or 2.0,
+                               to_call=float, off=0.0),
 )
