@@ -171,3 +171,20 @@ def test_a_regime_case_config_has_six_heads_on_every_config():
         changed = ATTENTION.case_config("cross@heads6", cfg)
         assert (changed.heads, changed.n_kv_heads, changed.d_k) == (6, 6, 8), name
     assert ATTENTION.case_config("cross@holes", DEFAULT).padding == "arbitrary"
+
+
+def test_diff_on_a_regime_of_six_heads_builds_both_sides_for_it():
+    """``diff`` on cross@heads6 runs both sides with six heads (built for the case's config):
+    the next power's slopes differ from BLOOM's there, and nowhere on four heads."""
+    from harness.base.verdicts import Verdict
+    from harness.trace.pairs import diff_pair
+
+    with scratch():
+        made = W.register_all()
+        bloom = get_variant("attention", "bloom_alibi")
+        six = diff_pair("attention", made["wrong_alibi_next_power"], bloom, "cross@heads6", DEFAULT, "float64",
+                        hints=False, attribution=False)
+        four = diff_pair("attention", made["wrong_alibi_next_power"], bloom, "cross", DEFAULT, "float64",
+                         hints=False, attribution=False)
+    assert not six.errors and six.verdict == Verdict.DIFFERENT, (six.errors, six.verdict)
+    assert four.verdict in (Verdict.IDENTICAL, Verdict.EQUIVALENT), four.verdict

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import torch
 
 from harness.base.boundary import check_output, describe, user_code, variant_failure
 from harness.base.config import Config
 from harness.base.dtypes import dtype_of
-from harness.base.errors import HarnessError, InputError, PortingError
+from harness.base.errors import HarnessError, PortingError
 from harness.base.failures import harness_traceback
 from harness.base.verdicts import Verdict
+from harness.check.call_inputs import cast_inputs, changed_inputs, snapshot, unique_grad_inputs
 from harness.check.left_out import undeclared_absent
 from harness.check.recorder import OpRecorder
 from harness.check.results import PathResult
@@ -45,67 +46,6 @@ class Run:
     # the output's dtype, when it is not the call's): contradictions of any declaration
     forward_only: str = ""  # why no gradient was taken: the backward is not implemented on this device
     traceback: str | None = None  # where ``error`` is the harness's own failure: its whole traceback
-
-
-def snapshot(inputs: Mapping[str, Any]) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-    """(names, tensor, copy) of every distinct input tensor: inputs are read-only, and a
-    call that changes one (a mask flipped in place, a target filled) is told by the copy."""
-    names: dict[int, list[str]] = {}
-    tensors: dict[int, torch.Tensor] = {}
-    for name, value in inputs.items():
-        if isinstance(value, torch.Tensor):
-            names.setdefault(id(value), []).append(name)
-            tensors[id(value)] = value
-    return [(" = ".join(names[i]), t, t.detach().clone()) for i, t in tensors.items()]
-
-
-def changed_inputs(snap) -> list[str]:
-    """One line per input the call changed in place: its name(s) and how many elements."""
-    out = []
-    for name, t, before in snap:
-        now = t.detach()
-        if now.shape != before.shape or now.dtype != before.dtype:
-            out.append(f"input '{name}' changed in place by the call (now {tuple(now.shape)} {now.dtype})")
-        elif not torch.equal(now, before):
-            same = (now == before) | (now.isnan() & before.isnan()) if now.is_floating_point() else now == before
-            out.append(f"input '{name}' changed in place by the call ({int((~same).sum())} of "
-                       f"{now.numel()} element(s))")
-    return out
-
-
-def cast_inputs(
-    inputs: Mapping[str, Any], dtype: torch.dtype, device: str, grad: Iterable[str] = ()
-) -> dict[str, Any]:
-    """Cast float inputs to ``dtype`` on ``device``; tensors shared between names (query is
-    key is value in self-attention) stay shared; ``grad`` names become leaves."""
-    grad = set(grad)
-    memo: dict[int, torch.Tensor] = {}
-    out: dict[str, Any] = {}
-    for name, value in inputs.items():
-        if not isinstance(value, torch.Tensor):
-            out[name] = value
-            continue
-        if id(value) not in memo:
-            if value.is_floating_point():
-                if torch.isnan(value).any():
-                    raise InputError(f"input '{name}' contains NaN")
-                t = value.detach().to(device=device, dtype=dtype, copy=True)
-                if name in grad:
-                    t.requires_grad_(True)
-            else:
-                t = value.detach().to(device=device, copy=True)
-            memo[id(value)] = t
-        out[name] = memo[id(value)]
-    return out
-
-
-def unique_grad_inputs(family: Family, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    seen: dict[int, str] = {}
-    for name in family.grad_inputs:
-        t = inputs.get(name)
-        if isinstance(t, torch.Tensor) and id(t) not in seen:
-            seen[id(t)] = name
-    return {name: inputs[name] for name in seen.values()}
 
 
 def cotangent(shape: torch.Size, seed: int) -> torch.Tensor:
@@ -276,6 +216,13 @@ def fill_overflow(variant: Variant, dtype: torch.dtype) -> str | None:
 SHAPE_FIELDS = ("d_model", "heads", "kv_heads", "head_dim", "d_ff", "vocab")
 
 
+def shaped_config(family: Family, case: str, cfg: Config) -> Config:
+    """The config a variant is built for on ``case``: ``cfg``, or the case's own config where
+    that changes a ``SHAPE_FIELDS`` field (inputs and weights follow it)."""
+    changed = family.case_config(case, cfg)
+    return cfg if all(getattr(changed, f) == getattr(cfg, f) for f in SHAPE_FIELDS) else changed
+
+
 class RunCache:
     """The runs of one config on one device, cached: each case's inputs, the canonical
     weights, and each (variant, case, fills, dtype, mode) run. The spec, pair and trace
@@ -294,8 +241,8 @@ class RunCache:
     def of_case(self, family: Family, case: str) -> "RunCache":
         """This cache, or, for a case whose config changes a ``SHAPE_FIELDS`` field, the cache
         of that config: its modules are built, and its weights drawn, at the case's shapes."""
-        cfg = family.case_config(case, self.cfg)
-        if all(getattr(cfg, f) == getattr(self.cfg, f) for f in SHAPE_FIELDS):
+        cfg = shaped_config(family, case, self.cfg)
+        if cfg is self.cfg:
             return self
         if cfg not in self._shaped:
             self._shaped[cfg] = RunCache(cfg, self.device, self.record)

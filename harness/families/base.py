@@ -169,21 +169,6 @@ def convention_regimes(family: str, cases: tuple[Case, ...]) -> tuple[Case, ...]
     return tuple(out)
 
 
-def _with_option(make: Callable, name: str, exercised: Callable[[Config], Any]) -> Callable:
-    return lambda cfg, gen: {**make(cfg, gen), name: exercised(cfg)}
-
-
-def convention_cases(family: str, cases: tuple[Case, ...]) -> tuple[Case, ...]:
-    """The cases the family's conventions add whose call passes their kernel option at its
-    ``exercised`` value (``Convention.cases``), each drawn from a case of ``cases`` by name."""
-    out = []
-    for trait, option, c in conventions.option_cases(family):
-        base = case_named(cases, c.base)
-        out.append(Case(c.name, c.note, _with_option(base.make, option.name, option.exercised),
-                        declarer=trait if c.declared_only else ""))
-    return tuple(out)
-
-
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -248,8 +233,8 @@ class Family:
         )
 
     def declared_for(self, case: str, traits: Mapping[str, Any]) -> bool:
-        """Whether ``traits`` declare what a case limited to declarers needs (``Case.declarer``:
-        a value of that trait other than the family's default); True for every other case."""
+        """False where ``case`` runs only for its trait's declarers (``Case.declarer``) and
+        ``traits`` leave that trait at its default."""
         found = next((c for c in self.cases if c.name == case), None)
         if found is None or not found.declarer:
             return True

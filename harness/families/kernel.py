@@ -35,7 +35,6 @@ from harness.families.base import (
     TraitSpec,
     activations,
     case_named,
-    convention_cases,
     convention_regimes,
     left_pad,
     regime_case,
@@ -228,9 +227,25 @@ BASE_CASES = (
     Case("long", f"T = {LONG_T}, S = {LONG_S}: crosses 64- and 128-wide blocks; causal, right key padding, GQA",
          _long),
 )
-# The cases the conventions add whose call passes their kernel option (``Convention.cases``):
-# softcap (cross with the cap 2.0, or the config's), alibi (causal_pad with ALiBi's slopes).
-CASES = BASE_CASES + convention_cases("attention_kernel", BASE_CASES)
+
+
+def _with_option(make, name: str, exercised):
+    return lambda cfg, gen: {**make(cfg, gen), name: exercised(cfg)}
+
+
+def convention_cases(cases: tuple[Case, ...]) -> tuple[Case, ...]:
+    """The cases the conventions add whose call passes their kernel option at its
+    ``exercised`` value (``Convention.cases``: softcap's ``cross`` with the cap 2.0 or the
+    config's, ALiBi's ``causal_pad`` with its slopes), each drawn from one of ``cases`` by name."""
+    out = []
+    for trait, option, c in conventions.option_cases("attention_kernel"):
+        base = case_named(cases, c.base)
+        out.append(Case(c.name, c.note, _with_option(base.make, option.name, option.exercised),
+                        declarer=trait if c.declared_only else ""))
+    return tuple(out)
+
+
+CASES = BASE_CASES + convention_cases(BASE_CASES)
 # The fixed regimes of the default matrix, as the attention family's: logits in the hundreds
 # (a softmax without its max subtracted overflows in float32 and below) on a case every kernel
 # takes, and a problem without the causal option across 64- and 128-wide blocks (``long`` is

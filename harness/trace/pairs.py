@@ -49,7 +49,7 @@ from harness.base.config import Config
 from harness.base.dtypes import dtype_of
 from harness.base.errors import ConfigError
 from harness.base.verdicts import Verdict
-from harness.check.runs import OpRecorder, RunCache, applicable, cast_inputs
+from harness.check.runs import OpRecorder, RunCache, applicable, cast_inputs, shaped_config
 from harness.check.spec import call_order_dependence
 from harness.check.tensors import compare_tensors
 from harness.families.base import Family
@@ -128,6 +128,7 @@ def _set_up(family: str, a, b, case: str, cfg: Config, dtype: str, device: str) 
         reason = v.refuses(cfg, device, fam.base_case(case))
         if reason:
             raise ConfigError(f"{v.key} cannot be built for this config or case: {reason}")
+    cfg = shaped_config(fam, case, cfg)   # a regime case of another head count: built for it
     dt = dtype_of(dtype)
     own = [fam.params_for(cfg, v.traits) for v in (va, vb)]
     apart = sorted(n for n in set(own[0]) & set(own[1]) if own[0][n] != own[1][n])
@@ -220,6 +221,7 @@ def _roles_apart(p: _Pair, first) -> str:
         inputs = p.fam.inputs(c.name, p.cfg)
         mine = tensors(inputs)
         if (c.name == p.case or not (applicable(p.a, c.name) and applicable(p.b, c.name))
+                or shaped_config(p.fam, c.name, p.cfg) != p.cfg
                 or len(mine) < len(shared) or len({id(t) for t in mine}) < len(mine)):
             continue
         a = trace_variant(p.a, p.cfg, inputs, p.weights, torch.float64, device="cpu")
