@@ -3,14 +3,15 @@ each ``NAME.py`` with its candidates in ``NAME/``): every candidate judged again
 problem's ``Model`` (``harness.check.kernelbench``), a table on the terminal, ``--json`` and
 ``--csv`` rows in KernelBench's columns, the fast_p line; ``--time`` also times each correct
 candidate against its reference (``harness.bench.pair.time_pair``: the speedup with its
-interval, a speedup beyond the machine's peak flagged, one too short to bound noted).
+interval, a speedup beyond the machine's peak flagged, one too short to bound noted, at one
+intra-op thread on CPU unless ``--threads``, one timed under a load above the cores marked).
 Exit 0 when every candidate is correct, 1 when one is not, 2 on a usage mistake (one line)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.base.errors import HarnessError
+from harness.base.errors import ConfigError, HarnessError
 from harness.base.files import read_text, refuse_foreign, write_text
 from harness.bench.pair import PairTiming, time_pair
 from harness.check.kernelbench import FAST_P, Row, discover, fast_p, judge_candidate, load_problem, timing_pair
@@ -32,12 +33,18 @@ def _timed(row: Row, t: PairTiming) -> None:
         row.speedup, row.speedup_low, row.speedup_high = t.speedup.value, t.speedup.low, t.speedup.high
     row.peak_flag = "" if t.flag is None else str(t.flag)
     row.peak_note = "" if t.note is None else str(t.note)
+    row.threads, row.load_before, row.load_after = t.threads, t.load_before, t.load_after
+    row.disturbed = "" if t.disturbed is None else str(t.disturbed)
     row.timed = True
 
 
 def cmd_kernelbench(args) -> int:
     if args.device not in ("cpu", "cuda"):
         raise HarnessError(f"--device {args.device!r}: give cpu or cuda")
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads {args.threads}: give a whole number of intra-op threads, at least 1")
+    if args.threads is not None and not args.time:
+        raise ConfigError(f"--threads {args.threads}: the thread count pairs are timed at; give it with --time")
     ensure_writable(args.json)
     if args.csv:
         ensure_writable(args.csv, "--csv", own=_own_csv)
@@ -50,7 +57,8 @@ def cmd_kernelbench(args) -> int:
             row, j = judge_candidate(problem, path, gradients=args.gradients, device=args.device, only=args.only)
             if args.time and row.correct:
                 pair = timing_pair(problem, path, args.device)
-                _timed(row, time_pair(pair.reference, pair.candidate, pair.make_inputs, device=args.device))
+                _timed(row, time_pair(pair.reference, pair.candidate, pair.make_inputs, device=args.device,
+                                      threads=args.threads))
             rows.append(row)
             if j is not None:
                 verdicts[f"{problem.name}/{row.candidate}"] = j.as_dict()
