@@ -413,15 +413,13 @@ def time_pair(reference: Callable[..., Any], candidate: Callable[..., Any], make
         (ref_rounds, cand_rounds, floor_rounds), (ref_calls, cand_calls, _) = _interleaved(
             fns, sync, flush, clock, rounds, min_time)
         del flush
-    ref_s, cand_s, floor_s = (Interval(*timing.median_interval(r, level=level, seed=seed))
-                              for r in (ref_rounds, cand_rounds, floor_rounds))
-    speedup: Interval | None = Interval(*timing.ratio_of_medians(ref_rounds, cand_rounds, level=level, seed=seed))
-    work = _Work()
-    if check_peak:
-        work = _work(fns, args, dev, cand_s, floor_s, peak, clock, tuple(dict.fromkeys((caller, n, 1))))
-        if work.flag is not None:
-            speedup = None
+        ref_s, cand_s, floor_s = (Interval(*timing.median_interval(r, level=level, seed=seed))
+                                  for r in (ref_rounds, cand_rounds, floor_rounds))
+        work = _work(fns, args, dev, cand_s, floor_s, peak, clock, tuple(dict.fromkeys((caller, n, 1)))
+                     ) if check_peak else _Work()
     load_after = load()
+    speedup = None if work.flag is not None else Interval(
+        *timing.ratio_of_medians(ref_rounds, cand_rounds, level=level, seed=seed))
     return PairTiming(str(dev), ref_s, cand_s, speedup, work.flag, work.note, floor_s, level, rounds,
                       tuple(ref_rounds), tuple(cand_rounds), ref_calls, cand_calls, work.reference_flops,
                       work.candidate_flops, work.bytes_floor, work.peak, work.flops_fraction,

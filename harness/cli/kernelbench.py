@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.base.errors import ConfigError, HarnessError
+from harness.base.errors import HarnessError
 from harness.base.files import read_text, refuse_foreign, write_text
 from harness.bench.pair import PairTiming, time_pair
 from harness.check.kernelbench import FAST_P, Row, discover, fast_p, judge_candidate, load_problem, timing_pair
@@ -41,10 +41,6 @@ def _timed(row: Row, t: PairTiming) -> None:
 def cmd_kernelbench(args) -> int:
     if args.device not in ("cpu", "cuda"):
         raise HarnessError(f"--device {args.device!r}: give cpu or cuda")
-    if args.threads is not None and args.threads < 1:
-        raise ConfigError(f"--threads {args.threads}: give a whole number of intra-op threads, at least 1")
-    if args.threads is not None and not args.time:
-        raise ConfigError(f"--threads {args.threads}: the thread count pairs are timed at; give it with --time")
     ensure_writable(args.json)
     if args.csv:
         ensure_writable(args.csv, "--csv", own=_own_csv)
