@@ -41,20 +41,19 @@ margin at peak is still flagged.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import statistics
 import time
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
 from harness.base.errors import ConfigError
 from harness.bench import counters, timing
-from harness.bench.machine import LoadDisturbance, load_average, load_disturbance
+from harness.bench.machine import LoadDisturbance, intra_op_threads, load_average, load_disturbance, pair_threads
 
 L2_FLUSH_BYTES = 256 * 2**20  # triton.testing.do_bench's cache buffer, written before each timed call
 PEAK_MATMUL = {"cpu": 1024, "cuda": 8192}  # the square matmul the sweep's peak is measured with
@@ -208,14 +207,10 @@ def _best(fn: Callable[[], object], sync: Callable[[], None], clock: Clock, call
 def _best_over_threads(fn: Callable[[], object], sync: Callable[[], None], clock: Clock,
                        threads: Sequence[int]) -> tuple[float, int]:
     """(best seconds of ``PEAK_CALLS`` calls, the intra-op thread count it ran at) over ``threads``."""
-    saved = torch.get_num_threads()
-    best = (float("inf"), saved)
-    try:
-        for n in threads:
-            torch.set_num_threads(n)
+    best = (float("inf"), torch.get_num_threads())
+    for n in threads:
+        with intra_op_threads(n):
             best = min(best, (_best(fn, sync, clock, PEAK_CALLS), n))
-    finally:
-        torch.set_num_threads(saved)
     return best
 
 
@@ -322,27 +317,6 @@ def peak_check(flops: int, nbytes: int, candidate_s: Interval, floor_s: Interval
 def _identity(*args: Any) -> Any:
     """The per-call floor's callable: the inputs back, no work."""
     return args
-
-
-def pair_threads(threads: int | None, device: str | torch.device) -> int:
-    """The intra-op thread count a pair is timed at: ``threads``, else 1 on CPU (as
-    ``torch.utils.benchmark.Timer``) and torch's own elsewhere. A bad count is a ``ConfigError``."""
-    if threads is None:
-        return 1 if torch.device(device).type == "cpu" else torch.get_num_threads()
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ConfigError(f"threads={threads!r}: give a whole number of intra-op threads, at least 1")
-    return threads
-
-
-@contextlib.contextmanager
-def intra_op_threads(n: int) -> Iterator[int]:
-    """Torch's intra-op thread count set to ``n`` inside, the caller's (yielded) put back after."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield saved
-    finally:
-        torch.set_num_threads(saved)
 
 
 def _check_settings(rounds: int, min_time: float, warmup: int, level: float) -> None:
