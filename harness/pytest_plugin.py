@@ -23,7 +23,9 @@ pytest ini (``pyproject.toml``'s ``[tool.pytest.ini_options]``)::
 
 An ``attention-harness`` section after pytest's summary says once what each variant was not
 checked on ("checked on 1 of 5 configs; not buildable: ...") and, per failure, one line: the
-mistake ``check`` names and the ``check`` command that reproduces it.
+mistake ``check`` names and the ``check`` command that reproduces it; and each declaration no
+case reached (``harness.check.reach``: a window wider than every case's keys), which its
+semantics test also warns of (``UnexercisedDeclaration``): it passed without being tested.
 Without ``--variants`` the plugin does nothing (and imports nothing: pytest runs of
 other projects do not pay for torch).
 """
@@ -33,6 +35,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -56,6 +59,7 @@ SET_INI, VARIANTS_INI = "attention_harness_set", "attention_harness_variants"
 # the user_properties names the summary's lines travel under (from every xdist worker): what a
 # variant was not checked on, and one line per failure
 COVERAGE, FAILURE = "attention_harness_coverage", "attention_harness_failure"
+NOT_EXERCISED = "attention_harness_not_exercised"
 
 
 def pytest_addoption(parser):
@@ -300,6 +304,11 @@ class VariantMismatch(Exception):
     """A variant's verdicts contradict what its traits declare."""
 
 
+class UnexercisedDeclaration(pytest.PytestWarning):
+    """A declared trait whose effect no checked case reached: the variant's semantics pass
+    says nothing about it (``harness.check.reach``)."""
+
+
 class VariantItem(pytest.Item):
     def __init__(self, *, key: str, device: str, aspect: str, **kwargs):
         super().__init__(**kwargs)
@@ -322,6 +331,10 @@ class VariantItem(pytest.Item):
             self.user_properties.append((COVERAGE, line))
         if not checked.results:
             _nothing_checked(variant, self.device, configs)
+        if self.aspect == "semantics":
+            for line in checked.not_exercised:
+                self.user_properties.append((NOT_EXERCISED, f"{self.key} [{self.device}]: not exercised: {line}"))
+                warnings.warn(UnexercisedDeclaration(f"{self.key}: declaration not exercised: {line}"), stacklevel=1)
         results = aspect_results(checked.results, self.aspect, variant.semantic_dtypes())
         if not results:  # e.g. no dropout site declared, or no gradcheck for this family
             pytest.skip(f"no {self.aspect} check applies to {self.key} on {self.device}")
@@ -364,6 +377,7 @@ class Checked(NamedTuple):
     results: list
     configs: tuple[str, ...]
     skipped: list
+    not_exercised: list   # each declaration no case reached, said as check says it
 
 
 def _check_one(variant, device: str, configs: dict) -> Checked:
@@ -377,7 +391,8 @@ def _check_one(variant, device: str, configs: dict) -> Checked:
         report = check_variant(variant, configs, dtypes=default_dtypes(device), device=device)
         asked = tuple(variant.family_spec.configs_of(configs))
         _CHECKED[variant.key, device] = Checked([*report.specs, *report.gradchecks, *report.dropouts], asked,
-                                                [s for s in report.skipped if f"{s[0]}/{s[1]}" == variant.key])
+                                                [s for s in report.skipped if f"{s[0]}/{s[1]}" == variant.key],
+                                                [str(n) for n in report.not_exercised])
     return _CHECKED[variant.key, device]
 
 
@@ -398,17 +413,17 @@ _LINES: dict[tuple[str, str], None] = {}
 def pytest_runtest_logreport(report):
     """Gather the lines the tests said (in the controller, from every xdist worker)."""
     for name, line in getattr(report, "user_properties", ()):
-        if name in (COVERAGE, FAILURE):
+        if name in (COVERAGE, FAILURE, NOT_EXERCISED):
             _LINES.setdefault((name, line), None)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Once, after pytest's own summary: what each variant was not checked on, then one line
-    per failure with its cause and the command that reproduces it."""
+    """Once, after pytest's own summary: what each variant was not checked on, each declaration
+    no case reached, then one line per failure with its cause and the command that reproduces it."""
     if not _LINES:
         return
     terminalreporter.section("attention-harness", sep="=")
-    for kind in (COVERAGE, FAILURE):
+    for kind in (COVERAGE, NOT_EXERCISED, FAILURE):
         for name, line in _LINES:
             if name == kind:
                 terminalreporter.write_line(line)

@@ -11,6 +11,7 @@ compares two runs of one variant (autograd against the no_grad fast path) with
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -28,6 +29,7 @@ from harness.check.recorder import OpRecorder
 from harness.check.results import PathResult
 from harness.check.run_keys import Mode, OracleKey, RunKey, frozen_fills
 from harness.check.tensors import compare_tensors
+from harness.families import reach
 from harness.families.base import Family
 from harness.families.no_key_rows import traits_at_dtype
 from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
@@ -45,6 +47,8 @@ class Run:
     # the output's dtype, when it is not the call's): contradictions of any declaration
     forward_only: str = ""  # why no gradient was taken: the backward is not implemented on this device
     traceback: str | None = None  # where ``error`` is the harness's own failure: its whole traceback
+    # the oracle's float64 spec run: what it noted of each declared trait's reach (harness.families.reach)
+    reaches: tuple = ()
 
 
 def snapshot(inputs: Mapping[str, Any]) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -236,7 +240,11 @@ def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64:
     via = (lambda t: t.to(through)) if through is not None else (lambda t: t)  # noqa: E731
     oracle = family.oracle
     assert oracle is not None, f"family {family.name} has no oracle"  # a family whose variants are checked has one
-    out: torch.Tensor = family.specified(inputs, oracle(traits_at_dtype(traits, dtype), cfg, weights, inputs, dtype))
+    spec = compute == torch.float64 and first == compute and through is None  # the float64 spec's run
+    with reach.recording() if spec else contextlib.nullcontext([]) as notes:  # what it reached of each trait
+        out: torch.Tensor = family.specified(inputs, oracle(traits_at_dtype(traits, dtype), cfg, weights, inputs,
+                                                            dtype))
+    run.reaches = tuple(notes)
     as64 = lambda t: via(t.detach()).to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
     run.tensors["output"] = as64(out)
     if family.differentiable and out.requires_grad:

@@ -12,6 +12,7 @@ from harness.base.devices import device_type
 from harness.base.errors import ConfigError, HarnessError, UnknownName
 from harness.base.masks import one_key_at_most
 from harness.base.verdicts import Verdict
+from harness.check.reach import is_reach_config
 from harness.check.results import PairResult, SpecResult
 from harness.check.runs import RunCache
 from harness.check.spec import STATE_KEPT
@@ -156,7 +157,8 @@ def path_findings(report, configs, mistakes: Mistakes | None = None) -> str:
         if s.finding is not None:
             lines.append(f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): {s.verdict}, "
                          f"{PATH_FINDING}: {s.finding}")
-        by_case.setdefault((s.family, s.variant, s.case), []).append(s)
+        if not is_reach_config(s.config):  # a case added to reach a declaration: not another path
+            by_case.setdefault((s.family, s.variant, s.case), []).append(s)
     for (family, variant, case), specs in by_case.items():
         bad = sorted({s.config for s in specs if not s.ok})
         good = sorted({s.config for s in specs if s.ok} - set(bad))

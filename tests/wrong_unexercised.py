@@ -1,0 +1,38 @@
+"""Declarations no default case reaches, loaded inside ``harness.registry.scratch()`` by
+tests/test_reach.py: a window of 4096 deleted from its module (too wide for a case of its
+own: reported as not exercised), a window of 16 deleted (caught on the case added to reach
+it) and kept (the control: clean, nothing reported), a soft cap of 1e6 deleted (caught on
+inputs scaled to reach it), a cap of 1e20 and a dynamic NTK scaling from 100000 positions
+(reported)."""
+
+from harness import RopeScaling, register
+from variants.llama import LLAMA, LlamaAttention, attention_map, call
+
+DYNAMIC = RopeScaling("dynamic", factor=2.0, max_positions=100_000)
+CASES = ("causal", "window", "decode")
+
+
+def _own_window(window):
+    def called(m, i):
+        return m(i["query"], i["key"], i["value"], i["mask"], i["positions"], i["key_positions"], window)
+    return called
+
+
+register(id="window4096_deleted", family="attention", source="test",
+         build=lambda cfg: LlamaAttention(cfg), call=call, param_map=attention_map(),
+         traits={**LLAMA, "window": (4095, 0), "window_diagonal": "bottom_right", "cases": CASES})
+register(id="window16_deleted", family="attention", source="test",
+         build=lambda cfg: LlamaAttention(cfg), call=call, param_map=attention_map(),
+         traits={**LLAMA, "window": (15, 0), "window_diagonal": "bottom_right", "cases": CASES})
+register(id="window16", family="attention", source="test",
+         build=lambda cfg: LlamaAttention(cfg), call=_own_window((15, 0)), param_map=attention_map(),
+         traits={**LLAMA, "window": (15, 0), "cases": ("causal", "window")})
+register(id="softcap_1e6_deleted", family="attention", source="test",
+         build=lambda cfg: LlamaAttention(cfg), call=call, param_map=attention_map(),
+         traits={**LLAMA, "softcap": 1e6, "cases": ("causal",)})
+register(id="softcap_1e20", family="attention", source="test",
+         build=lambda cfg: LlamaAttention(cfg, softcap=1e20), call=call, param_map=attention_map(),
+         traits={**LLAMA, "softcap": 1e20, "cases": ("self", "causal")})
+register(id="dynamic_ntk_deleted", family="attention", source="test",
+         build=lambda cfg: LlamaAttention(cfg), call=call, param_map=attention_map(),
+         traits={**LLAMA, "rope_scaling": DYNAMIC, "cases": ("causal", "decode")})
