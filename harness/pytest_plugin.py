@@ -23,9 +23,7 @@ pytest ini (``pyproject.toml``'s ``[tool.pytest.ini_options]``)::
 
 An ``attention-harness`` section after pytest's summary says once what each variant was not
 checked on ("checked on 1 of 5 configs; not buildable: ...") and, per failure, one line: the
-mistake ``check`` names and the ``check`` command that reproduces it; and each declaration no
-case reached (``harness.check.reach``: a window wider than every case's keys), which its
-semantics test also warns of (``UnexercisedDeclaration``): it passed without being tested.
+mistake ``check`` names and the ``check`` command that reproduces it; each declaration not exercised.
 Without ``--variants`` the plugin does nothing (and imports nothing: pytest runs of
 other projects do not pay for torch).
 """
@@ -35,7 +33,6 @@ from __future__ import annotations
 import fnmatch
 import os
 import sys
-import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -57,9 +54,9 @@ _MATRIX = pytest.StashKey[tuple]()
 # the ini options (pytest.ini, tox.ini, setup.cfg, pyproject.toml's [tool.pytest.ini_options])
 SET_INI, VARIANTS_INI = "attention_harness_set", "attention_harness_variants"
 # the user_properties names the summary's lines travel under (from every xdist worker): what a
-# variant was not checked on, and one line per failure
-COVERAGE, FAILURE = "attention_harness_coverage", "attention_harness_failure"
-NOT_EXERCISED = "attention_harness_not_exercised"
+# variant was not checked on, one line per failure, each declaration no case reached
+COVERAGE, FAILURE, NOT_EXERCISED = ("attention_harness_coverage", "attention_harness_failure",
+                                   "attention_harness_unreached")
 
 
 def pytest_addoption(parser):
@@ -304,11 +301,6 @@ class VariantMismatch(Exception):
     """A variant's verdicts contradict what its traits declare."""
 
 
-class UnexercisedDeclaration(pytest.PytestWarning):
-    """A declared trait whose effect no checked case reached: the variant's semantics pass
-    says nothing about it (``harness.check.reach``)."""
-
-
 class VariantItem(pytest.Item):
     def __init__(self, *, key: str, device: str, aspect: str, **kwargs):
         super().__init__(**kwargs)
@@ -317,6 +309,7 @@ class VariantItem(pytest.Item):
     def runtest(self):
         from types import SimpleNamespace
 
+        from harness.check.reach import UnexercisedDeclaration
         from harness.check.verdict import SEMANTICS_DIFFER
         from harness.registry import REGISTRY
         from harness.report.pytest_text import aspect_results, check_command, coverage_line, first_cause
@@ -331,10 +324,9 @@ class VariantItem(pytest.Item):
             self.user_properties.append((COVERAGE, line))
         if not checked.results:
             _nothing_checked(variant, self.device, configs)
-        if self.aspect == "semantics":
-            for line in checked.not_exercised:
-                self.user_properties.append((NOT_EXERCISED, f"{self.key} [{self.device}]: not exercised: {line}"))
-                warnings.warn(UnexercisedDeclaration(f"{self.key}: declaration not exercised: {line}"), stacklevel=1)
+        for line in checked.not_exercised if self.aspect == "semantics" else ():
+            self.user_properties.append((NOT_EXERCISED, f"{self.key} [{self.device}]: not exercised: {line}"))
+            self.warn(UnexercisedDeclaration(f"{self.key}: declaration not exercised: {line}"))
         results = aspect_results(checked.results, self.aspect, variant.semantic_dtypes())
         if not results:  # e.g. no dropout site declared, or no gradcheck for this family
             pytest.skip(f"no {self.aspect} check applies to {self.key} on {self.device}")
@@ -371,13 +363,13 @@ _CHECKED: dict[tuple[str, str], Checked] = {}
 
 
 class Checked(NamedTuple):
-    """One variant's check on one device: every result (each has ``.ok``), the family's
-    configs it was asked for, and the report's ``skipped`` rows (what it refused, and why)."""
+    """One variant's check on one device: every result (each has ``.ok``), the family's configs
+    it was asked for, the report's ``skipped`` rows (what it refused, and why), what it left unreached."""
 
     results: list
     configs: tuple[str, ...]
     skipped: list
-    not_exercised: list   # each declaration no case reached, said as check says it
+    not_exercised: list
 
 
 def _check_one(variant, device: str, configs: dict) -> Checked:
@@ -389,10 +381,9 @@ def _check_one(variant, device: str, configs: dict) -> Checked:
 
     if (variant.key, device) not in _CHECKED:
         report = check_variant(variant, configs, dtypes=default_dtypes(device), device=device)
-        asked = tuple(variant.family_spec.configs_of(configs))
+        asked, unused = tuple(variant.family_spec.configs_of(configs)), [str(n) for n in report.not_exercised]
         _CHECKED[variant.key, device] = Checked([*report.specs, *report.gradchecks, *report.dropouts], asked,
-                                                [s for s in report.skipped if f"{s[0]}/{s[1]}" == variant.key],
-                                                [str(n) for n in report.not_exercised])
+                                                [s for s in report.skipped if f"{s[0]}/{s[1]}" == variant.key], unused)
     return _CHECKED[variant.key, device]
 
 

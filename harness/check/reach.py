@@ -11,7 +11,7 @@ its JSON, and a skip in the pytest plugin; not a contradiction."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from harness.base.config import Config
 from harness.check.results import SpecResult
@@ -19,6 +19,11 @@ from harness.check.runs import RunCache, applicable
 from harness.families.base import Family
 from harness.families.reach import MAX_KEYS, MAX_SCALE, Reach, ReachPlan
 from harness.registry import Variant
+
+
+class UnexercisedDeclaration(UserWarning):
+    """A declared trait whose effect no checked case reached: a pass says nothing of it (the
+    pytest plugin's warning on the variant's semantics test)."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ class NotExercised:
         return asdict(self)
 
 
-def judged(family: Family, traits: dict) -> dict[str, Any]:
+def judged(family: Family, traits: Mapping[str, Any]) -> dict[str, Any]:
     """The semantic traits ``traits`` declares off the family's default: those whose reach counts."""
     return {name: traits[name] for name, spec in family.traits.items()
             if name in traits and traits[name] != spec.default}
@@ -77,11 +82,13 @@ def reach_checks(engine: Any, variant: Variant, specs: list[SpecResult], first: 
     added: list[SpecResult] = []
     left: list[NotExercised] = []
     for trait, worst in unreached(family, variant, specs).items():
-        value, cfg, plan, tried = variant.traits[trait], first, None, None
+        value, tried = variant.traits[trait], None
+        cfg: Config | None = first
+        plan: ReachPlan | None = None
         for attempt in range(ROUNDS):
             plan = family.reach_plan(trait, value, worst) if family.reach_plan else None
-            cfg = plan.config(cfg) if plan is not None and plan.affordable else None
-            if cfg is None or (tried is not None and cfg == engine.checkers[tried.config].cfg):
+            cfg = plan.config(cfg) if plan is not None and plan.affordable and cfg is not None else None
+            if plan is None or cfg is None or (tried is not None and cfg == engine.checkers[tried.config].cfg):
                 break
             tried = _try(engine, variant, f"{PREFIX}{trait}:{variant.id}" + (f":{attempt}" if attempt else ""),
                          plan, cfg)

@@ -11,7 +11,6 @@ compares two runs of one variant (autograd against the no_grad fast path) with
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -47,8 +46,7 @@ class Run:
     # the output's dtype, when it is not the call's): contradictions of any declaration
     forward_only: str = ""  # why no gradient was taken: the backward is not implemented on this device
     traceback: str | None = None  # where ``error`` is the harness's own failure: its whole traceback
-    # the oracle's float64 spec run: what it noted of each declared trait's reach (harness.families.reach)
-    reaches: tuple = ()
+    reaches: tuple = ()  # the oracle's float64 spec run: what it reached of each trait (harness.families.reach)
 
 
 def snapshot(inputs: Mapping[str, Any]) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -240,10 +238,8 @@ def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64:
     via = (lambda t: t.to(through)) if through is not None else (lambda t: t)  # noqa: E731
     oracle = family.oracle
     assert oracle is not None, f"family {family.name} has no oracle"  # a family whose variants are checked has one
-    spec = compute == torch.float64 and first == compute and through is None  # the float64 spec's run
-    with reach.recording() if spec else contextlib.nullcontext([]) as notes:  # what it reached of each trait
-        out: torch.Tensor = family.specified(inputs, oracle(traits_at_dtype(traits, dtype), cfg, weights, inputs,
-                                                            dtype))
+    with reach.recording(compute == torch.float64 and first == compute and through is None) as notes:  # the spec's
+        out = family.specified(inputs, oracle(traits_at_dtype(traits, dtype), cfg, weights, inputs, dtype))
     run.reaches = tuple(notes)
     as64 = lambda t: via(t.detach()).to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
     run.tensors["output"] = as64(out)
