@@ -59,12 +59,13 @@ def test_a_window_too_wide_for_any_case_is_reported_not_passed(checked):
 
 def test_a_window_within_the_limit_gets_a_case_that_catches_its_deletion(checked):
     """Window 16 deleted: the matrix's cases have at most 12 keys; the case added to reach it
-    (81 keys) fails, and nothing is left unexercised."""
+    (80 keys) fails, and nothing is left unexercised."""
     failing = _failing(checked, "window16_deleted")
     assert failing and all(is_reach_config(config) for config, _ in failing)
     assert not _unexercised(checked, "window16_deleted")
-    cfg = next(s for s in checked.specs if s.variant == "window16_deleted" and is_reach_config(s.config))
-    assert cfg.case == "window"
+    added = next(s for s in checked.specs if s.variant == "window16_deleted" and is_reach_config(s.config))
+    cfg = checked.added_configs[added.config]           # B = 1, H = 2, T + S = 15 + 1 + 64 tokens
+    assert added.case == "window" and (cfg.batch, cfg.heads, cfg.tgt_len + cfg.src_len) == (1, 2, 80)
 
 
 def test_the_correct_window_checks_clean_with_nothing_reported(checked):

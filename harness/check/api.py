@@ -62,6 +62,7 @@ def _family_part(engine: SpecChecker, family: Family, members: list[Variant], fa
         added, left = reach_checks(engine, v, own, family_configs[next(iter(family_configs))])
         part.specs += own + added
         part.not_exercised += left
+        part.added_configs.update({s.config: engine.checkers[s.config].cfg for s in added})
     part.pairs += _pairs(part, engine, family, family_configs, s)
     if s.extras:
         _extras(part, engine, members, next(iter(family_configs)), s)

@@ -76,8 +76,8 @@ ROUNDS = 2   # a plan read off a case at another scale is tried once more from t
 def reach_checks(engine: Any, variant: Variant, specs: list[SpecResult], first: Config
                  ) -> tuple[list[SpecResult], list[NotExercised]]:
     """(the specs of the cases added to reach a declaration, the declarations still not
-    exercised). ``engine``: the check's ``SpecChecker``; ``first``: the family's first config,
-    which a plan starts from."""
+    exercised). ``engine``: the check's ``SpecChecker`` (each added case's config joins its
+    ``checkers`` under its name); ``first``: the family's first config, which a plan starts from."""
     family = variant.family_spec
     added: list[SpecResult] = []
     left: list[NotExercised] = []

@@ -230,6 +230,8 @@ class CheckReport:
     # declarations no checked case reached (``harness.check.reach.NotExercised``): not a
     # contradiction, never a silent pass either
     not_exercised: list = field(default_factory=list)
+    # the configs of the cases added to reach a declaration, by name (``reach:TRAIT:VARIANT``)
+    added_configs: dict[str, Config] = field(default_factory=dict)
     # k/v caches, one row per model: its cached sessions against re-running the prefix and
     # against the full forward (harness.systems.cache_parity's CacheCheck, added by the check
     # command: the systems layer sits above this one)
@@ -254,6 +256,7 @@ class CheckReport:
         for name in ("specs", "pairs", "paths", "gradchecks", "dropouts", "compiled", "skipped", "caches",
                      "not_exercised"):
             getattr(self, name).extend(getattr(part, name))
+        self.added_configs.update(part.added_configs)
 
     def as_dict(self) -> dict:
         return {
