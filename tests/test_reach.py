@@ -48,24 +48,26 @@ def _unexercised(report, vid):
 
 
 def test_a_window_too_wide_for_any_case_is_reported_not_passed(checked):
-    """Window 4096, deleted from the module: every case holds (no case has 4097 keys), and the
-    declaration is said not exercised, with why; a case of 4160 keys is above the limit."""
-    assert not _failing(checked, "window4096_deleted")
-    said = _unexercised(checked, "window4096_deleted")
-    assert set(said) == {"window"} and said["window"].value == "(4095, 0)"
+    """Window 8192, deleted from the module: every case holds (no case has 8193 keys), and the
+    declaration is said not exercised, with why; a case of 8256 keys is above the limit."""
+    assert not _failing(checked, "window8192_deleted")
+    said = _unexercised(checked, "window8192_deleted")
+    assert set(said) == {"window"} and said["window"].value == "(8191, 0)"
     assert "no case has more than 12 keys" in said["window"].why
-    assert f"4160 keys, above the limit of {reach.MAX_KEYS}" in said["window"].why
+    assert f"8256 keys, above the limit of {reach.MAX_KEYS}" in said["window"].why
 
 
-def test_a_window_within_the_limit_gets_a_case_that_catches_its_deletion(checked):
-    """Window 16 deleted: the matrix's cases have at most 12 keys; the case added to reach it
-    (80 keys) fails, and nothing is left unexercised."""
-    failing = _failing(checked, "window16_deleted")
+@pytest.mark.parametrize("vid, keys", [("window4096_deleted", 4160), ("window16_deleted", 80)])
+def test_a_window_within_the_limit_gets_a_case_that_catches_its_deletion(checked, vid, keys):
+    """Windows of 4096 (Mistral's) and 16 deleted: the matrix's cases have at most 12 keys; the
+    case added to reach each (the window and 64 keys more, B = 1, H = 2) fails, and nothing is
+    left unexercised."""
+    failing = _failing(checked, vid)
     assert failing and all(is_reach_config(config) for config, _ in failing)
-    assert not _unexercised(checked, "window16_deleted")
-    added = next(s for s in checked.specs if s.variant == "window16_deleted" and is_reach_config(s.config))
-    cfg = checked.added_configs[added.config]           # B = 1, H = 2, T + S = 15 + 1 + 64 tokens
-    assert added.case == "window" and (cfg.batch, cfg.heads, cfg.tgt_len + cfg.src_len) == (1, 2, 80)
+    assert not _unexercised(checked, vid)
+    added = next(s for s in checked.specs if s.variant == vid and is_reach_config(s.config))
+    cfg = checked.added_configs[added.config]
+    assert added.case == "window" and (cfg.batch, cfg.heads, cfg.tgt_len + cfg.src_len) == (1, 2, keys)
 
 
 def test_the_correct_window_checks_clean_with_nothing_reported(checked):
@@ -98,24 +100,24 @@ def test_check_counts_it_in_its_summary_and_json(tmp_path, capsys):
     out = tmp_path / "check.json"
     with scratch():
         code = main(["check", "--family", "attention", "--dtype", "float32", "--variants", str(FILE),
-                     "--variant", "window4096_deleted", "--json", str(out)])
+                     "--variant", "window8192_deleted", "--json", str(out)])
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert code == 0
-    assert last.endswith("; 0 contradict; 1 declaration not exercised: attention/window4096_deleted window "
-                         "(4095, 0) (no case has more than 15 keys; the window keeps 4096 around a query; a case "
-                         f"reaching it would have 4160 keys, above the limit of {reach.MAX_KEYS})"), last
+    assert last.endswith("; 0 contradict; 1 declaration not exercised: attention/window8192_deleted window "
+                         "(8191, 0) (no case has more than 15 keys; the window keeps 8192 around a query; a case "
+                         f"reaching it would have 8256 keys, above the limit of {reach.MAX_KEYS})"), last
     said = json.loads(out.read_text())["not_exercised"]
-    assert [(n["variant"], n["trait"], n["value"]) for n in said] == [("window4096_deleted", "window", "(4095, 0)")]
+    assert [(n["variant"], n["trait"], n["value"]) for n in said] == [("window8192_deleted", "window", "(8191, 0)")]
 
 
 def test_the_pytest_plugin_warns_and_says_it(tmp_path):
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--variants={FILE}",
-                          "-k", "window4096_deleted and cpu-semantics"], cwd=tmp_path, capture_output=True,
+                          "-k", "window8192_deleted and cpu-semantics"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "UnexercisedDeclaration: attention/window4096_deleted: declaration not exercised: window (4095, 0)" \
+    assert "UnexercisedDeclaration: attention/window8192_deleted: declaration not exercised: window (8191, 0)" \
         in run.stdout, run.stdout
-    assert "attention/window4096_deleted [cpu]: not exercised: window (4095, 0) (no case has more than" \
+    assert "attention/window8192_deleted [cpu]: not exercised: window (8191, 0) (no case has more than" \
         in run.stdout, run.stdout
 
 

@@ -1,7 +1,7 @@
 """Declarations no default case reaches, loaded inside ``harness.registry.scratch()`` by
-tests/test_reach.py: a window of 4096 deleted from its module (too wide for a case of its
-own: reported as not exercised), a window of 16 deleted (caught on the case added to reach
-it) and kept (the control: clean, nothing reported), a soft cap of 1e6 deleted (caught on
+tests/test_reach.py: a window of 8192 deleted from its module (too wide for a case of its
+own: reported as not exercised), windows of 4096 and 16 deleted (caught on the case added to
+reach them) and 16 kept (the control: clean, nothing reported), a soft cap of 1e6 deleted (caught on
 inputs scaled to reach it), a cap of 1e20 and a dynamic NTK scaling from 100000 positions
 (reported)."""
 
@@ -18,6 +18,9 @@ def _own_window(window):
     return called
 
 
+register(id="window8192_deleted", family="attention", source="test",
+         build=lambda cfg: LlamaAttention(cfg), call=call, param_map=attention_map(),
+         traits={**LLAMA, "window": (8191, 0), "window_diagonal": "bottom_right", "cases": CASES})
 register(id="window4096_deleted", family="attention", source="test",
          build=lambda cfg: LlamaAttention(cfg), call=call, param_map=attention_map(),
          traits={**LLAMA, "window": (4095, 0), "window_diagonal": "bottom_right", "cases": CASES})
