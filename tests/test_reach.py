@@ -121,6 +121,16 @@ def test_the_pytest_plugin_warns_and_says_it(tmp_path):
         in run.stdout, run.stdout
 
 
+def test_a_kernels_built_in_cap_unreached_is_reported():
+    with scratch():
+        load_file(FILE)
+        report = check_all(["attention_kernel"], {"default": CONFIG_MATRIX["default"]}, "cpu", ["float64"],
+                           variants=["attention_kernel/kernel_softcap_1e20_deleted"], extras=False)
+    assert not report.failures
+    assert [(n.trait, n.value) for n in report.not_exercised] == [("softcap", "1e+20")]
+    assert "inputs scaled past 10000" in report.not_exercised[0].why
+
+
 # -- the rules, on hand-made calls ---------------------------------------------------------------
 
 def test_window_reached_only_where_it_removes_a_key_the_mask_allows():
