@@ -197,6 +197,9 @@ class Family:
     # (semantic traits, config) -> the parameters a declared trait brings (QK-norm's gains): ``params_for``
     trait_params: Callable[[Mapping[str, Any], Config], ParamSpec] | None = None
     padding: Callable[[Mapping[str, Any]], Any] | None = None  # inputs -> (B, T) True = real token
+    # (trait, declared value, the unreached note with the most) -> a case that reaches the
+    # declaration (``harness.families.reach.ReachPlan``) or None: tried when no case did
+    reach_plan: Callable[[str, Any, Any], Any] | None = None
 
     def specified(self, inputs: Mapping[str, Any], out: Any) -> Any:  # padded query positions zeroed
         return leave_out_padded(out, self.padding(inputs) if self.padding else None)

@@ -124,4 +124,14 @@ def summary_line(report: CheckReport, configs: Mapping[str, Config], families: l
             f"{len(report.pairs)} pairs, gradcheck {grads}/{len(report.gradchecks)}, "
             f"dropout {drops}/{len(report.dropouts)}"
             + (f", k/v cache {sum(c.ok for c in report.caches)}/{len(report.caches)}" if report.caches else "")
-            + f"; {len(report.failures)} contradict")
+            + f"; {len(report.failures)} contradict" + not_exercised_text(report))
+
+
+def not_exercised_text(report: CheckReport) -> str:
+    """'; 1 declaration not exercised: attention/w window (4095, 0) (no case has more than 15
+    keys; ...)', or '' when every declaration was reached (``harness.check.reach``)."""
+    n = len(report.not_exercised)
+    if not n:
+        return ""
+    return (f"; {n} declaration{'s' if n > 1 else ''} not exercised: "
+            + "; ".join(f"{x.family}/{x.variant} {x}" for x in report.not_exercised))

@@ -78,7 +78,11 @@ class Convention:
     the named mistakes. ``probes``: the values a module computes when it leaves the step out
     (tried when the trait is left out of a registration). ``module_attrs``: the attributes of
     a library module, or of its ``config``, that hold the value (``map`` starts from it).
-    ``kernel_option``: the name a kernel takes the value by in its call."""
+    ``kernel_option``: the name a kernel takes the value by in its call. ``reached(value, s,
+    ctx)``: whether this call's scores ``s`` (before the branch) reach the value's effect
+    (``harness.families.reach.Reach``; None where the value declares nothing to reach, a cap
+    of 0); ``reach_plan(value, worst, family)``: a case of ``family`` that would reach it,
+    given the unreached note with the most (``harness.families.reach.ReachPlan``), or None."""
 
     trait: str
     specs: Mapping[str, TraitSpec]
@@ -91,6 +95,8 @@ class Convention:
     probes: tuple[Any, ...] = ()
     read_module: Callable[[torch.nn.Module], Any] | None = None
     kernel_option: str | None = None
+    reached: Callable[[Any, Tensor, Context], Any] | None = None
+    reach_plan: Callable[[Any, Any, str], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.step not in STEPS:
