@@ -49,7 +49,8 @@ def failures(report) -> list[Failure]:
     for d in report.dropouts:
         if not d.ok:
             what = f"{d.family}/{d.variant}"
-            out.append(Failure(what, d.measured, d.expected, where=f"dropout ({d.check})", error=theirs(what, d.measured)))
+            out.append(Failure(what, d.measured, d.expected, where=f"dropout ({d.check})",
+                               error=theirs(what, d.measured)))
     for c in report.compiled:
         if not c.ok:
             out.append(Failure(f"{c.family}/{c.variant}", str(c.verdict), "equivalent to eager, compiled",
@@ -62,8 +63,9 @@ def failures(report) -> list[Failure]:
                                where=f"k/v cache ({c.cache}), {where}", max_abs=max_abs, note=c.error))
     for p in report.failures:
         if isinstance(p, PairResult):
-            out.append(Failure(f"{p.family}/{p.a} ~ {p.b}", str(p.verdict), str(p.expected), (p.config, p.case, p.dtype),
-                               worst=p.worst_grad, max_abs=max(p.max_abs, p.grad_max_abs), note=p.note or p.reason))
+            out.append(Failure(f"{p.family}/{p.a} ~ {p.b}", str(p.verdict), str(p.expected),
+                               (p.config, p.case, p.dtype), worst=p.worst_grad,
+                               max_abs=max(p.max_abs, p.grad_max_abs), note=p.note or p.reason))
     return out
 
 
