@@ -189,9 +189,10 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
 class SweepSettings:
     """How a sweep measures, passed through whole: ``fresh`` (measure again what the log
     holds), ``min_time`` and ``rounds`` (per case), ``threads`` (None: torch's), ``progress``
-    (a bar), ``memory`` (each row's resident peak, CPU), ``variant_files`` (user files the
-    rows' code depends on), ``profile`` (the report profile, stamped on each row) and
-    ``deadline`` (a ``time.monotonic()`` instant no group may run past)."""
+    (a bar on a terminal, one line per finished group elsewhere), ``memory`` (each row's
+    resident peak, CPU), ``variant_files`` (user files the rows' code depends on), ``profile``
+    (the report profile, stamped on each row) and ``deadline`` (a ``time.monotonic()``
+    instant no group may run past)."""
 
     fresh: bool = False
     min_time: float = 0.05
@@ -384,16 +385,20 @@ def _measure_all(todo: list[list[BenchCase]], s: SweepSettings, threads: int, pr
                  machine: Environment, writer: _LogWriter) -> Generator[BenchRow, None, int]:
     """Each group measured and written in turn; returns how many groups the time budget left."""
     longest = 0.0  # the longest group yet: one that could not end before the deadline is not begun
-    bar = tqdm(todo, desc="bench", unit="group", disable=not s.progress, dynamic_ncols=True)
+    terminal = sys.stderr is not None and sys.stderr.isatty()
+    bar = tqdm(todo, desc="bench", unit="group", disable=not (s.progress and terminal), dynamic_ncols=True)
     for i, group in enumerate(bar):
         c = group[0]
         if s.deadline is not None and time.monotonic() + longest > s.deadline:
             bar.close()
             return len(todo) - i
         started = time.monotonic()
-        bar.set_postfix_str(f"{c.family} B={c.batch} T={c.seq} {c.mode}", refresh=False)
+        what = f"{c.family} B={c.batch} T={c.seq} {c.mode}"
+        bar.set_postfix_str(what, refresh=False)
         rows = _measure_one(group, s, threads, probe, machine, writer)
         longest = max(longest, time.monotonic() - started)
+        if s.progress and not terminal:  # a CI log: one plain line per finished group, no carriage returns
+            print(f"bench: {i + 1}/{len(todo)} groups: {what}", file=sys.stderr, flush=True)
         yield from rows
     bar.close()
     return 0
