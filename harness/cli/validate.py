@@ -72,11 +72,11 @@ def validate_args(args) -> None:
     if given.get("log") and given.get("json") and Path(args.log).resolve() == Path(args.json).resolve():
         raise HarnessError(f"--log and --json name one file ('{args.json}'): the rows would overwrite "
                            "the log; give two paths")
-    _outputs(args)
     if args.command == "check":
         _compile_backend(args)
     if given.get("set"):
         Config.parse(args.set)  # seed range, every key, the memory estimate
+    _outputs(args)  # after the values: a bad value is named before the place it would be written to
 
 
 def _compile_backend(args) -> None:
