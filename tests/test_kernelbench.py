@@ -141,12 +141,107 @@ def test_a_csv_the_harness_did_not_write_is_left_as_it_is(tmp_path, capsys):
 
 
 def test_fast_p_is_correct_and_faster_than_p_over_every_candidate():
-    rows = [Row("p", "a", True, True, speedup=1.6), Row("p", "b", True, True, speedup=0.9),
+    rows = [Row("p", "a", True, True, speedup=1.6, timed=True), Row("p", "b", True, True, speedup=0.9, timed=True),
             Row("p", "c", True, False, speedup=3.0), Row("p", "d", False, False)]
     fast = fast_p(rows, (0.0, 1.0, 1.5, 2.0))
     assert fast == {"fast_0": 0.5, "fast_1": 0.25, "fast_1.5": 0.25, "fast_2": 0.0}
     untimed = fast_p([Row("p", "a", True, True)], (0.0, 1.0))
     assert untimed == {"fast_0": 1.0, "fast_1": None}
+    flagged = Row("p", "e", True, True, peak_flag="candidate at 900% of this machine's measured peak", timed=True)
+    assert fast_p([*rows, flagged], (1.0,)) == {"fast_1": 0.2}  # timed, never fast
+
+
+def test_time_gives_each_correct_row_kernelbenchs_columns_and_the_interval(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    assert main(["kernelbench", str(CORPUS / "gelu.py"), str(CORPUS / "gelu"), "--only", "given", "--time",
+                 "--json", str(out)]) == 1
+    text = capsys.readouterr().out
+    assert "90% interval" in text.splitlines()[0] and "(fast_p above 0 needs --time)" not in text
+    rows = {r["candidate"]: r for r in json.loads(out.read_text())["rows"]}
+    for name, r in rows.items():
+        if not r["correct"]:
+            assert not r["timed"] and r["speedup"] is None and r["runtime_ms"] is None, name
+            continue
+        assert r["timed"] and r["runtime_ms"] > 0 and r["ref_runtime_ms"] > 0 and not r["peak_flag"], name
+        assert r["speedup_low"] <= r["speedup"] <= r["speedup_high"], name
+        assert r["speedup"] == pytest.approx(r["ref_runtime_ms"] / r["runtime_ms"], rel=0.5)
+
+
+def test_a_row_beyond_the_peak_shows_the_flag_and_no_speedup(monkeypatch, tmp_path, capsys):
+    """A planted impossible peak (1 byte/s): every timed candidate is beyond it, flagged, not fast."""
+    import harness.cli.kernelbench as cli
+    from harness.bench.pair import MachinePeak, time_pair
+
+    slow = MachinePeak(device="cpu", dtype="float32", flops_per_s=1.0, bytes_per_s=1.0, matmul_size=1024,
+                       copy_bytes=1 << 20)
+    monkeypatch.setattr(cli, "time_pair", lambda *a, **k: time_pair(*a, **k, rounds=3, min_time=1e-3, peak=slow))
+    out = tmp_path / "rows.json"
+    assert main(["kernelbench", str(CORPUS / "gelu.py"), str(CORPUS / "gelu" / "ok_erf.py"), "--only", "given",
+                 "--time", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["timed"] and row["speedup"] is None and row["speedup_low"] is None and row["runtime_ms"] > 0
+    assert "of this machine's measured peak" in row["peak_flag"] and "beyond peak" in text
+    assert f"gelu/ok_erf.py: {row['peak_flag']}" in text.splitlines()
+    assert "1 candidate(s): fast_0 1.00, fast_0.5 0.00" in text
+
+
+@pytest.mark.parametrize("load, disturbed", [(0.2, False), (None, False), (1e3, True)])
+def test_a_row_timed_under_a_load_above_the_cores_is_marked_disturbed(monkeypatch, tmp_path, capsys, load,
+                                                                      disturbed):
+    """The load average injected into the pair's timing: above the cores the speedup is marked
+    (d) with a line saying to time again; quiet, or unknown, it is not. The JSON and CSV carry
+    the thread count, the readings and the disturbance."""
+    import harness.cli.kernelbench as cli
+    from harness.bench.pair import time_pair
+
+    monkeypatch.setattr(cli, "time_pair", lambda *a, **k: time_pair(*a, **k, rounds=3, min_time=1e-3,
+                                                                      load=lambda: load))
+    out, table = tmp_path / "rows.json", tmp_path / "rows.csv"
+    assert main(["kernelbench", str(CORPUS / "gelu.py"), str(CORPUS / "gelu" / "ok_erf.py"), "--only", "given",
+                 "--time", "--threads", "2", "--json", str(out), "--csv", str(table)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = json.loads(out.read_text())["rows"][0]
+    [written] = list(csv.DictReader(table.open()))
+    assert row["threads"] == 2 and row["load_before"] == row["load_after"] == load
+    assert written["threads"] == "2" and written["disturbed"] == row["disturbed"]
+    shown = "unknown" if load is None else f"{load:.2f}-{load:.2f}"
+    assert f"timed at 2 intra-op thread(s); 1-minute load average {shown} (before and after each pair)" in lines
+    assert bool(row["disturbed"]) is disturbed and ("(d)" in lines[2]) is disturbed
+    quiet_again = [x for x in lines if x.endswith("time again on a quiet machine")]
+    assert quiet_again == ([f"gelu/ok_erf.py: (d) disturbed: timed at {row['disturbed']}: time again on a quiet "
+                            "machine"] if disturbed else [])
+    if disturbed:
+        assert row["disturbed"].startswith("load average 1000.0 on ") and row["speedup"] is not None
+
+
+def test_pairs_are_timed_at_one_thread_by_default_and_threads_needs_time(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    before = torch.get_num_threads()
+    assert main(["kernelbench", str(CORPUS / "gelu.py"), str(CORPUS / "gelu" / "ok_erf.py"), "--only", "given",
+                 "--time", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["rows"][0]["threads"] == 1 and torch.get_num_threads() == before
+    assert "timed at 1 intra-op thread(s)" in capsys.readouterr().out
+    for given, says in ((["--time", "--threads", "0"], "--threads 0 must be at least 1"),
+                        (["--threads", "2"], "--threads 2 is the thread count --time times pairs at: add --time"),
+                        (["--time", "--threads", "two"], "argument --threads: invalid int value: 'two'")):
+        assert main(["kernelbench", str(CORPUS / "gelu.py"), str(CORPUS / "gelu" / "ok_erf.py"), *given]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_benchmarking_docs_commands_time_a_candidate(capsys):
+    """Every command of the section: at the default thread count (1 on CPU), then at ``--threads``."""
+    text = (CORPUS.parents[1] / "docs" / "benchmarking.md").read_text()
+    section = text.split("## A candidate against its reference", 1)[1].split("\n## ", 1)[0]
+    commands = [block.split("\n", 1)[0] for block in section.split("```bash\npython -m harness ")[1:]]
+    assert len(commands) == 2 and all("--time" in c.split() for c in commands)
+    for command, threads in zip(commands, (1, 2)):
+        assert ("--threads" in command.split()) is (threads != 1)
+        assert main(command.split()) == 0
+        out = capsys.readouterr().out
+        assert "90% interval" in out and "1 candidate(s): fast_0 1.00, fast_0.5 " in out
+        assert f"timed at {threads} intra-op thread(s); 1-minute load average " in out
 
 
 def test_the_hacks_docs_command_names_the_stale_buffer(capsys):

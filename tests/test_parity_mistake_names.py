@@ -94,6 +94,23 @@ def test_a_config_value_the_port_ignores_is_named(folders, ports, kind, port, ch
     assert report.mistakes[0]["by"] == "reproduced in the class"
 
 
+@pytest.mark.parametrize("changes, name", [({"rope_base": 5e5}, "rope_theta read from the wrong field"),
+                                           ({"norm_eps": 1e-5}, "norm eps 10x too large")])
+def test_a_mistake_bfloat16_rounding_would_hide_is_caught_in_the_float32_run(folders, ports, changes, name):
+    """bfloat16's own noise allows a per-token KL near 1e-4 here; these mistakes reach 2e-7 to
+    4e-7 in float32 and would pass within it. The same weights' float32 run is held to the
+    float32 bound, and the mistake is named there; the correct port stays clean."""
+    comparison = prepare(folders["llama"], _wrong("llama_model", **changes), dtype="bfloat16")
+    report = compare(comparison, sample_tokens(comparison.cfg, 3, 16, seed=0))
+    kl, wide = report.metrics[0], report.metrics[1]
+    assert kl.ok and not wide.ok and wide.name == "float32 run: per-token KL"
+    assert not report.agrees and report.hidden_by_rounding
+    assert [m["name"] for m in report.mistakes] == [name]
+    control = compare(prepare(folders["llama"], "llama_model", dtype="bfloat16"),
+                      sample_tokens(comparison.cfg, 3, 16, seed=0))
+    assert control.agrees and not control.hidden_by_rounding and not control.mistakes
+
+
 @pytest.mark.parametrize("kind, port", [("gemma3", "gemma3_port"), ("llama", "llama_model")])
 def test_correct_ports_name_nothing(folders, ports, kind, port):
     report, names = _names(folders[kind], port)

@@ -238,6 +238,31 @@ def test_a_float32_only_candidate_is_judged_in_its_own_dtype():
     assert "float64" not in j.dtypes
 
 
+def _rms_norm(eps):
+    return lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+@pytest.mark.parametrize("internal", [None, "float32"])
+def test_an_eps_within_float32s_tolerance_is_another_function_not_its_rounding(internal):
+    """An eps of 2e-4 for 1e-12 at activations near 10: every element within float32's
+    tolerance, but its RMS error tens of times that of the reference run in float32. It is
+    another function whether or not the candidate declares float32; the same definition
+    computed in float32 passes where it declares it, and is advised to declare it where not."""
+    inputs = lambda: [10 * torch.randn(4, 64)]  # noqa: E731
+    wrong = judge(_rms_norm(1e-12), _rms_norm(2e-4), inputs, only=["given"], internal_dtype=internal)
+    row = next(r for r in wrong.results if r.dtype == "float64")
+    assert not wrong.ok and row.failed.verdict == Verdict.DIFFERENT
+    assert "within float32's tolerance, but its RMS error" in row.failure and "another function" in row.failure
+
+    def in_float32(x):
+        return _rms_norm(1e-12)(x.float()).to(x.dtype)
+
+    declared = judge(_rms_norm(1e-12), in_float32, inputs, only=["given"], internal_dtype="float32")
+    assert declared.ok, declared.failure
+    undeclared = judge(_rms_norm(1e-12), in_float32, inputs, only=["given"])
+    assert not undeclared.ok and "declare internal_dtype" in undeclared.failure
+
+
 def test_a_candidate_without_the_references_dropout_is_caught_in_train_mode():
     class WithDropout(nn.Module):
         def __init__(self):

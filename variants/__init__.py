@@ -3,12 +3,15 @@
 One file per write-up (seed files in ../shared/seeds/), one for the fused QKV design,
 one for the per-head design, one for PyTorch's own modules, one for attention kernels (functions over projected heads),
 one for kernels that run only in half precision (and the Triton one),
-one for LLaMA-style pieces, one for GPT-NeoX's attention, one for gpt-oss's attention sinks.
+one for LLaMA-style pieces, one for GPT-NeoX's attention, one for gpt-oss's attention sinks,
+two for ALiBi (BLOOM's attention, an MPT-style kernel).
 """
 
 from . import (  # noqa: F401  (imported for their registrations)
+    alibi_kernels,
     annotated_notebook,
     annotated_preln,
+    bloom_alibi,
     decoder_only,
     fused_qkv,
     gpt_neox,

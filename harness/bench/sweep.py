@@ -32,7 +32,13 @@ from harness.bench.log import (
     refuse_foreign_log,
     stamp_difference,
 )
-from harness.bench.machine import cpu_model, environment, git_commit  # noqa: F401  (environment: re-exported)
+from harness.bench.machine import (  # noqa: F401  (environment, load_average: re-exported)
+    cpu_model,
+    environment,
+    git_commit,
+    load_average,
+    load_disturbance,
+)
 from harness.bench.measured import Rounds, Status
 from harness.bench.memprobe import MemProbe
 from harness.bench.progress import Progress, write
@@ -49,20 +55,10 @@ PEAK_SIZE = {"cpu": 1024, "cuda": 8192}
 PEAK_MIN_TIME = 0.1
 
 
-def load_average() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
-
-
 def disturbance(loads: list[float | None], peak_rounds: list[float], device: str) -> str:
     """Why the window was disturbed, with the figures; "" when it was not."""
-    why = []
-    cores = os.cpu_count() or 1
-    worst = max((x for x in loads if x is not None), default=None)
-    if device == "cpu" and worst is not None and worst > cores + 0.5:
-        why.append(f"load average {worst:.1f} on {cores} cores")
+    load = load_disturbance(loads, device)
+    why = [str(load)] if load else []
     med, q1, q3 = timing.quartiles(peak_rounds)
     if peak_rounds and med > 0 and (q3 - q1) / med > timing.PEAK_SPREAD_LIMIT:
         why.append(f"matmul peak spread {(q3 - q1) / med:.0%} across rounds (IQR/median)")

@@ -120,6 +120,15 @@ class Row:
     runtime_ms: float | None = None
     ref_runtime_ms: float | None = None
     speedup: float | None = None
+    speedup_low: float | None = None   # the speedup's interval (``harness.bench.timing.INTERVAL_LEVEL``)
+    speedup_high: float | None = None
+    peak_flag: str = ""  # the beyond-peak flag's line: the speedup is not reported
+    peak_note: str = ""  # "too short to bound": the speedup is reported, the peak could not check it
+    threads: int | None = None  # the intra-op thread count the pair was timed at
+    load_before: float | None = None  # the 1-minute load average before and after the timing
+    load_after: float | None = None
+    disturbed: str = ""  # the load that disturbed the timing ("" when it did not)
+    timed: bool = False
     regimes: list[str] = field(default_factory=list)
     failing_regimes: list[str] = field(default_factory=list)
     weights: str = ""
@@ -154,10 +163,22 @@ def judge_candidate(problem: Problem, path: str | Path, *, gradients: Gradients 
                weights=j.weights, semantics=j.semantics, hacks=list(j.hacks)), j
 
 
-def timing_pair(problem: Problem, path: str | Path, device: str = "cpu") -> tuple[Callable[[], Any],
-                                                                                     Callable[[], Any]]:
-    """(reference call, candidate call) on the problem's given inputs, in their dtype, the
-    reference's weights in the candidate, under no_grad: what a timing compares."""
+@dataclass(frozen=True)
+class TimingPair:
+    """What a timing compares: the reference and the candidate, each called on ``inputs`` (the
+    problem's given draw, in its dtype, on the device) under no_grad, the reference's weights
+    in the candidate."""
+
+    reference: Callable[..., Any]
+    candidate: Callable[..., Any]
+    inputs: tuple
+
+    def make_inputs(self) -> tuple:
+        return self.inputs
+
+
+def timing_pair(problem: Problem, path: str | Path, device: str = "cpu") -> TimingPair:
+    """The reference and the candidate of ``path`` on the problem's given inputs."""
     model, error = load_candidate(path)
     if model is None:
         raise InputError(error)
@@ -168,13 +189,13 @@ def timing_pair(problem: Problem, path: str | Path, device: str = "cpu") -> tupl
     link(ref.module, cand.module).load(ref.module, cand.module)
     prepared, _ = R.prepare(inputs, dtype, device, False, False)
 
-    def call(side: R.Built) -> Callable[[], Any]:
-        def run() -> Any:
+    def call(side: R.Built) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
             with torch.no_grad():
-                return side.fn(*prepared)
+                return side.fn(*args)
         return run
 
-    return call(ref), call(cand)
+    return TimingPair(call(ref), call(cand), tuple(prepared))
 
 
 def discover(problem: str | Path, candidates: str | Path | None = None) -> list[tuple[Path, list[Path]]]:
@@ -204,14 +225,15 @@ def discover(problem: str | Path, candidates: str | Path | None = None) -> list[
 
 def fast_p(rows: list[Row], ps: Iterable[float] = FAST_P) -> dict[str, float | None]:
     """KernelBench's fast_p over every row: correct and speedup > p, over all candidates;
-    fast_0 is the fraction correct (no timing needed), the others None without timings."""
+    fast_0 is the fraction correct (no timing needed), the others None where a correct row was
+    not timed. A row flagged beyond the peak has no speedup: never fast."""
     n = len(rows)
     out: dict[str, float | None] = {}
     for p in ps:
         key = f"fast_{p:g}"
         if p == 0:
             out[key] = sum(r.correct for r in rows) / n if n else None
-        elif any(r.speedup is None for r in rows if r.correct):
+        elif any(not r.timed for r in rows if r.correct):
             out[key] = None
         else:
             out[key] = sum(1 for r in rows if r.correct and r.speedup is not None and r.speedup > p

@@ -70,32 +70,28 @@ def float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal: 
     why = (f"computes in {internal} internally (declared)" if internal else
            "within float32's tolerance but not float64's: part of the work runs below "
            "float64 (declare internal_dtype if it is meant to)")
-    if P.within(a, o, rtol, atol + rtol * scale):  # at the gradients' scale, as the float64 bound is
-        if not internal and baseline is not None:  # float32's rounding, or a small other function?
-            bg = P.gap(baseline, o)
-            at = max(g.scale, scale)
-            rms_ratio = P.ratio_to_reference(g.rms, bg.rms if bg.comparable else None, torch.float32, at)
-            limit = P.size_factor(factor, g.n)
-            if rms_ratio > limit:  # an eps of 1e-5 for 1e-12: within the tolerance, not float32's rounding
-                return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, bg.max_abs, allowed, ratio,
-                                   f"{name}: within float32's tolerance, but its RMS error is {rms_ratio:.3g}x that "
-                                   f"of the definition computed in float32 (allowed {limit:.3g}x on {g.n} "
-                                   "elements): not float32's rounding but another function", n=g.n)
-        return TensorCheck(name, Verdict.LESS_PRECISE, g.max_abs, None, allowed, ratio, why)
-    if internal and baseline is not None:
+    within_tol = P.within(a, o, rtol, atol + rtol * scale)  # at the gradients' scale, as the float64 bound is
+    if baseline is not None and (within_tol or internal):  # the dtype's rounding, or another function?
         bg = P.gap(baseline, o)
         if bg.comparable:
             at = max(g.scale, scale)
             rms_ratio = P.ratio_to_reference(g.rms, bg.rms, lower, at)
             limit = P.size_factor(factor, g.n)
-            if rms_ratio <= limit:
+            low = internal or "float32"
+            computed = f"the definition computed in {low}"
+            if rms_ratio > limit:  # an eps of 1e-5 for 1e-12: within the tolerance, not the dtype's rounding
+                where = (f"within {low}'s tolerance, but" if within_tol
+                         else f"beyond {low}'s tolerance, and")
+                return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, bg.max_abs, allowed, ratio,
+                                   f"{name}: {where} its RMS error is {rms_ratio:.3g}x that of {computed} "
+                                   f"(allowed {limit:.3g}x on {g.n} elements): not {low}'s "
+                                   "rounding but another function", n=g.n)
+            if not within_tol:  # beyond the tolerance (large activations), yet the declared dtype's rounding
                 return TensorCheck(name, Verdict.LESS_PRECISE, g.max_abs, bg.max_abs, allowed, ratio,
-                                   f"{why}: RMS error {rms_ratio:.3g}x that of the definition computed in "
-                                   f"{internal}", max_ratio=P.ratio_to_reference(g.max_abs, bg.max_abs, lower, at),
-                                   n=g.n)
-            return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, bg.max_abs, allowed, ratio,
-                               f"{name}: RMS error {rms_ratio:.3g}x that of the definition computed in {internal} "
-                               f"(allowed {limit:.3g}x on {g.n} elements), beyond {internal}'s tolerance", n=g.n)
+                                   f"{why}: RMS error {rms_ratio:.3g}x that of {computed}",
+                                   max_ratio=P.ratio_to_reference(g.max_abs, bg.max_abs, lower, at), n=g.n)
+    if within_tol:
+        return TensorCheck(name, Verdict.LESS_PRECISE, g.max_abs, None, allowed, ratio, why)
     return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, None, allowed, ratio)
 
 

@@ -2,8 +2,10 @@
 each ``NAME.py`` with its candidates in ``NAME/``): every candidate judged against its
 problem's ``Model`` (``harness.check.kernelbench``), a table on the terminal, ``--json`` and
 ``--csv`` rows in KernelBench's columns, the fast_p line; ``--time`` also times each correct
-candidate against its reference. Exit 0 when every candidate is correct, 1 when one is not,
-2 on a usage mistake (one line)."""
+candidate against its reference (``harness.bench.pair.time_pair``: the speedup with its
+interval, a speedup beyond the machine's peak flagged, one too short to bound noted, at one
+intra-op thread on CPU unless ``--threads``, one timed under a load above the cores marked).
+Exit 0 when every candidate is correct, 1 when one is not, 2 on a usage mistake (one line)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,10 @@ from pathlib import Path
 
 from harness.base.errors import HarnessError
 from harness.base.files import read_text, refuse_foreign, write_text
-from harness.bench.kernelbench_time import time_pair
+from harness.bench.pair import PairTiming, time_pair
 from harness.check.kernelbench import FAST_P, Row, discover, fast_p, judge_candidate, load_problem, timing_pair
 from harness.report.io import ensure_writable, write_json
-from harness.report.kernelbench_text import csv_text, fast_p_line, is_own_csv, table
+from harness.report.kernelbench_text import csv_text, fast_p_line, is_own_csv, table, timing_lines
 
 
 def _own_csv(path: Path) -> bool:
@@ -22,6 +24,18 @@ def _own_csv(path: Path) -> bool:
         return is_own_csv(read_text(path))
     except (OSError, UnicodeDecodeError):
         return False
+
+
+def _timed(row: Row, t: PairTiming) -> None:
+    """``row`` with the pair's times: KernelBench's columns, the interval, the flag or the note."""
+    row.runtime_ms, row.ref_runtime_ms = t.candidate_s.value * 1e3, t.reference_s.value * 1e3
+    if t.speedup is not None:
+        row.speedup, row.speedup_low, row.speedup_high = t.speedup.value, t.speedup.low, t.speedup.high
+    row.peak_flag = "" if t.flag is None else str(t.flag)
+    row.peak_note = "" if t.note is None else str(t.note)
+    row.threads, row.load_before, row.load_after = t.threads, t.load_before, t.load_after
+    row.disturbed = "" if t.disturbed is None else str(t.disturbed)
+    row.timed = True
 
 
 def cmd_kernelbench(args) -> int:
@@ -38,8 +52,9 @@ def cmd_kernelbench(args) -> int:
         for path in candidates:
             row, j = judge_candidate(problem, path, gradients=args.gradients, device=args.device, only=args.only)
             if args.time and row.correct:
-                t = time_pair(*timing_pair(problem, path, args.device))
-                row.runtime_ms, row.ref_runtime_ms, row.speedup = t.cand_ms, t.ref_ms, t.speedup
+                pair = timing_pair(problem, path, args.device)
+                _timed(row, time_pair(pair.reference, pair.candidate, pair.make_inputs, device=args.device,
+                                      threads=args.threads))
             rows.append(row)
             if j is not None:
                 verdicts[f"{problem.name}/{row.candidate}"] = j.as_dict()
@@ -50,5 +65,7 @@ def cmd_kernelbench(args) -> int:
         refuse_foreign(args.csv, "--csv", own=_own_csv)
         write_text(args.csv, csv_text(rows))
     print(table(rows))
+    for line in timing_lines(rows):
+        print(line)
     print(fast_p_line(fast, len(rows)))
     return 0 if all(r.correct for r in rows) else 1

@@ -271,7 +271,12 @@ def add_kernelbench_command(sub) -> None:
                                    "NAME.py each with its candidates in NAME/")
     p.add_argument("candidates", nargs="?", help="a candidate file (ModelNew) or a folder of them")
     p.add_argument("--time", action="store_true", help="also time each correct candidate against its reference "
-                                                       "(interleaved rounds; speedup = reference / candidate time)")
+                                                       "(interleaved rounds; speedup = reference / candidate time, "
+                                                       "with its 90%% interval; one beyond the machine's peak is "
+                                                       "flagged, not reported)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="with --time: torch's intra-op thread count the pairs are timed at (default: 1 on CPU, "
+                        "as torch.utils.benchmark.Timer; torch's own on CUDA); the caller's is put back after")
     p.add_argument("--gradients", choices=[g.value for g in Gradients], default=Gradients.AUTO.value,
                    help="judge every gradient (required), those the candidate's output carries (auto, the default: "
                         "a forward-only kernel is judged on its output), or none")

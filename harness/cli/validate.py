@@ -72,6 +72,9 @@ def validate_args(args) -> None:
     if given.get("log") and given.get("json") and Path(args.log).resolve() == Path(args.json).resolve():
         raise HarnessError(f"--log and --json name one file ('{args.json}'): the rows would overwrite "
                            "the log; give two paths")
+    if args.command == "kernelbench" and given.get("threads") is not None and not given.get("time"):
+        raise ConfigError(f"--threads {args.threads} is the thread count --time times pairs at: add --time "
+                          "or leave it out")
     if args.command == "check":
         _compile_backend(args)
     if given.get("set"):

@@ -10,13 +10,14 @@ from typing import Any, Mapping
 
 import torch
 
-from harness.families.conventions import sinks, softcap
+from harness.families.conventions import alibi, sinks, softcap
 from harness.families.conventions.core import SCORES, SOFTMAX, Context, Convention, Regime
 from harness.families.trait_spec import TraitSpec
 
 CONVENTIONS: tuple[Convention, ...] = (
     softcap.SOFTCAP,
     sinks.SINKS,
+    alibi.ALIBI,
 )
 
 
