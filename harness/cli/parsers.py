@@ -183,7 +183,8 @@ def sweep_options(p, name: str) -> None:
                    help="time in this dtype (repeatable; default: the profile's), e.g. bfloat16")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's default, set explicitly)")
     p.add_argument("--fresh", action="store_true", help="ignore rows already measured in the log")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress (a bar on a terminal; elsewhere one line per finished group)")
     p.add_argument("--min-time", type=float,
                    help="seconds of timed calls per variant per round (default: quick "
                         f"{TIMING['quick']['min_time']:g}, full {TIMING['full']['min_time']:g}; "

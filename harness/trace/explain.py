@@ -55,17 +55,27 @@ class Mistakes:
         return said
 
 
-def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mistakes | None = None) -> str:
-    """Each failing variant's named mistake, one line each (all of them); then for each of the
-    first ``limit`` (variant, case) whose spec fails: the first divergence against a peer that
-    declares the same traits, or the worst tensor when it has no peer."""
-    mistakes = mistakes or Mistakes(report, configs)
-    lines, seen = [], set()
+def mistake_lines(report, mistakes: Mistakes) -> list[str]:
+    """Each failing variant's named mistake, one line each (all of them; a variant that
+    raised has none: its error row says why)."""
+    lines = []
     failing = dict.fromkeys((s.family, s.variant) for s in report.specs if not s.ok and s.verdict != Verdict.ERROR)
     for family, variant in failing:  # every failing variant: a probe costs about a second
         mistake = mistakes.line(family, variant)
         if mistake:
             lines.append(f"  {family}/{variant}: {mistake}")
+    return lines
+
+
+def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mistakes | None = None, *,
+                     named: bool = True) -> str:
+    """Each failing variant's named mistake (``mistake_lines``; not with ``named=False``);
+    then for each of the first ``limit`` (variant, case) whose spec fails: the first
+    divergence against a peer that declares the same traits, or the worst tensor when it has
+    no peer."""
+    mistakes = mistakes or Mistakes(report, configs)
+    seen: set = set()
+    lines = mistake_lines(report, mistakes) if named else []
     traced = list(dict.fromkeys((s.family, s.variant, s.case) for s in report.specs
                                 if not s.ok and s.verdict != Verdict.ERROR))
     for s in report.specs:
