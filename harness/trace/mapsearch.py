@@ -101,8 +101,7 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     s = _start(target, family_name, init, cfg or Config(), variant_id)
     forms = [call] if call else list(CALL_FORMS)
     for form in forms:
-        hit = _search_form(s, form)
-        if hit is not None:
+        if (hit := _search_form(s, form)) is not None:
             return hit
     closest = _closest(s.checker, s.scored, s.vid, s.family, s.source, s.build, s.ref)
     return Proposal(False, _why_no_map(s, forms, call, closest), tried=s.tried, closest=closest)
@@ -163,8 +162,7 @@ def _search_form(s: _Search, form: str) -> Proposal | None:
             s.failed[form] = str(exc)
             break  # this call form does not run the module: the next form
         ran = True
-        hit = _agreeing(s, f, variant, got, oracles)
-        if hit is not None:
+        if (hit := _agreeing(s, f, variant, got, oracles)) is not None:
             return hit
     if ran:
         s.ran_forms.append(form)
@@ -172,8 +170,7 @@ def _search_form(s: _Search, form: str) -> Proposal | None:
 
 
 def _agreeing(s: _Search, f: _Form, candidate: Variant, got: torch.Tensor, oracles: _Oracles) -> Proposal | None:
-    """The proposal for ``candidate`` when its first-case output agrees with the oracle of a
-    trait set and it verifies on every case of the form; None (its gap scored) otherwise."""
+    """The proposal for ``candidate`` if it agrees with a trait set's oracle on the first case and verifies."""
     pmap, layout = candidate.param_map, candidate.traits
     zero = search_fills(s.checker, candidate)
     for k, (spec, want) in enumerate(oracles.outputs(zero)):
@@ -191,8 +188,7 @@ def _agreeing(s: _Search, f: _Form, candidate: Variant, got: torch.Tensor, oracl
 
 
 def _hit(s: _Search, f: _Form, variant: Variant, spec: dict) -> Proposal:
-    """The found map's proposal: the traits the cases with rows that see no key decide, and
-    the cases it shows (a regime case that fails leaves its base case out, said)."""
+    """The proposal: the traits the no-key cases decide, the cases shown (a failing regime case drops its base)."""
     family, ref, cfg = s.family, s.ref, s.cfg
     traits, trait_notes, undecided = infer_case_traits(
         s.checker, family, variant, spec, dict(ref.traits), s.semantic_cases, uses_mask=f.uses_mask,
@@ -214,8 +210,7 @@ def _hit(s: _Search, f: _Form, variant: Variant, spec: dict) -> Proposal:
 
 
 def _why_no_map(s: _Search, forms: list[str], call: str | None, closest: dict) -> str:
-    """Why no map was found: the trait sets and candidates tried, then the closest candidate,
-    or, where no call form ran the module, why per call form."""
+    """Why no map: what was tried, then the closest candidate or, where no call form ran, why per form."""
     why = (f"no candidate map makes {s.target} agree with the float64 oracle of any of {len(s.specs)} trait sets "
            f"around {s.ref.id}'s ({s.tried} candidates tried; call forms that ran: {', '.join(s.ran_forms) or 'none'})")
     if s.refused:
