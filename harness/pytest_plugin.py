@@ -23,7 +23,7 @@ pytest ini (``pyproject.toml``'s ``[tool.pytest.ini_options]``)::
 
 An ``attention-harness`` section after pytest's summary says once what each variant was not
 checked on ("checked on 1 of 5 configs; not buildable: ...") and, per failure, one line: the
-mistake ``check`` names and the ``check`` command that reproduces it.
+mistake ``check`` names and the ``check`` command that reproduces it; each declaration not exercised.
 Without ``--variants`` the plugin does nothing (and imports nothing: pytest runs of
 other projects do not pay for torch).
 """
@@ -54,8 +54,9 @@ _MATRIX = pytest.StashKey[tuple]()
 # the ini options (pytest.ini, tox.ini, setup.cfg, pyproject.toml's [tool.pytest.ini_options])
 SET_INI, VARIANTS_INI = "attention_harness_set", "attention_harness_variants"
 # the user_properties names the summary's lines travel under (from every xdist worker): what a
-# variant was not checked on, and one line per failure
-COVERAGE, FAILURE = "attention_harness_coverage", "attention_harness_failure"
+# variant was not checked on, one line per failure, each declaration no case reached
+COVERAGE, FAILURE, NOT_EXERCISED = ("attention_harness_coverage", "attention_harness_failure",
+                                   "attention_harness_unreached")
 
 
 def pytest_addoption(parser):
@@ -308,6 +309,7 @@ class VariantItem(pytest.Item):
     def runtest(self):
         from types import SimpleNamespace
 
+        from harness.check.reach import UnexercisedDeclaration
         from harness.check.verdict import SEMANTICS_DIFFER
         from harness.registry import REGISTRY
         from harness.report.pytest_text import aspect_results, check_command, coverage_line, first_cause
@@ -322,6 +324,9 @@ class VariantItem(pytest.Item):
             self.user_properties.append((COVERAGE, line))
         if not checked.results:
             _nothing_checked(variant, self.device, configs)
+        for line in checked.not_exercised if self.aspect == "semantics" else ():
+            self.user_properties.append((NOT_EXERCISED, f"{self.key} [{self.device}]: not exercised: {line}"))
+            self.warn(UnexercisedDeclaration(f"{self.key}: declaration not exercised: {line}"))
         results = aspect_results(checked.results, self.aspect, variant.semantic_dtypes())
         if not results:  # e.g. no dropout site declared, or no gradcheck for this family
             pytest.skip(f"no {self.aspect} check applies to {self.key} on {self.device}")
@@ -358,12 +363,13 @@ _CHECKED: dict[tuple[str, str], Checked] = {}
 
 
 class Checked(NamedTuple):
-    """One variant's check on one device: every result (each has ``.ok``), the family's
-    configs it was asked for, and the report's ``skipped`` rows (what it refused, and why)."""
+    """One variant's check on one device: every result (each has ``.ok``), the family's configs
+    it was asked for, the report's ``skipped`` rows (what it refused, and why), what it left unreached."""
 
     results: list
     configs: tuple[str, ...]
     skipped: list
+    not_exercised: list
 
 
 def _check_one(variant, device: str, configs: dict) -> Checked:
@@ -375,9 +381,9 @@ def _check_one(variant, device: str, configs: dict) -> Checked:
 
     if (variant.key, device) not in _CHECKED:
         report = check_variant(variant, configs, dtypes=default_dtypes(device), device=device)
-        asked = tuple(variant.family_spec.configs_of(configs))
+        asked, unused = tuple(variant.family_spec.configs_of(configs)), [str(n) for n in report.not_exercised]
         _CHECKED[variant.key, device] = Checked([*report.specs, *report.gradchecks, *report.dropouts], asked,
-                                                [s for s in report.skipped if f"{s[0]}/{s[1]}" == variant.key])
+                                                [s for s in report.skipped if f"{s[0]}/{s[1]}" == variant.key], unused)
     return _CHECKED[variant.key, device]
 
 
@@ -398,17 +404,17 @@ _LINES: dict[tuple[str, str], None] = {}
 def pytest_runtest_logreport(report):
     """Gather the lines the tests said (in the controller, from every xdist worker)."""
     for name, line in getattr(report, "user_properties", ()):
-        if name in (COVERAGE, FAILURE):
+        if name in (COVERAGE, FAILURE, NOT_EXERCISED):
             _LINES.setdefault((name, line), None)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Once, after pytest's own summary: what each variant was not checked on, then one line
-    per failure with its cause and the command that reproduces it."""
+    """Once, after pytest's own summary: what each variant was not checked on, each declaration
+    no case reached, then one line per failure with its cause and the command that reproduces it."""
     if not _LINES:
         return
     terminalreporter.section("attention-harness", sep="=")
-    for kind in (COVERAGE, FAILURE):
+    for kind in (COVERAGE, NOT_EXERCISED, FAILURE):
         for name, line in _LINES:
             if name == kind:
                 terminalreporter.write_line(line)

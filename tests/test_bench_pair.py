@@ -1,10 +1,13 @@
 """``harness.bench.pair.time_pair``: a candidate timed against its reference, interleaved, with
 intervals, a time beyond the machine's measured peak flagged instead of reported, and one
-within the per-call floor noted "too short to bound". Structure and gross ratios only: no
-threshold a loaded machine could break (the flag logic runs on a fake clock and given peaks)."""
+within the per-call floor noted "too short to bound"; at one intra-op thread on CPU (the caller's
+count put back), the load before and after recorded, a load above the cores marked disturbed.
+Structure and gross ratios only: no threshold a loaded machine could break (the flag logic runs
+on a fake clock and given peaks, the load check on injected readings)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ import torch
 
 from harness.base.errors import ConfigError
 from harness.bench import pair
+from harness.bench.machine import LOAD_MARGIN, LoadDisturbance, load_disturbance
 from harness.bench.pair import BeyondPeak, Bound, MachinePeak, TooShortToBound, measure_peak, time_pair
 from harness.check.kernelbench import load_problem, timing_pair
 
@@ -157,10 +161,105 @@ def test_a_cached_output_on_a_problem_large_enough_is_flagged_at_the_floor():
     assert t.note is None and t.speedup is None
 
 
-@pytest.mark.parametrize("kwargs", [{"rounds": 2}, {"min_time": 0}, {"level": 1.5}])
+@pytest.mark.parametrize("kwargs", [{"rounds": 2}, {"min_time": 0}, {"level": 1.5}, {"threads": 0},
+                                    {"threads": -2}, {"threads": 1.5}, {"threads": True}])
 def test_a_bad_argument_is_one_config_error(kwargs):
     with pytest.raises(ConfigError):
         time_pair(torch.matmul, torch.matmul, _inputs, device="cpu", peak=PEAK, **kwargs)
+
+
+class _ThreadsSeen:
+    """A callable costing ``seconds`` on ``clock`` that records torch's intra-op thread count at
+    each call (``raise_after``: it raises from that call on, as a broken candidate would)."""
+
+    def __init__(self, clock, seconds, raise_after=None):
+        self.clock, self.seconds, self.raise_after, self.seen = clock, seconds, raise_after, []
+
+    def __call__(self, *args):
+        self.seen.append(torch.get_num_threads())
+        if self.raise_after is not None and len(self.seen) > self.raise_after:
+            raise RuntimeError("the candidate broke")
+        self.clock.now += self.seconds
+        return torch.matmul(*args)
+
+
+@pytest.fixture
+def two_threads():
+    """Torch at 2 intra-op threads (the caller's count the pair must put back), restored after."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield 2
+    torch.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("threads, runs_at", [(None, 1), (3, 3)])
+def test_on_cpu_the_pair_runs_at_one_thread_or_the_given_count_and_puts_the_callers_back(two_threads, threads,
+                                                                                         runs_at):
+    clock = _FakeClock()
+    ref, cand = _ThreadsSeen(clock, 2e-4), _ThreadsSeen(clock, 1e-4)
+    t = time_pair(ref, cand, _inputs, device="cpu", rounds=3, min_time=1e-3, peak=PEAK, clock=clock, threads=threads)
+    assert t.threads == runs_at and set(cand.seen) == set(ref.seen) == {runs_at}  # warm-up and every round
+    assert torch.get_num_threads() == two_threads
+
+
+def test_the_callers_thread_count_is_put_back_when_the_candidate_raises(two_threads):
+    clock = _FakeClock()
+    broken = _ThreadsSeen(clock, 1e-4, raise_after=5)
+    with pytest.raises(RuntimeError, match="the candidate broke"):
+        time_pair(_ThreadsSeen(clock, 1e-4), broken, _inputs, device="cpu", rounds=3, min_time=1e-3, peak=PEAK,
+                  clock=clock)
+    assert broken.seen[-1] == 1 and torch.get_num_threads() == two_threads
+
+
+def test_the_peak_is_measured_at_the_callers_thread_count_too(two_threads, monkeypatch):
+    """A pair timed at one thread is set against the best of the caller's count, its own and 1:
+    never a peak lower than the machine gives (a false flag)."""
+    asked = []
+    monkeypatch.setattr(pair, "measure_peak", lambda *a, threads, **k: asked.append(threads) or PEAK)
+    clock = _FakeClock()
+    time_pair(clock.costing(1e-4, torch.matmul), clock.costing(1e-4, torch.matmul), _inputs, device="cpu",
+              rounds=3, min_time=1e-3, clock=clock, threads=3)
+    assert asked == [(2, 3, 1)]
+
+
+class _Loads:
+    """The injected load average: ``readings`` in turn, the last one repeated."""
+
+    def __init__(self, *readings):
+        self.readings = list(readings)
+
+    def __call__(self):
+        return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+
+
+def _timed_under(loads):
+    clock = _FakeClock()
+    return time_pair(clock.costing(2e-4, torch.matmul), clock.costing(1e-4, torch.matmul), _inputs, device="cpu",
+                     rounds=3, min_time=1e-3, peak=PEAK, clock=clock, load=loads)
+
+
+def test_a_pair_timed_under_a_load_above_the_cores_is_disturbed_and_a_quiet_one_is_not():
+    cores = os.cpu_count() or 1
+    quiet = _timed_under(_Loads(0.3, 0.4))
+    assert (quiet.load_before, quiet.load_after, quiet.disturbed) == (0.3, 0.4, None)
+    busy = _timed_under(_Loads(0.3, cores + 4.0))  # the load rose while it ran: the after reading counts
+    assert (busy.load_before, busy.load_after) == (0.3, cores + 4.0)
+    assert busy.disturbed == LoadDisturbance(cores + 4.0, cores)
+    assert str(busy.disturbed) == f"load average {cores + 4.0:.1f} on {cores} cores"
+    assert busy.speedup is not None and busy.speedup.value == pytest.approx(quiet.speedup.value)  # marked, not withheld
+    unknown = _timed_under(_Loads(None))  # a system without a load average: not known, not disturbed
+    assert (unknown.load_before, unknown.load_after, unknown.disturbed) == (None, None, None)
+
+
+def test_the_load_check_is_the_sweeps_one():
+    """One rule for every timing: above the cores plus LOAD_MARGIN, on CPU only; the sweep's
+    ``disturbance`` says the same figures."""
+    from harness.bench import sweep
+    assert load_disturbance([3.0, 2.0 + LOAD_MARGIN], "cpu", cores=2) == LoadDisturbance(3.0, 2)
+    assert load_disturbance([2.0 + LOAD_MARGIN, None], "cpu", cores=2) is None  # at the margin: not above it
+    assert load_disturbance([9.0], "cuda:0", cores=2) is None and load_disturbance([None], "cpu", cores=2) is None
+    cores = os.cpu_count() or 1
+    assert sweep.disturbance([cores + 3.0], [100.0] * 3, "cpu") == str(load_disturbance([cores + 3.0], "cpu"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the L2 flush and stream sync need a GPU")

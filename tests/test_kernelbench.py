@@ -186,14 +186,62 @@ def test_a_row_beyond_the_peak_shows_the_flag_and_no_speedup(monkeypatch, tmp_pa
     assert "1 candidate(s): fast_0 1.00, fast_0.5 0.00" in text
 
 
-def test_the_benchmarking_docs_command_times_a_candidate(capsys):
+@pytest.mark.parametrize("load, disturbed", [(0.2, False), (None, False), (1e3, True)])
+def test_a_row_timed_under_a_load_above_the_cores_is_marked_disturbed(monkeypatch, tmp_path, capsys, load,
+                                                                      disturbed):
+    """The load average injected into the pair's timing: above the cores the speedup is marked
+    (d) with a line saying to time again; quiet, or unknown, it is not. The JSON and CSV carry
+    the thread count, the readings and the disturbance."""
+    import harness.cli.kernelbench as cli
+    from harness.bench.pair import time_pair
+
+    monkeypatch.setattr(cli, "time_pair", lambda *a, **k: time_pair(*a, **k, rounds=3, min_time=1e-3,
+                                                                      load=lambda: load))
+    out, table = tmp_path / "rows.json", tmp_path / "rows.csv"
+    assert main(["kernelbench", str(CORPUS / "gelu.py"), str(CORPUS / "gelu" / "ok_erf.py"), "--only", "given",
+                 "--time", "--threads", "2", "--json", str(out), "--csv", str(table)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = json.loads(out.read_text())["rows"][0]
+    [written] = list(csv.DictReader(table.open()))
+    assert row["threads"] == 2 and row["load_before"] == row["load_after"] == load
+    assert written["threads"] == "2" and written["disturbed"] == row["disturbed"]
+    shown = "unknown" if load is None else f"{load:.2f}-{load:.2f}"
+    assert f"timed at 2 intra-op thread(s); 1-minute load average {shown} (before and after each pair)" in lines
+    assert bool(row["disturbed"]) is disturbed and ("(d)" in lines[2]) is disturbed
+    quiet_again = [x for x in lines if x.endswith("time again on a quiet machine")]
+    assert quiet_again == ([f"gelu/ok_erf.py: (d) disturbed: timed at {row['disturbed']}: time again on a quiet "
+                            "machine"] if disturbed else [])
+    if disturbed:
+        assert row["disturbed"].startswith("load average 1000.0 on ") and row["speedup"] is not None
+
+
+def test_pairs_are_timed_at_one_thread_by_default_and_threads_needs_time(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    before = torch.get_num_threads()
+    assert main(["kernelbench", str(CORPUS / "gelu.py"), str(CORPUS / "gelu" / "ok_erf.py"), "--only", "given",
+                 "--time", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["rows"][0]["threads"] == 1 and torch.get_num_threads() == before
+    assert "timed at 1 intra-op thread(s)" in capsys.readouterr().out
+    for given, says in ((["--time", "--threads", "0"], "--threads 0 must be at least 1"),
+                        (["--threads", "2"], "--threads 2 is the thread count --time times pairs at: add --time"),
+                        (["--time", "--threads", "two"], "argument --threads: invalid int value: 'two'")):
+        assert main(["kernelbench", str(CORPUS / "gelu.py"), str(CORPUS / "gelu" / "ok_erf.py"), *given]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_benchmarking_docs_commands_time_a_candidate(capsys):
+    """Every command of the section: at the default thread count (1 on CPU), then at ``--threads``."""
     text = (CORPUS.parents[1] / "docs" / "benchmarking.md").read_text()
-    section = text.split("## A candidate against its reference", 1)[1]
-    command = section.split("```bash\npython -m harness ", 1)[1].split("\n", 1)[0]
-    assert "--time" in command.split()
-    assert main(command.split()) == 0
-    out = capsys.readouterr().out
-    assert "90% interval" in out and "1 candidate(s): fast_0 1.00, fast_0.5 " in out
+    section = text.split("## A candidate against its reference", 1)[1].split("\n## ", 1)[0]
+    commands = [block.split("\n", 1)[0] for block in section.split("```bash\npython -m harness ")[1:]]
+    assert len(commands) == 2 and all("--time" in c.split() for c in commands)
+    for command, threads in zip(commands, (1, 2)):
+        assert ("--threads" in command.split()) is (threads != 1)
+        assert main(command.split()) == 0
+        out = capsys.readouterr().out
+        assert "90% interval" in out and "1 candidate(s): fast_0 1.00, fast_0.5 " in out
+        assert f"timed at {threads} intra-op thread(s); 1-minute load average " in out
 
 
 def test_the_hacks_docs_command_names_the_stale_buffer(capsys):

@@ -11,6 +11,10 @@ import enum
 
 # A variant may have this many times the baseline's RMS error (benchmarks/precision_calibration.py)
 PRECISION_FACTOR = 3.0
+# float64 decides semantics: |x - oracle| <= FLOAT64_ATOL + FLOAT64_RTOL |oracle| at every element
+# (``harness.check.precision``; ``harness.families.reach`` asks whether a convention bends a score by more)
+FLOAT64_RTOL = 1e-10
+FLOAT64_ATOL = 1e-10
 
 # Timing per profile: seconds of timed calls per variant per round, and rounds per group.
 TIMING = {"quick": {"min_time": 0.02, "rounds": 7}, "full": {"min_time": 0.05, "rounds": 7}}

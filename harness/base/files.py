@@ -5,6 +5,7 @@ replaced; two runs that would write one target take a lock beside it (docs/data-
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from harness.base.errors import HarnessError
-from harness.base.output import STDOUT, data_stream, write_failed
+from harness.base.output import STDOUT, OutputError, data_stream, write_failed
 
 OUTPUT_MAGIC = "attention-harness"
 # The schema of every JSON object and log header the harness writes (``"schema": N``). A file
@@ -279,3 +280,45 @@ def write_text(path: str | Path, text: str) -> None:
         stream.flush()
         return
     atomic_write(path, text)
+
+
+def refuse_unwritable(path: str | Path, what: str, *, folder: bool = False, create: bool = False) -> None:
+    """Refuse, before any work, an output that could not be written, in one line naming the
+    path and why. ``path`` is a file (``folder=False``: its folder must exist) or a folder the
+    harness writes into (``folder=True``: it may be missing, its parent must exist);
+    ``create``: the harness's own default place, whose missing folders are made when written.
+    A missing folder is a usage mistake (exit 2); one the harness may not create files in
+    (no permission, a read-only filesystem) an output that cannot be written (exit 74).
+    Nothing is created, and nothing is left behind."""
+    if str(path) == STDOUT:
+        return
+    target = Path(path).expanduser()
+    place = target if folder and target.exists() else target.parent
+    there = place  # the nearest folder there is: with ``create``, the rest is made when the output is written
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        raise HarnessError(f"cannot write {what} '{path}': '{there}' is a file, not a folder; it is left as it is")
+    if there != place and not create:
+        raise HarnessError(f"cannot write {what} '{path}': the folder '{place}' does not exist; create it first "
+                           "(mkdir -p), or give a path in a folder that exists")
+    try:  # the one test the filesystem answers truthfully (permissions, ACLs, a read-only mount, root)
+        fd, probe = tempfile.mkstemp(prefix=".harness-probe-", dir=there)
+        os.close(fd)
+        os.unlink(probe)
+        if target.is_file():
+            with open(target, "a"):
+                pass
+    except OSError as exc:
+        raise OutputError(f"cannot write {what} '{path}': {_why(exc, there, target)}; nothing was run or "
+                          "written") from None
+
+
+def _why(exc: OSError, place: Path, target: Path) -> str:
+    """Why a write into ``place`` (or to ``target``) fails, in words."""
+    at = f"'{exc.filename}'" if exc.filename and Path(exc.filename) == target else f"the folder '{place}'"
+    if exc.errno == errno.EROFS:
+        return f"{at} is on a read-only filesystem"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"no permission to write in {at}" if at.startswith("the folder") else f"no permission to write {at}"
+    return f"{at}: {exc.strerror or exc}"

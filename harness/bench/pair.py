@@ -23,6 +23,13 @@ through ``harness.bench.counters``) and the bytes any implementation moves (ever
 once, the reference's output written once). Above 100% of either, ``PairTiming.flag`` says so
 and ``speedup`` is None.
 
+On CPU the pair runs at one intra-op thread unless told otherwise (``threads``), as
+``torch.utils.benchmark.Timer`` times (its ``num_threads=1``), the caller's thread count put
+back afterwards: on a shared machine a small operation split across the pool waits
+milliseconds for a descheduled thread, in every round alike, so the interval does not show it.
+The 1-minute load average is read before and after (``harness.bench.machine.load_disturbance``,
+the check every timing makes): on CPU a reading above the cores marks the pair ``disturbed``.
+
 A time the peak cannot bound is said so, not flagged: the per-call floor (an identity call,
 timed in the same rounds: the harness's own cost of one call) is the third callable of the
 rounds, and where neither the candidate's time nor the least time the work needs at peak is
@@ -46,6 +53,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from harness.base.errors import ConfigError
 from harness.bench import counters, timing
+from harness.bench.machine import LoadDisturbance, intra_op_threads, load_average, load_disturbance, pair_threads
 
 L2_FLUSH_BYTES = 256 * 2**20  # triton.testing.do_bench's cache buffer, written before each timed call
 PEAK_MATMUL = {"cpu": 1024, "cuda": 8192}  # the square matmul the sweep's peak is measured with
@@ -124,7 +132,9 @@ class PairTiming:
     candidate time; None when ``flag`` is set), each with its ``level`` interval; the per-call
     floor (an identity call in the same rounds); the raw round medians; the work counted (FLOPs
     of each, the bytes floor); the machine's peak and the fractions of it the candidate's median
-    time implies; ``note`` where the peak cannot bound the candidate's time (never with ``flag``)."""
+    time implies; ``note`` where the peak cannot bound the candidate's time (never with ``flag``);
+    ``threads``, the intra-op thread count the rounds ran at; the 1-minute load average before
+    and after (None where the system gives none), and ``disturbed`` where it was above the cores."""
 
     device: str
     reference_s: Interval
@@ -146,6 +156,10 @@ class PairTiming:
     flops_fraction: float | None
     bandwidth_fraction: float | None
     l2_flushed: bool
+    threads: int
+    load_before: float | None
+    load_after: float | None
+    disturbed: LoadDisturbance | None
 
 
 Clock = Callable[[], float]
@@ -193,14 +207,10 @@ def _best(fn: Callable[[], object], sync: Callable[[], None], clock: Clock, call
 def _best_over_threads(fn: Callable[[], object], sync: Callable[[], None], clock: Clock,
                        threads: Sequence[int]) -> tuple[float, int]:
     """(best seconds of ``PEAK_CALLS`` calls, the intra-op thread count it ran at) over ``threads``."""
-    saved = torch.get_num_threads()
-    best = (float("inf"), saved)
-    try:
-        for n in threads:
-            torch.set_num_threads(n)
+    best = (float("inf"), torch.get_num_threads())
+    for n in threads:
+        with intra_op_threads(n):
             best = min(best, (_best(fn, sync, clock, PEAK_CALLS), n))
-    finally:
-        torch.set_num_threads(saved)
     return best
 
 
@@ -309,10 +319,44 @@ def _identity(*args: Any) -> Any:
     return args
 
 
+def _check_settings(rounds: int, min_time: float, warmup: int, level: float) -> None:
+    if rounds < 3:
+        raise ConfigError(f"rounds={rounds}: a pair needs at least 3 interleaved rounds (an interval over rounds)")
+    if not min_time > 0 or warmup < 0 or not 0 < level < 1:
+        raise ConfigError(f"min_time={min_time}, warmup={warmup}, level={level}: min_time must be positive, "
+                          "warmup at least 0 and level between 0 and 1")
+
+
+@dataclass(frozen=True)
+class _Work:
+    """The pair's work counted and set against the peak (all empty when not checked)."""
+
+    reference_flops: int = 0
+    candidate_flops: int = 0
+    bytes_floor: int = 0
+    peak: MachinePeak | None = None
+    flops_fraction: float | None = None
+    bandwidth_fraction: float | None = None
+    flag: BeyondPeak | None = None
+    note: TooShortToBound | None = None
+
+
+def _work(fns: Sequence[Callable[[], Any]], args: tuple, dev: torch.device, candidate_s: Interval,
+          floor_s: Interval, peak: MachinePeak | None, clock: Clock, threads: Sequence[int]) -> _Work:
+    """The FLOPs of the reference and the candidate (``fns``' first two), the bytes floor, and
+    the candidate's time against ``peak`` (measured at ``threads`` when None)."""
+    ref_flops, cand_flops = counters.count_flops(fns[0])[0], counters.count_flops(fns[1])[0]
+    nbytes = _storage_bytes(args) + _storage_bytes(fns[0]())
+    peak = peak or measure_peak(dev, _dtype(args), nbytes, clock=clock, threads=threads)
+    f_frac, b_frac, flag, note = peak_check(min(ref_flops, cand_flops), nbytes, candidate_s, floor_s, peak)
+    return _Work(ref_flops, cand_flops, nbytes, peak, f_frac, b_frac, flag, note)
+
+
 def time_pair(reference: Callable[..., Any], candidate: Callable[..., Any], make_inputs: Callable[[], Any], *,
               device: str | torch.device, rounds: int = 10, min_time: float = 0.01, warmup: int = 3,
               level: float = timing.INTERVAL_LEVEL, flush_l2: bool | None = None, check_peak: bool = True,
-              peak: MachinePeak | None = None, clock: Clock = time.perf_counter, seed: int = 0) -> PairTiming:
+              peak: MachinePeak | None = None, threads: int | None = None, clock: Clock = time.perf_counter,
+              load: Callable[[], float | None] = load_average, seed: int = 0) -> PairTiming:
     """Time ``candidate(*inputs)`` against ``reference(*inputs)``, ``inputs = make_inputs()``
     (a tuple or list of arguments, or one argument; tensors moved to ``device``), with the
     per-call floor (an identity call) in the same rounds.
@@ -320,39 +364,38 @@ def time_pair(reference: Callable[..., Any], candidate: Callable[..., Any], make
     ``rounds`` interleaved rounds (at least 3) of ``min_time`` seconds per callable, after
     ``warmup`` calls of each; ``level``: the intervals' level (0.9); ``flush_l2``: write the
     256 MB buffer before each call (default: on CUDA); ``check_peak``: count the work and set
-    the candidate's time against ``peak`` (measured here when None); ``clock``: seconds, as
-    ``time.perf_counter``; ``seed``: the bootstrap's. A bad argument is one ``ConfigError``."""
-    if rounds < 3:
-        raise ConfigError(f"rounds={rounds}: a pair needs at least 3 interleaved rounds (an interval over rounds)")
-    if not min_time > 0 or warmup < 0 or not 0 < level < 1:
-        raise ConfigError(f"min_time={min_time}, warmup={warmup}, level={level}: min_time must be positive, "
-                          "warmup at least 0 and level between 0 and 1")
+    the candidate's time against ``peak`` (measured here when None, at the caller's thread
+    count, the pair's and 1, the best kept); ``threads``: the intra-op thread count (default
+    ``pair_threads``: 1 on CPU), the caller's put back after; ``clock``: seconds, as
+    ``time.perf_counter``; ``load``: the 1-minute load average, read before and after, as
+    ``harness.bench.machine.load_average``; ``seed``: the bootstrap's. A bad argument is one
+    ``ConfigError``."""
+    _check_settings(rounds, min_time, warmup, level)
     dev = torch.device(device)
-    args = _args(make_inputs, dev)
-    sync = _sync(dev)
-    flushed = dev.type == "cuda" if flush_l2 is None else flush_l2
-    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=dev) if flushed else None
-    fns = (lambda: reference(*args), lambda: candidate(*args), lambda: _identity(*args))
-    for fn in fns:
-        for _ in range(warmup):
-            fn()
-    sync()
-    (ref_rounds, cand_rounds, floor_rounds), (ref_calls, cand_calls, _) = _interleaved(
-        fns, sync, flush, clock, rounds, min_time)
-    del flush
-    ref_s, cand_s, floor_s = (Interval(*timing.median_interval(r, level=level, seed=seed))
-                              for r in (ref_rounds, cand_rounds, floor_rounds))
-    speedup: Interval | None = Interval(*timing.ratio_of_medians(ref_rounds, cand_rounds, level=level, seed=seed))
-    ref_flops = cand_flops = nbytes = 0
-    f_frac = b_frac = None
-    flag = note = None
-    if check_peak:
-        ref_flops, cand_flops = counters.count_flops(fns[0])[0], counters.count_flops(fns[1])[0]
-        nbytes = _storage_bytes(args) + _storage_bytes(fns[0]())
-        peak = peak or measure_peak(dev, _dtype(args), nbytes, clock=clock)
-        f_frac, b_frac, flag, note = peak_check(min(ref_flops, cand_flops), nbytes, cand_s, floor_s, peak)
-        if flag is not None:
-            speedup = None
-    return PairTiming(str(dev), ref_s, cand_s, speedup, flag, note, floor_s, level, rounds, tuple(ref_rounds),
-                      tuple(cand_rounds), ref_calls, cand_calls, ref_flops, cand_flops, nbytes,
-                      peak if check_peak else None, f_frac, b_frac, flushed)
+    n = pair_threads(threads, dev)
+    load_before = load()
+    with intra_op_threads(n) as caller:
+        args = _args(make_inputs, dev)
+        sync = _sync(dev)
+        flushed = dev.type == "cuda" if flush_l2 is None else flush_l2
+        flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=dev) if flushed else None
+        fns = (lambda: reference(*args), lambda: candidate(*args), lambda: _identity(*args))
+        for fn in fns:
+            for _ in range(warmup):
+                fn()
+        sync()
+        (ref_rounds, cand_rounds, floor_rounds), (ref_calls, cand_calls, _) = _interleaved(
+            fns, sync, flush, clock, rounds, min_time)
+        del flush
+        ref_s, cand_s, floor_s = (Interval(*timing.median_interval(r, level=level, seed=seed))
+                                  for r in (ref_rounds, cand_rounds, floor_rounds))
+        work = _work(fns, args, dev, cand_s, floor_s, peak, clock, tuple(dict.fromkeys((caller, n, 1)))
+                     ) if check_peak else _Work()
+    load_after = load()
+    speedup = None if work.flag is not None else Interval(
+        *timing.ratio_of_medians(ref_rounds, cand_rounds, level=level, seed=seed))
+    return PairTiming(str(dev), ref_s, cand_s, speedup, work.flag, work.note, floor_s, level, rounds,
+                      tuple(ref_rounds), tuple(cand_rounds), ref_calls, cand_calls, work.reference_flops,
+                      work.candidate_flops, work.bytes_floor, work.peak, work.flops_fraction,
+                      work.bandwidth_fraction, flushed, n, load_before, load_after,
+                      load_disturbance((load_before, load_after), dev.type))

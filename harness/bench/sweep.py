@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Callable, Generator, Iterator
 
 import torch
-from tqdm import tqdm
 
 from harness.base.boundary import describe
 from harness.base.dtypes import dtype_of
@@ -33,9 +32,16 @@ from harness.bench.log import (
     refuse_foreign_log,
     stamp_difference,
 )
-from harness.bench.machine import cpu_model, environment, git_commit  # noqa: F401  (environment: re-exported)
+from harness.bench.machine import (  # noqa: F401  (environment, load_average: re-exported)
+    cpu_model,
+    environment,
+    git_commit,
+    load_average,
+    load_disturbance,
+)
 from harness.bench.measured import Rounds, Status
 from harness.bench.memprobe import MemProbe
+from harness.bench.progress import Progress, write
 from harness.bench.row import BenchRow, Environment, Measurement, PeakRow, RowSpec
 from harness.bench.sizes import case_bytes
 from harness.check.runs import fill_overflow
@@ -49,20 +55,10 @@ PEAK_SIZE = {"cpu": 1024, "cuda": 8192}
 PEAK_MIN_TIME = 0.1
 
 
-def load_average() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
-
-
 def disturbance(loads: list[float | None], peak_rounds: list[float], device: str) -> str:
     """Why the window was disturbed, with the figures; "" when it was not."""
-    why = []
-    cores = os.cpu_count() or 1
-    worst = max((x for x in loads if x is not None), default=None)
-    if device == "cpu" and worst is not None and worst > cores + 0.5:
-        why.append(f"load average {worst:.1f} on {cores} cores")
+    load = load_disturbance(loads, device)
+    why = [str(load)] if load else []
     med, q1, q3 = timing.quartiles(peak_rounds)
     if peak_rounds and med > 0 and (q3 - q1) / med > timing.PEAK_SPREAD_LIMIT:
         why.append(f"matmul peak spread {(q3 - q1) / med:.0%} across rounds (IQR/median)")
@@ -189,8 +185,8 @@ def measure_group(cases: list[BenchCase], *, min_time: float, rounds: int, threa
 class SweepSettings:
     """How a sweep measures, passed through whole: ``fresh`` (measure again what the log
     holds), ``min_time`` and ``rounds`` (per case), ``threads`` (None: torch's), ``progress``
-    (a bar), ``memory`` (each row's resident peak, CPU), ``variant_files`` (user files the
-    rows' code depends on), ``profile`` (the report profile, stamped on each row) and
+    (``bench.progress``), ``memory`` (each row's resident peak, CPU), ``variant_files`` (user
+    files the rows' code depends on), ``profile`` (the report profile, stamped on each row) and
     ``deadline`` (a ``time.monotonic()`` instant no group may run past)."""
 
     fresh: bool = False
@@ -384,18 +380,18 @@ def _measure_all(todo: list[list[BenchCase]], s: SweepSettings, threads: int, pr
                  machine: Environment, writer: _LogWriter) -> Generator[BenchRow, None, int]:
     """Each group measured and written in turn; returns how many groups the time budget left."""
     longest = 0.0  # the longest group yet: one that could not end before the deadline is not begun
-    bar = tqdm(todo, desc="bench", unit="group", disable=not s.progress, dynamic_ncols=True)
-    for i, group in enumerate(bar):
+    progress = Progress(len(todo), s.progress)
+    for i, group in enumerate(progress.each(todo)):
         c = group[0]
         if s.deadline is not None and time.monotonic() + longest > s.deadline:
-            bar.close()
+            progress.close()
             return len(todo) - i
         started = time.monotonic()
-        bar.set_postfix_str(f"{c.family} B={c.batch} T={c.seq} {c.mode}", refresh=False)
+        progress.starts(f"{c.family} B={c.batch} T={c.seq} {c.mode}")
         rows = _measure_one(group, s, threads, probe, machine, writer)
         longest = max(longest, time.monotonic() - started)
         yield from rows
-    bar.close()
+    progress.close()
     return 0
 
 
@@ -407,7 +403,7 @@ def _measure_one(group: list[BenchCase], s: SweepSettings, threads: int, probe: 
         # what a variant prints while timed is no part of the output (its guarded first call showed it)
         rows, peak = measure_group(group, min_time=s.min_time, rounds=s.rounds, threads=threads, probe=probe)
     if peak.disturbed:
-        tqdm.write(f"disturbed: {c.family} B={c.batch} T={c.seq} {c.mode}: {peak.disturbed}", file=sys.stderr)
+        write(f"disturbed: {c.family} B={c.batch} T={c.seq} {c.mode}: {peak.disturbed}", file=sys.stderr)
     peak.profile, peak.environment = s.profile, machine
     writer.emit(peak.to_json())
     rows = [dataclasses.replace(row, spec=dataclasses.replace(row.spec, profile=s.profile), environment=machine)
@@ -415,6 +411,6 @@ def _measure_one(group: list[BenchCase], s: SweepSettings, threads: int, probe: 
     for row in rows:
         writer.emit(row.to_json())
         if row.counting_error():
-            tqdm.write(row.counting_error(), file=sys.stderr)
+            write(row.counting_error(), file=sys.stderr)
     writer.place()
     return rows

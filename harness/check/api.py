@@ -12,6 +12,7 @@ from harness.base.dtypes import default_dtypes
 from harness.check.check_cache import cached_part, part_key
 from harness.check.extras import COMPILED_FAMILIES, compiled_check, dropout_checks, gradcheck_variant
 from harness.check.pairs import derive_pairs
+from harness.check.reach import reach_checks
 from harness.check.results import CheckReport, PairResult
 from harness.check.settings import CheckSettings, PairMode
 from harness.check.spec import SpecChecker, one_thread
@@ -57,7 +58,11 @@ def _family_part(engine: SpecChecker, family: Family, members: list[Variant], fa
         if progress:
             progress(v.key)
         _refusals(part, engine, v, family_configs, s)
-        part.specs += [r for cell in engine.cells(v, s.dtypes) if (r := engine.check(v, *cell)) is not None]
+        own = [r for cell in engine.cells(v, s.dtypes) if (r := engine.check(v, *cell)) is not None]
+        added, left = reach_checks(engine, v, own, family_configs[next(iter(family_configs))])
+        part.specs += own + added
+        part.not_exercised += left
+        part.added_configs.update({s.config: engine.checkers[s.config].cfg for s in added})
     part.pairs += _pairs(part, engine, family, family_configs, s)
     if s.extras:
         _extras(part, engine, members, next(iter(family_configs)), s)

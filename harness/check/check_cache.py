@@ -30,7 +30,7 @@ from harness.base.config import Config
 from harness.check.settings import CheckSettings
 
 CACHE_ENV = "HARNESS_CHECK_CACHE"
-_FORMAT = 1  # bumped when what a part holds changes shape
+_FORMAT = 2  # bumped when what a part holds changes shape
 
 
 def cache_dir() -> Path | None:

@@ -27,10 +27,12 @@ from harness.check.spec import NO_KEY_CASES, _lower_check, expected_names
 from harness.porting.portmap import zero_unrepresented
 from harness.registry import Variant, build
 
-# Gradcheck runs on a tiny config per variant: the first one it supports.
+# Gradcheck runs on a tiny config per variant: the first one it supports (one K/V head last,
+# for a multi-query module that refuses the others).
 GRADCHECK_CONFIGS = (
     Config(d_model=8, heads=2, d_ff=32, batch=2, tgt_len=3, src_len=4),
     Config(d_model=16, heads=8, d_ff=64, batch=2, tgt_len=3, src_len=4),
+    Config(d_model=8, heads=2, kv_heads=1, d_ff=32, batch=2, tgt_len=3, src_len=4),
 )
 
 
@@ -70,7 +72,7 @@ def gradcheck_variant(variant: Variant) -> GradcheckResult | None:
     if not cases:
         return None
     case = cases[0]
-    name = f"D={cfg.d_model} H={cfg.heads}"
+    name = f"D={cfg.d_model} H={cfg.heads}" + (f" H_kv={cfg.kv_heads}" if cfg.kv_heads != cfg.heads else "")
     try:
         module, portmap = build(variant, cfg, dtype=torch.float64)
         if portmap is not None:

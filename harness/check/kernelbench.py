@@ -124,6 +124,10 @@ class Row:
     speedup_high: float | None = None
     peak_flag: str = ""  # the beyond-peak flag's line: the speedup is not reported
     peak_note: str = ""  # "too short to bound": the speedup is reported, the peak could not check it
+    threads: int | None = None  # the intra-op thread count the pair was timed at
+    load_before: float | None = None  # the 1-minute load average before and after the timing
+    load_after: float | None = None
+    disturbed: str = ""  # the load that disturbed the timing ("" when it did not)
     timed: bool = False
     regimes: list[str] = field(default_factory=list)
     failing_regimes: list[str] = field(default_factory=list)

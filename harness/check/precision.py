@@ -36,11 +36,8 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.base.defaults import PRECISION_FACTOR
+from harness.base.defaults import FLOAT64_ATOL, FLOAT64_RTOL, PRECISION_FACTOR
 from harness.check.mismatch import mismatch
-
-FLOAT64_RTOL = 1e-10
-FLOAT64_ATOL = 1e-10
 
 # torch.testing.assert_close's default (rtol, atol) per dtype (its documentation's table):
 # the bound for a variant that declares it computes in that dtype internally.

@@ -147,6 +147,9 @@ class SpecResult:
     # where the check itself failed (the harness's own failure, a bug): its whole traceback
     # (``harness.base.failures.harness_traceback``); None otherwise, and then not in ``as_dict``
     traceback: str | None = None
+    # float64: what the oracle's run noted of each trait's reach (``harness.families.reach.Reach``;
+    # not in ``as_dict``: the report's ``not_exercised`` says what no case reached)
+    reaches: tuple = ()
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
@@ -158,7 +161,7 @@ class SpecResult:
 
     def as_dict(self) -> dict:
         out = asdict(self)
-        del out["finding"]
+        del out["finding"], out["reaches"]
         return traceback_if_any(out)
 
 
@@ -224,6 +227,11 @@ class CheckReport:
     dropouts: list[DropoutResult] = field(default_factory=list)
     compiled: list[CompiledResult] = field(default_factory=list)
     skipped: list[tuple[str, str, str, str]] = field(default_factory=list)  # family, variant, config, why
+    # declarations no checked case reached (``harness.check.reach.NotExercised``): not a
+    # contradiction, never a silent pass either
+    not_exercised: list = field(default_factory=list)
+    # the configs of the cases added to reach a declaration, by name (``reach:TRAIT:VARIANT``)
+    added_configs: dict[str, Config] = field(default_factory=dict)
     # k/v caches, one row per model: its cached sessions against re-running the prefix and
     # against the full forward (harness.systems.cache_parity's CacheCheck, added by the check
     # command: the systems layer sits above this one)
@@ -245,8 +253,10 @@ class CheckReport:
 
     def merge(self, part: CheckReport) -> None:
         """Add ``part``'s results (one family's, ``harness.check.api``) to this report's."""
-        for name in ("specs", "pairs", "paths", "gradchecks", "dropouts", "compiled", "skipped", "caches"):
+        for name in ("specs", "pairs", "paths", "gradchecks", "dropouts", "compiled", "skipped", "caches",
+                     "not_exercised"):
             getattr(self, name).extend(getattr(part, name))
+        self.added_configs.update(part.added_configs)
 
     def as_dict(self) -> dict:
         return {
@@ -260,6 +270,7 @@ class CheckReport:
             "compiled": [c.as_dict() for c in self.compiled],
             "caches": [c.as_dict() for c in self.caches],
             "skipped": [dict(zip(("family", "variant", "config", "why"), s)) for s in self.skipped],
+            "not_exercised": [n.as_dict() for n in self.not_exercised],
             "contradictions": len(self.failures),
         }
 

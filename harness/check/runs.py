@@ -29,6 +29,7 @@ from harness.check.recorder import OpRecorder
 from harness.check.results import PathResult
 from harness.check.run_keys import Mode, OracleKey, RunKey, frozen_fills
 from harness.check.tensors import compare_tensors
+from harness.families import reach
 from harness.families.base import Family
 from harness.families.no_key_rows import traits_at_dtype
 from harness.porting.portmap import Fills, PortMap, absent_fills, zero_unrepresented
@@ -46,6 +47,7 @@ class Run:
     # the output's dtype, when it is not the call's): contradictions of any declaration
     forward_only: str = ""  # why no gradient was taken: the backward is not implemented on this device
     traceback: str | None = None  # where ``error`` is the harness's own failure: its whole traceback
+    reaches: tuple = ()  # the oracle's float64 spec run: what it reached of each trait (harness.families.reach)
 
 
 def cotangent(shape: torch.Size, seed: int) -> torch.Tensor:
@@ -176,7 +178,9 @@ def oracle_run(family: Family, traits: Mapping[str, Any], cfg: Config, inputs64:
     via = (lambda t: t.to(through)) if through is not None else (lambda t: t)  # noqa: E731
     oracle = family.oracle
     assert oracle is not None, f"family {family.name} has no oracle"  # a family whose variants are checked has one
-    out: torch.Tensor = family.specified(inputs, oracle(traits_at_dtype(traits, dtype), cfg, weights, inputs, dtype))
+    with reach.recording(compute == torch.float64 and first == compute and through is None) as notes:  # the spec's
+        out = family.specified(inputs, oracle(traits_at_dtype(traits, dtype), cfg, weights, inputs, dtype))
+    run.reaches = tuple(notes)
     as64 = lambda t: via(t.detach()).to(torch.float64) if t.is_floating_point() else t.detach()  # noqa: E731
     run.tensors["output"] = as64(out)
     if family.differentiable and out.requires_grad:

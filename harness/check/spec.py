@@ -112,6 +112,8 @@ class SpecChecker:
                     changed = dataclasses.replace(changed, depends_on_earlier_calls=True)
                     if result.ok:
                         changed = dataclasses.replace(changed, worst="output", err=math.nan, ratio=math.nan)
+                if e.dtype == torch.float64 and e.oracle.reaches:  # what the case reached of the declaration
+                    changed = dataclasses.replace(changed, reaches=e.oracle.reaches)
                 self._specs[key] = changed
         except Exception as exc:  # this spec's error row, the run goes on
             if not variant_failure(exc):  # the user's input (a NaN, a bad config): one line, as ever

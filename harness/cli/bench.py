@@ -7,7 +7,6 @@ bench   measures a profile's cases (resumable: rows already in the log are skipp
 from __future__ import annotations
 
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import torch
 from tabulate import tabulate
 
 from harness.base.dtypes import resolve_device
-from harness.base.errors import ConfigError, HarnessError
+from harness.base.errors import ConfigError
 from harness.bench.cases import plan, timing_defaults
 from harness.bench.log import is_own_log, read_log, slow_peaks
 from harness.bench.row import BenchRow, PeakRow, Row, typed_rows
@@ -87,14 +86,6 @@ def _plan(args, device):
         cases = shard(cases, *args.shard)
     check_sizes(cases)
     return cases
-
-
-def _writable_dir(path: Path, what: str) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        Path(tempfile.mkdtemp(dir=path.parent, prefix=".probe-")).rmdir()
-    except OSError as exc:
-        raise HarnessError(f"cannot write {what} '{path}': {exc.strerror or exc}") from None
 
 
 def _summary(rows: list[BenchRow]) -> str:

@@ -15,11 +15,12 @@ from harness.cli.common import _families, _load
 from harness.families.catalog import get_family
 from harness.families.models import DECODINGS
 from harness.registry import REGISTRY, variants_of
-from harness.report.check_text import check_text, summary_line
+from harness.report.check_text import check_text, checked_variants, summary_line
+from harness.report.failures_text import verdict_lines
 from harness.report.io import ensure_writable, write_json
 from harness.report.tables import params_listing, traits_listing, variants_listing
 from harness.systems.cache_parity import check_caches
-from harness.trace.explain import Mistakes, explain_differences, explain_failures, path_findings
+from harness.trace.explain import Mistakes, explain_differences, explain_failures, mistake_lines, path_findings
 
 
 def cmd_list(args) -> int:
@@ -105,9 +106,10 @@ def cmd_check(args) -> int:
     report = check_all(families, configs, settings=settings)
     report.caches += cached_sessions(families, configs, wanted)
     mistakes = Mistakes(report, configs)
+    print("\n".join(verdict_lines(report, checked_variants(report), mistake_lines(report, mistakes))) + "\n")
     print(check_text(report, configs, settings, families=families, matrix_note=not args.set,
                      explained_differences=explain_differences(report, configs) if args.explain else None,
-                     explained_failures=explain_failures(report, configs, mistakes=mistakes)))
+                     explained_failures=explain_failures(report, configs, mistakes=mistakes, named=False)))
     found = path_findings(report, configs, mistakes)
     if found:
         print("\n== Path findings (per case: behaviour that depends on the path taken)\n" + found)

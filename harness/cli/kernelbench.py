@@ -3,7 +3,8 @@ each ``NAME.py`` with its candidates in ``NAME/``): every candidate judged again
 problem's ``Model`` (``harness.check.kernelbench``), a table on the terminal, ``--json`` and
 ``--csv`` rows in KernelBench's columns, the fast_p line; ``--time`` also times each correct
 candidate against its reference (``harness.bench.pair.time_pair``: the speedup with its
-interval, a speedup beyond the machine's peak flagged, one too short to bound noted).
+interval, a speedup beyond the machine's peak flagged, one too short to bound noted, at one
+intra-op thread on CPU unless ``--threads``, one timed under a load above the cores marked).
 Exit 0 when every candidate is correct, 1 when one is not, 2 on a usage mistake (one line)."""
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def _timed(row: Row, t: PairTiming) -> None:
         row.speedup, row.speedup_low, row.speedup_high = t.speedup.value, t.speedup.low, t.speedup.high
     row.peak_flag = "" if t.flag is None else str(t.flag)
     row.peak_note = "" if t.note is None else str(t.note)
+    row.threads, row.load_before, row.load_after = t.threads, t.load_before, t.load_after
+    row.disturbed = "" if t.disturbed is None else str(t.disturbed)
     row.timed = True
 
 
@@ -50,7 +53,8 @@ def cmd_kernelbench(args) -> int:
             row, j = judge_candidate(problem, path, gradients=args.gradients, device=args.device, only=args.only)
             if args.time and row.correct:
                 pair = timing_pair(problem, path, args.device)
-                _timed(row, time_pair(pair.reference, pair.candidate, pair.make_inputs, device=args.device))
+                _timed(row, time_pair(pair.reference, pair.candidate, pair.make_inputs, device=args.device,
+                                      threads=args.threads))
             rows.append(row)
             if j is not None:
                 verdicts[f"{problem.name}/{row.candidate}"] = j.as_dict()

@@ -183,7 +183,8 @@ def sweep_options(p, name: str) -> None:
                    help="time in this dtype (repeatable; default: the profile's), e.g. bfloat16")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's default, set explicitly)")
     p.add_argument("--fresh", action="store_true", help="ignore rows already measured in the log")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress (a bar on a terminal; elsewhere one line per finished group)")
     p.add_argument("--min-time", type=float,
                    help="seconds of timed calls per variant per round (default: quick "
                         f"{TIMING['quick']['min_time']:g}, full {TIMING['full']['min_time']:g}; "
@@ -273,6 +274,9 @@ def add_kernelbench_command(sub) -> None:
                                                        "(interleaved rounds; speedup = reference / candidate time, "
                                                        "with its 90%% interval; one beyond the machine's peak is "
                                                        "flagged, not reported)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="with --time: torch's intra-op thread count the pairs are timed at (default: 1 on CPU, "
+                        "as torch.utils.benchmark.Timer; torch's own on CUDA); the caller's is put back after")
     p.add_argument("--gradients", choices=[g.value for g in Gradients], default=Gradients.AUTO.value,
                    help="judge every gradient (required), those the candidate's output carries (auto, the default: "
                         "a forward-only kernel is judged on its output), or none")

@@ -18,12 +18,13 @@ import torch
 from harness.base.config import CONFIG_MATRIX, Config, config_matrix
 from harness.base.dtypes import default_dtypes
 from harness.base.errors import ResultsFileError
+from harness.base.files import refuse_unwritable
 from harness.bench.cases import PROFILES, plan
 from harness.bench.log import is_own_log, load_many, read_log
 from harness.bench.row import BenchRow, PeakRow, Row, typed_rows
 from harness.bench.sweep import device_dir
 from harness.check.api import check_all
-from harness.cli.bench import _disturbed_lines, _measure, _plan, _setup, _writable_dir
+from harness.cli.bench import _disturbed_lines, _measure, _plan, _setup
 from harness.families.catalog import FAMILIES
 from harness.registry import reference_of, variants_of
 from harness.registry.nearest import nearest_reference
@@ -170,7 +171,7 @@ def _reference(args, target: _Target):
 
 def _refuse_before_run(args, target: _Target) -> None:
     """Every output the report writes, refused now if it cannot be written (not after the run)."""
-    _writable_dir(target.out, "the report to")
+    refuse_unwritable(target.out, "the report to", folder=True, create=True)  # --out itself: validate.py
     refuse_foreign_report(target.out)
     if target.read is None and args.profile == "full" and not args.skip_check:
         ensure_writable(str(Path(args.out) / "DIFFERENCES.md"), "the differences file", own=is_own_differences)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from harness.base.config import Config
 from harness.base.errors import ConfigError, HarnessError
+from harness.base.files import refuse_unwritable
+from harness.base.output import STDOUT, refuse_special
 
 # dest: (lowest, lowest allowed?, highest, what it is)
 NUMBERS = {
@@ -26,6 +28,14 @@ NUMBERS = {
 }
 COPY_BATCH = (1, True, 10**5, "positive (an integer, at most 10**5)")
 PATHS = {"json": "--json", "log": "--log", "out": "--out", "compare": "--compare", "from_file": "--from"}
+
+
+# The options that name an output: --out is a folder the command writes into for these
+# commands (a file for ``differences``); the harness's own default places have their missing
+# folders made, a path a user gives must be in a folder that exists.
+OUTPUTS = {"json": "--json", "csv": "--csv", "log": "--log", "out": "--out"}
+FOLDER_OUT = frozenset({"report", "copy-task", "cache-bench"})
+DEFAULT_PLACES = frozenset({"reports", "reports/DIFFERENCES.md"})
 
 
 POSITIONALS = {"family": "FAMILY", "a": "variant A", "b": "variant B", "target": "TARGET", "checkpoint": "CHECKPOINT"}
@@ -62,10 +72,14 @@ def validate_args(args) -> None:
     if given.get("log") and given.get("json") and Path(args.log).resolve() == Path(args.json).resolve():
         raise HarnessError(f"--log and --json name one file ('{args.json}'): the rows would overwrite "
                            "the log; give two paths")
+    if args.command == "kernelbench" and given.get("threads") is not None and not given.get("time"):
+        raise ConfigError(f"--threads {args.threads} is the thread count --time times pairs at: add --time "
+                          "or leave it out")
     if args.command == "check":
         _compile_backend(args)
     if given.get("set"):
         Config.parse(args.set)  # seed range, every key, the memory estimate
+    _outputs(args)  # after the values: a bad value is named before the place it would be written to
 
 
 def _compile_backend(args) -> None:
@@ -83,3 +97,16 @@ def _compile_backend(args) -> None:
     if args.compile_backend not in known:
         raise ConfigError(f"--compile-backend '{args.compile_backend}' is not a torch.compile backend; known: "
                           f"{', '.join(known)}")
+
+
+def _outputs(args) -> None:
+    """Every output the command line names, refused now if it could not be written: a
+    missing folder (exit 2), a folder the harness may not write in (exit 74), a special
+    filesystem; nothing is created or written here."""
+    for dest, flag in OUTPUTS.items():
+        value = getattr(args, dest, None)
+        if not isinstance(value, str) or value == STDOUT:
+            continue
+        refuse_special(value, flag)
+        refuse_unwritable(value, flag, folder=dest == "out" and args.command in FOLDER_OUT,
+                          create=value in DEFAULT_PLACES)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from harness.base.config import Config
-from harness.families import conventions, kernel_oracle, oracles
+from harness.families import conventions, kernel_oracle, oracles, reach
 from harness.families.attention_spec import AS_CONFIGURED, QK_NORMS, QkNorm
 from harness.families.base import (
     EPS,
@@ -231,6 +231,18 @@ def _attn_window(cfg: Config, gen: torch.Generator) -> dict:
             "window": cfg.window if cfg.window is not None else WINDOW}
 
 
+def reach_plan(trait: str, value, worst: reach.Reach) -> reach.ReachPlan | None:
+    """A case that reaches a declaration no case reached: for a window (left, right) of its
+    own, causal self-attention over left + right + 1 + ``reach.MARGIN`` tokens at B = 1, H = 2,
+    d_k = 8 (the ``window`` case, or ``causal_only``); a convention's own plan otherwise."""
+    if trait == "window" and isinstance(value, tuple):
+        keys = value[0] + value[1] + 1 + reach.MARGIN
+        return reach.ReachPlan(("window", "causal_only"), {"d_model": 16, "heads": 2, "d_ff": 64, "batch": 1,
+                                                           "tgt_len": keys - 8, "src_len": 8, "window": value},
+                               keys)
+    return conventions.reach_plan("attention", trait, value, worst)
+
+
 def _attention_requires(traits, cfg: Config) -> str | None:
     """A variant that declares no ``gqa_grouping`` is multi-head only; a partial rotary
     (``rope_fraction``) needs an even number of rotated dims: int(d_k * fraction) odd (1 at
@@ -369,9 +381,12 @@ ATTENTION = Family(
     oracle=oracles.attention,
     case_semantic={"fully_masked": ("fully_masked_row", "mask_style")},
     grad_inputs=("query", "key", "value"),
-    extra_configs={"gqa": Config(kv_heads=2, batch=2)},
+    # GQA (two query heads per K/V head) and MQA (one K/V head for all four); multi-head-only
+    # variants skip both (``_attention_requires``)
+    extra_configs={"gqa": Config(kv_heads=2, batch=2), "mqa": Config(kv_heads=1, batch=2)},
     case_declarers={**dict.fromkeys(("decode", "decode_left_pad", "window"), ("rope", "window", "gqa_grouping")),
                     "far": ("rope",), "packed": ("rope",), "decode_window": ("window",)},
     requires=_attention_requires,
+    reach_plan=reach_plan,
     dropout_stats=lambda t: "mean" if t.get("sublayer") == "attention" else ("o.weight", "o.bias"),
 )

@@ -138,9 +138,7 @@ class Case:
     # it, its semantic traits are ``base``'s, and the call sees ``inputs["case"] == base``.
     base: str = ""
     changes: tuple[tuple[str, Any], ...] = ()
-    # A convention's trait: the case runs only for the variants declaring a value of it other
-    # than the family's default (``Family.declared_for``; ``Regime.declared_only``).
-    declarer: str = ""
+    declarer: str = ""  # a trait: only the variants declaring it off its default run the case (declared_for)
 
 
 def regime_case(case: Case, label: str, note: str, **changes: Any) -> Case:
@@ -160,8 +158,7 @@ def case_named(cases: tuple[Case, ...], name: str) -> Case:
 
 
 def convention_regimes(family: str, cases: tuple[Case, ...]) -> tuple[Case, ...]:
-    """The regime cases the family's conventions add (``Convention.regimes``), on its cases by
-    name; one ``declared_only`` runs for the variants declaring the convention's trait."""
+    """The regime cases the family's conventions add (``Convention.regimes``), on its cases by name."""
     out = []
     for trait, r in conventions.regimes(family):
         case = regime_case(case_named(cases, r.base), r.label, r.note, **dict(r.changes))
@@ -205,6 +202,9 @@ class Family:
     # (semantic traits, config) -> the parameters a declared trait brings (QK-norm's gains): ``params_for``
     trait_params: Callable[[Mapping[str, Any], Config], ParamSpec] | None = None
     padding: Callable[[Mapping[str, Any]], Any] | None = None  # inputs -> (B, T) True = real token
+    # (trait, declared value, the unreached note with the most) -> a case that reaches the
+    # declaration (``harness.families.reach.ReachPlan``) or None: tried when no case did
+    reach_plan: Callable[[str, Any, Any], Any] | None = None
 
     def specified(self, inputs: Mapping[str, Any], out: Any) -> Any:  # padded query positions zeroed
         return leave_out_padded(out, self.padding(inputs) if self.padding else None)

@@ -313,4 +313,6 @@ ATTENTION_KERNEL = KernelFamily(
     matrix_note="the cases vary H_kv, T and S themselves: GQA, MQA, S > T, 133 x 157",
     dropout_stats=lambda t: "mean",
     no_key_causes=("mask", "window", "causal"),
+    # a built-in softcap no case reached: its case at B = 1 on inputs scaled (Convention.reach_plan)
+    reach_plan=lambda trait, value, worst: conventions.reach_plan("attention_kernel", trait, value, worst),
 )

@@ -53,7 +53,7 @@ from typing import Any, Mapping
 import torch
 
 from harness.base.errors import SpecError
-from harness.families import conventions
+from harness.families import conventions, reach
 from harness.families.conventions.core import AS_CALLED, Context
 from harness.families.no_key_rows import traits_at_cause
 
@@ -135,6 +135,20 @@ def allowed_keys(mask: Tensor, key_pad: Tensor, is_causal: bool, window: tuple[i
     return allowed
 
 
+def window_reach(mask: Tensor, key_pad: Tensor, is_causal: bool, window: tuple[int, int] | None,
+                 causal: str) -> reach.Reach:
+    """Whether the window removed a key the call's mask (and the causal diagonal) would let a
+    query see: a window at least as wide as every case's keys is never exercised."""
+    S = mask.shape[-1]
+    if window is None:
+        return reach.Reach("window", False, S, math.inf, "no case asks for a window")
+    without = allowed_keys(mask, key_pad, is_causal, None, causal)
+    cut = bool((without & ~allowed_keys(mask, key_pad, is_causal, window, causal)).any())
+    left, right = window
+    return reach.Reach("window", cut, S, left + right + 2,
+                       f"no case has more than {{amount}} keys; the window keeps {left + right + 1} around a query")
+
+
 def resolve(value: Any, called: Any) -> Any:
     return called if value == AS_CALLED else value
 
@@ -173,6 +187,9 @@ def kernel_attention(traits: Mapping[str, Any], inputs: Mapping[str, Any]) -> Te
     window = None if window is None else tuple(window)
     allowed = allowed_keys(inputs["mask"], inputs["key_pad"], inputs["causal"], window,
                            traits.get("causal", "none"))[:, None]      # (B, 1, T, S)
+    if reach.active():
+        reach.note(window_reach(inputs["mask"], inputs["key_pad"], inputs["causal"], window,
+                                traits.get("causal", "none")))
     dead = ~allowed.any(-1, keepdim=True)                               # (B, 1, T, 1)
     p = conventions.softmax(traits, s.masked_fill(~allowed, float("-inf")).masked_fill(dead, 0.0), ctx)
     if not bool(dead.any()):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from harness.base.errors import SpecError
+from harness.families import reach
 from harness.families.rope_scaling import RopeScaling, frequencies
 
 Tensor = torch.Tensor
@@ -29,6 +32,8 @@ def rope(x: Tensor, positions: Tensor, layout: str, fraction: float = 1.0, base:
     ``scaling``: the inverse frequencies and the factor on cos and sin of a RoPE scaling
     (``harness.families.rope_scaling``: linear, dynamic NTK, YaRN, llama3, LongRoPE)."""
     if layout == "none":
+        if scaling is not None and not scaling.is_default and reach.active():
+            reach.note(reach.Reach("rope_scaling", False, 0, math.inf, "rope is 'none': no rotation to scale"))
         return x
     if layout not in ROPE_LAYOUTS:
         raise _unknown("rope", layout, ROPE_LAYOUTS)

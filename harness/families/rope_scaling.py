@@ -35,6 +35,7 @@ from typing import Any, Mapping
 import torch
 
 from harness.base.errors import ConfigError
+from harness.families import reach
 
 
 class RopeType(enum.Enum):
@@ -152,6 +153,35 @@ class RopeScaling:
             return inv / ext
         return inv
 
+    def acts_from(self) -> int | None:
+        """The call length (largest position + 1) beyond which the scaling acts, for a type that
+        acts only there (dynamic NTK: ``max_positions``; LongRoPE's long factors:
+        ``original_max_positions``); None for one that acts at every position."""
+        if self.type is RopeType.DYNAMIC:
+            return int(self.max_positions)
+        if self.type is RopeType.LONGROPE:
+            return int(self.original_max_positions)
+        return None
+
+    def reached(self, base: float, dim: int, positions: torch.Tensor) -> reach.Reach:
+        """Whether a call at ``positions`` reaches the scaling: past ``acts_from`` where it acts
+        only there, else where its angles or its attention factor differ from the default's by
+        more than the float64 tolerance (a llama3 scaling whose scaled band holds none of the
+        rotary width's frequencies is not reached)."""
+        seq_len = int(positions.max()) + 1 if positions.numel() else 0
+        threshold = self.acts_from()
+        if threshold is not None:
+            return reach.Reach("rope_scaling", seq_len > threshold, seq_len, threshold + 1,
+                               f"no case has a position beyond {{amount}}; {self.describe()} acts only from "
+                               f"a length of {{needed}}")
+        inv = self.inv_freq(base, dim, seq_len or None)
+        default = DEFAULT.inv_freq(base, dim)
+        turned = max(seq_len - 1, 0) * float((inv - default).abs().max()) if inv.numel() else 0.0
+        acts = reach.bends(1.0, self.attention()) or turned > reach.FLOAT64_ATOL
+        return reach.Reach("rope_scaling", acts, seq_len, math.inf,
+                           f"{self.describe()} turns no case's rotation off the default's (largest length "
+                           "{amount})")
+
     def _yarn(self, inv: torch.Tensor, base: float, dim: int, dtype: torch.dtype) -> torch.Tensor:
         factor = self._factor()
         fast, slow = self.beta_fast or 32, self.beta_slow or 1
@@ -264,5 +294,7 @@ def frequencies(scaling: RopeScaling | None, base: float, dim: int, positions: t
     """(inv_freq (dim / 2,), attention factor) for a call at ``positions``: the one place
     the oracles' RoPE (``harness.families.rope.rope``) reads a scaling."""
     scaling = scaling or DEFAULT
+    if reach.active() and not scaling.is_default:
+        reach.note(scaling.reached(base, dim, positions))
     seq_len = int(positions.max()) + 1 if positions.numel() else None
     return scaling.inv_freq(base, dim, seq_len, dtype), scaling.attention()

@@ -16,7 +16,6 @@ from harness.report.tables import (
     classes_table,
     compiled_table,
     differences_table,
-    failures_table,
     paths_table,
     spec_matrix,
     verdict_matrix,
@@ -84,9 +83,10 @@ def _classmates(family: str, checked: list) -> list:
 def check_text(report: CheckReport, configs: Mapping[str, Config], settings: CheckSettings, *,
                families: list[str], matrix_note: bool, explained_differences: str | None,
                explained_failures: str) -> str:
-    """Everything ``check`` prints before its summary line, for the check ``settings`` asked
-    for: the variants it names (``settings.variants``; all when None) are those whose case
-    limits and classes are shown."""
+    """Everything ``check`` prints between its verdict (``failures_text.verdict_lines``: the
+    contradictions, folded) and its summary line, for the check ``settings`` asked for: the
+    variants it names (``settings.variants``; all when None) are those whose case limits and
+    classes are shown."""
     shown = shown_configs(configs, families)
     lines = [LEGEND, "\nconfigs (one symbol per config in each spec cell, in this order):"]
     lines += [f"  {name:9s} {cfg.describe()}" for name, cfg in shown.items()]
@@ -99,10 +99,9 @@ def check_text(report: CheckReport, configs: Mapping[str, Config], settings: Che
                   compiled_table(report.compiled)]
     if explained_differences is not None:
         lines += ["\n== Where each declared difference first shows (harness.trace)", explained_differences]
-    lines += ["\n== Contradictions", failures_table(report)]
     if explained_failures:
-        lines += ["\nwhere they first diverge from a variant declaring the same traits (harness.trace):",
-                  explained_failures]
+        lines += ["\n== Where the contradictions first diverge from a variant declaring the same traits "
+                  "(harness.trace)", explained_failures]
     return "\n".join(lines)
 
 
@@ -118,11 +117,26 @@ def shown_configs(configs: Mapping[str, Config], families: list[str]) -> dict[st
 def summary_line(report: CheckReport, configs: Mapping[str, Config], families: list[str] | None = None) -> str:
     """The last line; ``families`` (those checked) count each family's own configs too."""
     configs = shown_configs(configs, families) if families else configs
-    n_var = len({(s.family, s.variant) for s in report.specs})
+    n_var = checked_variants(report)
     grads = sum(g.ok for g in report.gradchecks)
     drops = sum(d.ok for d in report.dropouts)
     return (f"\n{n_var} variants x {len(configs)} config(s): {len(report.specs)} spec checks, "
             f"{len(report.pairs)} pairs, gradcheck {grads}/{len(report.gradchecks)}, "
             f"dropout {drops}/{len(report.dropouts)}"
             + (f", k/v cache {sum(c.ok for c in report.caches)}/{len(report.caches)}" if report.caches else "")
-            + f"; {len(report.failures)} contradict")
+            + f"; {len(report.failures)} contradict" + not_exercised_text(report))
+
+
+def not_exercised_text(report: CheckReport) -> str:
+    """'; 1 declaration not exercised: attention/w window (4095, 0) (no case has more than 15
+    keys; ...)', or '' when every declaration was reached (``harness.check.reach``)."""
+    n = len(report.not_exercised)
+    if not n:
+        return ""
+    return (f"; {n} declaration{'s' if n > 1 else ''} not exercised: "
+            + "; ".join(f"{x.family}/{x.variant} {x}" for x in report.not_exercised))
+
+
+def checked_variants(report: CheckReport) -> int:
+    """How many variants ``report`` holds a spec of."""
+    return len({(s.family, s.variant) for s in report.specs})

@@ -16,6 +16,7 @@ from harness.base.files import (
     atomic_write,
     is_own_json,
     refuse_foreign,
+    refuse_unwritable,
     write_text,
 )
 from harness.base.output import STDOUT, refuse_special
@@ -35,8 +36,10 @@ def strict_json(value):
 
 
 def ensure_writable(path: str | None, what: str = "--json", own=is_own_json) -> None:
-    """Refuse an output path before a long run, not after it: create it (then remove it
-    again if it was not there), so a folder, a missing permission or /proc is found now."""
+    """Refuse an output path before a long run, not after it: a folder, a file this harness
+    did not write, /proc, or a place it may not write in (``refuse_unwritable``). Missing
+    folders are made when the output is written (the harness's own default places): a path
+    the user gives in a folder that does not exist is refused before, by ``cli/validate.py``."""
     if path is None or str(path) == STDOUT:
         return
     if not str(path).strip():
@@ -46,15 +49,7 @@ def ensure_writable(path: str | None, what: str = "--json", own=is_own_json) -> 
     refuse_foreign(target, what, own=own)
     if target.is_dir():
         raise HarnessError(f"cannot write {what} '{path}': it is a directory")
-    existed = target.exists()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "a"):
-            pass
-    except OSError as exc:
-        raise HarnessError(f"cannot write {what} '{path}': {exc.strerror}") from None
-    if not existed:
-        target.unlink(missing_ok=True)
+    refuse_unwritable(target, what, create=True)
 
 
 def write_json(path: str, payload, what: str = "--json") -> None:

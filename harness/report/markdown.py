@@ -176,6 +176,8 @@ def refuse_foreign_report(out: Path) -> None:
 
 
 def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, note, compared_with) -> None:
+    """The report's files into ``out``: the data (json, csv), the plots, then REPORT.md,
+    TABLES.md and, with check results, VERDICTS.md."""
     cases, peaks = frame(rows)
     if old_rows is not None:
         cases = compare_with(cases, old_rows, threshold)
@@ -183,22 +185,39 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
     env = {k: first.get(k, "") for k in ENV_KEYS}
     device = str(first["device"])
 
-    payload_rows = cases.replace({np.nan: None}).to_dict("records")
-
     write_json(str(out / "results.json"),
                {"environment": env, "profile": profile, "peaks": peaks.replace({np.nan: None}).to_dict("records"),
-                "rows": payload_rows})
+                "rows": cases.replace({np.nan: None}).to_dict("records")})
     atomic_write(out / "results.csv", cases.drop(columns=["path_ops", "round_s"], errors="ignore").to_csv(index=False))
 
     plots = plot_sweeps(cases, out)
     verdict_png = plot_verdicts(results, "float32" if device == "cpu" else "bfloat16", out) if results else None
 
     title = env.get("device_name", device)
+    compared = [] if old_rows is None else [
+        f"Compared with `{compared_with or 'an earlier run'}`: {int(cases['regression'].sum())} regression(s) "
+        f"beyond {threshold:.0%} (`change` column: median time against the old median, where the same case "
+        "was measured there)." + unlike_text(cases), ""]
     lines = [f"# Benchmark report: {title}", ""]
     lines += [f"Profile `{profile}`, made {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC by "
               f"`python -m harness report`. {note}".rstrip(), ""]
-    lines += summary_table(cases, results, peaks)
-    families = list(cases["family"].unique())
+    lines += _report_body(cases, peaks, results, env, device, compared, out.parent.parent / "models")
+    atomic_write(out / "REPORT.md", fit_width("\n".join(lines)) + "\n")
+    tables = [f"# Benchmark tables: {title}", "", f"Profile `{profile}`; the summary, the targets and the "
+              "method are in [REPORT.md](REPORT.md).", "", *compared]
+    atomic_write(out / "TABLES.md", fit_width("\n".join(tables + _family_tables(cases, peaks, plots))) + "\n")
+    if results:
+        verdicts = [f"# Verdicts: {title}", "", "The check's verdicts behind the summary of "
+                    "[REPORT.md](REPORT.md).", "", LEGEND, ""]
+        verdicts += [f"![verdicts]({verdict_png})", ""] if verdict_png else []
+        atomic_write(out / "VERDICTS.md", fit_width("\n".join(verdicts + _verdict_sections(results, paths))) + "\n")
+
+
+def _report_body(cases: pd.DataFrame, peaks: pd.DataFrame, results, env: dict, device: str,
+                 compared: list[str], models: Path) -> list[str]:
+    """REPORT.md below its title: the summary, the machine's state, the targets, the method,
+    the comparison with an earlier run, the environment, the whole models, what was not measured."""
+    lines = [*summary_table(cases, results, peaks)]
     lines += ["---", "", "## The long tables", "",
               "Per family, time, rate, memory and kernel path of every case: [TABLES.md](TABLES.md)"
               + ("; every verdict matrix, the declared differences and the kernel paths with and without "
@@ -213,27 +232,24 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
                   *(f"- {e}" for e in errors), ""]
     lines += targets_section(cases)
     lines += method_lines(cases, device)
-    compared = []
-    if old_rows is not None:
-        n_reg = int(cases["regression"].sum())
-        compared = [f"Compared with `{compared_with or 'an earlier run'}`: {n_reg} regression(s) beyond "
-                    f"{threshold:.0%} (`change` column: median time against the old median, where the same case "
-                    "was measured there)." + unlike_text(cases), ""]
-        lines += compared
+    lines += compared
     lines += ["## Environment", "", tabulate(
         [(k, env.get(k, "")) for k in ENV_KEYS] + [("device", device)],
         headers=["", ""], tablefmt="github"), "",
         "The matmul peak is timed beside each group's rows, in the same rounds (per family in TABLES.md).", ""]
-    lines += models_section(out.parent.parent / "models")
+    lines += models_section(models)
     failed = cases[cases["status"] != Status.OK]
     if len(failed):
         lines += ["## Not measured", "", tabulate(failed[["key", "status", "error"]], headers="keys",
                                                   tablefmt="github", showindex=False), ""]
-    atomic_write(out / "REPORT.md", fit_width("\n".join(lines)) + "\n")
+    return lines
 
-    tables = [f"# Benchmark tables: {title}", "", f"Profile `{profile}`; the summary, the targets and the "
-              "method are in [REPORT.md](REPORT.md).", "", *compared]
-    for family in families:
+
+def _family_tables(cases: pd.DataFrame, peaks: pd.DataFrame, plots: list[str]) -> list[str]:
+    """TABLES.md's sections, one per family: its call and baseline, every case, the kernel
+    paths, the matmul peak and the plots."""
+    tables: list[str] = []
+    for family in list(cases["family"].unique()):
         ref = reference_of(family)
         tables += [f"## {family}", "", f"Call: `{get_family(family).call}`. Baseline: "
                    f"`{ref.id if ref else '-'}`.", "", family_table(cases, family), ""]
@@ -246,27 +262,27 @@ def _write(rows, out: Path, *, results, paths, old_rows, threshold, profile, not
         for p in plots:
             if p.startswith((f"time_{family}_", f"memory_{family}_")):
                 tables += [f"![{p}]({p})", ""]
-    atomic_write(out / "TABLES.md", fit_width("\n".join(tables)) + "\n")
+    return tables
 
-    if results:
-        verdicts = [f"# Verdicts: {title}", "", "The check's verdicts behind the summary of "
-                    "[REPORT.md](REPORT.md).", "", LEGEND, ""]
-        if verdict_png:
-            verdicts += [f"![verdicts]({verdict_png})", ""]
-        for family in dict.fromkeys(r.family for r in results):
-            fam = get_family(family)
-            dtypes = sorted({r.dtype for r in results if r.family == family})
-            verdicts += [f"## {family}", "", "Declared traits, side by side:", "", traits_table(family, "github"), "",
-                         f"Cases, one symbol each: {', '.join(c.name for c in fam.cases)}.", ""]
-            for dt in dtypes:
-                verdicts += [f"{dt}:", "", verdict_matrix(results, family, dt, "github"), ""]
-        one = [r for r in results if r.dtype in ("float32", "bool", "bfloat16")]
-        verdicts += ["## Differences and their declared reasons", "", differences_table(one, "github"), ""]
-        if paths:
-            verdicts += ["## Kernel paths: autograd vs no_grad", "", paths_table(paths, "github"), ""]
-        bad = [r for r in results if not r.ok]
-        verdicts += [f"{len(results)} comparisons, {len(bad)} contradict their declarations.", ""]
-        atomic_write(out / "VERDICTS.md", fit_width("\n".join(verdicts)) + "\n")
+
+def _verdict_sections(results: list[PairResult], paths: list[PathResult] | None) -> list[str]:
+    """VERDICTS.md's sections: per family its traits and verdict matrices, then the declared
+    differences, the kernel paths with and without autograd, and the count of contradictions."""
+    verdicts: list[str] = []
+    for family in dict.fromkeys(r.family for r in results):
+        fam = get_family(family)
+        dtypes = sorted({r.dtype for r in results if r.family == family})
+        verdicts += [f"## {family}", "", "Declared traits, side by side:", "", traits_table(family, "github"), "",
+                     f"Cases, one symbol each: {', '.join(c.name for c in fam.cases)}.", ""]
+        for dt in dtypes:
+            verdicts += [f"{dt}:", "", verdict_matrix(results, family, dt, "github"), ""]
+    one = [r for r in results if r.dtype in ("float32", "bool", "bfloat16")]
+    verdicts += ["## Differences and their declared reasons", "", differences_table(one, "github"), ""]
+    if paths:
+        verdicts += ["## Kernel paths: autograd vs no_grad", "", paths_table(paths, "github"), ""]
+    bad = [r for r in results if not r.ok]
+    verdicts += [f"{len(results)} comparisons, {len(bad)} contradict their declarations.", ""]
+    return verdicts
 
 
 def targets_section(cases: pd.DataFrame) -> list[str]:

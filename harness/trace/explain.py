@@ -12,6 +12,7 @@ from harness.base.devices import device_type
 from harness.base.errors import ConfigError, HarnessError, UnknownName
 from harness.base.masks import one_key_at_most
 from harness.base.verdicts import Verdict
+from harness.check.reach import is_reach_config
 from harness.check.results import PairResult, SpecResult
 from harness.check.runs import RunCache
 from harness.check.spec import STATE_KEPT
@@ -54,17 +55,27 @@ class Mistakes:
         return said
 
 
-def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mistakes | None = None) -> str:
-    """Each failing variant's named mistake, one line each (all of them); then for each of the
-    first ``limit`` (variant, case) whose spec fails: the first divergence against a peer that
-    declares the same traits, or the worst tensor when it has no peer."""
-    mistakes = mistakes or Mistakes(report, configs)
-    lines, seen = [], set()
+def mistake_lines(report, mistakes: Mistakes) -> list[str]:
+    """Each failing variant's named mistake, one line each (all of them; a variant that
+    raised has none: its error row says why)."""
+    lines = []
     failing = dict.fromkeys((s.family, s.variant) for s in report.specs if not s.ok and s.verdict != Verdict.ERROR)
     for family, variant in failing:  # every failing variant: a probe costs about a second
         mistake = mistakes.line(family, variant)
         if mistake:
             lines.append(f"  {family}/{variant}: {mistake}")
+    return lines
+
+
+def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mistakes | None = None, *,
+                     named: bool = True) -> str:
+    """Each failing variant's named mistake (``mistake_lines``; not with ``named=False``);
+    then for each of the first ``limit`` (variant, case) whose spec fails: the first
+    divergence against a peer that declares the same traits, or the worst tensor when it has
+    no peer."""
+    mistakes = mistakes or Mistakes(report, configs)
+    seen: set = set()
+    lines = mistake_lines(report, mistakes) if named else []
     traced = list(dict.fromkeys((s.family, s.variant, s.case) for s in report.specs
                                 if not s.ok and s.verdict != Verdict.ERROR))
     for s in report.specs:
@@ -79,7 +90,7 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mist
                          f"{loads} traces any pair on any config")
             break
         head = f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): worst tensor {s.worst}"
-        cfg = configs.get(s.config) or get_family(s.family).configs_of(configs).get(s.config)
+        cfg = _config(report, configs, s.family, s.config)
         if s.depends_on_earlier_calls:  # a fresh build's trace on this case alone would agree
             said = next(x for x in s.note.split("; ") if x.startswith(STATE_KEPT))
             lines.append(f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): {said}\n    reproduce: "
@@ -105,7 +116,7 @@ def explain_failures(report, configs, limit: int = MAX_EXPLAINED, mistakes: Mist
         lines.append("    reproduce: " + diff_command(s.family, d.data.a, d.data.b, s.case, cfg, d.data.dtype))
     pairs = [p for p in report.failures if isinstance(p, PairResult) and p.verdict != Verdict.ERROR]
     for p in pairs[:limit]:  # a pair that contradicts its declaration while both specs hold
-        cfg = configs.get(p.config) or get_family(p.family).configs_of(configs).get(p.config)
+        cfg = _config(report, configs, p.family, p.config)
         lines.append(f"  {p.family}: {p.a} ~ {p.b} on {p.case} ({p.config}, {p.dtype}) is {p.verdict}, declared "
                      f"{p.expected}\n    reproduce: " + diff_command(p.family, p.a, p.b, p.case, cfg, p.dtype))
     return "\n".join(lines)
@@ -128,7 +139,7 @@ def explain_differences(report, configs) -> str:
         key = (p.family, p.reason, p.case)
         if p.verdict != Verdict.DIFFERENT or key in done or p.dtype == "bool":
             continue
-        cfg = configs.get(p.config) or get_family(p.family).configs_of(configs).get(p.config)
+        cfg = _config(report, configs, p.family, p.config)
         try:
             d = first_divergence(p.family, p.a, p.b, p.case, cfg, p.dtype, p.device, hints=False)
         except ConfigError as exc:
@@ -141,6 +152,12 @@ def explain_differences(report, configs) -> str:
                      + "\n    reproduce: " + diff_command(p.family, p.a, p.b, p.case, cfg, p.dtype))
     lines += [line for key, line in untraced.items() if key not in done]
     return "\n".join(lines) or "(none)"
+
+
+def _config(report, configs, family: str, name: str):
+    """The config named ``name``: asked for, the family's own, or one added to reach a declaration."""
+    return (configs.get(name) or get_family(family).configs_of(configs).get(name)
+            or getattr(report, "added_configs", {}).get(name))
 
 
 def path_findings(report, configs, mistakes: Mistakes | None = None) -> str:
@@ -156,7 +173,8 @@ def path_findings(report, configs, mistakes: Mistakes | None = None) -> str:
         if s.finding is not None:
             lines.append(f"  {s.family}/{s.variant} on {s.case} ({s.config}, {s.dtype}): {s.verdict}, "
                          f"{PATH_FINDING}: {s.finding}")
-        by_case.setdefault((s.family, s.variant, s.case), []).append(s)
+        if not is_reach_config(s.config):  # a case added to reach a declaration: not another path
+            by_case.setdefault((s.family, s.variant, s.case), []).append(s)
     for (family, variant, case), specs in by_case.items():
         bad = sorted({s.config for s in specs if not s.ok})
         good = sorted({s.config for s in specs if s.ok} - set(bad))

@@ -71,6 +71,23 @@ def _linear_owned(variant: Variant, cfg: Config, family: Family) -> bool:
     return True
 
 
+class _Trial:
+    """Weights tried on one side of the pair (``subject``): whether its float64 output on them
+    agrees with the other side's (``ref``); ``tried`` counts the layouts tried."""
+
+    def __init__(self, subject: Variant, ref: torch.Tensor, output):
+        self.subject, self.ref, self.output = subject, ref, output
+        self.tried = 0
+
+    def fixes(self, w: Mapping[str, torch.Tensor]) -> bool:
+        self.tried += 1
+        try:
+            got = self.output(self.subject, w)
+        except HarnessError:
+            return False
+        return got is not None and compare_tensors(got, self.ref, None, None, torch.float64).verdict.agrees
+
+
 def layout_hints(family: Family, a: Variant, b: Variant, case: str, cfg: Config,
                  *, weights: Mapping[str, torch.Tensor]) -> tuple[list[str], int]:
     """Hints whose fix makes the pair's outputs, which differ, equivalent in float64 on
@@ -85,7 +102,6 @@ def layout_hints(family: Family, a: Variant, b: Variant, case: str, cfg: Config,
 
     base = {v.id: output(v, weights) for v in (a, b)}
     tried = 0
-    hints = []
     # A weight an nn.Linear owns is (out, in) by construction: suspect the other side first.
     subjects = sorted(((b, a), (a, b)), key=lambda so: _linear_owned(so[0], cfg, family))
     for subject, other in subjects:
@@ -97,55 +113,67 @@ def layout_hints(family: Family, a: Variant, b: Variant, case: str, cfg: Config,
         # weights on this case: one row that sees no key), no layout is distinguishable.
         if compare_tensors(base[subject.id], ref, None, None, dtype).verdict.agrees:
             continue
-
-        def fixes(w) -> bool:
-            nonlocal tried
-            tried += 1
-            try:
-                got = output(subject, w)
-            except HarnessError:
-                return False
-            return got is not None and compare_tensors(got, ref, None, None, dtype).verdict.agrees
-
-        square = [n for n in _square_weights(family, cfg)
-                  if not isinstance(subject.map_for(cfg).get(n), Absent)]
-        for n in square:
-            if fixes({**weights, n: weights[n].t().contiguous()}):
-                entry = subject.map_for(cfg)[n]
-                fix = entry.inner if isinstance(entry, Transposed) else Transposed(entry)
-                hints.append(f"{subject.id}: {n} looks transposed: a Conv1D (in, out) layout? "
-                             f"map it as {entry_code(fix)}")
-        if not hints and len(square) > 1:
-            if fixes({**weights, **{n: weights[n].t().contiguous() for n in square}}):
-                hints.append(f"{subject.id}: every square weight ({', '.join(square)}) looks transposed: "
-                             "a Conv1D (in, out) layout? map them with Transposed(...)")
-        for path, group in _fused_groups(subject, cfg):
-            for perm in itertools.permutations(group):
-                if list(perm) == group:
-                    continue
-                w = dict(weights)
-                for slot, actual in zip(group, perm):
-                    for leaf in ("weight", "bias"):
-                        if f"{slot}.{leaf}" in w:
-                            w[f"{slot}.{leaf}"] = weights[f"{actual}.{leaf}"]
-                if fixes(w):
-                    hints.append(f"{subject.id}: the chunks of {path} look like "
-                                 f"({', '.join(p.rsplit('.', 1)[-1] for p in perm)}) in that order; its map "
-                                 f"says ({', '.join(g.rsplit('.', 1)[-1] for g in group)})")
+        trial = _Trial(subject, ref, output)
+        hints = _transposed_hints(trial, family, cfg, weights)
+        hints += _chunk_order_hints(trial, cfg, weights)
         if not hints:
-            for x, y in _sibling_pairs(subject, cfg, weights):
-                w = dict(weights)
-                for leaf in ("weight", "bias"):
-                    if f"{x}.{leaf}" in w and f"{y}.{leaf}" in w:
-                        w[f"{x}.{leaf}"], w[f"{y}.{leaf}"] = weights[f"{y}.{leaf}"], weights[f"{x}.{leaf}"]
-                if fixes(w):
-                    entries = subject.map_for(cfg)
-                    hints.append(f"{subject.id}: {x} and {y} look swapped (in its map, or in the module's use of "
-                                 f"them): with {x}.weight mapped to {entry_code(entries[f'{y}.weight'])} and "
-                                 f"{y}.weight to {entry_code(entries[f'{x}.weight'])} they agree")
+            hints = _swapped_hints(trial, cfg, weights)
+        tried += trial.tried
         if hints:
-            break
-    return hints, tried
+            return hints, tried
+    return [], tried
+
+
+def _transposed_hints(trial: _Trial, family: Family, cfg: Config, weights: Mapping[str, torch.Tensor]) -> list[str]:
+    """Square weights that agree transposed: each alone, else all of them together."""
+    subject, hints = trial.subject, []
+    square = [n for n in _square_weights(family, cfg) if not isinstance(subject.map_for(cfg).get(n), Absent)]
+    for n in square:
+        if trial.fixes({**weights, n: weights[n].t().contiguous()}):
+            entry = subject.map_for(cfg)[n]
+            fix = entry.inner if isinstance(entry, Transposed) else Transposed(entry)
+            hints.append(f"{subject.id}: {n} looks transposed: a Conv1D (in, out) layout? "
+                         f"map it as {entry_code(fix)}")
+    if not hints and len(square) > 1:
+        if trial.fixes({**weights, **{n: weights[n].t().contiguous() for n in square}}):
+            hints.append(f"{subject.id}: every square weight ({', '.join(square)}) looks transposed: "
+                         "a Conv1D (in, out) layout? map them with Transposed(...)")
+    return hints
+
+
+def _chunk_order_hints(trial: _Trial, cfg: Config, weights: Mapping[str, torch.Tensor]) -> list[str]:
+    """Fused parameters whose chunks agree in another order."""
+    subject, hints = trial.subject, []
+    for path, group in _fused_groups(subject, cfg):
+        for perm in itertools.permutations(group):
+            if list(perm) == group:
+                continue
+            w = dict(weights)
+            for slot, actual in zip(group, perm):
+                for leaf in ("weight", "bias"):
+                    if f"{slot}.{leaf}" in w:
+                        w[f"{slot}.{leaf}"] = weights[f"{actual}.{leaf}"]
+            if trial.fixes(w):
+                hints.append(f"{subject.id}: the chunks of {path} look like "
+                             f"({', '.join(p.rsplit('.', 1)[-1] for p in perm)}) in that order; its map "
+                             f"says ({', '.join(g.rsplit('.', 1)[-1] for g in group)})")
+    return hints
+
+
+def _swapped_hints(trial: _Trial, cfg: Config, weights: Mapping[str, torch.Tensor]) -> list[str]:
+    """Sibling projections that agree swapped."""
+    subject, hints = trial.subject, []
+    for x, y in _sibling_pairs(subject, cfg, weights):
+        w = dict(weights)
+        for leaf in ("weight", "bias"):
+            if f"{x}.{leaf}" in w and f"{y}.{leaf}" in w:
+                w[f"{x}.{leaf}"], w[f"{y}.{leaf}"] = weights[f"{y}.{leaf}"], weights[f"{x}.{leaf}"]
+        if trial.fixes(w):
+            entries = subject.map_for(cfg)
+            hints.append(f"{subject.id}: {x} and {y} look swapped (in its map, or in the module's use of "
+                         f"them): with {x}.weight mapped to {entry_code(entries[f'{y}.weight'])} and "
+                         f"{y}.weight to {entry_code(entries[f'{x}.weight'])} they agree")
+    return hints
 
 
 def _sibling_pairs(variant: Variant, cfg: Config, weights: Mapping[str, torch.Tensor]) -> list[tuple[str, str]]:

@@ -214,77 +214,107 @@ def _is_function(obj: object) -> bool:
     return callable(obj) and not isinstance(obj, type)
 
 
+@dataclass
+class _Trial:
+    """Every layout/mask form tried: the candidates scored where the form ran, the variant of
+    each form that ran, and, for the forms that ran on no case, why (the error -> the forms)."""
+    forms: list[tuple[str, str]]
+    scored: list[tuple[tuple, Candidate]] = field(default_factory=list)
+    ran: dict[tuple[str, str], Variant] = field(default_factory=dict)
+    raised: dict[str, list[str]] = field(default_factory=dict)
+
+
 def propose_kernel_map(target: str, *, cfg: Config | None = None, variant_id: str | None = None) -> Proposal:
     cfg = cfg or Config()
     fn, import_line, source = load_object(target, "FUNCTION", _is_function, "function")
     name = target.rpartition(":")[2]
     vid = variant_id or name.lower()
-    family = get_family(FAMILY)
     checker = RunCache(cfg, record=False)
     options = accepted_options(fn)
-    scored: list[tuple[tuple, Candidate]] = []
-    ran: dict[tuple[str, str], Variant] = {}
-    raised: dict[str, list[str]] = {}   # why a form ran on no case -> the forms
     with scratch():
-        forms = [(layout, mask) for layout in LAYOUTS
-                 for mask in (("lengths",) if layout == "varlen" else [m for m in MASK_FORMS if m != "is_causal"])]
-        for order, form in enumerate(forms):
-            try:
-                variant = register_kernel(id=f"{vid}__{order}", fn=fn, layout=form[0], mask=form[1],
-                                          traits={"causal": "top_left"}, source=source)
-            except HarnessError:
-                continue
-            if variant.supports(cfg):
-                continue
-            cases = [c.name for c in family.cases if applicable(variant, c.name) and c.name not in NO_KEY_CASES]
-            for values in itertools.product(*CONVENTIONS.values()):
-                cand = _score(checker, variant, form, dict(zip(CONVENTIONS, values)), cases)
-                if len(cand.failing) == len(cases) and all("max_abs" not in w for w in cand.failing.values()):
-                    raised.setdefault(next(iter(cand.failing.values())), []).append(" ".join(form))
-                    break   # this form does not run the function on any case
-                ran[form] = variant
-                scored.append((cand.key(order), cand))
-        if not scored:
+        trial = _try_forms(checker, fn, vid, source, cfg)
+        if not trial.scored:
             lines = [f"no layout or mask form of register_kernel runs {target} on the family's cases "
-                     f"({len(forms)} tried); options it takes: {list(options) or 'none'}"]
-            lines += _why_no_form(fn, name, raised)
-            return Proposal(False, "\n".join(lines))
-        best = min(scored, key=lambda kc: kc[0])[1]
-        variant = ran[(best.layout, best.mask)]
+                     f"({len(trial.forms)} tried); options it takes: {list(options) or 'none'}"]
+            return Proposal(False, "\n".join(lines + _why_no_form(fn, name, trial.raised)))
+        best = min(trial.scored, key=lambda kc: kc[0])[1]
+        variant = trial.ran[(best.layout, best.mask)]
         head = [f"map {target} as family '{FAMILY}'",
-                f"tried {len(forms)} layout/mask forms ({len(ran)} ran: {', '.join(' '.join(f) for f in ran)}) x "
+                f"tried {len(trial.forms)} layout/mask forms ({len(trial.ran)} ran: "
+                f"{', '.join(' '.join(f) for f in trial.ran)}) x "
                 f"{len(list(itertools.product(*CONVENTIONS.values())))} conventions, each over every case it takes"]
         if best.failing:
-            failing = [(cfg, c) for c in best.failing]
-            probe = register_kernel(id=f"{vid}__closest", fn=fn, layout=best.layout, mask=best.mask,
-                                    traits=best.traits, source=source)
-            mistake = (explain_kernel(probe, failing) if any(w.startswith("max_abs") for w in best.failing.values())
-                       else "it raises there (a shape or option it does not take), not a convention")
-            fails = "; ".join(f"{c} ({why})" for c, why in best.failing.items())
-            head += [f"nothing fits: the closest candidate ({best.describe()}) fails on {fails}; "
-                     f"it agrees on the other {len(best.cases) - len(best.failing)} case(s)",
-                     f"its mistake: {mistake}"]
-            return Proposal(False, "\n".join(head), tried=len(scored),
-                            closest={"layout": best.layout, "mask": best.mask, "traits": best.traits,
-                                     "failing": best.failing})
+            return _closest(head, best, fn, vid, source, cfg, tried=len(trial.scored))
         found = _dead_rows_by_cause(checker, variant, best.traits)
         if found is None:
-            dead_cases = [c for c in NO_KEY_CASES if applicable(variant, c)]
-            head.append(f"nothing fits on {', '.join(dead_cases)}: no mask method or dead-row value set (one, or one "
-                        f"per cause) meets the function there ({best.describe()} fits every other case); declare "
-                        f"them yourself")
-            return Proposal(False, "\n".join(head), tried=len(scored),
-                            closest={"layout": best.layout, "mask": best.mask, "traits": best.traits,
-                                     "failing": {c: "rows without keys" for c in dead_cases}})
+            return _no_dead_rows_fit(head, best, variant, tried=len(trial.scored))
         best.traits.update(found[0])
         best.cases += found[1]
+    return _found(target, name, vid, variant_id, import_line, source, cfg, head, best, tried=len(trial.scored))
+
+
+def _try_forms(checker: RunCache, fn, vid: str, source: str, cfg: Config) -> _Trial:
+    """Each layout and mask form registered (in a scratch registry) and scored under every
+    set of conventions over the cases it takes; a form that raises on every case drops out."""
+    family = get_family(FAMILY)
+    trial = _Trial([(layout, mask) for layout in LAYOUTS
+                    for mask in (("lengths",) if layout == "varlen" else [m for m in MASK_FORMS if m != "is_causal"])])
+    for order, form in enumerate(trial.forms):
+        try:
+            variant = register_kernel(id=f"{vid}__{order}", fn=fn, layout=form[0], mask=form[1],
+                                      traits={"causal": "top_left"}, source=source)
+        except HarnessError:
+            continue
+        if variant.supports(cfg):
+            continue
+        cases = [c.name for c in family.cases if applicable(variant, c.name) and c.name not in NO_KEY_CASES]
+        for values in itertools.product(*CONVENTIONS.values()):
+            cand = _score(checker, variant, form, dict(zip(CONVENTIONS, values)), cases)
+            if len(cand.failing) == len(cases) and all("max_abs" not in w for w in cand.failing.values()):
+                trial.raised.setdefault(next(iter(cand.failing.values())), []).append(" ".join(form))
+                break   # this form does not run the function on any case
+            trial.ran[form] = variant
+            trial.scored.append((cand.key(order), cand))
+    return trial
+
+
+def _closest(head: list[str], best: Candidate, fn, vid: str, source: str, cfg: Config, *, tried: int) -> Proposal:
+    """Nothing fits: the closest candidate, the cases it fails and its mistake."""
+    failing = [(cfg, c) for c in best.failing]
+    probe = register_kernel(id=f"{vid}__closest", fn=fn, layout=best.layout, mask=best.mask,
+                            traits=best.traits, source=source)
+    mistake = (explain_kernel(probe, failing) if any(w.startswith("max_abs") for w in best.failing.values())
+               else "it raises there (a shape or option it does not take), not a convention")
+    fails = "; ".join(f"{c} ({why})" for c, why in best.failing.items())
+    head = head + [f"nothing fits: the closest candidate ({best.describe()}) fails on {fails}; "
+                   f"it agrees on the other {len(best.cases) - len(best.failing)} case(s)",
+                   f"its mistake: {mistake}"]
+    return Proposal(False, "\n".join(head), tried=tried,
+                    closest={"layout": best.layout, "mask": best.mask, "traits": best.traits,
+                             "failing": best.failing})
+
+
+def _no_dead_rows_fit(head: list[str], best: Candidate, variant: Variant, *, tried: int) -> Proposal:
+    """The best candidate fits every case but those with rows that see no key."""
+    dead_cases = [c for c in NO_KEY_CASES if applicable(variant, c)]
+    head = head + [f"nothing fits on {', '.join(dead_cases)}: no mask method or dead-row value set (one, or one "
+                   f"per cause) meets the function there ({best.describe()} fits every other case); declare "
+                   f"them yourself"]
+    return Proposal(False, "\n".join(head), tried=tried,
+                    closest={"layout": best.layout, "mask": best.mask, "traits": best.traits,
+                             "failing": {c: "rows without keys" for c in dead_cases}})
+
+
+def _found(target: str, name: str, vid: str, variant_id: str | None, import_line: str, source: str, cfg: Config,
+           head: list[str], best: Candidate, *, tried: int) -> Proposal:
+    """Something fits: the ``register_kernel(...)`` call, executed and checked in a scratch registry."""
     imports, folder = _import_line(target, name, import_line)
     if variant_id is None:
         vid = _free_id(vid, imports, folder)
     code = _code(vid, name, imports, source if import_line else Path(target.rpartition(":")[0]).name, best)
     clean, checked = verify_registration(code, FAMILY, vid, cfg, folder=folder)
-    head += [f"found: {best.describe()}, equivalent to its oracle in float64 (output and every gradient) "
-             f"on every case it takes: {', '.join(best.cases)}", checked]
+    head = head + [f"found: {best.describe()}, equivalent to its oracle in float64 (output and every gradient) "
+                   f"on every case it takes: {', '.join(best.cases)}", checked]
     where = "paste into a variants file" + (f" beside {folder}" if folder else "")
-    return Proposal(clean, "\n".join(head) + f"\n\n# {where}\n" + code, code, len(scored), best.layout,
+    return Proposal(clean, "\n".join(head) + f"\n\n# {where}\n" + code, code, tried, best.layout,
                     traits=best.traits)

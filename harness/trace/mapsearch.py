@@ -22,6 +22,7 @@ is tried in turn.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import torch
 
@@ -54,9 +55,61 @@ from harness.trace.map_traits import agreement, infer_case_traits, search_fills,
 from harness.trace.map_traits import verify_case as _verify
 
 
+@dataclass
+class _Search:
+    """One search: the target, the family and reference it is held to, the trait sets tried,
+    and what the call forms tried so far left (candidates tried, first-case gaps, why not)."""
+    target: str
+    family: Family
+    ref: Variant
+    cfg: Config
+    cls: type
+    import_line: str
+    source: str
+    init: str
+    build: object
+    probe: torch.nn.Module
+    vid: str
+    semantic_cases: set[str]
+    specs: list[dict]
+    refused: list[str]   # why the family refuses a trait set at this config (odd rotary dims)
+    checker: RunCache
+    tried: int = 0
+    scored: list[tuple] = field(default_factory=list)  # (first-case gap, order, form, adapter, map, cases, ...)
+    ran_forms: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    unported: dict[str, str] = field(default_factory=dict)  # call form -> why its maps did not port (the first)
+
+
+@dataclass
+class _Form:
+    """One call form as the search runs it: its adapter, the cases it takes, the module built once."""
+    name: str
+    adapter: object
+    code: str
+    uses_mask: bool
+    self_only: bool
+    cases: list[str]
+    module: torch.nn.Module
+
+    def case_ok(self, s: _Search, case: str) -> bool:
+        return _case_ok(s.family, case, s.cfg, self.uses_mask, self.self_only)
+
+
 def propose_map(target: str, family_name: str, *, init: str | None = None, call: str | None = None,
                 cfg: Config | None = None, variant_id: str | None = None) -> Proposal:
-    cfg = cfg or Config()
+    s = _start(target, family_name, init, cfg or Config(), variant_id)
+    forms = [call] if call else list(CALL_FORMS)
+    for form in forms:
+        if (hit := _search_form(s, form)) is not None:
+            return hit
+    closest = _closest(s.checker, s.scored, s.vid, s.family, s.source, s.build, s.ref)
+    return Proposal(False, _why_no_map(s, forms, call, closest), tried=s.tried, closest=closest)
+
+
+def _start(target: str, family_name: str, init: str | None, cfg: Config, variant_id: str | None) -> _Search:
+    """The search's fixed parts: the class loaded and built once, the trait sets the family
+    allows at ``cfg``; a module whose parameters fit none of them is refused here, in one line."""
     family = get_family(family_name)
     ref = reference_of(family.name)
     if ref is None:
@@ -65,86 +118,103 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
     init = guess_init(cls) if init is None else init
     build = _builder(cls, init)
     probe = build(cfg)
-    vid = variant_id or cls.__name__.lower()
-    semantic_cases = {c for c, ts in family.case_semantic.items() if ts}
-    forms = [call] if call else list(CALL_FORMS)
-    specs, refused = [], []  # refused: why the family refuses a trait set at this config (odd rotary dims)
+    specs, refused = [], []
     for spec in trait_sets(family, dict(ref.traits), probe):
         reason = family.requires(_full(ref, spec), cfg) if family.requires else None
         refused.extend([reason] if reason else [])
         specs.extend([] if reason else [spec])
     layouts = {tuple(family.params_for(cfg, _full(ref, s)).items()): {**ref.traits, **s} for s in specs}
     refuse_misfit(target, family, cfg, probe, list(layouts.values()))  # one line before any search
-    checker = RunCache(cfg, record=False)
-    tried = 0
-    scored: list[tuple] = []   # (first-case gap, order, call form, adapter, map, cases, module, traits): those that ran
-    ran_forms, failed = [], {}
-    unported: dict[str, str] = {}  # call form -> why its candidate maps did not port (the first reason)
-    for form in forms:
-        made = make_call(form, probe, cfg)
-        if made is None:
+    return _Search(target=target, family=family, ref=ref, cfg=cfg, cls=cls, import_line=import_line, source=source,
+                   init=init, build=build, probe=probe, vid=variant_id or cls.__name__.lower(),
+                   semantic_cases={c for c, ts in family.case_semantic.items() if ts}, specs=specs,
+                   refused=refused, checker=RunCache(cfg, record=False))
+
+
+def _search_form(s: _Search, form: str) -> Proposal | None:
+    """The candidate maps tried under one call form: the proposal of the first that agrees, else None."""
+    made = make_call(form, s.probe, s.cfg)
+    if made is None:
+        return None
+    adapter, code, uses_mask = made
+    self_only = form in SELF_ONLY
+    family = s.family
+    cases = [c.name for c in family.cases  # not the regime cases ("padded@left"): their bases decide
+             if not c.base and c.name not in s.semantic_cases
+             and _case_ok(family, c.name, s.cfg, uses_mask, self_only)]
+    if not cases:
+        s.failed[form] = "nothing: no case of the family fits it (it passes no mask and every case masks a key)"
+        return None
+    ran = False
+    f = _Form(form, adapter, code, uses_mask, self_only, cases, s.build(s.cfg).to(torch.float64).eval())
+    for pmap, layout, oracles in _candidates(s.checker, family, s.cfg, s.probe, s.ref, s.specs, cases[0]):
+        if s.tried >= MAX_CANDIDATES:
+            break
+        s.tried += 1
+        variant = Variant(id=s.vid, family=family.name, source=s.source, build=s.build, call=adapter,
+                          param_map=pmap, traits=layout)
+        try:
+            got = _forward(s.checker, variant, cases[0], f.module)
+        except (PortingError, InputError) as exc:
+            s.unported.setdefault(form, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             continue
-        adapter, code, uses_mask = made
-        self_only = form in SELF_ONLY
-        cases = [c.name for c in family.cases  # not the regime cases ("padded@left"): their bases decide
-                 if not c.base and c.name not in semantic_cases and _case_ok(family, c.name, cfg, uses_mask, self_only)]
-        if not cases:
-            failed[form] = "nothing: no case of the family fits it (it passes no mask and every case masks a key)"
+        except _CallFailed as exc:
+            s.failed[form] = str(exc)
+            break  # this call form does not run the module: the next form
+        ran = True
+        if (hit := _agreeing(s, f, variant, got, oracles)) is not None:
+            return hit
+    if ran:
+        s.ran_forms.append(form)
+    return None
+
+
+def _agreeing(s: _Search, f: _Form, candidate: Variant, got: torch.Tensor, oracles: _Oracles) -> Proposal | None:
+    """The proposal for ``candidate`` if it agrees with a trait set's oracle on the first case and verifies."""
+    pmap, layout = candidate.param_map, candidate.traits
+    zero = search_fills(s.checker, candidate)
+    for k, (spec, want) in enumerate(oracles.outputs(zero)):
+        level = agreement(got, want)
+        if k == 0:
+            s.scored.append((_gap(got, want), s.tried, f.name, f.adapter, pmap, f.cases, f.module, layout))
+        if level is None:
             continue
-        first_case = cases[0]
-        ran = False
-        module = build(cfg).to(torch.float64).eval()
-        for pmap, layout, oracles in _candidates(checker, family, cfg, probe, ref, specs, first_case):
-            if tried >= MAX_CANDIDATES:
-                break
-            tried += 1
-            variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
-                              param_map=pmap, traits=layout)
-            try:
-                got = _forward(checker, variant, first_case, module)
-            except (PortingError, InputError) as exc:
-                unported.setdefault(form, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-                continue
-            except _CallFailed as exc:
-                failed[form] = str(exc)
-                break  # this call form does not run the module: the next form
-            ran = True
-            zero = search_fills(checker, variant)
-            for k, (spec, want) in enumerate(oracles.outputs(zero)):
-                level = agreement(got, want)
-                if k == 0:
-                    scored.append((_gap(got, want), tried, form, adapter, pmap, cases, module, layout))
-                if level is None:
-                    continue
-                variant = Variant(id=vid, family=family.name, source=source, build=build, call=adapter,
-                                  param_map=pmap, traits=_traits_of(family, ref, spec, level, cfg))
-                if not all(_verify(checker, variant, _full(ref, spec), c) for c in cases):
-                    continue
-                traits, trait_notes, undecided = infer_case_traits(
-                    checker, family, variant, spec, dict(ref.traits), semantic_cases, uses_mask=uses_mask,
-                    case_ok=lambda c: _case_ok(family, c, cfg, uses_mask, self_only))
-                plain = {t: v for t, v in spec.items() if t in family.semantic}
-                traits = _printed(family, ref, {**plain, **traits}, cfg) | _descriptive(variant.traits)
-                shown = [c.name for c in family.cases if not c.base
-                         and _case_ok(family, c.name, cfg, uses_mask, self_only) and c.name not in undecided]
-                for c in family.cases:  # a regime case that fails leaves its base case out, said
-                    if c.base in shown and not _verify(checker, variant, _full(ref, spec), c.name):
-                        shown.remove(c.base)
-                        undecided.append(c.base)
-                        trait_notes.append(f"'{c.name}' does not agree within the declared precision: "
-                                           f"'{c.base}' is left out of its cases")
-                return found(Hit(family=family, ref=ref, variant=variant, pmap=pmap, form=form, code=code,
-                                  import_line=import_line, source=source, cls=cls, init=init, traits=traits,
-                                  notes=trait_notes, cases=shown,
-                                  tried=tried, ran_forms=ran_forms + [form], target=target, uses_mask=uses_mask,
-                                  cfg=cfg, restrict=self_only or not uses_mask or bool(undecided)))
-        if ran:
-            ran_forms.append(form)
-    why = (f"no candidate map makes {target} agree with the float64 oracle of any of {len(specs)} trait sets "
-           f"around {ref.id}'s ({tried} candidates tried; call forms that ran: {', '.join(ran_forms) or 'none'})")
-    if refused:
-        why += f"\nleft out: {len(refused)} trait set(s) the family refuses at this config ({refused[0]})"
-    closest = _closest(checker, scored, vid, family, source, build, ref)
+        variant = Variant(id=s.vid, family=s.family.name, source=s.source, build=s.build, call=f.adapter,
+                          param_map=pmap, traits=_traits_of(s.family, s.ref, spec, level, s.cfg))
+        if not all(_verify(s.checker, variant, _full(s.ref, spec), c) for c in f.cases):
+            continue
+        return _hit(s, f, variant, spec)
+    return None
+
+
+def _hit(s: _Search, f: _Form, variant: Variant, spec: dict) -> Proposal:
+    """The proposal: the traits the no-key cases decide, the cases shown (a failing regime case drops its base)."""
+    family, ref, cfg = s.family, s.ref, s.cfg
+    traits, trait_notes, undecided = infer_case_traits(
+        s.checker, family, variant, spec, dict(ref.traits), s.semantic_cases, uses_mask=f.uses_mask,
+        case_ok=lambda c: f.case_ok(s, c))
+    plain = {t: v for t, v in spec.items() if t in family.semantic}
+    traits = _printed(family, ref, {**plain, **traits}, cfg) | _descriptive(variant.traits)
+    shown = [c.name for c in family.cases if not c.base and f.case_ok(s, c.name) and c.name not in undecided]
+    for c in family.cases:
+        if c.base in shown and not _verify(s.checker, variant, _full(ref, spec), c.name):
+            shown.remove(c.base)
+            undecided.append(c.base)
+            trait_notes.append(f"'{c.name}' does not agree within the declared precision: "
+                               f"'{c.base}' is left out of its cases")
+    return found(Hit(family=family, ref=ref, variant=variant, pmap=variant.param_map, form=f.name, code=f.code,
+                     import_line=s.import_line, source=s.source, cls=s.cls, init=s.init, traits=traits,
+                     notes=trait_notes, cases=shown,
+                     tried=s.tried, ran_forms=s.ran_forms + [f.name], target=s.target, uses_mask=f.uses_mask,
+                     cfg=cfg, restrict=f.self_only or not f.uses_mask or bool(undecided)))
+
+
+def _why_no_map(s: _Search, forms: list[str], call: str | None, closest: dict) -> str:
+    """Why no map: what was tried, then the closest candidate or, where no call form ran, why per form."""
+    why = (f"no candidate map makes {s.target} agree with the float64 oracle of any of {len(s.specs)} trait sets "
+           f"around {s.ref.id}'s ({s.tried} candidates tried; call forms that ran: {', '.join(s.ran_forms) or 'none'})")
+    if s.refused:
+        why += f"\nleft out: {len(s.refused)} trait set(s) the family refuses at this config ({s.refused[0]})"
     if closest:
         fails = "; ".join(f"{c} (max_abs {g:.3g})" for c, g in closest["failing"].items())
         why += (f"\nclosest (the {CLOSEST_POOL} nearest on the first case, scored over every case, forward float64): "
@@ -152,20 +222,25 @@ def propose_map(target: str, family_name: str, *, init: str | None = None, call:
                 else "") + f"; agrees on {', '.join(closest['agrees']) or 'no case'}; map {closest['map']}")
     else:
         why += "\nno call form ran the module on the family's inputs; why, per call form:"
-        reasons: dict[str, list[str]] = {}
-        for form in forms:
-            if form in unported:
-                reasons.setdefault(f"no candidate map ported: {unported[form]}", []).append(form)
-            elif form in failed:
-                said = failed[form]
-                reasons.setdefault(f"not tried: {said.removeprefix('nothing: ')}" if said.startswith("nothing")
-                                   else f"the call raised {said}", []).append(form)
-        for reason, named in reasons.items():
+        for reason, named in _reasons_per_form(s, forms).items():
             why += f"\n  {', '.join(named)}: {reason}"
         why += "\npass --call (and --init) for a call form of your own"
-    if call and call in failed:
-        why += f"\n--call {call!r} " + ("ran " if failed[call].startswith("nothing") else "raised ") + failed[call]
-    return Proposal(False, why, tried=tried, closest=closest)
+    if call and call in s.failed:
+        why += f"\n--call {call!r} " + ("ran " if s.failed[call].startswith("nothing") else "raised ") + s.failed[call]
+    return why
+
+
+def _reasons_per_form(s: _Search, forms: list[str]) -> dict[str, list[str]]:
+    """Why each call form found nothing (no map ported, no case fits, the call raised) -> those forms."""
+    reasons: dict[str, list[str]] = {}
+    for form in forms:
+        if form in s.unported:
+            reasons.setdefault(f"no candidate map ported: {s.unported[form]}", []).append(form)
+        elif form in s.failed:
+            said = s.failed[form]
+            reasons.setdefault(f"not tried: {said.removeprefix('nothing: ')}" if said.startswith("nothing")
+                               else f"the call raised {said}", []).append(form)
+    return reasons
 
 
 def _candidates(checker: RunCache, family: Family, cfg: Config, probe, ref: Variant, specs: list[dict], case: str):

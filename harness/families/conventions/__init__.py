@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 import torch
 
+from harness.families import reach
 from harness.families.conventions import alibi, sinks, softcap
 from harness.families.conventions.core import (
     SCORES,
@@ -93,8 +94,16 @@ def scores(traits: Mapping[str, Any], s: torch.Tensor, ctx: Context) -> torch.Te
     """``s`` through the ``scores`` branch of each convention ``traits`` holds."""
     for c in CONVENTIONS:
         if c.step == SCORES and c.trait in traits:
+            if c.reached is not None and reach.active() and (note := c.reached(traits[c.trait], s, ctx)):
+                reach.note(note)
             s = c.oracle(traits[c.trait], s, ctx)
     return s
+
+
+def reach_plan(family: str, trait: str, value: Any, worst: Any) -> Any:
+    """The case the convention ``trait`` names to reach ``value`` in ``family`` (``Convention.reach_plan``), or None."""
+    c = next((c for c in of_family(family) if c.trait == trait), None)
+    return c.reach_plan(value, worst, family) if c is not None and c.reach_plan else None
 
 
 def softmax(traits: Mapping[str, Any], s: torch.Tensor, ctx: Context) -> torch.Tensor:

@@ -126,7 +126,11 @@ class Convention:
     a library module, or of its ``config``, that hold the value (``map`` starts from it).
     ``kernel_option``: the option a kernel takes the value by in its call (``KernelOption``:
     ``harness.register_kernel`` passes it to a function whose signature names it, and an
-    ``as called`` value reads it)."""
+    ``as called`` value reads it). ``reached(value, s,
+    ctx)``: whether this call's scores ``s`` (before the branch) reach the value's effect
+    (``harness.families.reach.Reach``; None where the value declares nothing to reach, a cap
+    of 0); ``reach_plan(value, worst, family)``: a case of ``family`` that would reach it,
+    given the unreached note with the most (``harness.families.reach.ReachPlan``), or None."""
 
     trait: str
     specs: Mapping[str, TraitSpec]
@@ -139,6 +143,8 @@ class Convention:
     probes: tuple[Any, ...] = ()
     read_module: Callable[[torch.nn.Module], Any] | None = None
     kernel_option: KernelOption | None = None
+    reached: Callable[[Any, Tensor, Context], Any] | None = None
+    reach_plan: Callable[[Any, Any, str], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.step not in STEPS:
