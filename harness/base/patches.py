@@ -8,8 +8,9 @@ torch that the reference then runs (``harness.base.hacks`` covers torch's functi
   shadows an inherited one, so an added name counts too);
 - the code and defaults of each of those functions (``Model.forward.__code__ = ...`` keeps
   the function's identity);
-- the callables of each module those modules import, torch's aside (``math.sqrt``,
-  ``numpy.exp``), of ``builtins``, and of the harness's own modules (the judge itself).
+- the callables of each module those modules import, torch's aside (``numpy.exp``), of every
+  loaded module of the standard library (``math.sqrt``: a later candidate would run it too),
+  of ``builtins``, and of the harness's own modules (the judge itself).
 
 ``patched_since(snap)`` names each change (a ``HackFinding`` of kind ``REFERENCE_PATCHED``)
 and puts it back as it was: the reference, and every candidate after, run the code the
@@ -88,8 +89,9 @@ def _spaces(problems: Iterable[tuple[str, types.ModuleType]]) -> list[_Space]:
             if isinstance(value, types.ModuleType) and not value.__name__.startswith(_SKIPPED):
                 add(value.__name__, value, False, False)
     add("builtins", builtins, False, False)
-    for name, module in list(sys.modules.items()):
-        if isinstance(module, types.ModuleType) and name.split(".")[0] in _OWN:
+    for name, module in list(sys.modules.items()):  # the standard library's loaded modules, the harness's
+        if isinstance(module, types.ModuleType) and (name.split(".")[0] in sys.stdlib_module_names
+                                                     or name.split(".")[0] in _OWN):
             add(name, module, False, False)
     return out
 
@@ -182,7 +184,6 @@ def patched_since(snap: ReferenceSnapshot) -> list[HackFinding]:
 
 def problem_modules(prefix: str) -> list[tuple[str, types.ModuleType]]:
     """(label, module) for each loaded module whose name opens with ``prefix`` (the KernelBench
-    judge's problem files): labelled by its file's stem, or by its name where two share one."""
-    found = [(n, m) for n, m in list(sys.modules.items()) if n.startswith(prefix) and isinstance(m, types.ModuleType)]
-    stems = [Path(getattr(m, "__file__", "") or n).stem for n, m in found]
-    return [(s if stems.count(s) == 1 else n, m) for s, (n, m) in zip(stems, found)]
+    judge's problem files), labelled by its file's stem (the problem's name)."""
+    return [(Path(getattr(m, "__file__", None) or n).stem, m) for n, m in list(sys.modules.items())
+            if n.startswith(prefix) and isinstance(m, types.ModuleType)]

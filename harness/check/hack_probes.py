@@ -4,13 +4,13 @@ the kinds; ``harness.base.hack_guard`` watches one call):
 - ``call_sequence_probe``: the candidate on inputs A, on B (another seed, A's shapes), on C
   (new values drawn with the global RNG reseeded to A's seed), on fresh tensors holding A's
   values, on A's own tensors with B's values written into them (through ``.data``: their
-  version counters unchanged), and on B's values with A's first (then last) element put back
-  in each tensor, each against the reference: an output that matches the reference's answer
-  for earlier inputs is cached (by shape, by seed, by identity, by a fingerprint of the
-  values); A's output changed by the call on B is a buffer reused across calls; the same
-  values answered otherwise after other calls is state kept between calls; right at the
-  evaluation's seed and grossly wrong at other seeds or at other sizes (``elsewhere``) is
-  code keyed to the evaluation;
+  version counters unchanged), on B's values with A's first and last elements put back in
+  each tensor and on A's values with one element changed, each against the reference: an
+  output that matches the reference's answer for earlier inputs is cached (by shape, by seed,
+  by identity, by a fingerprint of the values); A's output changed by the call on B is a
+  buffer reused across calls; the same values answered otherwise after other calls is state
+  kept between calls; right at the evaluation's seed and grossly wrong at other seeds or at
+  other sizes (``elsewhere``) is code keyed to the evaluation;
 - ``sign_probe``: right on non-negative draws (``torch.rand``'s) and grossly wrong on the same
   draws made signed is code that assumes non-negative inputs;
 - ``precision_finding``: within a loose tolerance of the float64 oracle but far beyond the
@@ -125,14 +125,16 @@ def overwritten(kept: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) ->
                        "(one output buffer reused across calls: a result the caller kept changed)")
 
 
-def _sharing(b: Sequence[Any], a: Sequence[Any], index: int) -> list[Any]:
-    """B's values, each tensor of A's shape holding A's element at flat ``index`` again."""
+def _mixed(base: Sequence[Any], into: Sequence[Any], at: Callable[[int], list[int]]) -> list[Any]:
+    """``base``'s values, each tensor of ``into``'s shape holding ``into``'s elements at the flat
+    indices ``at(numel)``."""
     out = []
-    for x, y in zip(a, b):
+    for x, y in zip(base, into):
         if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape and x.numel():
-            y = y.detach().clone(memory_format=torch.contiguous_format)
-            y.view(-1)[index] = x.reshape(-1)[index]
-        out.append(y)
+            x = x.detach().clone(memory_format=torch.contiguous_format)
+            index = torch.tensor(sorted(set(at(x.numel()))), dtype=torch.long)
+            x.view(-1)[index] = y.reshape(-1)[index].to(x.dtype)
+        out.append(x)
     return out
 
 
@@ -184,7 +186,8 @@ def call_sequence_probe(candidate: Callable, reference: Callable, make_inputs: C
         found.append(HackFinding(HackKind.CACHED_BY_IDENTITY, "the candidate returned its earlier answer for the "
                                  "same input tensors with new values written into them, their version counters "
                                  "unchanged (output cached by identity)"))
-    found += _fingerprint(candidate, reference, a_values, b, ref_a, other_seeds[0] + 4000)
+    if not found:  # a cache named already would hit here too (a freed tensor's id or address reused)
+        found += _fingerprint(candidate, reference, a_values, b, ref_a, other_seeds[0] + 4000)
     keyed = _keyed(candidate, reference, make_inputs, seed, other_seeds, out_b, ref_b, elsewhere or {})
     if any(f.kind == HackKind.KEYED_TO_SEED for f in keyed) and make_candidate is not None \
             and agrees(_call(make_candidate(), _copy(b), other_seeds[0]), ref_b):
@@ -197,14 +200,14 @@ def call_sequence_probe(candidate: Callable, reference: Callable, make_inputs: C
 
 def _fingerprint(candidate: Callable, reference: Callable, a: Sequence[Any], b: Sequence[Any], ref_a: Any,
                  seed: int) -> list[HackFinding]:
-    """CACHED_BY_FINGERPRINT where B's values with A's first (or last) element put back in each
-    tensor are answered with A's output: a cache keyed on an element, not on the values."""
-    for where, index in (("first", 0), ("last", -1)):
-        d = _sharing(b, a, index)
+    """CACHED_BY_FINGERPRINT where new values that share A's first and last elements (B's
+    elsewhere), or A's values with the middle element of each tensor changed (to B's), are
+    answered with A's output: a cache keyed on some elements, not on the values."""
+    for said, d in (("share only their first and last elements with them", _mixed(b, a, lambda n: [0, n - 1])),
+                    ("differ from them in one element only", _mixed(a, b, lambda n: [n // 2]))):
         if _stale(_call(candidate, d, seed), _call(reference, _copy(d)), ref_a):
             return [HackFinding(HackKind.CACHED_BY_FINGERPRINT, "the candidate returned its answer for earlier "
-                                f"inputs for new values that share only their {where} element with them (output "
-                                "cached by a fingerprint of the values)")]
+                                f"inputs for new values that {said} (output cached by a fingerprint of the values)")]
     return []
 
 
