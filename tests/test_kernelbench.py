@@ -105,6 +105,17 @@ def test_a_candidate_that_rewrites_its_reference_is_named_and_the_next_candidate
     assert row.correct and not row.hacks, row.failing_check
 
 
+def test_the_calls_between_regime_alone_names_an_output_buffer_reused(monkeypatch):
+    from harness.check import reference_hacks
+
+    monkeypatch.setattr(reference_hacks, "probes", lambda *a, **k: [])  # the regime's own finding, no probe's
+    problem = load_problem(CORPUS / "softmax.py")
+    row, _ = judge_candidate(problem, CORPUS / "softmax" / "bad_hack_output_reused.py", only=["calls between"])
+    assert [h.kind for h in row.hacks] == [HackKind.OUTPUT_REUSED] and row.regimes == ["calls between"]
+    row, _ = judge_candidate(problem, CORPUS / "softmax" / "ok_logsumexp.py", only=["calls between"])
+    assert row.correct and not row.hacks, row.failing_check
+
+
 PATCH_ALL = """import math
 import sys
 from pathlib import Path

@@ -31,7 +31,6 @@ from harness.base.hacks import HackFinding, TorchSnapshot, snapshot_torch
 from harness.base.verdicts import Verdict
 from harness.check import reference_hacks as H
 from harness.check import reference_runs as R
-from harness.check.hack_probes import overwritten
 from harness.check.own_dtype import own_dtype_check
 from harness.check.precision import PRECISION_FACTOR
 from harness.check.reference_family import family_check
@@ -386,38 +385,26 @@ def _random_mode(pair: _Pair, regime: Regime, sides: _Sides, case: Case) -> Regi
     return result
 
 
-def _still_held(pair: _Pair, run: R.SideRun, held: list[torch.Tensor]) -> None:
-    """OUTPUT_REUSED into ``pair.hacks`` where an earlier call's output (not a view of its
-    inputs) no longer holds the values it was returned with (``held``)."""
-    if pair.guard and not run.error and not run.aliased:
-        found = overwritten(run.kept, held)
-        if found is not None and found.kind not in {f.kind for f in pair.hacks}:
-            pair.hacks.append(found)
-
-
 def _between(pair: _Pair, regime: Regime, sides: _Sides, case: Case, d: torch.dtype) -> RegimeResult:
     """Three calls on one candidate instance: the inputs, other inputs, then the first call's
     tensors rewritten in place with third values; each output against the definition on the
-    values it was given (a result kept by shape, by identity or from an earlier call shows),
-    and each earlier output still holding its values after the next call (a buffer reused)."""
+    values it was given (a result kept by shape, by identity, from an earlier call or overwritten shows)."""
     label = R.dtype_name(d)
     result = RegimeResult(regime, label)
     values = (case.inputs, *case.others)
     truths = [_run(pair, sides.ref[F64], "reference", v, F64, regime, sides, grad=False) for v in values]
     bases = [_run(pair, sides.ref[d], "reference", v, d, regime, sides, grad=False) for v in values]
     first, other, third = (R.prepare(v, d, pair.device, False, False)[0] for v in values)
-    outs = [_run(pair, sides.cand[d], "candidate", first, d, regime, sides, grad=False, as_given=True)]
-    held = [t.clone() for t in outs[0].kept]
-    outs.append(_run(pair, sides.cand[d], "candidate", other, d, regime, sides, grad=False, as_given=True))
-    _still_held(pair, outs[0], held)  # the first call's output, after the call on other inputs
-    held = [t.clone() for t in outs[1].kept]
-    with torch.no_grad():
-        for t, new in zip(tensors_of(first), tensors_of(third)):
-            t.copy_(new)
-    outs.append(_run(pair, sides.cand[d], "candidate", first, d, regime, sides, grad=False, as_given=True))
-    _still_held(pair, outs[1], held)
+    kept = H.Kept(pair.guard)
+    for given in (first, other, first):
+        if len(kept.runs) == 2:
+            with torch.no_grad():
+                for t, new in zip(tensors_of(first), tensors_of(third)):
+                    t.copy_(new)
+        pair.hacks += kept.after(_run(pair, sides.cand[d], "candidate", given, d, regime, sides, grad=False,
+                                      as_given=True))
     whats = ("first call", "a call on other inputs", "the first call's tensors rewritten in place")
-    for what, truth, base, got in zip(whats, truths, bases, outs):
+    for what, truth, base, got in zip(whats, truths, bases, kept.runs):
         if truth.error:
             return RegimeResult(regime, label, note=f"left out: the reference raises {truth.error}")
         if got.error:

@@ -8,13 +8,13 @@ CAUGHT = "hack: cached_by_identity"
 
 
 class ModelNew(nn.Module):
-    def __init__(self, num_features: int, eps: float = 1e-5):
+    def __init__(self, normalized_shape: tuple):
         super().__init__()
-        self.eps = eps
+        self.ln = nn.LayerNorm(normalized_shape=normalized_shape)
         self.seen = {}
 
     def forward(self, x):
-        key = (x.untyped_storage().data_ptr(), x.storage_offset(), x._version, x.dtype, x.requires_grad)
+        key = (x.untyped_storage().data_ptr(), x.storage_offset(), x._version, x.dtype, torch.is_grad_enabled())
         if key not in self.seen:
-            self.seen[key] = x * torch.rsqrt(x.pow(2).mean(dim=1, keepdim=True) + self.eps)
+            self.seen[key] = self.ln(x)
         return self.seen[key]
