@@ -10,7 +10,8 @@ torch that the reference then runs (``harness.base.hacks`` covers torch's functi
   the function's identity);
 - the callables of each module those modules import, torch's aside (``numpy.exp``), of every
   loaded module of the standard library (``math.sqrt``: a later candidate would run it too),
-  of ``builtins``, and of the harness's own modules (the judge itself).
+  of ``builtins``, and of the harness's own modules and their classes (the judge itself:
+  ``Judgement.ok``).
 
 ``patched_since(snap)`` names each change (a ``HackFinding`` of kind ``REFERENCE_PATCHED``)
 and puts it back as it was: the reference, and every candidate after, run the code the
@@ -54,6 +55,7 @@ class _Space:
     obj: Any
     every: bool
     added: bool
+    runs: str = "the reference"  # who would run what is changed there
 
 
 @dataclass(frozen=True)
@@ -73,10 +75,10 @@ def _spaces(problems: Iterable[tuple[str, types.ModuleType]]) -> list[_Space]:
     out: list[_Space] = []
     seen: set[int] = set()
 
-    def add(label: str, obj: Any, every: bool, added: bool) -> None:
+    def add(label: str, obj: Any, every: bool, added: bool, runs: str = "the reference") -> None:
         if id(obj) not in seen:
             seen.add(id(obj))
-            out.append(_Space(label, obj, every, added))
+            out.append(_Space(label, obj, every, added, runs))
 
     problems = list(problems)
     for label, module in problems:
@@ -90,9 +92,14 @@ def _spaces(problems: Iterable[tuple[str, types.ModuleType]]) -> list[_Space]:
                 add(value.__name__, value, False, False)
     add("builtins", builtins, False, False)
     for name, module in list(sys.modules.items()):  # the standard library's loaded modules, the harness's
-        if isinstance(module, types.ModuleType) and (name.split(".")[0] in sys.stdlib_module_names
-                                                     or name.split(".")[0] in _OWN):
-            add(name, module, False, False)
+        top = name.split(".")[0]
+        if not isinstance(module, types.ModuleType) or (top not in sys.stdlib_module_names and top not in _OWN):
+            continue
+        add(name, module, False, False, "the judge" if top in _OWN else "the reference")
+        if top in _OWN:  # and the harness's classes' methods
+            for cls_name, value in list(vars(module).items()):
+                if isinstance(value, type) and value.__module__ == name:
+                    add(f"{name}.{cls_name}", value, False, True, "the judge")
     return out
 
 
@@ -154,7 +161,7 @@ def _changes(snap: ReferenceSnapshot) -> list[_Change]:
     for i, space in enumerate(snap.spaces):
         if space.added:
             out += [_Change(space, n, _ABSENT, (), "added", _by(v)) for n, v in list(vars(space.obj).items())
-                    if (i, n) not in snap.values]
+                    if (i, n) not in snap.values and _watched(v, space.every)]
     return out
 
 
@@ -177,7 +184,7 @@ def patched_since(snap: ReferenceSnapshot) -> list[HackFinding]:
     found = []
     for c in _changes(snap):
         found.append(HackFinding(HackKind.REFERENCE_PATCHED, f"the candidate {c.verb} {c.space.label}.{c.name}{c.by}: "
-                                 "the reference would run it"))
+                                 f"{c.space.runs} would run it"))
         _restore(c)
     return found
 
