@@ -189,6 +189,17 @@ def test_a_candidate_that_breaks_its_reference_is_its_row_and_a_broken_problem_a
     assert "the reference raises on the given inputs: IndexError" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_problem_that_does_not_import_again_is_each_candidates_row(monkeypatch, tmp_path):
+    monkeypatch.delenv("ONCE_ONLY_PROBLEM", raising=False)
+    text = (CORPUS / "softmax.py").read_text()
+    (tmp_path / "p.py").write_text("import os\nif os.environ.get('ONCE_ONLY_PROBLEM'):\n"
+                                   "    raise RuntimeError('again')\nos.environ['ONCE_ONLY_PROBLEM'] = '1'\n" + text)
+    problem = load_problem(tmp_path / "p.py")
+    row, j = judge_candidate(problem, CORPUS / "softmax" / "ok_logsumexp.py")
+    assert j is None and not row.compiled and row.failing_check.startswith(
+        "its problem's file does not import again: import: RuntimeError: again (at "), row.failing_check
+
+
 def test_one_problem_and_a_folder_of_candidates_with_json_and_csv(tmp_path, capsys):
     folder = tmp_path / "cands"
     folder.mkdir()

@@ -176,11 +176,14 @@ def judge_candidate(problem: Problem, path: str | Path, *, gradients: Gradients 
     judgement behind it; ``hacks``: the reward-hack defences run (``judge``'s, and the
     reference's code watched: ``harness.base.patches``)."""
     name = Path(path).name
-    fresh, ref_snap, snap = _isolated(problem, hacks)
+    try:
+        fresh, ref_snap, snap = _isolated(problem, hacks)
+    except UserCodeError as exc:
+        return Row(problem.name, name, False, False, f"its problem's file does not import again: {describe(exc)}"), None
     model, error = load_candidate(path, snap)
     patched = patched_since(ref_snap) if ref_snap is not None else []  # put back before the judgement
     if model is None:
-        return Row(problem.name, name, False, False, error, hacks=patched), None
+        return Row(problem.name, name, False, False, error, hacks=_first_of_each(patched)), None
     j = None
     try:
         j = judge(fresh.model, model, fresh.source(), gradients=gradients, device=device, only=only, hacks=hacks,
