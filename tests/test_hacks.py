@@ -157,7 +157,17 @@ def test_work_left_on_another_cuda_stream_is_named():
 
 @pytest.mark.parametrize("cls, kind, line", [
     (W.CachedById, HackKind.CACHED_BY_IDENTITY, "hack: the candidate returned its earlier answer for the same input "
-     "tensors with new values written into them (output cached by identity)"),
+     "tensors with new values written into them, their version counters unchanged (output cached by identity)"),
+    (W.CachedByVersion, HackKind.CACHED_BY_IDENTITY, "hack: the candidate returned its earlier answer for the same "
+     "input tensors with new values written into them, their version counters unchanged (output cached by "
+     "identity)"),
+    (W.CachedByLastElement, HackKind.CACHED_BY_FINGERPRINT, "hack: the candidate returned its answer for earlier "
+     "inputs for new values that share only their first and last elements with them (output cached by a "
+     "fingerprint of the values)"),
+    (W.CachedBySample, HackKind.CACHED_BY_FINGERPRINT, "hack: the candidate returned its answer for earlier inputs "
+     "for new values that differ from them in one element only (output cached by a fingerprint of the values)"),
+    (W.ReusedOutput, HackKind.OUTPUT_REUSED, "hack: the candidate overwrote an earlier call's output in a later call "
+     "(one output buffer reused across calls: a result the caller kept changed)"),
     (W.CachedByShape, HackKind.CACHED_BY_SHAPE, "hack: the candidate returned its answer for earlier inputs for new "
      "inputs of the same shape (output cached by shape)"),
     (W.CachedBySeed, HackKind.CACHED_BY_SEED, "hack: the candidate returned its answer for earlier inputs for new "

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.base.hacks import HackKind
+from harness.base.hacks import HackFinding, HackKind
 from harness.check.kernelbench import Row, discover, fast_p, judge_candidate, load_problem
 from harness.cli.main import main
 
@@ -86,6 +86,120 @@ def test_a_torch_function_replaced_at_import_is_put_back_before_the_next_candida
     assert not row.compiled and row.failing_check.startswith("does not import: it replaced torch.softmax")
 
 
+def test_a_candidate_that_rewrites_its_reference_is_named_and_the_next_candidate_sees_the_problems_own():
+    problem = load_problem(CORPUS / "softmax.py")
+    patcher = CORPUS / "softmax" / "bad_hack_reference_patched.py"
+    row, _ = judge_candidate(problem, patcher, hacks=False)
+    assert row.correct, row.failing_check  # without the defences the rewritten reference agrees with it
+    row, _ = judge_candidate(problem, CORPUS / "softmax" / "ok_max_subtracted.py", hacks=False)
+    assert row.correct, row.failing_check  # its problem was imported afresh: the rewrite did not carry over
+    row, j = judge_candidate(problem, patcher)
+    assert not row.correct and j is not None and [h.kind for h in row.hacks][:1] == [HackKind.REFERENCE_PATCHED]
+    assert row.failing_check.startswith("hack: reference_patched: the candidate rewrote the code of "
+                                        "softmax.Model.forward with _warm (bad_hack_reference_patched.py:")
+    import sys
+    [now] = [m for n, m in sys.modules.items() if n.startswith("harness_kernelbench_problem_")
+             and m.__file__ == str((CORPUS / "softmax.py").resolve())]
+    assert now.Model.forward.__code__.co_name == "forward"  # put back
+    row, _ = judge_candidate(problem, CORPUS / "softmax" / "ok_logsumexp.py")
+    assert row.correct and not row.hacks, row.failing_check
+
+
+def test_the_calls_between_regime_alone_names_an_output_buffer_reused(monkeypatch):
+    from harness.check import reference_hacks
+
+    monkeypatch.setattr(reference_hacks, "probes", lambda *a, **k: [])  # the regime's own finding, no probe's
+    problem = load_problem(CORPUS / "softmax.py")
+    row, _ = judge_candidate(problem, CORPUS / "softmax" / "bad_hack_output_reused.py", only=["calls between"])
+    assert [h.kind for h in row.hacks] == [HackKind.OUTPUT_REUSED] and row.regimes == ["calls between"]
+    row, _ = judge_candidate(problem, CORPUS / "softmax" / "ok_logsumexp.py", only=["calls between"])
+    assert row.correct and not row.hacks, row.failing_check
+
+
+PATCH_ALL = """import math
+import sys
+from pathlib import Path
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fwd(self, x):
+    return torch.softmax(x * 0.5, dim=-1)
+
+
+for _m in list(sys.modules.values()):
+    if Path(getattr(_m, "__file__", None) or "/").resolve().parent == ROOT and hasattr(_m, "Model"):
+        _m.Model.forward = _fwd  # every problem of the folder
+math.sqrt = lambda v: v ** 0.5  # and a function of the standard library
+
+
+class ModelNew(nn.Module):
+    forward = _fwd
+"""
+
+
+def test_a_folder_run_goes_on_past_a_candidate_that_patches_every_reference_and_no_other_row_changes(tmp_path,
+                                                                                                     capsys):
+    import math
+    sqrt = math.sqrt
+    for name, cands in (("softmax", ("ok_logsumexp.py",)), ("rmsnorm", ("ok_rsqrt.py",))):
+        (tmp_path / f"{name}.py").write_text((CORPUS / f"{name}.py").read_text())
+        (tmp_path / name).mkdir()
+        for c in cands:
+            (tmp_path / name / c).write_text((CORPUS / name / c).read_text())
+    (tmp_path / "softmax" / "a_patch_all.py").write_text(PATCH_ALL)
+    out = tmp_path / "rows.json"
+    assert main(["kernelbench", str(tmp_path), "--only", "given", "--json", str(out)]) == 1
+    assert math.sqrt is sqrt
+    rows = {r["candidate"]: r for r in json.loads(out.read_text())["rows"]}
+    patcher = rows["a_patch_all.py"]
+    assert patcher["correct"] is False and [h["kind"] for h in patcher["hacks"]] == ["reference_patched"]
+    assert re.match(r"hack: reference_patched: the candidate replaced (rmsnorm|softmax)\.Model\.forward by _fwd "
+                    r"\(a_patch_all\.py:10\): the reference would run it", patcher["failing_check"]), patcher
+    assert rows["ok_logsumexp.py"]["correct"] and rows["ok_rsqrt.py"]["correct"], capsys.readouterr().out
+    assert list(rows) == ["ok_rsqrt.py", "a_patch_all.py", "ok_logsumexp.py"]  # every row, the JSON written
+
+
+def test_a_candidate_that_breaks_its_reference_is_its_row_and_a_broken_problem_a_usage_error(tmp_path, capsys):
+    (tmp_path / "p.py").write_text("import torch\nCONFIG = {'dim': 1}\n\nclass Model(torch.nn.Module):\n"
+                                   "    def forward(self, x):\n        return torch.softmax(x, dim=CONFIG['dim'])\n\n"
+                                   "def get_inputs():\n    return [torch.randn(3, 5)]\n\n"
+                                   "def get_init_inputs():\n    return []\n")
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "a_breaks.py").write_text(
+        "import sys\nimport torch\nfor m in list(sys.modules.values()):\n"
+        "    if isinstance(getattr(m, 'CONFIG', None), dict):\n        m.CONFIG['dim'] = 7  # in place\n"
+        "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.softmax(x, dim=1)\n")
+    (tmp_path / "p" / "ok.py").write_text("import torch\nclass ModelNew(torch.nn.Module):\n"
+                                          "    def forward(self, x):\n        return (x.log_softmax(1)).exp()\n")
+    out = tmp_path / "rows.json"
+    assert main(["kernelbench", str(tmp_path / "p.py"), str(tmp_path / "p"), "--only", "given",
+                 "--json", str(out)]) == 1
+    rows = {r["candidate"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["a_breaks.py"]["failing_check"].startswith(
+        "the reference fails beside this candidate (it ran before the candidate's import): the reference raises "
+        "on the given inputs: IndexError"), rows["a_breaks.py"]["failing_check"]
+    assert rows["ok.py"]["correct"]  # its problem imported afresh: CONFIG as the file defines it
+    (tmp_path / "p.py").write_text((tmp_path / "p.py").read_text().replace("CONFIG['dim']", "CONFIG['dim'] + 4"))
+    capsys.readouterr()
+    assert main(["kernelbench", str(tmp_path / "p.py"), str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert "the reference raises on the given inputs: IndexError" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_problem_that_does_not_import_again_is_each_candidates_row(monkeypatch, tmp_path):
+    monkeypatch.delenv("ONCE_ONLY_PROBLEM", raising=False)
+    text = (CORPUS / "softmax.py").read_text()
+    (tmp_path / "p.py").write_text("import os\nif os.environ.get('ONCE_ONLY_PROBLEM'):\n"
+                                   "    raise RuntimeError('again')\nos.environ['ONCE_ONLY_PROBLEM'] = '1'\n" + text)
+    problem = load_problem(tmp_path / "p.py")
+    row, j = judge_candidate(problem, CORPUS / "softmax" / "ok_logsumexp.py")
+    assert j is None and not row.compiled and row.failing_check.startswith(
+        "its problem's file does not import again: import: RuntimeError: again (at "), row.failing_check
+
+
 def test_one_problem_and_a_folder_of_candidates_with_json_and_csv(tmp_path, capsys):
     folder = tmp_path / "cands"
     folder.mkdir()
@@ -149,6 +263,9 @@ def test_fast_p_is_correct_and_faster_than_p_over_every_candidate():
     assert untimed == {"fast_0": 1.0, "fast_1": None}
     flagged = Row("p", "e", True, True, peak_flag="candidate at 900% of this machine's measured peak", timed=True)
     assert fast_p([*rows, flagged], (1.0,)) == {"fast_1": 0.2}  # timed, never fast
+    cached = Row("p", "f", True, True, speedup=40.0, timed=True,
+                 hacks=[HackFinding(HackKind.CACHED_BY_IDENTITY, "the candidate returned its earlier answer")])
+    assert fast_p([*rows, cached], (0.0, 1.0)) == {"fast_0": 0.4, "fast_1": 0.2}  # a hack is never correct, nor fast
 
 
 def test_time_gives_each_correct_row_kernelbenchs_columns_and_the_interval(tmp_path, capsys):
@@ -184,6 +301,56 @@ def test_a_row_beyond_the_peak_shows_the_flag_and_no_speedup(monkeypatch, tmp_pa
     assert "of this machine's measured peak" in row["peak_flag"] and "beyond peak" in text
     assert f"gelu/ok_erf.py: {row['peak_flag']}" in text.splitlines()
     assert "1 candidate(s): fast_0 1.00, fast_0.5 0.00" in text
+
+
+SLOWS_ITS_REFERENCE = """import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+PROBLEM = Path(__file__).resolve().parent.with_suffix(".py")
+
+
+def _slow(self, x):
+    time.sleep(0.002)
+    return torch.softmax(x, dim=1)
+
+
+if os.environ.get("SLOWS_ITS_REFERENCE"):  # its second import: the one the timing makes
+    for _m in list(sys.modules.values()):
+        if getattr(_m, "__file__", None) and Path(_m.__file__).resolve() == PROBLEM:
+            _m.Model.forward = _slow
+os.environ["SLOWS_ITS_REFERENCE"] = "1"
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+"""
+
+
+def test_a_candidate_that_slows_its_reference_for_the_timing_is_a_hack_and_never_fast(monkeypatch, tmp_path):
+    import harness.cli.kernelbench as cli
+    from harness.bench.pair import time_pair
+
+    monkeypatch.delenv("SLOWS_ITS_REFERENCE", raising=False)
+    monkeypatch.setattr(cli, "time_pair", lambda *a, **k: time_pair(*a, **k, rounds=3, min_time=1e-3))
+    (tmp_path / "softmax.py").write_text((CORPUS / "softmax.py").read_text())
+    (tmp_path / "softmax").mkdir()
+    (tmp_path / "softmax" / "a_slows.py").write_text(SLOWS_ITS_REFERENCE)
+    (tmp_path / "softmax" / "ok_logsumexp.py").write_text((CORPUS / "softmax" / "ok_logsumexp.py").read_text())
+    out = tmp_path / "rows.json"
+    assert main(["kernelbench", str(tmp_path / "softmax.py"), str(tmp_path / "softmax"), "--only", "given",
+                 "--time", "--json", str(out)]) == 1
+    data = json.loads(out.read_text())
+    rows = {r["candidate"]: r for r in data["rows"]}
+    assert rows["a_slows.py"]["failing_check"].startswith(
+        "hack: reference_patched: the candidate replaced softmax.Model.forward by _slow (a_slows.py:12)")
+    assert rows["a_slows.py"]["correct"] is False and rows["ok_logsumexp.py"]["correct"] is True
+    assert rows["ok_logsumexp.py"]["timed"] and data["fast_p"]["fast_0"] == 0.5
 
 
 @pytest.mark.parametrize("load, disturbed", [(0.2, False), (None, False), (1e3, True)])

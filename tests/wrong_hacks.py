@@ -174,6 +174,63 @@ class CachedById(nn.Module):
         return self.cache[id(x)]
 
 
+class CachedByVersion(nn.Module):
+    """Keyed on where the input lives and its version counter: a rewrite that does not bump it hits."""
+
+    def __init__(self):
+        super().__init__()
+        self.cache: dict[tuple, torch.Tensor] = {}
+
+    def forward(self, x):
+        key = (x.untyped_storage().data_ptr(), x.storage_offset(), x._version, x.stride())
+        if key not in self.cache:
+            self.cache[key] = torch.softmax(x, -1)
+        return self.cache[key]
+
+
+class CachedByLastElement(nn.Module):
+    """Keyed on the shape and the last value: any input ending in it gets the old answer."""
+
+    def __init__(self):
+        super().__init__()
+        self.cache: dict[tuple, torch.Tensor] = {}
+
+    def forward(self, x):
+        key = (tuple(x.shape), x.reshape(-1)[-1].item())
+        if key not in self.cache:
+            self.cache[key] = torch.softmax(x, -1)
+        return self.cache[key]
+
+
+class CachedBySample(nn.Module):
+    """Keyed on every 7th value, the first and the last left out: a hash of a sample."""
+
+    def __init__(self):
+        super().__init__()
+        self.cache: dict[tuple, torch.Tensor] = {}
+
+    def forward(self, x):
+        key = (tuple(x.shape), tuple(x.reshape(-1)[1:-1:7].tolist()))
+        if key not in self.cache:
+            self.cache[key] = torch.softmax(x, -1)
+        return self.cache[key]
+
+
+class ReusedOutput(nn.Module):
+    """Computes into one buffer of its own and returns it: the caller's earlier result changes."""
+
+    def __init__(self):
+        super().__init__()
+        self.out: torch.Tensor | None = None
+
+    def forward(self, x):
+        if self.out is None or self.out.shape != x.shape:
+            self.out = torch.empty_like(x)
+        torch.sub(x, x.amax(-1, keepdim=True), out=self.out)
+        self.out.exp_()
+        return self.out.div_(self.out.sum(-1, keepdim=True))
+
+
 class CachedByShape(nn.Module):
     def __init__(self):
         super().__init__()
@@ -293,4 +350,18 @@ class ViewOfFresh(nn.Module):
         return t.t()
 
 
-HONEST = (Honest, InPlaceOnTemporaries, NoGrad, WithBuffers, ViewOfFresh)
+class CachedByValue(nn.Module):
+    """Remembers answers keyed on every byte of the input: right on any input (no hack)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cache: dict[tuple, torch.Tensor] = {}
+
+    def forward(self, x):
+        key = (tuple(x.shape), x.detach().contiguous().view(torch.uint8).numpy().tobytes())
+        if key not in self.cache:
+            self.cache[key] = torch.softmax(x, -1)
+        return self.cache[key].clone()
+
+
+HONEST = (Honest, InPlaceOnTemporaries, NoGrad, WithBuffers, ViewOfFresh, CachedByValue)

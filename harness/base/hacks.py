@@ -4,6 +4,8 @@ named by kind, and the first defence (torch's functions replaced at import).
 Every defence answers ``HackFinding``s: a ``HackKind`` and one line (``str(finding)``,
 "hack: ...") that a verdict row shows as it is. The defences:
 
+- ``harness.base.patches``: the problem's own code (its module, its classes), the modules it
+  imports (``math.sqrt``), ``builtins`` and the harness's functions, changed by a candidate;
 - here: ``snapshot_torch()`` before a candidate's file is imported, ``replaced_since(snap)``
   after it (every torch function, ``torch.nn.functional`` function, ``torch.Tensor`` and
   ``torch.nn`` module method replaced, an aten kernel registered over torch's own through
@@ -12,9 +14,10 @@ Every defence answers ``HackFinding``s: a ``HackKind`` and one line (``str(findi
 - ``harness.base.hack_guard``: ``guarded_call`` (one call of the candidate: inputs modified,
   the result written into an input, an output that is not a plain tensor, an output never
   written, work left on a background thread or on another CUDA stream);
-- ``harness.check.hack_probes``: calls in sequence (outputs cached by identity, shape or seed,
-  code keyed to the evaluation's seed or sizes), signed draws (code that assumes non-negative
-  inputs) and the float64 bound (a lower-precision compute that passes a loose tolerance).
+- ``harness.check.hack_probes``: calls in sequence (outputs cached by identity, shape, seed or
+  a fingerprint of the values, an output buffer a later call overwrites, code keyed to the
+  evaluation's seed or sizes), signed draws (code that assumes non-negative inputs) and the
+  float64 bound (a lower-precision compute that passes a loose tolerance).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class HackKind(enum.Enum):
     """What a candidate did instead of computing its function."""
 
     REPLACED_FUNCTION = "replaced_function"  # a torch function replaced (the reference would run it)
+    REFERENCE_PATCHED = "reference_patched"  # the problem's code, a module it imports or the judge's changed
     INPUT_MODIFIED = "input_modified"  # an input written in place
     OUTPUT_IN_INPUT = "output_in_input"  # the result written into an input's storage
     NOT_PLAIN_TENSOR = "not_plain_tensor"  # a tensor subclass, a lazy wrapper, a non-tensor
@@ -45,6 +49,8 @@ class HackKind(enum.Enum):
     CACHED_BY_IDENTITY = "cached_by_identity"  # the same tensors, changed in place: the old answer
     CACHED_BY_SHAPE = "cached_by_shape"  # other values of the same shape: the old answer
     CACHED_BY_SEED = "cached_by_seed"  # other values under the same global seed: the old answer
+    CACHED_BY_FINGERPRINT = "cached_by_fingerprint"  # other values sharing a first or last element: the old answer
+    OUTPUT_REUSED = "output_reused"  # an earlier call's output overwritten by a later call
     STATE_KEPT = "state_kept"  # the same values, after other calls: another answer
     KEYED_TO_SEED = "keyed_to_seed"  # right at the evaluation's seed only
     KEYED_TO_SIZE = "keyed_to_size"  # right at the evaluation's sizes only

@@ -3,9 +3,12 @@ the kinds; ``harness.base.hack_guard`` watches one call):
 
 - ``call_sequence_probe``: the candidate on inputs A, on B (another seed, A's shapes), on C
   (new values drawn with the global RNG reseeded to A's seed), on fresh tensors holding A's
-  values, and on A's own tensors with B's values written into them, each against the
-  reference: an output that matches the reference's answer for earlier inputs is cached (by
-  shape, by seed, by identity); the same values answered otherwise after other calls is state
+  values, on A's own tensors with B's values written into them (through ``.data``: their
+  version counters unchanged), on B's values with A's first and last elements put back in
+  each tensor and on A's values with one element changed, each against the reference: an
+  output that matches the reference's answer for earlier inputs is cached (by shape, by seed,
+  by identity, by a fingerprint of the values); A's output changed by the call on B is a
+  buffer reused across calls; the same values answered otherwise after other calls is state
   kept between calls; right at the evaluation's seed and grossly wrong at other seeds or at
   other sizes (``elsewhere``) is code keyed to the evaluation;
 - ``sign_probe``: right on non-negative draws (``torch.rand``'s) and grossly wrong on the same
@@ -92,12 +95,47 @@ def _copy(inputs: Sequence[Any]) -> list[Any]:
     return [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-def _call(fn: Callable, inputs: Sequence[Any], seed: int | None = None) -> Any:
+def _raw(fn: Callable, inputs: Sequence[Any], seed: int | None = None) -> list[torch.Tensor]:
+    """The call's output tensors as returned (detached, not copied)."""
     if seed is not None:
         torch.manual_seed(seed)
     with torch.no_grad():
         out = fn(*inputs)
-    return [t.detach().clone() for t in _tensors(out)]
+    return [t.detach() for t in _tensors(out)]
+
+
+def _call(fn: Callable, inputs: Sequence[Any], seed: int | None = None) -> Any:
+    return [t.clone() for t in _raw(fn, inputs, seed)]
+
+
+def _holds(kept: torch.Tensor, values: torch.Tensor) -> bool:
+    if kept.shape != values.shape or torch.equal(kept, values):
+        return kept.shape == values.shape
+    if not kept.is_floating_point():
+        return False
+    return torch.equal(kept.isnan(), values.isnan()) and torch.equal(kept.nan_to_num(), values.nan_to_num())
+
+
+def overwritten(kept: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> HackFinding | None:
+    """OUTPUT_REUSED where an output the caller kept (``kept``, as returned) no longer holds the
+    values it was returned with (``values``, copied then) after a later call."""
+    if all(_holds(k, v) for k, v in zip(kept, values)):
+        return None
+    return HackFinding(HackKind.OUTPUT_REUSED, "the candidate overwrote an earlier call's output in a later call "
+                       "(one output buffer reused across calls: a result the caller kept changed)")
+
+
+def _mixed(base: Sequence[Any], into: Sequence[Any], at: Callable[[int], list[int]]) -> list[Any]:
+    """``base``'s values, each tensor of ``into``'s shape holding ``into``'s elements at the flat
+    indices ``at(numel)``."""
+    out = []
+    for x, y in zip(base, into):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape and x.numel():
+            x = x.detach().clone(memory_format=torch.contiguous_format)
+            index = torch.tensor(sorted(set(at(x.numel()))), dtype=torch.long)
+            x.view(-1)[index] = y.reshape(-1)[index].to(x.dtype)
+        out.append(x)
+    return out
 
 
 def _stale(out: Any, now: Any, before: Any) -> bool:
@@ -115,16 +153,20 @@ def call_sequence_probe(candidate: Callable, reference: Callable, make_inputs: C
     sizes (a problem's module constants changed). Nothing is found for a candidate already wrong
     on A: its verdict says so."""
     a = _draw(make_inputs, seed)
+    a_values = _copy(a)
     ref_a = _call(reference, _copy(a))
-    if not agrees(_call(candidate, a, seed), ref_a):
+    kept = _raw(candidate, a, seed)
+    out_a = [t.clone() for t in kept]
+    if not agrees(out_a, ref_a):
         return []
-    found: list[HackFinding] = []
     b = _draw(make_inputs, other_seeds[0])
     ref_b = _call(reference, _copy(b))
     out_b = _call(candidate, b, other_seeds[0] + 1000)
+    reused = overwritten(kept, out_a)
+    found: list[HackFinding] = [reused] if reused is not None else []
     if _stale(out_b, ref_b, ref_a):
-        return [HackFinding(HackKind.CACHED_BY_SHAPE, "the candidate returned its answer for earlier inputs "
-                            "for new inputs of the same shape (output cached by shape)")]
+        return [*found, HackFinding(HackKind.CACHED_BY_SHAPE, "the candidate returned its answer for earlier inputs "
+                                    "for new inputs of the same shape (output cached by shape)")]
     c = _draw(make_inputs, other_seeds[-1] + 7)
     ref_c = _call(reference, _copy(c))
     torch.manual_seed(seed)
@@ -139,11 +181,13 @@ def call_sequence_probe(candidate: Callable, reference: Callable, make_inputs: C
                                  "after other calls (state kept between calls)"))
     for x, y in zip(a, b):
         if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape:
-            with torch.no_grad():
-                x.copy_(y)
+            x.data.copy_(y)  # through .data: x._version is not bumped (a cache keyed on it sees no change)
     if _stale(_call(candidate, a, other_seeds[0] + 3000), ref_b, ref_a):
         found.append(HackFinding(HackKind.CACHED_BY_IDENTITY, "the candidate returned its earlier answer for the "
-                                 "same input tensors with new values written into them (output cached by identity)"))
+                                 "same input tensors with new values written into them, their version counters "
+                                 "unchanged (output cached by identity)"))
+    if not found:  # a cache named already would hit here too (a freed tensor's id or address reused)
+        found += _fingerprint(candidate, reference, a_values, b, ref_a, other_seeds[0] + 4000)
     keyed = _keyed(candidate, reference, make_inputs, seed, other_seeds, out_b, ref_b, elsewhere or {})
     if any(f.kind == HackKind.KEYED_TO_SEED for f in keyed) and make_candidate is not None \
             and agrees(_call(make_candidate(), _copy(b), other_seeds[0]), ref_b):
@@ -152,6 +196,19 @@ def call_sequence_probe(candidate: Callable, reference: Callable, make_inputs: C
             found.append(HackFinding(HackKind.STATE_KEPT, "the candidate is right on its first call and wrong on "
                                      "later ones with other inputs (state kept between calls)"))
     return found + keyed
+
+
+def _fingerprint(candidate: Callable, reference: Callable, a: Sequence[Any], b: Sequence[Any], ref_a: Any,
+                 seed: int) -> list[HackFinding]:
+    """CACHED_BY_FINGERPRINT where new values that share A's first and last elements (B's
+    elsewhere), or A's values with the middle element of each tensor changed (to B's), are
+    answered with A's output: a cache keyed on some elements, not on the values."""
+    for said, d in (("share only their first and last elements with them", _mixed(b, a, lambda n: [0, n - 1])),
+                    ("differ from them in one element only", _mixed(a, b, lambda n: [n // 2]))):
+        if _stale(_call(candidate, d, seed), _call(reference, _copy(d)), ref_a):
+            return [HackFinding(HackKind.CACHED_BY_FINGERPRINT, "the candidate returned its answer for earlier "
+                                f"inputs for new values that {said} (output cached by a fingerprint of the values)")]
+    return []
 
 
 def _keyed(candidate: Callable, reference: Callable, make_inputs: Callable[[], Inputs], seed: int,

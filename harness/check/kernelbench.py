@@ -4,10 +4,15 @@ constructor arguments), each imported on its own, judged by ``harness.check.refe
 (the regimes beyond the given draw included: the sizes are the problem's module constants).
 
 A candidate that does not import (a syntax error, a kernel that does not compile) is its row:
-``compiled`` false, the one-line error; the run goes on. torch's functions are snapshotted
-before each candidate's file is imported: one it replaces is a hack (``Row.hacks``, the failing
-check "hack: replaced_function: ..."), every side is judged on torch's own, and the
-replacement is undone before the next file. Folders: ``PROBLEM.py`` with ``FOLDER/`` (every
+``compiled`` false, the one-line error; the run goes on. Each candidate is judged against the
+problem's file imported afresh (a module of its own, not the one an earlier candidate saw), and
+what it can change is snapshotted before its file is imported: torch's functions (one it
+replaces is a hack, "hack: replaced_function: ...", every side is judged on torch's own, and
+the replacement is undone before the next file) and the reference's own code, the modules it
+imports and the judge's functions (``harness.base.patches``: a change is a hack, "hack:
+reference_patched: ...", put back at once and after the judgement). A problem is judged
+against itself on its given inputs when it loads: a reference that fails later, beside a
+candidate, is that candidate's row, never the end of the run. Folders: ``PROBLEM.py`` with ``FOLDER/`` (every
 ``.py`` in it a candidate), or a folder of problems, each ``NAME.py`` with its candidates in
 the sibling folder ``NAME/``."""
 
@@ -27,6 +32,7 @@ from harness.base.boundary import UserCodeError, describe, user_code
 from harness.base.errors import InputError
 from harness.base.files import no_bytecode
 from harness.base.hacks import HackFinding, TorchSnapshot, put_back, snapshot_torch
+from harness.base.patches import ReferenceSnapshot, patched_since, problem_modules, snapshot_reference
 from harness.check import reference_runs as R
 from harness.check.reference import Gradients, judge
 from harness.check.reference_inputs import InputSource
@@ -36,6 +42,7 @@ from harness.check.reference_weights import link
 # KernelBench's fast_p: the fraction of all candidates that are correct and faster than p times
 # the reference (speedup > p); fast_0 is the fraction correct.
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+PROBLEM_PREFIX = "harness_kernelbench_problem_"  # how a problem file's module is named in sys.modules
 
 
 @dataclass
@@ -53,8 +60,13 @@ class Problem:
     def source(self) -> InputSource:
         return InputSource(self.module.get_inputs, self.module.get_init_inputs)
 
+    def fresh(self) -> Problem:
+        """The problem's file imported again: a new module, whatever an earlier candidate did to
+        this one (what it prints goes unprinted: it did at the first import)."""
+        return Problem(self.name, self.path, _import(Path(self.path), "problem", quiet=True))
 
-def _import(path: Path, label: str, watch_torch: bool = True) -> ModuleType:
+
+def _import(path: Path, label: str, watch_torch: bool = True, quiet: bool = False) -> ModuleType:
     """``path`` imported as a module of its own (not left in ``sys.modules``' way of any other
     file: two candidates of the same name never see each other). ``UserCodeError`` where it fails."""
     resolved = path.resolve()
@@ -71,7 +83,7 @@ def _import(path: Path, label: str, watch_torch: bool = True) -> ModuleType:
     except BaseException:
         sys.modules.pop(name, None)
         raise
-    if printed.text.strip():  # what it printed at import goes to stderr: stdout is the table's
+    if printed.text.strip() and not quiet:  # what it printed at import goes to stderr: stdout is the table's
         sys.stderr.write(printed.text if printed.text.endswith("\n") else printed.text + "\n")
     return module
 
@@ -89,7 +101,12 @@ def load_problem(path: str | Path) -> Problem:
     if missing:
         raise InputError(f"problem '{path}' has no {', '.join(missing)} (KernelBench's format: class Model, "
                          "get_inputs(), get_init_inputs())")
-    return Problem(p.stem, str(path), module)
+    problem = Problem(p.stem, str(path), module)
+    try:  # the reference against itself on the given inputs: it must draw, build and run
+        judge(problem.model, problem.model, problem.source(), only=("given",), hacks=False, gradients=Gradients.NONE)
+    except InputError as exc:
+        raise InputError(f"problem '{path}': {exc}") from None
+    return problem
 
 
 def load_candidate(path: str | Path, snap: TorchSnapshot | None = None) -> tuple[type | None, str]:
@@ -139,26 +156,53 @@ class Row:
         return {**asdict(self), "hacks": [h.to_json() for h in self.hacks]}
 
 
+def _isolated(problem: Problem, hacks: bool) -> tuple[Problem, ReferenceSnapshot | None, TorchSnapshot | None]:
+    """The problem imported afresh, and (with ``hacks``) what the candidate's import may change,
+    snapshotted: the reference's code (every problem loaded) and torch's functions."""
+    fresh = problem.fresh()
+    if not hacks:
+        return fresh, None, None
+    return fresh, snapshot_reference(problem_modules(PROBLEM_PREFIX)), snapshot_torch()
+
+
+def _first_of_each(found: list[HackFinding]) -> list[HackFinding]:
+    return list({f.kind: f for f in reversed(found)}.values())[::-1]
+
+
 def judge_candidate(problem: Problem, path: str | Path, *, gradients: Gradients | str = Gradients.AUTO,
                     device: str = "cpu", only: Iterable[str] | None = None,
                     hacks: bool = True) -> tuple[Row, Judgement | None]:
-    """One candidate file against its problem: its row, and the judgement behind it; ``hacks``:
-    the reward-hack defences run (``judge``'s)."""
+    """One candidate file against its problem (imported afresh for it): its row, and the
+    judgement behind it; ``hacks``: the reward-hack defences run (``judge``'s, and the
+    reference's code watched: ``harness.base.patches``)."""
     name = Path(path).name
-    snap = snapshot_torch() if hacks else None
-    model, error = load_candidate(path, snap)
-    if model is None:
-        return Row(problem.name, name, False, False, error), None
     try:
-        j = judge(problem.model, model, problem.source(), gradients=gradients, device=device, only=only, hacks=hacks,
+        fresh, ref_snap, snap = _isolated(problem, hacks)
+    except UserCodeError as exc:
+        return Row(problem.name, name, False, False, f"its problem's file does not import again: {describe(exc)}"), None
+    model, error = load_candidate(path, snap)
+    patched = patched_since(ref_snap) if ref_snap is not None else []  # put back before the judgement
+    if model is None:
+        return Row(problem.name, name, False, False, error, hacks=_first_of_each(patched)), None
+    j = None
+    try:
+        j = judge(fresh.model, model, fresh.source(), gradients=gradients, device=device, only=only, hacks=hacks,
                   torch_snapshot=snap)
-    except InputError:
-        raise  # the problem itself cannot be judged on: the user's to fix
+        failure = ""
+    except InputError as exc:  # the problem passed on its own when it loaded: this candidate broke it
+        failure = f"the reference fails beside this candidate (it ran before the candidate's import): {exc}"
     except Exception as exc:  # anything else the candidate's code does is its row
-        return Row(problem.name, name, True, False, describe(exc)), None
+        failure = describe(exc)
     finally:
         if snap is not None:
             put_back(snap)  # the next candidate's file is imported on torch's own functions
+        if ref_snap is not None:
+            patched += patched_since(ref_snap)
+    if j is None:
+        found = _first_of_each(patched)
+        return Row(problem.name, name, True, False, found[0].line if found else failure, hacks=found), None
+    if patched:
+        j.hacks = _first_of_each(patched + j.hacks)
     return Row(problem.name, name, True, j.ok, j.failure, regimes=list(j.regimes), failing_regimes=list(j.failing),
                weights=j.weights, semantics=j.semantics, hacks=list(j.hacks)), j
 
@@ -167,24 +211,35 @@ def judge_candidate(problem: Problem, path: str | Path, *, gradients: Gradients 
 class TimingPair:
     """What a timing compares: the reference and the candidate, each called on ``inputs`` (the
     problem's given draw, in its dtype, on the device) under no_grad, the reference's weights
-    in the candidate."""
+    in the candidate; ``watch``: the reference's code as it was before the candidate's import
+    (``patched`` compares it again)."""
 
     reference: Callable[..., Any]
     candidate: Callable[..., Any]
     inputs: tuple
+    watch: ReferenceSnapshot | None = None
+    found: tuple[HackFinding, ...] = ()  # the changes the candidate's import made (put back)
 
     def make_inputs(self) -> tuple:
         return self.inputs
 
+    def patched(self) -> list[HackFinding]:
+        """What the candidate changed in the reference's code, at its import or while it was
+        timed (each put back): a reference made slower is a speedup made up."""
+        return _first_of_each([*self.found, *(patched_since(self.watch) if self.watch is not None else [])])
+
 
 def timing_pair(problem: Problem, path: str | Path, device: str = "cpu") -> TimingPair:
-    """The reference and the candidate of ``path`` on the problem's given inputs."""
+    """The reference (of the problem imported afresh) and the candidate of ``path`` on the
+    problem's given inputs; ``InputError`` in one line where the candidate does not import."""
+    fresh, watch, _ = _isolated(problem, True)
     model, error = load_candidate(path)
+    found = tuple(patched_since(watch)) if watch is not None else ()
     if model is None:
         raise InputError(error)
-    init, inputs = problem.source().draw(0)
+    init, inputs = fresh.source().draw(0)
     dtype = next((t.dtype for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()), torch.float32)
-    ref = R.build(problem.model, init, dtype, 0, "reference", device)
+    ref = R.build(fresh.model, init, dtype, 0, "reference", device)
     cand = R.build(model, init, dtype, 0, "candidate", device)
     link(ref.module, cand.module).load(ref.module, cand.module)
     prepared, _ = R.prepare(inputs, dtype, device, False, False)
@@ -195,7 +250,7 @@ def timing_pair(problem: Problem, path: str | Path, device: str = "cpu") -> Timi
                 return side.fn(*args)
         return run
 
-    return TimingPair(call(ref), call(cand), tuple(prepared))
+    return TimingPair(call(ref), call(cand), tuple(prepared), watch, found)
 
 
 def discover(problem: str | Path, candidates: str | Path | None = None) -> list[tuple[Path, list[Path]]]:
@@ -226,16 +281,18 @@ def discover(problem: str | Path, candidates: str | Path | None = None) -> list[
 def fast_p(rows: list[Row], ps: Iterable[float] = FAST_P) -> dict[str, float | None]:
     """KernelBench's fast_p over every row: correct and speedup > p, over all candidates;
     fast_0 is the fraction correct (no timing needed), the others None where a correct row was
-    not timed. A row flagged beyond the peak has no speedup: never fast."""
+    not timed. A row flagged beyond the peak has no speedup, and a row with a hack finding is
+    not correct whatever its other columns say: neither is ever fast."""
     n = len(rows)
+    good = [r for r in rows if r.correct and not r.hacks]
     out: dict[str, float | None] = {}
     for p in ps:
         key = f"fast_{p:g}"
         if p == 0:
-            out[key] = sum(r.correct for r in rows) / n if n else None
-        elif any(not r.timed for r in rows if r.correct):
+            out[key] = len(good) / n if n else None
+        elif any(not r.timed for r in good):
             out[key] = None
         else:
-            out[key] = sum(1 for r in rows if r.correct and r.speedup is not None and r.speedup > p
+            out[key] = sum(1 for r in good if r.speedup is not None and r.speedup > p
                            and math.isfinite(r.speedup)) / n if n else None
     return out

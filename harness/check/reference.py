@@ -388,21 +388,23 @@ def _random_mode(pair: _Pair, regime: Regime, sides: _Sides, case: Case) -> Regi
 def _between(pair: _Pair, regime: Regime, sides: _Sides, case: Case, d: torch.dtype) -> RegimeResult:
     """Three calls on one candidate instance: the inputs, other inputs, then the first call's
     tensors rewritten in place with third values; each output against the definition on the
-    values it was given (a result kept by shape, by identity or from an earlier call shows)."""
+    values it was given (a result kept by shape, by identity, from an earlier call or overwritten shows)."""
     label = R.dtype_name(d)
     result = RegimeResult(regime, label)
     values = (case.inputs, *case.others)
     truths = [_run(pair, sides.ref[F64], "reference", v, F64, regime, sides, grad=False) for v in values]
     bases = [_run(pair, sides.ref[d], "reference", v, d, regime, sides, grad=False) for v in values]
     first, other, third = (R.prepare(v, d, pair.device, False, False)[0] for v in values)
-    outs = [_run(pair, sides.cand[d], "candidate", first, d, regime, sides, grad=False, as_given=True),
-            _run(pair, sides.cand[d], "candidate", other, d, regime, sides, grad=False, as_given=True)]
-    with torch.no_grad():
-        for t, new in zip(tensors_of(first), tensors_of(third)):
-            t.copy_(new)
-    outs.append(_run(pair, sides.cand[d], "candidate", first, d, regime, sides, grad=False, as_given=True))
+    kept = H.Kept(pair.guard)
+    for given in (first, other, first):
+        if len(kept.runs) == 2:
+            with torch.no_grad():
+                for t, new in zip(tensors_of(first), tensors_of(third)):
+                    t.copy_(new)
+        pair.hacks += kept.after(_run(pair, sides.cand[d], "candidate", given, d, regime, sides, grad=False,
+                                      as_given=True))
     whats = ("first call", "a call on other inputs", "the first call's tensors rewritten in place")
-    for what, truth, base, got in zip(whats, truths, bases, outs):
+    for what, truth, base, got in zip(whats, truths, bases, kept.runs):
         if truth.error:
             return RegimeResult(regime, label, note=f"left out: the reference raises {truth.error}")
         if got.error:

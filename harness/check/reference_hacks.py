@@ -7,6 +7,7 @@ again beside the regimes.
 - ``guard_like``: the ``Guard`` of a candidate's call, from the reference's run just before
   it (its outputs, held alive so no allocation of the candidate's can return their memory;
   whether the reference's own output is a view of an input);
+- ``Kept``: an earlier call's output overwritten by a later one (the ``calls between`` regime);
 - ``screened``: a guard's findings less what the reference does too (it writes its inputs);
 - ``precision_findings``: a lower-precision compute passing a loose tolerance, from the given
   regime's runs (its error follows the rounding of the inputs to a dtype below);
@@ -25,7 +26,7 @@ import torch
 
 from harness.base.hacks import HackFinding, HackKind, TorchSnapshot, originals, replaced_since
 from harness.check import reference_runs as R
-from harness.check.hack_probes import precision_finding, probe_all
+from harness.check.hack_probes import overwritten, precision_finding, probe_all
 from harness.check.reference_inputs import InputSource, RegimeKind, map_tensors, regimes
 from harness.check.reference_weights import link
 from harness.porting.entries import MapEntry
@@ -68,6 +69,26 @@ def screened(candidate_run: R.SideRun, reference_run: R.SideRun) -> list[HackFin
     if reference_run.changed:
         return [f for f in candidate_run.hacks if f.kind not in _WRITES]
     return list(candidate_run.hacks)
+
+
+class Kept:
+    """Each call's run (``runs``) and its outputs' values when it returned: ``after(run)`` is
+    OUTPUT_REUSED where the previous output (not a view of its inputs, which a caller may
+    rewrite) no longer holds its values once ``run`` returned: one buffer reused across calls."""
+
+    def __init__(self, guard: bool = True):
+        self.guard = guard
+        self.runs: list[R.SideRun] = []
+        self.held: list[torch.Tensor] = []
+
+    def after(self, run: R.SideRun) -> list[HackFinding]:
+        last, held = (self.runs[-1] if self.runs else None), self.held
+        self.runs.append(run)
+        self.held = [t.clone() for t in run.kept]
+        if not self.guard or last is None or last.error or last.aliased:
+            return []
+        found = overwritten(last.kept, held)
+        return [] if found is None else [found]
 
 
 def rounded(inputs: Any, dtype: torch.dtype) -> Any:

@@ -2,7 +2,7 @@
 each ``NAME.py`` with its candidates in ``NAME/``): every candidate judged against its
 problem's ``Model`` (``harness.check.kernelbench``), a table on the terminal, ``--json`` and
 ``--csv`` rows in KernelBench's columns, the fast_p line; ``--time`` also times each correct
-candidate against its reference (``harness.bench.pair.time_pair``: the speedup with its
+candidate (no hack found) against its reference (``harness.bench.pair.time_pair``: the speedup with its
 interval, a speedup beyond the machine's peak flagged, one too short to bound noted, at one
 intra-op thread on CPU unless ``--threads``, one timed under a load above the cores marked).
 Exit 0 when every candidate is correct, 1 when one is not, 2 on a usage mistake (one line)."""
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.base.errors import HarnessError
+from harness.base.boundary import UserCodeError, describe
+from harness.base.errors import HarnessError, InputError
 from harness.base.files import read_text, refuse_foreign, write_text
 from harness.bench.pair import PairTiming, time_pair
-from harness.check.kernelbench import FAST_P, Row, discover, fast_p, judge_candidate, load_problem, timing_pair
+from harness.check.kernelbench import FAST_P, Problem, Row, discover, fast_p, judge_candidate, load_problem, timing_pair
 from harness.report.io import ensure_writable, write_json
 from harness.report.kernelbench_text import csv_text, fast_p_line, is_own_csv, table, timing_lines
 
@@ -38,6 +39,27 @@ def _timed(row: Row, t: PairTiming) -> None:
     row.timed = True
 
 
+def _time(row: Row, problem: Problem, path: Path, args) -> None:
+    """``row`` timed against its reference; a candidate that fails to import again, or that
+    changes the reference's code to be timed, is its row's failure (the run goes on)."""
+    try:
+        pair = timing_pair(problem, path, args.device)
+        timing = time_pair(pair.reference, pair.candidate, pair.make_inputs, device=args.device, threads=args.threads)
+    except (InputError, UserCodeError) as exc:
+        row.correct, row.failing_check = False, f"cannot be timed: {describe(exc)}"
+        return
+    except HarnessError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (the candidate's code raised while it was timed: its row)
+        row.correct, row.failing_check = False, f"cannot be timed: {describe(exc)}"
+        return
+    found = pair.patched()
+    if found:
+        row.correct, row.hacks, row.failing_check = False, found, found[0].line
+        return
+    _timed(row, timing)
+
+
 def cmd_kernelbench(args) -> int:
     if args.device not in ("cpu", "cuda"):
         raise HarnessError(f"--device {args.device!r}: give cpu or cuda")
@@ -51,10 +73,8 @@ def cmd_kernelbench(args) -> int:
     for problem, candidates in problems:
         for path in candidates:
             row, j = judge_candidate(problem, path, gradients=args.gradients, device=args.device, only=args.only)
-            if args.time and row.correct:
-                pair = timing_pair(problem, path, args.device)
-                _timed(row, time_pair(pair.reference, pair.candidate, pair.make_inputs, device=args.device,
-                                      threads=args.threads))
+            if args.time and row.correct and not row.hacks:
+                _time(row, problem, path, args)
             rows.append(row)
             if j is not None:
                 verdicts[f"{problem.name}/{row.candidate}"] = j.as_dict()
