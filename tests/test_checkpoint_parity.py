@@ -213,7 +213,9 @@ def test_docs_python_block_runs(tmp_path):
     ``parity`` commands, and every other ``bash`` line of the page, are run in order by
     tests/test_readme.py)."""
     (tmp_path / "examples").symlink_to(EXAMPLES)
-    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    os = __import__("os")  # this interpreter's python first on PATH, as an activated environment has it
+    env = {**os.environ, "PYTHONPATH": str(ROOT),
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     commands = [ln for block in _doc_blocks("bash") for ln in block.splitlines() if ln and not ln.startswith("#")]
     blocks = _doc_blocks("python")
     writers = [c for c in commands if c.startswith("python examples/tiny_checkpoint.py ")
