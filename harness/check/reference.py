@@ -18,7 +18,7 @@ family and no trait.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 import torch
@@ -34,7 +34,8 @@ from harness.check import reference_runs as R
 from harness.check.own_dtype import own_dtype_check
 from harness.check.precision import PRECISION_FACTOR
 from harness.check.reference_family import family_check
-from harness.check.reference_inputs import Case, InputSource, Regime, RegimeKind, map_tensors, regimes, tensors_of
+from harness.check.reference_inputs import (GROWN_BUDGET, Case, InputSource, Regime, RegimeKind, map_tensors, regimes,
+                                            tensors_of)
 from harness.check.reference_result import SEMANTIC, Judgement, RegimeResult, lead_check
 from harness.check.reference_weights import WeightLink, link
 from harness.check.results import TensorCheck
@@ -98,7 +99,7 @@ def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
     pair = _Pair(reference, candidate, source, tuple(d for d in lower if d != F64), param_map, internal_dtype,
                  Gradients(gradients), device, seed, factor, guard=hacks)
     snap = (torch_snapshot or snapshot_torch()) if hacks else None
-    all_regimes, skipped = regimes(source, modes=_has_modes(pair))
+    all_regimes, skipped = regimes(source, modes=_has_modes(pair), half=any(d in HALF_DTYPES for d in pair.dtypes))
     wanted = set(only) if only is not None else None
     results: list[RegimeResult] = []
     for regime in all_regimes:
@@ -189,6 +190,9 @@ def _build(pair: _Pair, regime: Regime, case: Case, skipped: list) -> _Sides | N
 
 def _regime(pair: _Pair, regime: Regime, skipped: list) -> list[RegimeResult]:
     """One regime: a result per dtype judged (float64 first), or none where it is left out."""
+    if regime.grown and (why := _over_budget(pair, regime)):
+        skipped.append((regime.name, why))
+        return []
     case = _draw(pair, regime, skipped)
     if case is None:
         return []
@@ -205,6 +209,38 @@ def _regime(pair: _Pair, regime: Regime, skipped: list) -> list[RegimeResult]:
     if regime.between:
         return [_between(pair, regime, sides, case, d) for d in (pair.dtypes or (F64,))]
     return _judged(pair, regime, sides, case, skipped)
+
+
+def _over_budget(pair: _Pair, regime: Regime) -> str:
+    """Why a grown draw is not made: its inputs and the reference's parameters at its sizes
+    (counted on the meta device; where get_inputs cannot draw there, the given inputs with every
+    dim grown by the regime's factor) over ``GROWN_BUDGET`` elements; "" where it is within."""
+    drawn = pair.source.draw_meta(dict(regime.changes))
+    if drawn is not None:
+        init, inputs = drawn
+        n = sum(t.numel() for t in tensors_of(inputs))
+    else:
+        sizes = pair.source.sizes()
+        factor = max((v / sizes[k] for k, v in regime.changes if sizes.get(k)), default=1.0)
+        init, given = pair.source.draw(pair.seed)
+        n = int(sum(t.numel() * factor ** t.dim() for t in tensors_of(given)))
+    n += _parameter_elements(pair.reference, init)
+    if n <= GROWN_BUDGET:
+        return ""
+    return f"its inputs and the reference's parameters would hold {n:,} elements, over the budget of {GROWN_BUDGET:,}"
+
+
+def _parameter_elements(reference: Any, init: tuple) -> int:
+    """The reference's parameters and buffers built on ``init`` on the meta device (0 where it
+    is not a class, or cannot be built there)."""
+    if not R.is_module_class(reference):
+        return 0
+    try:
+        with torch.device("meta"):
+            made = reference(*init)
+    except Exception:  # noqa: BLE001  (an __init__ that needs real tensors: its sizes are not counted)
+        return 0
+    return sum(t.numel() for t in (*made.parameters(), *made.buffers()))
 
 
 def _settle(pair: _Pair, sides: _Sides, case: Case) -> None:
@@ -245,7 +281,7 @@ def _run(pair: _Pair, side: R.Built, who: str, inputs: Any, dtype: torch.dtype, 
     ref_module = sides.ref[F64].module
     params = tuple(n for n, p in ref_module.named_parameters() if p.requires_grad) if ref_module is not None else ()
     return R.run(side, inputs, dtype, who=who, device=pair.device, grad=_grad(pair, regime) if grad is None else grad,
-                 layout=regime.strided, train=pair.train ^ regime.flip_mode if train is None else train,
+                 layout=regime.layout, train=pair.train ^ regime.flip_mode if train is None else train,
                  names=R.input_names(sides.ref[F64].fn, inputs), link=sides.link if who == "candidate" else None,
                  ref_params=params, cotangent_seed=pair.seed + regime.seed, call_seed=call_seed, as_given=as_given,
                  guard=guard)
@@ -260,6 +296,8 @@ def _judged(pair: _Pair, regime: Regime, sides: _Sides, case: Case, skipped: lis
         skipped.append((regime.name, f"the reference raises: {ref64.error}"))
         return []
     names = _names(pair, ref64)
+    if regime.offset:
+        regime = replace(regime, moved=_moved(pair, regime, sides, case, ref64, names))
     results = []
     watch = pair.guard and regime.kind in (RegimeKind.GIVEN, RegimeKind.NO_GRAD)  # with autograd, and without
     if not pair.own or not pair.dtypes:
@@ -279,7 +317,21 @@ def _judged(pair: _Pair, regime: Regime, sides: _Sides, case: Case, skipped: lis
             pair.hacks += H.precision_findings(cand_d, ref_d, truth, lambda h: _run(
                 pair, sides.ref[F64], "reference", H.rounded(case.inputs, h), F64, regime, sides, grad=False))
         results.append(_decide(pair, regime, R.dtype_name(d), names, cand_d, truth, ref_d, truth))
+    for r in results if regime.moved else ():
+        r.note = r.note or f"the offset moves {', '.join(sorted(regime.moved))}: judged there as scaled inputs are"
     return results
+
+
+def _moved(pair: _Pair, regime: Regime, sides: _Sides, case: Case, ref64: R.SideRun,
+           names: list[str]) -> frozenset[str]:
+    """The tensors an offset moves: the reference's, in float64, on the inputs less the offset
+    against those on the inputs (every tensor where that run fails)."""
+    back = map_tensors(case.inputs, lambda x: x - regime.offset if x.is_floating_point() else x)
+    other = _run(pair, sides.ref[F64], "reference", back, F64, regime, sides)
+    if other.error:
+        return frozenset(names)
+    return frozenset(n for n in names if n not in other.tensors
+                     or not float64_check(n, other.tensors[n], ref64.tensors[n], None).verdict.agrees)
 
 
 def _float64(pair: _Pair, regime: Regime, sides: _Sides, case: Case, names: list[str], cand64: R.SideRun,
@@ -342,6 +394,8 @@ def _decide(pair: _Pair, regime: Regime, dtype_label: str, names: list[str], can
 def _check(pair: _Pair, regime: Regime, dtype: torch.dtype, name: str, cand: R.SideRun, truth: R.SideRun,
            baseline: R.SideRun | None, scale: float) -> TensorCheck:
     a, o = cand.tensors.get(name), truth.tensors[name]
+    if a is not None and a.shape != o.shape:
+        return TensorCheck.shape_differs(name, a.shape, o.shape)
     if a is not None and not o.is_floating_point():
         same = a.shape == o.shape and torch.equal(a, o.to(a.dtype))
         return TensorCheck(name, Verdict.EQUIVALENT if same else Verdict.DIFFERENT, 0.0 if same else math.inf,
@@ -349,10 +403,10 @@ def _check(pair: _Pair, regime: Regime, dtype: torch.dtype, name: str, cand: R.S
     base = baseline.tensors.get(name) if baseline is not None else None
     if dtype == F64:
         return float64_check(name, a, o, pair.internal, scale=scale, baseline=base, factor=pair.factor)
-    if pair.own and not regime.loose:  # scaled inputs: rounding amplified, judged as below (different beyond
+    if pair.own and not regime.loose_for(name):  # scaled inputs: rounding amplified, judged as below (different beyond
         return own_dtype_check(name, a, o, base, dtype, scale=scale)  # an assert_close tolerance and 10x the baseline)
     pairs = [(base, o)] if base is not None else []
-    return _lower_check(name, a, o, pairs, dtype, factor=pair.factor, scale=scale, half_rule=regime.loose)
+    return _lower_check(name, a, o, pairs, dtype, factor=pair.factor, scale=scale, half_rule=regime.loose_for(name))
 
 
 def _passes(pair: _Pair, regime: Regime, dtype: torch.dtype, c: TensorCheck) -> bool:
@@ -361,8 +415,8 @@ def _passes(pair: _Pair, regime: Regime, dtype: torch.dtype, c: TensorCheck) -> 
     if c.verdict != Verdict.LESS_PRECISE:
         return False
     if dtype == F64:
-        return pair.internal is not None
-    return dtype in HALF_DTYPES or regime.loose
+        return pair.internal is not None or c.name in regime.moved
+    return dtype in HALF_DTYPES or regime.loose_for(c.name)
 
 
 def _line(c: TensorCheck) -> str:
@@ -394,7 +448,7 @@ def _between(pair: _Pair, regime: Regime, sides: _Sides, case: Case, d: torch.dt
     values = (case.inputs, *case.others)
     truths = [_run(pair, sides.ref[F64], "reference", v, F64, regime, sides, grad=False) for v in values]
     bases = [_run(pair, sides.ref[d], "reference", v, d, regime, sides, grad=False) for v in values]
-    first, other, third = (R.prepare(v, d, pair.device, False, False)[0] for v in values)
+    first, other, third = (R.prepare(v, d, pair.device, False)[0] for v in values)
     outs = [_run(pair, sides.cand[d], "candidate", first, d, regime, sides, grad=False, as_given=True),
             _run(pair, sides.cand[d], "candidate", other, d, regime, sides, grad=False, as_given=True)]
     with torch.no_grad():

@@ -2,8 +2,9 @@
 (``InputSource``: given tensors, or a function that draws them, such as KernelBench's
 ``get_inputs``, with the module-level sizes it reads) and the regimes a careful reviewer would
 try beyond them (``Regime``, ``regimes``): other seeds, signed and scaled draws, other sizes,
-batch 1, non-contiguous inputs, calls with other inputs in between, the other train/eval mode,
-a call without autograd. Nothing here runs the reference or the candidate."""
+inputs shifted by a large mean, batch 1, non-contiguous inputs, views into one buffer, calls
+with other inputs in between, the other train/eval mode, a call without autograd. Nothing here
+runs the reference or the candidate."""
 
 from __future__ import annotations
 
@@ -21,6 +22,14 @@ from harness.base.errors import InputError
 from harness.base.seeding import seed_everything
 
 SCALES = (1e-3, 10.0, 100.0)  # x100: logits where a softmax without its max subtracted overflows float32
+OFFSETS = (100.0, 1000.0)     # x + 100: a one-pass variance E[x^2] - E[x]^2 cancels in float32 (error 2.3e-3
+#                               against LayerNorm's 8.8e-6 at features=16); x + 1000: float32 keeps x's spread
+#                               to 6e-5 there, a half dtype does not (its ulp at 1000: 0.5, bfloat16 4)
+GROWTH = (4, 2)               # "sizes x4", else "sizes x2": capacities fixed at 2-4x the given sizes (a rotary
+#                               table of 16 positions for 7, a router with room for 32 of 10 tokens)
+GROWN_BUDGET = 2**21          # elements of a grown draw's inputs and reference parameters together (16 MiB in
+#                               float64): a larger problem is grown x2, or not at all, said in ``skipped``
+VIEW_ALIGN = 16               # "views into one buffer": each input starts on a multiple of 16 elements, the first at 16
 SEEDS = (1, 2)
 MAX_SIZE_REGIMES = 6  # one odd-size regime per module constant, at most this many
 BATCH_NAMES = ("batch", "batch_size", "bs", "b", "n_batch", "batchsize", "num_batches")
@@ -34,12 +43,25 @@ class RegimeKind(str, enum.Enum):
     SIGNED = "signed"
     WEIGHTS = "weights"
     SCALE = "scale"
+    OFFSET = "offset"
     SIZE = "size"
     BATCH1 = "batch 1"
     STRIDED = "non-contiguous"
+    VIEWS = "views"
     BETWEEN = "calls between"
     MODE = "mode"
     NO_GRAD = "no grad"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Layout(str, enum.Enum):
+    """How a regime's inputs are laid out in memory (the same values in each)."""
+
+    GIVEN = "given"                   # each its own contiguous tensor, as drawn
+    STRIDED = "non-contiguous"        # ``strided``: the last two dims' strides swapped
+    VIEWS = "views into one buffer"   # ``views_into_one_buffer``: slices of one buffer at non-zero offsets
 
     def __str__(self) -> str:
         return self.value
@@ -50,7 +72,9 @@ class Regime:
     """One way of calling both sides. ``name`` is what a verdict says it saw ("scale x100",
     "size dim=33"); ``changes``: module constants (or factory arguments) set for the draw;
     ``slice_batch``: the inputs cut to their first row (no batch constant to set);
-    ``strided``: each input passed as a non-contiguous view holding the same values;
+    ``offset``: added to every floating input after its scale (x + 100: the same spread around
+    a large mean); ``layout``: the inputs' memory layout (``Layout``);
+    ``grown``: the sizes are grown beyond the given ones (drawn only within ``GROWN_BUDGET``);
     ``between``: three calls on one instance (the inputs, other inputs, the first tensors
     rewritten in place); ``flip_mode``: the other of train/eval; ``redraw_weights``: every
     parameter of the reference moved off its initial value (a norm's gain of ones, a bias of
@@ -62,20 +86,30 @@ class Regime:
     seed: int = 0
     changes: tuple[tuple[str, int], ...] = ()
     scale: float = 1.0
+    offset: float = 0.0
     signed: bool = False
     slice_batch: bool = False
-    strided: bool = False
+    layout: Layout = Layout.GIVEN
+    grown: bool = False
     between: bool = False
     flip_mode: bool = False
     redraw_weights: bool = False
     grad: bool = True
     fallback: Regime | None = None  # tried where the reference cannot take this one (an odd width, H does not divide)
+    moved: frozenset[str] = frozenset()  # an offset regime's tensors the offset moves (``judge`` finds them)
 
     @property
     def loose(self) -> bool:
         """Outside the regime the precision rule was calibrated on (unit-scale inputs): a lower
         dtype is judged there as the half dtypes are (``harness.check.verdict.outside_calibration``)."""
         return self.scale != 1.0
+
+    def loose_for(self, tensor: str) -> bool:
+        """``loose``, or a tensor an offset moves: x + 100 is a test of cancellation where the
+        reference is shift invariant (a LayerNorm, a softmax: the tensor stays where it was);
+        where the offset moves the tensor (a linear, attention's logits of 1e4), its rounding is
+        amplified as a scale's is, not a mistake."""
+        return self.loose or tensor in self.moved
 
     def __str__(self) -> str:
         return self.name
@@ -192,6 +226,15 @@ class InputSource:
                 inputs = self.inputs if seed == 0 else redraw(self.inputs, seed)
         return tuple(init) if isinstance(init, (list, tuple)) else (init,), inputs
 
+    def draw_meta(self, changes: Mapping[str, int]) -> tuple[tuple, Any] | None:
+        """``draw`` with ``changes`` on the meta device (shapes, nothing allocated: what a grown
+        draw would hold, before it is drawn); None where the functions cannot draw there."""
+        try:
+            with torch.device("meta"):
+                return self.draw(0, changes)
+        except Exception:  # noqa: BLE001  (a get_inputs that needs real tensors: .item(), numpy, a copy)
+            return None
+
     def draw_unseeded(self) -> Any:
         """Call inputs drawn from the global RNG as it stands (no seed set): what a probe that
         seeds the RNG itself draws (given tensors: drawn again as they look)."""
@@ -286,7 +329,8 @@ def _transform(inputs: Any, regime: Regime) -> Any:
             return x
         if regime.signed:
             x = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(x.dtype)
-        return x * regime.scale if regime.scale != 1.0 else x
+        x = x * regime.scale if regime.scale != 1.0 else x
+        return x + regime.offset if regime.offset else x
 
     return map_tensors(inputs, one)
 
@@ -303,8 +347,50 @@ def strided(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def views_into_one_buffer(tensors: Sequence[torch.Tensor], grad: bool) -> dict[int, torch.Tensor]:
+    """{id(tensor): the same values as a contiguous view into one buffer per dtype and device, at a
+    non-zero storage offset} (what ``qkv.unbind(0)`` or ``qkv.split(d)`` of a fused projection
+    give: k and v start past offset 0). Each view starts on a multiple of ``VIEW_ALIGN`` elements,
+    the first at ``VIEW_ALIGN``; the rest of the buffer holds NaN (0 for other dtypes), so a
+    kernel that reads from the storage's start reads them. With ``grad``, the floating buffers
+    require grad and each view keeps its gradient (``retain_grad``)."""
+    groups: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+    for t in {id(t): t for t in tensors}.values():
+        groups.setdefault((t.dtype, t.device), []).append(t)
+    out: dict[int, torch.Tensor] = {}
+    for (dtype, device), members in groups.items():
+        starts, at = [], VIEW_ALIGN
+        for t in members:
+            starts.append(at)
+            at += -(-max(t.numel(), 1) // VIEW_ALIGN) * VIEW_ALIGN
+        fill = float("nan") if dtype.is_floating_point or dtype.is_complex else 0
+        buffer = torch.full((at,), fill, dtype=dtype, device=device)
+        with torch.no_grad():
+            for t, s in zip(members, starts):
+                buffer[s:s + t.numel()].copy_(t.detach().reshape(-1))
+        keeps = grad and dtype.is_floating_point
+        buffer.requires_grad_(keeps)
+        for t, s in zip(members, starts):
+            view = buffer[s:s + t.numel()].view(t.shape)
+            if keeps:
+                view.retain_grad()
+            out[id(t)] = view
+    return out
+
+
 def _scale(s: float) -> str:
     return f"{s:.0e}".replace("e-0", "e-") if s < 1 else f"{s:g}"
+
+
+def _grown(sizes: Mapping[str, int]) -> Regime:
+    """Every size times ``GROWTH[0]`` ("sizes x4"), falling back to each smaller factor in turn
+    (``judge`` leaves out one over ``GROWN_BUDGET`` or one the reference cannot take)."""
+    made: Regime | None = None
+    for factor in reversed(GROWTH):
+        made = replace(GIVEN, name=f"sizes x{factor}", kind=RegimeKind.SIZE, grown=True, fallback=made,
+                       changes=tuple((n, v * factor) for n, v in sizes.items()))
+    assert made is not None
+    return made
 
 
 def odd(n: int) -> int:
@@ -313,14 +399,22 @@ def odd(n: int) -> int:
     return m if m % 2 else m + 1
 
 
-def regimes(source: InputSource, *, modes: bool = True) -> tuple[list[Regime], list[tuple[str, str]]]:
+def regimes(source: InputSource, *, modes: bool = True, half: bool = False) -> tuple[list[Regime],
+                                                                                     list[tuple[str, str]]]:
     """Every regime for ``source``, in the order a failure is reported, and those not tried with
-    the reason (no module constant to vary)."""
+    the reason (no module constant to vary; ``half``: a half dtype is judged, where x + 1000
+    keeps little of x)."""
     out = [GIVEN, *[replace(GIVEN, name=f"seed {s}", kind=RegimeKind.SEED, seed=s) for s in SEEDS],
            replace(GIVEN, name="signed", kind=RegimeKind.SIGNED, signed=True),
            replace(GIVEN, name="weights re-drawn", kind=RegimeKind.WEIGHTS, redraw_weights=True),
            *[replace(GIVEN, name=f"scale x{_scale(s)}", kind=RegimeKind.SCALE, scale=s, signed=True) for s in SCALES]]
     skipped: list[tuple[str, str]] = []
+    for o in OFFSETS:
+        if half and o > OFFSETS[0]:
+            skipped.append((f"offset +{o:g}", "a half dtype is judged: its ulp at 1000 (0.5 in float16, 4 in "
+                                              "bfloat16) keeps little of the inputs' spread"))
+        else:
+            out.append(replace(GIVEN, name=f"offset +{o:g}", kind=RegimeKind.OFFSET, offset=o))
     sizes = source.sizes()
     if sizes:
         out.append(replace(GIVEN, name="sizes halved", kind=RegimeKind.SIZE,
@@ -328,16 +422,18 @@ def regimes(source: InputSource, *, modes: bool = True) -> tuple[list[Regime], l
         out.append(replace(GIVEN, name="sizes grown", kind=RegimeKind.SIZE,  # a buffer sized for the given ones
                            changes=tuple((n, v + max(1, v // 2)) for n, v in sizes.items())))
         for name, value in list(sizes.items())[:MAX_SIZE_REGIMES]:
-            half = max(1, value // 2)
-            even = replace(GIVEN, name=f"size {name}={half}", kind=RegimeKind.SIZE, changes=((name, half),))
+            less = max(1, value // 2)
+            even = replace(GIVEN, name=f"size {name}={less}", kind=RegimeKind.SIZE, changes=((name, less),))
             out.append(replace(even, name=f"size {name}={odd(value)}", changes=((name, odd(value)),),
-                               fallback=even if half != odd(value) else None))
+                               fallback=even if less != odd(value) else None))
+        out.append(_grown(sizes))
     else:
         skipped.append(("sizes", "no module constant or argument sets a size"))
     batch = source.batch_name()
     out.append(replace(GIVEN, name="batch 1", kind=RegimeKind.BATCH1, changes=((batch, 1),) if batch else (),
                        slice_batch=batch is None))
-    out += [replace(GIVEN, name="non-contiguous", kind=RegimeKind.STRIDED, strided=True),
+    out += [replace(GIVEN, name="non-contiguous", kind=RegimeKind.STRIDED, layout=Layout.STRIDED),
+            replace(GIVEN, name="views into one buffer", kind=RegimeKind.VIEWS, layout=Layout.VIEWS),
             replace(GIVEN, name="calls between", kind=RegimeKind.BETWEEN, between=True, grad=False)]
     if modes:
         out.append(replace(GIVEN, name="other mode", kind=RegimeKind.MODE, flip_mode=True))
