@@ -32,10 +32,18 @@ from harness.base.verdicts import Verdict
 from harness.check import reference_hacks as H
 from harness.check import reference_runs as R
 from harness.check.own_dtype import own_dtype_check
-from harness.check.precision import PRECISION_FACTOR
+from harness.check.precision import PRECISION_FACTOR, gap, size_factor
 from harness.check.reference_family import family_check
-from harness.check.reference_inputs import (GROWN_BUDGET, Case, InputSource, Regime, RegimeKind, map_tensors, regimes,
-                                            tensors_of)
+from harness.check.reference_inputs import (
+    GROWN_BUDGET,
+    Case,
+    InputSource,
+    Regime,
+    RegimeKind,
+    map_tensors,
+    regimes,
+    tensors_of,
+)
 from harness.check.reference_result import SEMANTIC, Judgement, RegimeResult, lead_check
 from harness.check.reference_weights import WeightLink, link
 from harness.check.results import TensorCheck
@@ -67,6 +75,7 @@ class _Pair:
     notes: list[str] = field(default_factory=list)
     guard: bool = True                   # the hack defences run (harness.check.reference_hacks)
     hacks: list[HackFinding] = field(default_factory=list)
+    footprint: tuple[tuple[int, int], ...] = ()  # (elements, dims) of the given inputs and reference's tensors
 
 
 def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
@@ -190,7 +199,7 @@ def _build(pair: _Pair, regime: Regime, case: Case, skipped: list) -> _Sides | N
 
 def _regime(pair: _Pair, regime: Regime, skipped: list) -> list[RegimeResult]:
     """One regime: a result per dtype judged (float64 first), or none where it is left out."""
-    if regime.grown and (why := _over_budget(pair, regime)):
+    if regime.growth > 1 and (why := _over_budget(pair, regime)):
         skipped.append((regime.name, why))
         return []
     case = _draw(pair, regime, skipped)
@@ -212,42 +221,23 @@ def _regime(pair: _Pair, regime: Regime, skipped: list) -> list[RegimeResult]:
 
 
 def _over_budget(pair: _Pair, regime: Regime) -> str:
-    """Why a grown draw is not made: its inputs and the reference's parameters at its sizes
-    (counted on the meta device; where get_inputs cannot draw there, the given inputs with every
-    dim grown by the regime's factor) over ``GROWN_BUDGET`` elements; "" where it is within."""
-    drawn = pair.source.draw_meta(dict(regime.changes))
-    if drawn is not None:
-        init, inputs = drawn
-        n = sum(t.numel() for t in tensors_of(inputs))
-    else:
-        sizes = pair.source.sizes()
-        factor = max((v / sizes[k] for k, v in regime.changes if sizes.get(k)), default=1.0)
-        init, given = pair.source.draw(pair.seed)
-        n = int(sum(t.numel() * factor ** t.dim() for t in tensors_of(given)))
-    n += _parameter_elements(pair.reference, init)
+    """Why a grown draw is not made: the given inputs and the reference's parameters and buffers,
+    every dim grown by the regime's factor (a bound on what it would hold, counted before it is
+    drawn), over ``GROWN_BUDGET`` elements; "" where it is within."""
+    n = sum(numel * regime.growth ** dims for numel, dims in pair.footprint)
     if n <= GROWN_BUDGET:
         return ""
-    return f"its inputs and the reference's parameters would hold {n:,} elements, over the budget of {GROWN_BUDGET:,}"
-
-
-def _parameter_elements(reference: Any, init: tuple) -> int:
-    """The reference's parameters and buffers built on ``init`` on the meta device (0 where it
-    is not a class, or cannot be built there)."""
-    if not R.is_module_class(reference):
-        return 0
-    try:
-        with torch.device("meta"):
-            made = reference(*init)
-    except Exception:  # noqa: BLE001  (an __init__ that needs real tensors: its sizes are not counted)
-        return 0
-    return sum(t.numel() for t in (*made.parameters(), *made.buffers()))
+    return (f"the inputs and the reference's parameters, every dim x{regime.growth}, would hold up to {n:,} "
+            f"elements, over the budget of {GROWN_BUDGET:,}")
 
 
 def _settle(pair: _Pair, sides: _Sides, case: Case) -> None:
     """On the given inputs: the mode every regime runs in (eval where the reference is random in
-    train mode), and where the candidate's semantics are decided (its own dtype where it does
-    not run in float64)."""
+    train mode), where the candidate's semantics are decided (its own dtype where it does not
+    run in float64), and what the inputs and the reference hold (the grown sizes' budget)."""
     module = sides.ref[F64].module
+    held = [*tensors_of(case.inputs), *((*module.parameters(), *module.buffers()) if module is not None else ())]
+    pair.footprint = tuple((t.numel(), t.dim()) for t in held)
     if module is not None:  # on copies of their own: a call in train mode moves running statistics
         pair.train = module.training
         a, b = (R.run(R.build(pair.reference, case.init, F64, pair.seed, "reference", pair.device), case.inputs, F64,
@@ -296,8 +286,9 @@ def _judged(pair: _Pair, regime: Regime, sides: _Sides, case: Case, skipped: lis
         skipped.append((regime.name, f"the reference raises: {ref64.error}"))
         return []
     names = _names(pair, ref64)
-    if regime.offset:
-        regime = replace(regime, moved=_moved(pair, regime, sides, case, ref64, names))
+    moved = _moved(pair, regime, sides, case, ref64, names) if regime.offset else []
+    if moved:  # not shift invariant: every tensor judged as under scaled inputs
+        regime = replace(regime, moved=frozenset(names))
     results = []
     watch = pair.guard and regime.kind in (RegimeKind.GIVEN, RegimeKind.NO_GRAD)  # with autograd, and without
     if not pair.own or not pair.dtypes:
@@ -316,22 +307,41 @@ def _judged(pair: _Pair, regime: Regime, sides: _Sides, case: Case, skipped: lis
         if watch and not pair.internal and not cand_d.error and not ref_d.error:
             pair.hacks += H.precision_findings(cand_d, ref_d, truth, lambda h: _run(
                 pair, sides.ref[F64], "reference", H.rounded(case.inputs, h), F64, regime, sides, grad=False))
-        results.append(_decide(pair, regime, R.dtype_name(d), names, cand_d, truth, ref_d, truth))
-    for r in results if regime.moved else ():
-        r.note = r.note or f"the offset moves {', '.join(sorted(regime.moved))}: judged there as scaled inputs are"
+        floor = _one_ulp_off(pair, regime, sides, rounded, d) if regime.offset and not moved else None
+        results.append(_decide(pair, regime, R.dtype_name(d), names, cand_d, truth, ref_d, truth, floor=floor))
+    for r in results if moved else ():
+        r.note = r.note or f"the offset moves {', '.join(moved)}: judged there as scaled inputs are"
     return results
 
 
-def _moved(pair: _Pair, regime: Regime, sides: _Sides, case: Case, ref64: R.SideRun,
-           names: list[str]) -> frozenset[str]:
+def _moved(pair: _Pair, regime: Regime, sides: _Sides, case: Case, ref64: R.SideRun, names: list[str]) -> list[str]:
     """The tensors an offset moves: the reference's, in float64, on the inputs less the offset
-    against those on the inputs (every tensor where that run fails)."""
+    against those on the inputs (every tensor where that run fails). None moved: the reference
+    is shift invariant (a LayerNorm, a softmax), and x + 100 tests cancellation, strictly."""
     back = map_tensors(case.inputs, lambda x: x - regime.offset if x.is_floating_point() else x)
     other = _run(pair, sides.ref[F64], "reference", back, F64, regime, sides)
     if other.error:
-        return frozenset(names)
-    return frozenset(n for n in names if n not in other.tensors
-                     or not float64_check(n, other.tensors[n], ref64.tensors[n], None).verdict.agrees)
+        return names
+    return [n for n in sorted(names) if n not in other.tensors
+            or not float64_check(n, other.tensors[n], ref64.tensors[n], None).verdict.agrees]
+
+
+def _one_ulp_off(pair: _Pair, regime: Regime, sides: _Sides, rounded: Any, dtype: torch.dtype) -> R.SideRun | None:
+    """The definition (float64) on the inputs rounded to ``dtype`` and each moved one ulp up or
+    down at random: how far the rounding of x + 1000 itself moves each tensor, an error a
+    correct rewrite that forms x - c in ``dtype`` (a logsumexp) keeps."""
+    gen = torch.Generator().manual_seed(pair.seed + 29)
+
+    def one(x: torch.Tensor) -> torch.Tensor:
+        if not x.is_floating_point():
+            return x
+        low = x.to(dtype)
+        up = torch.rand(x.shape, generator=gen) < 0.5
+        inf = torch.full_like(low, math.inf)
+        return torch.where(up, torch.nextafter(low, inf), torch.nextafter(low, -inf)).to(x.dtype)
+
+    run = _run(pair, sides.ref[F64], "reference", map_tensors(rounded, one), F64, regime, sides)
+    return None if run.error else run
 
 
 def _float64(pair: _Pair, regime: Regime, sides: _Sides, case: Case, names: list[str], cand64: R.SideRun,
@@ -355,8 +365,9 @@ def _names(pair: _Pair, ref: R.SideRun) -> list[str]:
 
 
 def _decide(pair: _Pair, regime: Regime, dtype_label: str, names: list[str], cand: R.SideRun, truth: R.SideRun,
-            baseline: R.SideRun | None, oracle: R.SideRun) -> RegimeResult:
-    """Every tensor of ``cand`` by the rule of its dtype; the regime's one failing line."""
+            baseline: R.SideRun | None, oracle: R.SideRun, floor: R.SideRun | None = None) -> RegimeResult:
+    """Every tensor of ``cand`` by the rule of its dtype; the regime's one failing line;
+    ``floor``: the definition one ulp of the inputs off (``_one_ulp_off``)."""
     result = RegimeResult(regime, dtype_label)
     where = f"wrong at {regime} ({dtype_label})"
     if cand.error:
@@ -377,8 +388,8 @@ def _decide(pair: _Pair, regime: Regime, dtype_label: str, names: list[str], can
     scale = max((float(t.abs().max()) for n, t in truth.tensors.items()
                  if n.startswith("grad:") and t.numel() and torch.isfinite(t).all()), default=0.0)
     for n in names:
-        result.checks.append(_check(pair, regime, dtype, n, cand, truth, baseline, 0.0 if n.startswith("output")
-                                    else scale))
+        check = _check(pair, regime, dtype, n, cand, truth, baseline, 0.0 if n.startswith("output") else scale)
+        result.checks.append(_within_input_rounding(pair, check, cand, truth, floor))
     bad = lead_check([c for c in result.checks if not _passes(pair, regime, dtype, c)])
     if bad is not None:
         result.failure, result.failed = f"{where}: {_line(bad)}", bad
@@ -407,6 +418,21 @@ def _check(pair: _Pair, regime: Regime, dtype: torch.dtype, name: str, cand: R.S
         return own_dtype_check(name, a, o, base, dtype, scale=scale)  # an assert_close tolerance and 10x the baseline)
     pairs = [(base, o)] if base is not None else []
     return _lower_check(name, a, o, pairs, dtype, factor=pair.factor, scale=scale, half_rule=regime.loose_for(name))
+
+
+def _within_input_rounding(pair: _Pair, c: TensorCheck, cand: R.SideRun, truth: R.SideRun,
+                           floor: R.SideRun | None) -> TensorCheck:
+    """At an offset, a failing tensor whose RMS error is within ``pair.factor`` (by size) of
+    how far one ulp of the inputs moves it (``floor``) is the inputs' rounding: equivalent, said."""
+    a, f = cand.tensors.get(c.name), floor.tensors.get(c.name) if floor is not None else None
+    if a is None or f is None or c.verdict not in (Verdict.LESS_PRECISE, Verdict.DIFFERENT):
+        return c
+    g, fg = gap(a, truth.tensors[c.name]), gap(f, truth.tensors[c.name])
+    if not (g.comparable and fg.comparable) or g.rms > size_factor(pair.factor, g.n) * fg.rms:
+        return c
+    return replace(c, verdict=Verdict.EQUIVALENT, shown=True,
+                   note=f"{c.name}: RMS error {g.rms:.3g}, within {size_factor(pair.factor, g.n):.3g}x of how far one "
+                        f"ulp of the inputs moves it ({fg.rms:.3g}): their rounding at the offset")
 
 
 def _passes(pair: _Pair, regime: Regime, dtype: torch.dtype, c: TensorCheck) -> bool:

@@ -74,7 +74,7 @@ class Regime:
     ``slice_batch``: the inputs cut to their first row (no batch constant to set);
     ``offset``: added to every floating input after its scale (x + 100: the same spread around
     a large mean); ``layout``: the inputs' memory layout (``Layout``);
-    ``grown``: the sizes are grown beyond the given ones (drawn only within ``GROWN_BUDGET``);
+    ``growth``: every size times this factor (drawn only within ``GROWN_BUDGET``);
     ``between``: three calls on one instance (the inputs, other inputs, the first tensors
     rewritten in place); ``flip_mode``: the other of train/eval; ``redraw_weights``: every
     parameter of the reference moved off its initial value (a norm's gain of ones, a bias of
@@ -90,7 +90,7 @@ class Regime:
     signed: bool = False
     slice_batch: bool = False
     layout: Layout = Layout.GIVEN
-    grown: bool = False
+    growth: int = 1
     between: bool = False
     flip_mode: bool = False
     redraw_weights: bool = False
@@ -225,15 +225,6 @@ class InputSource:
             else:
                 inputs = self.inputs if seed == 0 else redraw(self.inputs, seed)
         return tuple(init) if isinstance(init, (list, tuple)) else (init,), inputs
-
-    def draw_meta(self, changes: Mapping[str, int]) -> tuple[tuple, Any] | None:
-        """``draw`` with ``changes`` on the meta device (shapes, nothing allocated: what a grown
-        draw would hold, before it is drawn); None where the functions cannot draw there."""
-        try:
-            with torch.device("meta"):
-                return self.draw(0, changes)
-        except Exception:  # noqa: BLE001  (a get_inputs that needs real tensors: .item(), numpy, a copy)
-            return None
 
     def draw_unseeded(self) -> Any:
         """Call inputs drawn from the global RNG as it stands (no seed set): what a probe that
@@ -387,7 +378,7 @@ def _grown(sizes: Mapping[str, int]) -> Regime:
     (``judge`` leaves out one over ``GROWN_BUDGET`` or one the reference cannot take)."""
     made: Regime | None = None
     for factor in reversed(GROWTH):
-        made = replace(GIVEN, name=f"sizes x{factor}", kind=RegimeKind.SIZE, grown=True, fallback=made,
+        made = replace(GIVEN, name=f"sizes x{factor}", kind=RegimeKind.SIZE, growth=factor, fallback=made,
                        changes=tuple((n, v * factor) for n, v in sizes.items()))
     assert made is not None
     return made
