@@ -17,9 +17,10 @@ family and no trait.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
@@ -307,10 +308,11 @@ def _judged(pair: _Pair, regime: Regime, sides: _Sides, case: Case, skipped: lis
         if watch and not pair.internal and not cand_d.error and not ref_d.error:
             pair.hacks += H.precision_findings(cand_d, ref_d, truth, lambda h: _run(
                 pair, sides.ref[F64], "reference", H.rounded(case.inputs, h), F64, regime, sides, grad=False))
-        floor = _one_ulp_off(pair, regime, sides, rounded, d) if regime.offset and not moved else None
+        floor = functools.cache(functools.partial(_one_ulp_off, pair, regime, sides, rounded, d)) \
+            if regime.offset and not moved else None  # run where a tensor fails, once
         results.append(_decide(pair, regime, R.dtype_name(d), names, cand_d, truth, ref_d, truth, floor=floor))
     for r in results if moved else ():
-        r.note = r.note or f"the offset moves {', '.join(moved)}: judged there as scaled inputs are"
+        r.note = r.note or f"the offset moves {', '.join(moved)} (not shift invariant): judged as under scaled inputs"
     return results
 
 
@@ -319,11 +321,16 @@ def _moved(pair: _Pair, regime: Regime, sides: _Sides, case: Case, ref64: R.Side
     against those on the inputs (every tensor where that run fails). None moved: the reference
     is shift invariant (a LayerNorm, a softmax), and x + 100 tests cancellation, strictly."""
     back = map_tensors(case.inputs, lambda x: x - regime.offset if x.is_floating_point() else x)
-    other = _run(pair, sides.ref[F64], "reference", back, F64, regime, sides)
-    if other.error:
-        return names
-    return [n for n in sorted(names) if n not in other.tensors
-            or not float64_check(n, other.tensors[n], ref64.tensors[n], None).verdict.agrees]
+    moved: list[str] = []
+    for grad in (False, True) if any(n.startswith("grad:") for n in names) else (False,):  # the outputs first
+        other = _run(pair, sides.ref[F64], "reference", back, F64, regime, sides, grad=grad)
+        if other.error:
+            return names
+        moved = [n for n in sorted(names) if (grad or not n.startswith("grad:")) and (
+            n not in other.tensors or not float64_check(n, other.tensors[n], ref64.tensors[n], None).verdict.agrees)]
+        if moved:
+            break
+    return moved
 
 
 def _one_ulp_off(pair: _Pair, regime: Regime, sides: _Sides, rounded: Any, dtype: torch.dtype) -> R.SideRun | None:
@@ -365,7 +372,8 @@ def _names(pair: _Pair, ref: R.SideRun) -> list[str]:
 
 
 def _decide(pair: _Pair, regime: Regime, dtype_label: str, names: list[str], cand: R.SideRun, truth: R.SideRun,
-            baseline: R.SideRun | None, oracle: R.SideRun, floor: R.SideRun | None = None) -> RegimeResult:
+            baseline: R.SideRun | None, oracle: R.SideRun,
+            floor: Callable[[], R.SideRun | None] | None = None) -> RegimeResult:
     """Every tensor of ``cand`` by the rule of its dtype; the regime's one failing line;
     ``floor``: the definition one ulp of the inputs off (``_one_ulp_off``)."""
     result = RegimeResult(regime, dtype_label)
@@ -421,11 +429,15 @@ def _check(pair: _Pair, regime: Regime, dtype: torch.dtype, name: str, cand: R.S
 
 
 def _within_input_rounding(pair: _Pair, c: TensorCheck, cand: R.SideRun, truth: R.SideRun,
-                           floor: R.SideRun | None) -> TensorCheck:
+                           floor: Callable[[], R.SideRun | None] | None) -> TensorCheck:
     """At an offset, a failing tensor whose RMS error is within ``pair.factor`` (by size) of
-    how far one ulp of the inputs moves it (``floor``) is the inputs' rounding: equivalent, said."""
-    a, f = cand.tensors.get(c.name), floor.tensors.get(c.name) if floor is not None else None
-    if a is None or f is None or c.verdict not in (Verdict.LESS_PRECISE, Verdict.DIFFERENT):
+    how far one ulp of the inputs moves it (``floor()``) is the inputs' rounding: equivalent, said."""
+    a = cand.tensors.get(c.name)
+    if floor is None or a is None or c.verdict not in (Verdict.LESS_PRECISE, Verdict.DIFFERENT):
+        return c
+    run = floor()
+    f = run.tensors.get(c.name) if run is not None else None
+    if f is None:
         return c
     g, fg = gap(a, truth.tensors[c.name]), gap(f, truth.tensors[c.name])
     if not (g.comparable and fg.comparable) or g.rms > size_factor(pair.factor, g.n) * fg.rms:
