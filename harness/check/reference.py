@@ -46,10 +46,9 @@ from harness.check.reference_inputs import (
     tensors_of,
 )
 from harness.check.reference_result import SEMANTIC, Judgement, RegimeResult, lead_check
-from harness.check.reference_weights import WeightLink, link
+from harness.check.reference_weights import ParamMapLike, WeightLink, link
 from harness.check.results import TensorCheck
 from harness.check.rules import HALF_DTYPES, _lower_check, float64_check
-from harness.porting.entries import MapEntry
 
 F64 = torch.float64
 WEIGHTS = "weights: "  # a failure that opens so: the weights do not pair, nothing else is tried
@@ -63,7 +62,7 @@ class _Pair:
     candidate: Any
     source: InputSource
     dtypes: tuple[torch.dtype, ...]      # the lower dtypes judged (precision), after float64
-    param_map: Mapping[str, MapEntry] | None
+    param_map: ParamMapLike | None
     internal: str | None
     gradients: Gradients
     device: str
@@ -80,7 +79,7 @@ class _Pair:
 
 
 def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
-          param_map: Mapping[str, MapEntry] | None = None, dtypes: Iterable[str] | None = None,
+          param_map: ParamMapLike | None = None, dtypes: Iterable[str] | None = None,
           internal_dtype: str | None = None, gradients: Gradients | str = Gradients.REQUIRED,
           only: Iterable[str] | None = None, device: str = "cpu", seed: int = 0,
           factor: float = PRECISION_FACTOR, first_failure: bool = False,
@@ -90,7 +89,8 @@ def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
     keywords, or a function drawing them: ``get_inputs``) and every regime beyond them.
 
     ``init_inputs``: the constructor's arguments of a class (or a function returning them);
-    ``param_map``: {reference parameter: entry into the candidate} where names differ;
+    ``param_map``: {reference parameter: entry into the candidate} where names differ (or a
+    function of the constructor's arguments returning it);
     ``dtypes``: the lower dtypes judged (default: the given inputs' floating dtype);
     ``internal_dtype``: the candidate computes in this dtype on purpose ("less precise" in
     float64 is then its rounding, not a mistake); ``only``: the regimes (names or kinds) tried;
@@ -188,7 +188,7 @@ def _build(pair: _Pair, regime: Regime, case: Case, skipped: list) -> _Sides | N
     except Exception as exc:
         return _Sides(ref, {}, WeightLink({}, {}, ""), f"the candidate cannot be built: {describe(exc)}")
     try:
-        made = link(ref[F64].module, cand[F64].module, pair.param_map)
+        made = link(ref[F64].module, cand[F64].module, pair.param_map, case.init)
         for d in every:
             made.load(ref[d].module, cand[d].module)
     except Exception as exc:
@@ -212,7 +212,8 @@ def _regime(pair: _Pair, regime: Regime, skipped: list) -> list[RegimeResult]:
     if regime.kind == RegimeKind.GIVEN and not sides.error:
         _settle(pair, sides, case)
     if sides.error:
-        line = sides.error if sides.error.startswith(WEIGHTS) else f"wrong at {regime}: {sides.error}"
+        given = regime.kind == RegimeKind.GIVEN and sides.error.startswith(WEIGHTS)
+        line = sides.error if given else f"wrong at {regime}: {sides.error}"  # a map right at the given sizes only
         return [RegimeResult(regime, "float64", failure=line)]
     if regime.flip_mode and pair.random_train:
         return [_random_mode(pair, regime, sides, case)]
