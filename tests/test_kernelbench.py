@@ -268,7 +268,8 @@ def test_a_transposed_weight_is_refused_with_the_map_that_fits_and_a_param_map_t
              "static.py": head + "PARAM_MAP = {'a.weight': Chunk('w', 0, sizes=(12, 12)), "
                                  "'b.weight': Chunk('w', 1, sizes=(12, 12))}\n"
                                  "class ModelNew(nn.Module):\n    def __init__(self, d_model, d_ff):\n"
-                                 "        super().__init__()\n        self.w = nn.Parameter(torch.empty(2 * d_ff, d_model))\n"
+                                 "        super().__init__()\n"
+                                 "        self.w = nn.Parameter(torch.empty(2 * d_ff, d_model))\n"
                                  "    def forward(self, x):\n        a, b = (x @ self.w.t()).chunk(2, -1)\n"
                                  "        return a * b.sigmoid()\n"}
     rows = {}

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness import judge
-from harness.check.reference_inputs import GROWN_BUDGET, InputSource, Layout, regimes
+from harness.check.reference_inputs import GROWN_BUDGET, InputSource, regimes
+from harness.check.reference_layouts import Layout
 from harness.check.reference_runs import prepare
 
 

@@ -18,7 +18,6 @@ family and no trait.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
@@ -31,24 +30,24 @@ from harness.base.errors import InputError
 from harness.base.hacks import HackFinding, TorchSnapshot, snapshot_torch
 from harness.base.verdicts import Verdict
 from harness.check import reference_hacks as H
+from harness.check import reference_offset as O
 from harness.check import reference_runs as R
-from harness.check.own_dtype import own_dtype_check
-from harness.check.precision import PRECISION_FACTOR, gap, size_factor
+from harness.check import reference_tensor as T
+from harness.check.precision import PRECISION_FACTOR
 from harness.check.reference_family import family_check
 from harness.check.reference_inputs import (
-    GROWN_BUDGET,
     Case,
     InputSource,
     Regime,
     RegimeKind,
     map_tensors,
+    over_budget,
     regimes,
     tensors_of,
 )
 from harness.check.reference_result import SEMANTIC, Judgement, RegimeResult, lead_check
 from harness.check.reference_weights import ParamMapLike, WeightLink, link
-from harness.check.results import TensorCheck
-from harness.check.rules import HALF_DTYPES, _lower_check, float64_check
+from harness.check.rules import HALF_DTYPES
 
 F64 = torch.float64
 WEIGHTS = "weights: "  # a failure that opens so: the weights do not pair, nothing else is tried
@@ -200,7 +199,7 @@ def _build(pair: _Pair, regime: Regime, case: Case, skipped: list) -> _Sides | N
 
 def _regime(pair: _Pair, regime: Regime, skipped: list) -> list[RegimeResult]:
     """One regime: a result per dtype judged (float64 first), or none where it is left out."""
-    if regime.growth > 1 and (why := _over_budget(pair, regime)):
+    if regime.growth > 1 and (why := over_budget(pair.footprint, regime.growth)):
         skipped.append((regime.name, why))
         return []
     case = _draw(pair, regime, skipped)
@@ -220,17 +219,6 @@ def _regime(pair: _Pair, regime: Regime, skipped: list) -> list[RegimeResult]:
     if regime.between:
         return [_between(pair, regime, sides, case, d) for d in (pair.dtypes or (F64,))]
     return _judged(pair, regime, sides, case, skipped)
-
-
-def _over_budget(pair: _Pair, regime: Regime) -> str:
-    """Why a grown draw is not made: the given inputs and the reference's parameters and buffers,
-    every dim grown by the regime's factor (a bound on what it would hold, counted before it is
-    drawn), over ``GROWN_BUDGET`` elements; "" where it is within."""
-    n = sum(numel * regime.growth ** dims for numel, dims in pair.footprint)
-    if n <= GROWN_BUDGET:
-        return ""
-    return (f"the inputs and the reference's parameters, every dim x{regime.growth}, would hold up to {n:,} "
-            f"elements, over the budget of {GROWN_BUDGET:,}")
 
 
 def _settle(pair: _Pair, sides: _Sides, case: Case) -> None:
@@ -258,6 +246,10 @@ def _settle(pair: _Pair, sides: _Sides, case: Case) -> None:
     elif any(c64.dtypes.get(n) != r64.dtypes.get(n) for n in r64.dtypes):
         got = next(R.dtype_name(c64.dtypes[n]) for n in r64.dtypes if c64.dtypes.get(n) != r64.dtypes[n])
         pair.own = f"it answers float64 inputs in {got}"
+
+
+def _rule(pair: _Pair) -> T.Rule:
+    return T.Rule(pair.internal, pair.own, pair.factor)
 
 
 def _grad(pair: _Pair, regime: Regime) -> bool:
@@ -288,7 +280,9 @@ def _judged(pair: _Pair, regime: Regime, sides: _Sides, case: Case, skipped: lis
         skipped.append((regime.name, f"the reference raises: {ref64.error}"))
         return []
     names = _names(pair, ref64)
-    moved = _moved(pair, regime, sides, case, ref64, names) if regime.offset else []
+    back = O.less(case.inputs, regime.offset) if regime.offset else None
+    moved = O.moved(names, ref64, lambda grad: _run(pair, sides.ref[F64], "reference", back, F64, regime, sides,
+                                                   grad=grad)) if regime.offset else []
     if moved:  # not shift invariant: every tensor judged as under scaled inputs
         regime = replace(regime, moved=frozenset(names))
     results = []
@@ -309,47 +303,12 @@ def _judged(pair: _Pair, regime: Regime, sides: _Sides, case: Case, skipped: lis
         if watch and not pair.internal and not cand_d.error and not ref_d.error:
             pair.hacks += H.precision_findings(cand_d, ref_d, truth, lambda h: _run(
                 pair, sides.ref[F64], "reference", H.rounded(case.inputs, h), F64, regime, sides, grad=False))
-        floor = functools.cache(functools.partial(_one_ulp_off, pair, regime, sides, rounded, d)) \
-            if regime.offset and not moved else None  # run where a tensor fails, once
+        floor = functools.cache(functools.partial(_run, pair, sides.ref[F64], "reference", O.one_ulp_off(
+            rounded, d, pair.seed + 29), F64, regime, sides)) if regime.offset and not moved else None  # where asked
         results.append(_decide(pair, regime, R.dtype_name(d), names, cand_d, truth, ref_d, truth, floor=floor))
     for r in results if moved else ():
         r.note = r.note or f"the offset moves {', '.join(moved)} (not shift invariant): judged as under scaled inputs"
     return results
-
-
-def _moved(pair: _Pair, regime: Regime, sides: _Sides, case: Case, ref64: R.SideRun, names: list[str]) -> list[str]:
-    """The tensors an offset moves: the reference's, in float64, on the inputs less the offset
-    against those on the inputs (every tensor where that run fails). None moved: the reference
-    is shift invariant (a LayerNorm, a softmax), and x + 100 tests cancellation, strictly."""
-    back = map_tensors(case.inputs, lambda x: x - regime.offset if x.is_floating_point() else x)
-    moved: list[str] = []
-    for grad in (False, True) if any(n.startswith("grad:") for n in names) else (False,):  # the outputs first
-        other = _run(pair, sides.ref[F64], "reference", back, F64, regime, sides, grad=grad)
-        if other.error:
-            return names
-        moved = [n for n in sorted(names) if (grad or not n.startswith("grad:")) and (
-            n not in other.tensors or not float64_check(n, other.tensors[n], ref64.tensors[n], None).verdict.agrees)]
-        if moved:
-            break
-    return moved
-
-
-def _one_ulp_off(pair: _Pair, regime: Regime, sides: _Sides, rounded: Any, dtype: torch.dtype) -> R.SideRun | None:
-    """The definition (float64) on the inputs rounded to ``dtype`` and each moved one ulp up or
-    down at random: how far the rounding of x + 1000 itself moves each tensor, an error a
-    correct rewrite that forms x - c in ``dtype`` (a logsumexp) keeps."""
-    gen = torch.Generator().manual_seed(pair.seed + 29)
-
-    def one(x: torch.Tensor) -> torch.Tensor:
-        if not x.is_floating_point():
-            return x
-        low = x.to(dtype)
-        up = torch.rand(x.shape, generator=gen) < 0.5
-        inf = torch.full_like(low, math.inf)
-        return torch.where(up, torch.nextafter(low, inf), torch.nextafter(low, -inf)).to(x.dtype)
-
-    run = _run(pair, sides.ref[F64], "reference", map_tensors(rounded, one), F64, regime, sides)
-    return None if run.error else run
 
 
 def _float64(pair: _Pair, regime: Regime, sides: _Sides, case: Case, names: list[str], cand64: R.SideRun,
@@ -376,7 +335,7 @@ def _decide(pair: _Pair, regime: Regime, dtype_label: str, names: list[str], can
             baseline: R.SideRun | None, oracle: R.SideRun,
             floor: Callable[[], R.SideRun | None] | None = None) -> RegimeResult:
     """Every tensor of ``cand`` by the rule of its dtype; the regime's one failing line;
-    ``floor``: the definition one ulp of the inputs off (``_one_ulp_off``)."""
+    ``floor``: the definition one ulp of the inputs off (``harness.check.reference_offset``)."""
     result = RegimeResult(regime, dtype_label)
     where = f"wrong at {regime} ({dtype_label})"
     if cand.error:
@@ -397,11 +356,11 @@ def _decide(pair: _Pair, regime: Regime, dtype_label: str, names: list[str], can
     scale = max((float(t.abs().max()) for n, t in truth.tensors.items()
                  if n.startswith("grad:") and t.numel() and torch.isfinite(t).all()), default=0.0)
     for n in names:
-        check = _check(pair, regime, dtype, n, cand, truth, baseline, 0.0 if n.startswith("output") else scale)
-        result.checks.append(_within_input_rounding(pair, check, cand, truth, floor))
-    bad = lead_check([c for c in result.checks if not _passes(pair, regime, dtype, c)])
+        check = T.check(_rule(pair), regime, dtype, n, cand, truth, baseline, 0.0 if n.startswith("output") else scale)
+        result.checks.append(O.within_input_rounding(check, cand, truth, floor, pair.factor))
+    bad = lead_check([c for c in result.checks if not T.passes(_rule(pair), regime, dtype, c)])
     if bad is not None:
-        result.failure, result.failed = f"{where}: {_line(bad)}", bad
+        result.failure, result.failed = f"{where}: {T.line(bad)}", bad
     elif dtype != F64 and baseline is not None:
         theirs = baseline.dtypes
         wrong = next((n for n in names if n in cand.dtypes and n in theirs and cand.dtypes[n] != theirs[n]), None)
@@ -409,59 +368,6 @@ def _decide(pair: _Pair, regime: Regime, dtype_label: str, names: list[str], can
             result.failure = (f"{where}: {wrong} returned in {R.dtype_name(cand.dtypes[wrong])}, the reference's in "
                               f"{R.dtype_name(theirs[wrong])}")
     return result
-
-
-def _check(pair: _Pair, regime: Regime, dtype: torch.dtype, name: str, cand: R.SideRun, truth: R.SideRun,
-           baseline: R.SideRun | None, scale: float) -> TensorCheck:
-    a, o = cand.tensors.get(name), truth.tensors[name]
-    if a is not None and a.shape != o.shape:
-        return TensorCheck.shape_differs(name, a.shape, o.shape)
-    if a is not None and not o.is_floating_point():
-        same = a.shape == o.shape and torch.equal(a, o.to(a.dtype))
-        return TensorCheck(name, Verdict.EQUIVALENT if same else Verdict.DIFFERENT, 0.0 if same else math.inf,
-                           None, 0.0, 0.0 if same else math.inf, "" if same else f"{name}: its elements differ")
-    base = baseline.tensors.get(name) if baseline is not None else None
-    if dtype == F64:
-        return float64_check(name, a, o, pair.internal, scale=scale, baseline=base, factor=pair.factor)
-    if pair.own and not regime.loose_for(name):  # scaled inputs: rounding amplified, judged as below (different beyond
-        return own_dtype_check(name, a, o, base, dtype, scale=scale)  # an assert_close tolerance and 10x the baseline)
-    pairs = [(base, o)] if base is not None else []
-    return _lower_check(name, a, o, pairs, dtype, factor=pair.factor, scale=scale, half_rule=regime.loose_for(name))
-
-
-def _within_input_rounding(pair: _Pair, c: TensorCheck, cand: R.SideRun, truth: R.SideRun,
-                           floor: Callable[[], R.SideRun | None] | None) -> TensorCheck:
-    """At an offset, a failing tensor whose RMS error is within ``pair.factor`` (by size) of
-    how far one ulp of the inputs moves it (``floor()``) is the inputs' rounding: equivalent, said."""
-    a = cand.tensors.get(c.name)
-    if floor is None or a is None or c.verdict not in (Verdict.LESS_PRECISE, Verdict.DIFFERENT):
-        return c
-    run = floor()
-    f = run.tensors.get(c.name) if run is not None else None
-    if f is None:
-        return c
-    g, fg = gap(a, truth.tensors[c.name]), gap(f, truth.tensors[c.name])
-    if not (g.comparable and fg.comparable) or g.rms > size_factor(pair.factor, g.n) * fg.rms:
-        return c
-    return replace(c, verdict=Verdict.EQUIVALENT, shown=True,
-                   note=f"{c.name}: RMS error {g.rms:.3g}, within {size_factor(pair.factor, g.n):.3g}x of how far one "
-                        f"ulp of the inputs moves it ({fg.rms:.3g}): their rounding at the offset")
-
-
-def _passes(pair: _Pair, regime: Regime, dtype: torch.dtype, c: TensorCheck) -> bool:
-    if c.verdict.agrees:
-        return True
-    if c.verdict != Verdict.LESS_PRECISE:
-        return False
-    if dtype == F64:
-        return pair.internal is not None or c.name in regime.moved
-    return dtype in HALF_DTYPES or regime.loose_for(c.name)
-
-
-def _line(c: TensorCheck) -> str:
-    if c.note:
-        return c.note if c.note.startswith(c.name) else f"{c.name}: {c.note}"
-    return f"{c.name} max |err| {c.err:.3g} > bound {c.allowed:.3g}"
 
 
 def _random_mode(pair: _Pair, regime: Regime, sides: _Sides, case: Case) -> RegimeResult:
@@ -502,10 +408,10 @@ def _between(pair: _Pair, regime: Regime, sides: _Sides, case: Case, d: torch.dt
             result.failure = f"wrong at {regime} ({label}), {what}: the candidate raises {got.error}"
             return result
         for n in truth.tensors:
-            check = _check(pair, regime, d, n, got, truth, base, 0.0)
+            check = T.check(_rule(pair), regime, d, n, got, truth, base, 0.0)
             check.name = f"{n} ({what})"
             result.checks.append(check)
-    bad = lead_check([c for c in result.checks if not _passes(pair, regime, d, c)])
+    bad = lead_check([c for c in result.checks if not T.passes(_rule(pair), regime, d, c)])
     if bad is not None:
-        result.failure, result.failed = f"wrong at {regime} ({label}): {_line(bad)}", bad
+        result.failure, result.failed = f"wrong at {regime} ({label}): {T.line(bad)}", bad
     return result

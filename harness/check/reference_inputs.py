@@ -20,6 +20,7 @@ import torch
 from harness.base.boundary import user_code
 from harness.base.errors import InputError
 from harness.base.seeding import seed_everything
+from harness.check.reference_layouts import Layout
 
 SCALES = (1e-3, 10.0, 100.0)  # x100: logits where a softmax without its max subtracted overflows float32
 OFFSETS = (100.0, 1000.0)     # x + 100: a one-pass variance E[x^2] - E[x]^2 cancels in float32 (error 2.3e-3
@@ -29,7 +30,6 @@ GROWTH = (4, 2)               # "sizes x4", else "sizes x2": capacities fixed at
 #                               table of 16 positions for 7, a router with room for 32 of 10 tokens)
 GROWN_BUDGET = 2**21          # elements of a grown draw's inputs and reference parameters together (16 MiB in
 #                               float64): a larger problem is grown x2, or not at all, said in ``skipped``
-VIEW_ALIGN = 16               # "views into one buffer": each input starts on a multiple of 16 elements, the first at 16
 SEEDS = (1, 2)
 MAX_SIZE_REGIMES = 6  # one odd-size regime per module constant, at most this many
 BATCH_NAMES = ("batch", "batch_size", "bs", "b", "n_batch", "batchsize", "num_batches")
@@ -51,17 +51,6 @@ class RegimeKind(str, enum.Enum):
     BETWEEN = "calls between"
     MODE = "mode"
     NO_GRAD = "no grad"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class Layout(str, enum.Enum):
-    """How a regime's inputs are laid out in memory (the same values in each)."""
-
-    GIVEN = "given"                   # each its own contiguous tensor, as drawn
-    STRIDED = "non-contiguous"        # ``strided``: the last two dims' strides swapped
-    VIEWS = "views into one buffer"   # ``views_into_one_buffer``: slices of one buffer at non-zero offsets
 
     def __str__(self) -> str:
         return self.value
@@ -326,49 +315,6 @@ def _transform(inputs: Any, regime: Regime) -> Any:
     return map_tensors(inputs, one)
 
 
-def strided(x: torch.Tensor) -> torch.Tensor:
-    """The same values in a non-contiguous layout: the last two dims' strides swapped, or every
-    other element of a buffer twice the size (a 1-D tensor)."""
-    if x.dim() >= 2 and x.shape[-1] > 1 and x.shape[-2] > 1:
-        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if x.numel() > 1:
-        flat = x.reshape(-1)
-        buffer = torch.empty(flat.numel() * 2, dtype=x.dtype, device=x.device)
-        return buffer[::2].copy_(flat).view(*x.shape) if x.dim() == 1 else x
-    return x
-
-
-def views_into_one_buffer(tensors: Sequence[torch.Tensor], grad: bool) -> dict[int, torch.Tensor]:
-    """{id(tensor): the same values as a contiguous view into one buffer per dtype and device, at a
-    non-zero storage offset} (what ``qkv.unbind(0)`` or ``qkv.split(d)`` of a fused projection
-    give: k and v start past offset 0). Each view starts on a multiple of ``VIEW_ALIGN`` elements,
-    the first at ``VIEW_ALIGN``; the rest of the buffer holds NaN (0 for other dtypes), so a
-    kernel that reads from the storage's start reads them. With ``grad``, the floating buffers
-    require grad and each view keeps its gradient (``retain_grad``)."""
-    groups: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
-    for t in {id(t): t for t in tensors}.values():
-        groups.setdefault((t.dtype, t.device), []).append(t)
-    out: dict[int, torch.Tensor] = {}
-    for (dtype, device), members in groups.items():
-        starts, at = [], VIEW_ALIGN
-        for t in members:
-            starts.append(at)
-            at += -(-max(t.numel(), 1) // VIEW_ALIGN) * VIEW_ALIGN
-        fill = float("nan") if dtype.is_floating_point or dtype.is_complex else 0
-        buffer = torch.full((at,), fill, dtype=dtype, device=device)
-        with torch.no_grad():
-            for t, s in zip(members, starts):
-                buffer[s:s + t.numel()].copy_(t.detach().reshape(-1))
-        keeps = grad and dtype.is_floating_point
-        buffer.requires_grad_(keeps)
-        for t, s in zip(members, starts):
-            view = buffer[s:s + t.numel()].view(t.shape)
-            if keeps:
-                view.retain_grad()
-            out[id(t)] = view
-    return out
-
-
 def _scale(s: float) -> str:
     return f"{s:.0e}".replace("e-0", "e-") if s < 1 else f"{s:g}"
 
@@ -382,6 +328,17 @@ def _grown(sizes: Mapping[str, int]) -> Regime:
                        changes=tuple((n, v * factor) for n, v in sizes.items()))
     assert made is not None
     return made
+
+
+def over_budget(footprint: Sequence[tuple[int, int]], growth: int) -> str:
+    """Why a grown draw is not made: ``footprint``, (elements, dims) of the given inputs and the
+    reference's parameters and buffers, every dim times ``growth`` (a bound on what the draw
+    would hold, counted before it is drawn), over ``GROWN_BUDGET`` elements; "" within it."""
+    n = sum(numel * growth ** dims for numel, dims in footprint)
+    if n <= GROWN_BUDGET:
+        return ""
+    return (f"the inputs and the reference's parameters, every dim x{growth}, would hold up to {n:,} "
+            f"elements, over the budget of {GROWN_BUDGET:,}")
 
 
 def odd(n: int) -> int:

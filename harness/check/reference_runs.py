@@ -17,7 +17,8 @@ from harness.base.boundary import describe, user_code
 from harness.base.hack_guard import guarded_call
 from harness.base.hacks import HackFinding
 from harness.base.seeding import seed_everything
-from harness.check.reference_inputs import Layout, map_tensors, strided, views_into_one_buffer
+from harness.check.reference_inputs import map_tensors
+from harness.check.reference_layouts import Layout, strided, views_into_one_buffer
 from harness.check.reference_weights import WeightLink
 from harness.check.runs import changed_inputs, snapshot
 
