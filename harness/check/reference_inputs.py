@@ -320,14 +320,14 @@ def _scale(s: float) -> str:
 
 
 def _grown(sizes: Mapping[str, int]) -> Regime:
-    """Every size times ``GROWTH[0]`` ("sizes x4"), falling back to each smaller factor in turn
-    (``judge`` leaves out one over ``GROWN_BUDGET`` or one the reference cannot take)."""
-    made: Regime | None = None
-    for factor in reversed(GROWTH):
-        made = replace(GIVEN, name=f"sizes x{factor}", kind=RegimeKind.SIZE, growth=factor, fallback=made,
+    """Every size times ``GROWTH[0]`` ("sizes x4"), its fallback every size times ``GROWTH[1]``
+    ("sizes x2": ``judge`` tries it where sizes x4 is over ``GROWN_BUDGET`` or the reference
+    cannot take it)."""
+    def times(factor: int, fallback: Regime | None = None) -> Regime:
+        return replace(GIVEN, name=f"sizes x{factor}", kind=RegimeKind.SIZE, growth=factor, fallback=fallback,
                        changes=tuple((n, v * factor) for n, v in sizes.items()))
-    assert made is not None
-    return made
+
+    return times(GROWTH[0], times(GROWTH[1]))
 
 
 def over_budget(footprint: Sequence[tuple[int, int]], growth: int) -> str:
