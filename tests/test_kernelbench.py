@@ -417,3 +417,38 @@ def test_the_hacks_docs_command_names_the_stale_buffer(capsys):
     assert main(command.split()) == 1
     out = capsys.readouterr().out
     assert "bad_hack_stale_memory.py" in out and "hack: stale_memory: the candidate never wrote" in out
+
+
+def test_a_transposed_weight_is_refused_with_the_map_that_fits_and_a_param_map_that_is_not_one_is_one_line(tmp_path):
+    """Weights are never paired by a guess: a renamed weight held transposed is one line saying
+    the map that fits (given as PARAM_MAP, it passes); a PARAM_MAP of other values is one line;
+    a static map whose chunk sizes fit the given sizes only names the first regime it fails."""
+    problem = load_problem(CORPUS / "gated.py")
+    head = "import torch\nfrom torch import nn\nfrom harness import Chunk, Param, Transposed\n"
+    body = ("class ModelNew(nn.Module):\n    def __init__(self, d_model, d_ff):\n        super().__init__()\n"
+            "        self.a = nn.Linear(d_model, d_ff, bias=False)\n"
+            "        self.gate_t = nn.Parameter(torch.empty(d_model, d_ff))\n"
+            "    def forward(self, x):\n        return self.a(x) * torch.sigmoid(x @ self.gate_t)\n")
+    files = {"transposed.py": head + body,
+             "mapped.py": head + "PARAM_MAP = {'b.weight': Transposed(Param('gate_t'))}\n" + body,
+             "not_a_map.py": head + "PARAM_MAP = {'b.weight': 'gate_t'}\n" + body,
+             "static.py": head + "PARAM_MAP = {'a.weight': Chunk('w', 0, sizes=(12, 12)), "
+                                 "'b.weight': Chunk('w', 1, sizes=(12, 12))}\n"
+                                 "class ModelNew(nn.Module):\n    def __init__(self, d_model, d_ff):\n"
+                                 "        super().__init__()\n"
+                                 "        self.w = nn.Parameter(torch.empty(2 * d_ff, d_model))\n"
+                                 "    def forward(self, x):\n        a, b = (x @ self.w.t()).chunk(2, -1)\n"
+                                 "        return a * b.sigmoid()\n"}
+    rows = {}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        rows[name] = judge_candidate(problem, tmp_path / name, only=["given", "sizes halved"])[0]
+    assert rows["transposed.py"].failing_check == (
+        "weights: the parameters pair neither by name nor by shape: the reference's 'b.weight' (12, 8) has no "
+        "partner of that shape; the candidate's 'gate_t' (8, 12) has no partner of that shape; the transpose "
+        "fits: give param_map={'b.weight': Transposed(Param(\"gate_t\"))}")
+    assert rows["mapped.py"].correct, rows["mapped.py"].failing_check
+    assert rows["not_a_map.py"].compiled and rows["not_a_map.py"].failing_check.startswith(
+        "PARAM_MAP must be a dict of the reference's parameter names to entries")
+    assert rows["static.py"].failing_check.startswith(
+        "wrong at sizes halved: weights: cannot split size 12 into chunks of sizes [12, 12]"), rows["static.py"]

@@ -12,7 +12,9 @@ the replacement is undone before the next file) and the reference's own code, th
 imports and the judge's functions (``harness.base.patches``: a change is a hack, "hack:
 reference_patched: ...", put back at once and after the judgement). A problem is judged
 against itself on its given inputs when it loads: a reference that fails later, beside a
-candidate, is that candidate's row, never the end of the run. Folders: ``PROBLEM.py`` with ``FOLDER/`` (every
+candidate, is that candidate's row, never the end of the run. A candidate whose parameters pair
+with the reference's neither by name nor by shape says where each lives in a ``PARAM_MAP`` of
+its file (``candidate_param_map``), as ``judge``'s ``param_map``. Folders: ``PROBLEM.py`` with ``FOLDER/`` (every
 ``.py`` in it a candidate), or a folder of problems, each ``NAME.py`` with its candidates in
 the sibling folder ``NAME/``."""
 
@@ -24,7 +26,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, get_args
 
 import torch
 
@@ -37,7 +39,8 @@ from harness.check import reference_runs as R
 from harness.check.reference import Gradients, judge
 from harness.check.reference_inputs import InputSource
 from harness.check.reference_result import Judgement
-from harness.check.reference_weights import link
+from harness.check.reference_weights import ParamMapLike, link
+from harness.porting.entries import MapEntry
 
 # KernelBench's fast_p: the fraction of all candidates that are correct and faster than p times
 # the reference (speedup > p); fast_0 is the fraction correct.
@@ -125,6 +128,22 @@ def load_candidate(path: str | Path, snap: TorchSnapshot | None = None) -> tuple
     return model, ""
 
 
+def candidate_param_map(model: type) -> ParamMapLike | None:
+    """The ``PARAM_MAP`` of the candidate's file: {reference parameter: entry into ModelNew}
+    (``Param``, ``Chunk``, ``Transposed``, ...), or a function of the constructor's arguments
+    returning it, where the names and shapes do not pair the weights; None where the file has
+    none. ``InputError`` (one line) where it is not such a map."""
+    given = getattr(sys.modules.get(model.__module__), "PARAM_MAP", None)
+    if given is None or callable(given):
+        return given
+    entries = get_args(MapEntry)
+    if not isinstance(given, Mapping) or not all(isinstance(k, str) and isinstance(v, entries)
+                                                 for k, v in given.items()):
+        raise InputError("PARAM_MAP must be a dict of the reference's parameter names to entries into ModelNew "
+                         "(Param, Chunk, Transposed, ... from harness)")
+    return dict(given)
+
+
 @dataclass
 class Row:
     """One candidate, in KernelBench's columns, with the regimes its verdict saw."""
@@ -186,9 +205,13 @@ def judge_candidate(problem: Problem, path: str | Path, *, gradients: Gradients 
         return Row(problem.name, name, False, False, error, hacks=_first_of_each(patched)), None
     j = None
     try:
-        j = judge(fresh.model, model, fresh.source(), gradients=gradients, device=device, only=only, hacks=hacks,
-                  torch_snapshot=snap)
-        failure = ""
+        param_map, failure = candidate_param_map(model), ""
+    except InputError as exc:  # a malformed PARAM_MAP: the candidate's row
+        param_map, failure = None, str(exc)
+    try:
+        if not failure:
+            j = judge(fresh.model, model, fresh.source(), param_map=param_map, gradients=gradients, device=device,
+                      only=only, hacks=hacks, torch_snapshot=snap)
     except InputError as exc:  # the problem passed on its own when it loaded: this candidate broke it
         failure = f"the reference fails beside this candidate (it ran before the candidate's import): {exc}"
     except Exception as exc:  # anything else the candidate's code does is its row
@@ -241,8 +264,8 @@ def timing_pair(problem: Problem, path: str | Path, device: str = "cpu") -> Timi
     dtype = next((t.dtype for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()), torch.float32)
     ref = R.build(fresh.model, init, dtype, 0, "reference", device)
     cand = R.build(model, init, dtype, 0, "candidate", device)
-    link(ref.module, cand.module).load(ref.module, cand.module)
-    prepared, _ = R.prepare(inputs, dtype, device, False, False)
+    link(ref.module, cand.module, candidate_param_map(model), init).load(ref.module, cand.module)
+    prepared, _ = R.prepare(inputs, dtype, device, False)
 
     def call(side: R.Built) -> Callable[..., Any]:
         def run(*args: Any) -> Any:

@@ -17,9 +17,9 @@ family and no trait.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+import functools
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
@@ -30,16 +30,24 @@ from harness.base.errors import InputError
 from harness.base.hacks import HackFinding, TorchSnapshot, snapshot_torch
 from harness.base.verdicts import Verdict
 from harness.check import reference_hacks as H
+from harness.check import reference_offset as O
 from harness.check import reference_runs as R
-from harness.check.own_dtype import own_dtype_check
+from harness.check import reference_tensor as T
 from harness.check.precision import PRECISION_FACTOR
 from harness.check.reference_family import family_check
-from harness.check.reference_inputs import Case, InputSource, Regime, RegimeKind, map_tensors, regimes, tensors_of
+from harness.check.reference_inputs import (
+    Case,
+    InputSource,
+    Regime,
+    RegimeKind,
+    map_tensors,
+    over_budget,
+    regimes,
+    tensors_of,
+)
 from harness.check.reference_result import SEMANTIC, Judgement, RegimeResult, lead_check
-from harness.check.reference_weights import WeightLink, link
-from harness.check.results import TensorCheck
-from harness.check.rules import HALF_DTYPES, _lower_check, float64_check
-from harness.porting.entries import MapEntry
+from harness.check.reference_weights import ParamMapLike, WeightLink, link
+from harness.check.rules import HALF_DTYPES
 
 F64 = torch.float64
 WEIGHTS = "weights: "  # a failure that opens so: the weights do not pair, nothing else is tried
@@ -53,7 +61,7 @@ class _Pair:
     candidate: Any
     source: InputSource
     dtypes: tuple[torch.dtype, ...]      # the lower dtypes judged (precision), after float64
-    param_map: Mapping[str, MapEntry] | None
+    param_map: ParamMapLike | None
     internal: str | None
     gradients: Gradients
     device: str
@@ -66,10 +74,11 @@ class _Pair:
     notes: list[str] = field(default_factory=list)
     guard: bool = True                   # the hack defences run (harness.check.reference_hacks)
     hacks: list[HackFinding] = field(default_factory=list)
+    footprint: tuple[tuple[int, int], ...] = ()  # (elements, dims) of the given inputs and reference's tensors
 
 
 def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
-          param_map: Mapping[str, MapEntry] | None = None, dtypes: Iterable[str] | None = None,
+          param_map: ParamMapLike | None = None, dtypes: Iterable[str] | None = None,
           internal_dtype: str | None = None, gradients: Gradients | str = Gradients.REQUIRED,
           only: Iterable[str] | None = None, device: str = "cpu", seed: int = 0,
           factor: float = PRECISION_FACTOR, first_failure: bool = False,
@@ -79,7 +88,8 @@ def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
     keywords, or a function drawing them: ``get_inputs``) and every regime beyond them.
 
     ``init_inputs``: the constructor's arguments of a class (or a function returning them);
-    ``param_map``: {reference parameter: entry into the candidate} where names differ;
+    ``param_map``: {reference parameter: entry into the candidate} where names differ (or a
+    function of the constructor's arguments returning it);
     ``dtypes``: the lower dtypes judged (default: the given inputs' floating dtype);
     ``internal_dtype``: the candidate computes in this dtype on purpose ("less precise" in
     float64 is then its rounding, not a mistake); ``only``: the regimes (names or kinds) tried;
@@ -98,7 +108,7 @@ def judge(reference: Any, candidate: Any, inputs: Any, *, init_inputs: Any = (),
     pair = _Pair(reference, candidate, source, tuple(d for d in lower if d != F64), param_map, internal_dtype,
                  Gradients(gradients), device, seed, factor, guard=hacks)
     snap = (torch_snapshot or snapshot_torch()) if hacks else None
-    all_regimes, skipped = regimes(source, modes=_has_modes(pair))
+    all_regimes, skipped = regimes(source, modes=_has_modes(pair), half=any(d in HALF_DTYPES for d in pair.dtypes))
     wanted = set(only) if only is not None else None
     results: list[RegimeResult] = []
     for regime in all_regimes:
@@ -177,7 +187,7 @@ def _build(pair: _Pair, regime: Regime, case: Case, skipped: list) -> _Sides | N
     except Exception as exc:
         return _Sides(ref, {}, WeightLink({}, {}, ""), f"the candidate cannot be built: {describe(exc)}")
     try:
-        made = link(ref[F64].module, cand[F64].module, pair.param_map)
+        made = link(ref[F64].module, cand[F64].module, pair.param_map, case.init)
         for d in every:
             made.load(ref[d].module, cand[d].module)
     except Exception as exc:
@@ -189,6 +199,9 @@ def _build(pair: _Pair, regime: Regime, case: Case, skipped: list) -> _Sides | N
 
 def _regime(pair: _Pair, regime: Regime, skipped: list) -> list[RegimeResult]:
     """One regime: a result per dtype judged (float64 first), or none where it is left out."""
+    if regime.growth > 1 and (why := over_budget(pair.footprint, regime.growth)):
+        skipped.append((regime.name, why))
+        return []
     case = _draw(pair, regime, skipped)
     if case is None:
         return []
@@ -198,7 +211,8 @@ def _regime(pair: _Pair, regime: Regime, skipped: list) -> list[RegimeResult]:
     if regime.kind == RegimeKind.GIVEN and not sides.error:
         _settle(pair, sides, case)
     if sides.error:
-        line = sides.error if sides.error.startswith(WEIGHTS) else f"wrong at {regime}: {sides.error}"
+        given = regime.kind == RegimeKind.GIVEN and sides.error.startswith(WEIGHTS)
+        line = sides.error if given else f"wrong at {regime}: {sides.error}"  # a map right at the given sizes only
         return [RegimeResult(regime, "float64", failure=line)]
     if regime.flip_mode and pair.random_train:
         return [_random_mode(pair, regime, sides, case)]
@@ -209,9 +223,11 @@ def _regime(pair: _Pair, regime: Regime, skipped: list) -> list[RegimeResult]:
 
 def _settle(pair: _Pair, sides: _Sides, case: Case) -> None:
     """On the given inputs: the mode every regime runs in (eval where the reference is random in
-    train mode), and where the candidate's semantics are decided (its own dtype where it does
-    not run in float64)."""
+    train mode), where the candidate's semantics are decided (its own dtype where it does not
+    run in float64), and what the inputs and the reference hold (the grown sizes' budget)."""
     module = sides.ref[F64].module
+    held = [*tensors_of(case.inputs), *((*module.parameters(), *module.buffers()) if module is not None else ())]
+    pair.footprint = tuple((t.numel(), t.dim()) for t in held)
     if module is not None:  # on copies of their own: a call in train mode moves running statistics
         pair.train = module.training
         a, b = (R.run(R.build(pair.reference, case.init, F64, pair.seed, "reference", pair.device), case.inputs, F64,
@@ -232,6 +248,10 @@ def _settle(pair: _Pair, sides: _Sides, case: Case) -> None:
         pair.own = f"it answers float64 inputs in {got}"
 
 
+def _rule(pair: _Pair) -> T.Rule:
+    return T.Rule(pair.internal, pair.own, pair.factor)
+
+
 def _grad(pair: _Pair, regime: Regime) -> bool:
     return regime.grad and pair.gradients != Gradients.NONE
 
@@ -245,7 +265,7 @@ def _run(pair: _Pair, side: R.Built, who: str, inputs: Any, dtype: torch.dtype, 
     ref_module = sides.ref[F64].module
     params = tuple(n for n, p in ref_module.named_parameters() if p.requires_grad) if ref_module is not None else ()
     return R.run(side, inputs, dtype, who=who, device=pair.device, grad=_grad(pair, regime) if grad is None else grad,
-                 layout=regime.strided, train=pair.train ^ regime.flip_mode if train is None else train,
+                 layout=regime.layout, train=pair.train ^ regime.flip_mode if train is None else train,
                  names=R.input_names(sides.ref[F64].fn, inputs), link=sides.link if who == "candidate" else None,
                  ref_params=params, cotangent_seed=pair.seed + regime.seed, call_seed=call_seed, as_given=as_given,
                  guard=guard)
@@ -260,6 +280,11 @@ def _judged(pair: _Pair, regime: Regime, sides: _Sides, case: Case, skipped: lis
         skipped.append((regime.name, f"the reference raises: {ref64.error}"))
         return []
     names = _names(pair, ref64)
+    back = O.less(case.inputs, regime.offset) if regime.offset else None
+    moved = O.moved(names, ref64, lambda grad: _run(pair, sides.ref[F64], "reference", back, F64, regime, sides,
+                                                   grad=grad)) if regime.offset else []
+    if moved:  # not shift invariant: every tensor judged as under scaled inputs
+        regime = replace(regime, moved=frozenset(names))
     results = []
     watch = pair.guard and regime.kind in (RegimeKind.GIVEN, RegimeKind.NO_GRAD)  # with autograd, and without
     if not pair.own or not pair.dtypes:
@@ -278,7 +303,11 @@ def _judged(pair: _Pair, regime: Regime, sides: _Sides, case: Case, skipped: lis
         if watch and not pair.internal and not cand_d.error and not ref_d.error:
             pair.hacks += H.precision_findings(cand_d, ref_d, truth, lambda h: _run(
                 pair, sides.ref[F64], "reference", H.rounded(case.inputs, h), F64, regime, sides, grad=False))
-        results.append(_decide(pair, regime, R.dtype_name(d), names, cand_d, truth, ref_d, truth))
+        floor = functools.cache(functools.partial(_run, pair, sides.ref[F64], "reference", O.one_ulp_off(
+            rounded, d, pair.seed + 29), F64, regime, sides)) if regime.offset and not moved else None  # where asked
+        results.append(_decide(pair, regime, R.dtype_name(d), names, cand_d, truth, ref_d, truth, floor=floor))
+    for r in results if moved else ():
+        r.note = r.note or f"the offset moves {', '.join(moved)} (not shift invariant): judged as under scaled inputs"
     return results
 
 
@@ -303,8 +332,10 @@ def _names(pair: _Pair, ref: R.SideRun) -> list[str]:
 
 
 def _decide(pair: _Pair, regime: Regime, dtype_label: str, names: list[str], cand: R.SideRun, truth: R.SideRun,
-            baseline: R.SideRun | None, oracle: R.SideRun) -> RegimeResult:
-    """Every tensor of ``cand`` by the rule of its dtype; the regime's one failing line."""
+            baseline: R.SideRun | None, oracle: R.SideRun,
+            floor: Callable[[], R.SideRun | None] | None = None) -> RegimeResult:
+    """Every tensor of ``cand`` by the rule of its dtype; the regime's one failing line;
+    ``floor``: the definition one ulp of the inputs off (``harness.check.reference_offset``)."""
     result = RegimeResult(regime, dtype_label)
     where = f"wrong at {regime} ({dtype_label})"
     if cand.error:
@@ -325,11 +356,11 @@ def _decide(pair: _Pair, regime: Regime, dtype_label: str, names: list[str], can
     scale = max((float(t.abs().max()) for n, t in truth.tensors.items()
                  if n.startswith("grad:") and t.numel() and torch.isfinite(t).all()), default=0.0)
     for n in names:
-        result.checks.append(_check(pair, regime, dtype, n, cand, truth, baseline, 0.0 if n.startswith("output")
-                                    else scale))
-    bad = lead_check([c for c in result.checks if not _passes(pair, regime, dtype, c)])
+        check = T.check(_rule(pair), regime, dtype, n, cand, truth, baseline, 0.0 if n.startswith("output") else scale)
+        result.checks.append(O.within_input_rounding(check, cand, truth, floor, pair.factor))
+    bad = lead_check([c for c in result.checks if not T.passes(_rule(pair), regime, dtype, c)])
     if bad is not None:
-        result.failure, result.failed = f"{where}: {_line(bad)}", bad
+        result.failure, result.failed = f"{where}: {T.line(bad)}", bad
     elif dtype != F64 and baseline is not None:
         theirs = baseline.dtypes
         wrong = next((n for n in names if n in cand.dtypes and n in theirs and cand.dtypes[n] != theirs[n]), None)
@@ -337,38 +368,6 @@ def _decide(pair: _Pair, regime: Regime, dtype_label: str, names: list[str], can
             result.failure = (f"{where}: {wrong} returned in {R.dtype_name(cand.dtypes[wrong])}, the reference's in "
                               f"{R.dtype_name(theirs[wrong])}")
     return result
-
-
-def _check(pair: _Pair, regime: Regime, dtype: torch.dtype, name: str, cand: R.SideRun, truth: R.SideRun,
-           baseline: R.SideRun | None, scale: float) -> TensorCheck:
-    a, o = cand.tensors.get(name), truth.tensors[name]
-    if a is not None and not o.is_floating_point():
-        same = a.shape == o.shape and torch.equal(a, o.to(a.dtype))
-        return TensorCheck(name, Verdict.EQUIVALENT if same else Verdict.DIFFERENT, 0.0 if same else math.inf,
-                           None, 0.0, 0.0 if same else math.inf, "" if same else f"{name}: its elements differ")
-    base = baseline.tensors.get(name) if baseline is not None else None
-    if dtype == F64:
-        return float64_check(name, a, o, pair.internal, scale=scale, baseline=base, factor=pair.factor)
-    if pair.own and not regime.loose:  # scaled inputs: rounding amplified, judged as below (different beyond
-        return own_dtype_check(name, a, o, base, dtype, scale=scale)  # an assert_close tolerance and 10x the baseline)
-    pairs = [(base, o)] if base is not None else []
-    return _lower_check(name, a, o, pairs, dtype, factor=pair.factor, scale=scale, half_rule=regime.loose)
-
-
-def _passes(pair: _Pair, regime: Regime, dtype: torch.dtype, c: TensorCheck) -> bool:
-    if c.verdict.agrees:
-        return True
-    if c.verdict != Verdict.LESS_PRECISE:
-        return False
-    if dtype == F64:
-        return pair.internal is not None
-    return dtype in HALF_DTYPES or regime.loose
-
-
-def _line(c: TensorCheck) -> str:
-    if c.note:
-        return c.note if c.note.startswith(c.name) else f"{c.name}: {c.note}"
-    return f"{c.name} max |err| {c.err:.3g} > bound {c.allowed:.3g}"
 
 
 def _random_mode(pair: _Pair, regime: Regime, sides: _Sides, case: Case) -> RegimeResult:
@@ -394,7 +393,7 @@ def _between(pair: _Pair, regime: Regime, sides: _Sides, case: Case, d: torch.dt
     values = (case.inputs, *case.others)
     truths = [_run(pair, sides.ref[F64], "reference", v, F64, regime, sides, grad=False) for v in values]
     bases = [_run(pair, sides.ref[d], "reference", v, d, regime, sides, grad=False) for v in values]
-    first, other, third = (R.prepare(v, d, pair.device, False, False)[0] for v in values)
+    first, other, third = (R.prepare(v, d, pair.device, False)[0] for v in values)
     kept = H.Kept(pair.guard)
     for given in (first, other, first):
         if len(kept.runs) == 2:
@@ -411,10 +410,10 @@ def _between(pair: _Pair, regime: Regime, sides: _Sides, case: Case, d: torch.dt
             result.failure = f"wrong at {regime} ({label}), {what}: the candidate raises {got.error}"
             return result
         for n in truth.tensors:
-            check = _check(pair, regime, d, n, got, truth, base, 0.0)
+            check = T.check(_rule(pair), regime, d, n, got, truth, base, 0.0)
             check.name = f"{n} ({what})"
             result.checks.append(check)
-    bad = lead_check([c for c in result.checks if not _passes(pair, regime, d, c)])
+    bad = lead_check([c for c in result.checks if not T.passes(_rule(pair), regime, d, c)])
     if bad is not None:
-        result.failure, result.failed = f"wrong at {regime} ({label}): {_line(bad)}", bad
+        result.failure, result.failed = f"wrong at {regime} ({label}): {T.line(bad)}", bad
     return result

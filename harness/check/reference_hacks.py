@@ -28,8 +28,7 @@ from harness.base.hacks import HackFinding, HackKind, TorchSnapshot, originals, 
 from harness.check import reference_runs as R
 from harness.check.hack_probes import overwritten, precision_finding, probe_all
 from harness.check.reference_inputs import InputSource, RegimeKind, map_tensors, regimes
-from harness.check.reference_weights import link
-from harness.porting.entries import MapEntry
+from harness.check.reference_weights import ParamMapLike, link
 
 F64 = torch.float64
 _WRITES = (HackKind.INPUT_MODIFIED, HackKind.OUTPUT_IN_INPUT)
@@ -145,7 +144,7 @@ class _Sides:
     """Builds (candidate, reference) callables on one draw's constructor arguments."""
 
     def __init__(self, reference: Any, candidate: Any, dtype: torch.dtype, device: str, seed: int,
-                 param_map: Mapping[str, MapEntry] | None):
+                 param_map: ParamMapLike | None):
         self.reference, self.candidate, self.dtype = reference, candidate, dtype
         self.device, self.seed, self.param_map = device, seed, param_map
 
@@ -153,7 +152,7 @@ class _Sides:
         ref64 = R.build(self.reference, init, F64, self.seed, "reference", self.device)
         ref_d = R.build(self.reference, init, self.dtype, self.seed, "reference", self.device)
         cand = R.build(self.candidate, init, self.dtype, self.seed, "candidate", self.device)
-        link(ref_d.module, cand.module, self.param_map).load(ref_d.module, cand.module)
+        link(ref_d.module, cand.module, self.param_map, init).load(ref_d.module, cand.module)
         for b in (ref64, cand):
             if b.module is not None:
                 b.module.eval()
@@ -174,7 +173,7 @@ def _elsewhere(source: InputSource, sides: _Sides, seed: int) -> dict[str, Calla
 
 
 def probes(reference: Any, candidate: Any, source: InputSource, dtype: torch.dtype, *, device: str = "cpu",
-           seed: int = 0, param_map: Mapping[str, MapEntry] | None = None) -> list[HackFinding]:
+           seed: int = 0, param_map: ParamMapLike | None = None) -> list[HackFinding]:
     """``probe_all`` of the candidate against the reference (see the module); nothing where the
     inputs are keywords, or where a side cannot be built or raises (the regimes say so)."""
     init, given = source.draw(seed)

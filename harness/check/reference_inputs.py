@@ -2,8 +2,9 @@
 (``InputSource``: given tensors, or a function that draws them, such as KernelBench's
 ``get_inputs``, with the module-level sizes it reads) and the regimes a careful reviewer would
 try beyond them (``Regime``, ``regimes``): other seeds, signed and scaled draws, other sizes,
-batch 1, non-contiguous inputs, calls with other inputs in between, the other train/eval mode,
-a call without autograd. Nothing here runs the reference or the candidate."""
+inputs shifted by a large mean, batch 1, non-contiguous inputs, views into one buffer, calls
+with other inputs in between, the other train/eval mode, a call without autograd. Nothing here
+runs the reference or the candidate."""
 
 from __future__ import annotations
 
@@ -19,8 +20,16 @@ import torch
 from harness.base.boundary import user_code
 from harness.base.errors import InputError
 from harness.base.seeding import seed_everything
+from harness.check.reference_layouts import Layout
 
 SCALES = (1e-3, 10.0, 100.0)  # x100: logits where a softmax without its max subtracted overflows float32
+OFFSETS = (100.0, 1000.0)     # x + 100: a one-pass variance E[x^2] - E[x]^2 cancels in float32 (error 2.3e-3
+#                               against LayerNorm's 8.8e-6 at features=16); x + 1000: float32 keeps x's spread
+#                               to 6e-5 there, a half dtype does not (its ulp at 1000: 0.5, bfloat16 4)
+GROWTH = (4, 2)               # "sizes x4", else "sizes x2": capacities fixed at 2-4x the given sizes (a rotary
+#                               table of 16 positions for 7, a router with room for 32 of 10 tokens)
+GROWN_BUDGET = 2**21          # elements of a grown draw's inputs and reference parameters together (16 MiB in
+#                               float64): a larger problem is grown x2, or not at all, said in ``skipped``
 SEEDS = (1, 2)
 MAX_SIZE_REGIMES = 6  # one odd-size regime per module constant, at most this many
 BATCH_NAMES = ("batch", "batch_size", "bs", "b", "n_batch", "batchsize", "num_batches")
@@ -34,9 +43,11 @@ class RegimeKind(str, enum.Enum):
     SIGNED = "signed"
     WEIGHTS = "weights"
     SCALE = "scale"
+    OFFSET = "offset"
     SIZE = "size"
     BATCH1 = "batch 1"
     STRIDED = "non-contiguous"
+    VIEWS = "views"
     BETWEEN = "calls between"
     MODE = "mode"
     NO_GRAD = "no grad"
@@ -50,7 +61,9 @@ class Regime:
     """One way of calling both sides. ``name`` is what a verdict says it saw ("scale x100",
     "size dim=33"); ``changes``: module constants (or factory arguments) set for the draw;
     ``slice_batch``: the inputs cut to their first row (no batch constant to set);
-    ``strided``: each input passed as a non-contiguous view holding the same values;
+    ``offset``: added to every floating input after its scale (x + 100: the same spread around
+    a large mean); ``layout``: the inputs' memory layout (``Layout``);
+    ``growth``: every size times this factor (drawn only within ``GROWN_BUDGET``);
     ``between``: three calls on one instance (the inputs, other inputs, the first tensors
     rewritten in place); ``flip_mode``: the other of train/eval; ``redraw_weights``: every
     parameter of the reference moved off its initial value (a norm's gain of ones, a bias of
@@ -62,20 +75,30 @@ class Regime:
     seed: int = 0
     changes: tuple[tuple[str, int], ...] = ()
     scale: float = 1.0
+    offset: float = 0.0
     signed: bool = False
     slice_batch: bool = False
-    strided: bool = False
+    layout: Layout = Layout.GIVEN
+    growth: int = 1
     between: bool = False
     flip_mode: bool = False
     redraw_weights: bool = False
     grad: bool = True
     fallback: Regime | None = None  # tried where the reference cannot take this one (an odd width, H does not divide)
+    moved: frozenset[str] = frozenset()  # an offset regime's tensors the offset moves (``judge`` finds them)
 
     @property
     def loose(self) -> bool:
         """Outside the regime the precision rule was calibrated on (unit-scale inputs): a lower
         dtype is judged there as the half dtypes are (``harness.check.verdict.outside_calibration``)."""
         return self.scale != 1.0
+
+    def loose_for(self, tensor: str) -> bool:
+        """``loose``, or a tensor an offset moves: x + 100 is a test of cancellation where the
+        reference is shift invariant (a LayerNorm, a softmax: the tensor stays where it was);
+        where the offset moves the tensor (a linear, attention's logits of 1e4), its rounding is
+        amplified as a scale's is, not a mistake."""
+        return self.loose or tensor in self.moved
 
     def __str__(self) -> str:
         return self.name
@@ -286,25 +309,36 @@ def _transform(inputs: Any, regime: Regime) -> Any:
             return x
         if regime.signed:
             x = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(x.dtype)
-        return x * regime.scale if regime.scale != 1.0 else x
+        x = x * regime.scale if regime.scale != 1.0 else x
+        return x + regime.offset if regime.offset else x
 
     return map_tensors(inputs, one)
 
 
-def strided(x: torch.Tensor) -> torch.Tensor:
-    """The same values in a non-contiguous layout: the last two dims' strides swapped, or every
-    other element of a buffer twice the size (a 1-D tensor)."""
-    if x.dim() >= 2 and x.shape[-1] > 1 and x.shape[-2] > 1:
-        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if x.numel() > 1:
-        flat = x.reshape(-1)
-        buffer = torch.empty(flat.numel() * 2, dtype=x.dtype, device=x.device)
-        return buffer[::2].copy_(flat).view(*x.shape) if x.dim() == 1 else x
-    return x
-
-
 def _scale(s: float) -> str:
     return f"{s:.0e}".replace("e-0", "e-") if s < 1 else f"{s:g}"
+
+
+def _grown(sizes: Mapping[str, int]) -> Regime:
+    """Every size times ``GROWTH[0]`` ("sizes x4"), its fallback every size times ``GROWTH[1]``
+    ("sizes x2": ``judge`` tries it where sizes x4 is over ``GROWN_BUDGET`` or the reference
+    cannot take it)."""
+    def times(factor: int, fallback: Regime | None = None) -> Regime:
+        return replace(GIVEN, name=f"sizes x{factor}", kind=RegimeKind.SIZE, growth=factor, fallback=fallback,
+                       changes=tuple((n, v * factor) for n, v in sizes.items()))
+
+    return times(GROWTH[0], times(GROWTH[1]))
+
+
+def over_budget(footprint: Sequence[tuple[int, int]], growth: int) -> str:
+    """Why a grown draw is not made: ``footprint``, (elements, dims) of the given inputs and the
+    reference's parameters and buffers, every dim times ``growth`` (a bound on what the draw
+    would hold, counted before it is drawn), over ``GROWN_BUDGET`` elements; "" within it."""
+    n = sum(numel * growth ** dims for numel, dims in footprint)
+    if n <= GROWN_BUDGET:
+        return ""
+    return (f"the inputs and the reference's parameters, every dim x{growth}, would hold up to {n:,} "
+            f"elements, over the budget of {GROWN_BUDGET:,}")
 
 
 def odd(n: int) -> int:
@@ -313,14 +347,22 @@ def odd(n: int) -> int:
     return m if m % 2 else m + 1
 
 
-def regimes(source: InputSource, *, modes: bool = True) -> tuple[list[Regime], list[tuple[str, str]]]:
+def regimes(source: InputSource, *, modes: bool = True, half: bool = False) -> tuple[list[Regime],
+                                                                                     list[tuple[str, str]]]:
     """Every regime for ``source``, in the order a failure is reported, and those not tried with
-    the reason (no module constant to vary)."""
+    the reason (no module constant to vary; ``half``: a half dtype is judged, where x + 1000
+    keeps little of x)."""
     out = [GIVEN, *[replace(GIVEN, name=f"seed {s}", kind=RegimeKind.SEED, seed=s) for s in SEEDS],
            replace(GIVEN, name="signed", kind=RegimeKind.SIGNED, signed=True),
            replace(GIVEN, name="weights re-drawn", kind=RegimeKind.WEIGHTS, redraw_weights=True),
            *[replace(GIVEN, name=f"scale x{_scale(s)}", kind=RegimeKind.SCALE, scale=s, signed=True) for s in SCALES]]
     skipped: list[tuple[str, str]] = []
+    for o in OFFSETS:
+        if half and o > OFFSETS[0]:
+            skipped.append((f"offset +{o:g}", "a half dtype is judged: its ulp at 1000 (0.5 in float16, 4 in "
+                                              "bfloat16) keeps little of the inputs' spread"))
+        else:
+            out.append(replace(GIVEN, name=f"offset +{o:g}", kind=RegimeKind.OFFSET, offset=o))
     sizes = source.sizes()
     if sizes:
         out.append(replace(GIVEN, name="sizes halved", kind=RegimeKind.SIZE,
@@ -328,16 +370,18 @@ def regimes(source: InputSource, *, modes: bool = True) -> tuple[list[Regime], l
         out.append(replace(GIVEN, name="sizes grown", kind=RegimeKind.SIZE,  # a buffer sized for the given ones
                            changes=tuple((n, v + max(1, v // 2)) for n, v in sizes.items())))
         for name, value in list(sizes.items())[:MAX_SIZE_REGIMES]:
-            half = max(1, value // 2)
-            even = replace(GIVEN, name=f"size {name}={half}", kind=RegimeKind.SIZE, changes=((name, half),))
+            less = max(1, value // 2)
+            even = replace(GIVEN, name=f"size {name}={less}", kind=RegimeKind.SIZE, changes=((name, less),))
             out.append(replace(even, name=f"size {name}={odd(value)}", changes=((name, odd(value)),),
-                               fallback=even if half != odd(value) else None))
+                               fallback=even if less != odd(value) else None))
+        out.append(_grown(sizes))
     else:
         skipped.append(("sizes", "no module constant or argument sets a size"))
     batch = source.batch_name()
     out.append(replace(GIVEN, name="batch 1", kind=RegimeKind.BATCH1, changes=((batch, 1),) if batch else (),
                        slice_batch=batch is None))
-    out += [replace(GIVEN, name="non-contiguous", kind=RegimeKind.STRIDED, strided=True),
+    out += [replace(GIVEN, name="non-contiguous", kind=RegimeKind.STRIDED, layout=Layout.STRIDED),
+            replace(GIVEN, name="views into one buffer", kind=RegimeKind.VIEWS, layout=Layout.VIEWS),
             replace(GIVEN, name="calls between", kind=RegimeKind.BETWEEN, between=True, grad=False)]
     if modes:
         out.append(replace(GIVEN, name="other mode", kind=RegimeKind.MODE, flip_mode=True))

@@ -17,7 +17,8 @@ from harness.base.boundary import describe, user_code
 from harness.base.hack_guard import guarded_call
 from harness.base.hacks import HackFinding
 from harness.base.seeding import seed_everything
-from harness.check.reference_inputs import map_tensors, strided
+from harness.check.reference_inputs import map_tensors
+from harness.check.reference_layouts import Layout, strided, views_into_one_buffer
 from harness.check.reference_weights import WeightLink
 from harness.check.runs import changed_inputs, snapshot
 
@@ -139,22 +140,28 @@ def _storages(values: list[Any]) -> set[int]:
     return out - {0}
 
 
-def prepare(inputs: Any, dtype: torch.dtype, device: str, grad: bool, layout: bool) -> tuple[Any, dict[str, Any]]:
-    """``inputs`` cast to ``dtype`` on ``device`` (floating tensors; others copied); the leaves
-    that require grad by position; with ``layout``, each passed as a non-contiguous view."""
+def prepare(inputs: Any, dtype: torch.dtype, device: str, grad: bool,
+            layout: Layout = Layout.GIVEN) -> tuple[Any, dict[str, Any]]:
+    """``inputs`` cast to ``dtype`` on ``device`` (floating tensors; others copied); the tensors
+    whose ``.grad`` is read, by position; laid out as ``layout`` says (``Layout.VIEWS``: views
+    into one buffer, each keeping its gradient)."""
     leaves: dict[int, torch.Tensor] = {}
 
     def one(x: torch.Tensor) -> torch.Tensor:
         if x.is_floating_point():
             t = x.detach().to(device=device, dtype=dtype, copy=True)
-            if grad:
+            if grad and layout != Layout.VIEWS:
                 t.requires_grad_(True)
             leaves[id(x)] = t
         else:
             t = x.detach().to(device=device, copy=True)
-        return strided(t) if layout else t
+        return strided(t) if layout == Layout.STRIDED else t
 
     prepared = map_tensors(inputs, one)
+    if layout == Layout.VIEWS:
+        views = views_into_one_buffer(list(prepared.values()) if isinstance(prepared, Mapping) else prepared, grad)
+        prepared = map_tensors(prepared, lambda t: views[id(t)])
+        leaves = {k: views[id(t)] for k, t in leaves.items()}
     originals = list(inputs.values()) if isinstance(inputs, Mapping) else list(inputs)
     return prepared, {str(i): leaves[id(v)] for i, v in enumerate(originals)
                       if isinstance(v, torch.Tensor) and id(v) in leaves}
@@ -171,7 +178,7 @@ def _f64(t: torch.Tensor) -> torch.Tensor:
 
 
 def run(side: Built, inputs: Any, dtype: torch.dtype, *, who: str, device: str = "cpu", grad: bool = True,
-        layout: bool = False, train: bool = False, names: list[str] | None = None,
+        layout: Layout = Layout.GIVEN, train: bool = False, names: list[str] | None = None,
         link: WeightLink | None = None, ref_params: tuple[str, ...] = (), cotangent_seed: int = 0,
         call_seed: int = 0, as_given: bool = False, guard: Guard | None = None) -> SideRun:
     """``side`` called once on ``inputs`` in ``dtype``; with ``grad``, backward against a

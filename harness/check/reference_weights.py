@@ -9,7 +9,7 @@ Anything else is one line naming the tensor, and the tensors no shape pairs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping, Union
 
 import torch
 from torch import nn
@@ -17,6 +17,8 @@ from torch import nn
 from harness.base.errors import PortingError
 from harness.porting.entries import MapEntry, Param, Transposed
 from harness.porting.portmap import PortMap
+
+ParamMapLike = Union[Mapping[str, MapEntry], Callable[..., Mapping[str, MapEntry]]]  # a map, or one per init
 
 
 def _shape(t: torch.Tensor) -> tuple[int, ...]:
@@ -90,9 +92,13 @@ def _by_name_problem(ref: dict[str, torch.Tensor], cand: dict[str, torch.Tensor]
 
 
 def link(reference: nn.Module | None, candidate: nn.Module | None,
-         param_map: Mapping[str, MapEntry] | None = None) -> WeightLink:
-    """How the reference's weights go into the candidate; ``PortingError`` (one line) where they cannot."""
+         param_map: ParamMapLike | None = None, init: tuple = ()) -> WeightLink:
+    """How the reference's weights go into the candidate; ``PortingError`` (one line) where they
+    cannot. ``param_map`` may be a function of the constructor's arguments ``init`` (a fused
+    QKV's chunk sizes follow the sizes a regime varies)."""
     ref, cand = _params(reference), _params(candidate)
+    if callable(param_map):
+        param_map = param_map(*init)
     shapes = {n: _shape(t) for n, t in ref.items()}
     if param_map is not None:
         unknown = sorted(set(param_map) - set(ref))
@@ -123,13 +129,27 @@ def link(reference: nn.Module | None, candidate: nn.Module | None,
     if unpaired and len(ref) == len(cand) and not clash:  # renamed, reordered: say why the shapes do not pair
         first = next(n for n in ref if n not in cand)
         raise PortingError(f"the parameters pair neither by name nor by shape: {unpaired}; "
-                           f"give param_map={{'{first}': Param(...)}} naming where each lives")
+                           + (_transposed_hint(ref, cand) or
+                              f"give param_map={{'{first}': Param(...)}} naming where each lives"))
     if unpaired:
         raise PortingError(problem)
     named = sum(1 for a, b in paired.items() if a == b)
     shown = [f"{b}<-{a}" for a, b in paired.items() if a != b]
     return WeightLink({a: Param(b) for a, b in paired.items()}, shapes,
                       f"paired by shape: {', '.join(shown)}{f' (the other {named} by name)' if named else ''}")
+
+
+def _transposed_hint(ref: dict[str, torch.Tensor], cand: dict[str, torch.Tensor]) -> str:
+    """The map that fits where one renamed 2-D parameter is held transposed and every other pairs
+    by name ("" otherwise): the map is said, never applied unasked."""
+    mine = [n for n in ref if n not in cand]
+    theirs = [n for n in cand if n not in ref]
+    if len(mine) != 1 or len(theirs) != 1 or any(_shape(cand[n]) != _shape(t) for n, t in ref.items() if n in cand):
+        return ""
+    r, c = _shape(ref[mine[0]]), _shape(cand[theirs[0]])
+    if len(r) != 2 or c != r[::-1] or r == c:
+        return ""
+    return f"the transpose fits: give param_map={{'{mine[0]}': {Transposed(Param(theirs[0])).code()}}}"
 
 
 def by_shape(ref: dict[str, torch.Tensor], cand: dict[str, torch.Tensor]) -> tuple[dict[str, str], str]:

@@ -110,6 +110,13 @@ class TensorCheck:
         return cls(name, Verdict.DIFFERENT, math.inf, None, 0.0, math.inf, f"{name} is missing")
 
     @classmethod
+    def shape_differs(cls, name: str, shape: tuple[int, ...], oracle: tuple[int, ...]) -> TensorCheck:
+        """A tensor of another shape than its oracle's (the same values unflattened are still
+        another output): different, the line saying both shapes."""
+        return cls(name, Verdict.DIFFERENT, math.inf, None, 0.0, math.inf,
+                   f"{name}: shape {tuple(shape)}, the oracle's is {tuple(oracle)}")
+
+    @classmethod
     def pattern_differs(cls, name: str, err: float, ref_err: float | None, mismatched: int) -> TensorCheck:
         """NaN or inf where the oracle has a finite value, or the reverse: different."""
         return cls(name, Verdict.DIFFERENT, err, ref_err, 0.0, math.inf,

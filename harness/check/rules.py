@@ -57,6 +57,8 @@ def float64_check(name: str, a: torch.Tensor | None, o: torch.Tensor, internal: 
     "different"."""
     if a is None:
         return unproduced(name, o, lambda z: float64_check(name, z, o, internal, scale, baseline, factor))
+    if a.shape != o.shape:
+        return TensorCheck.shape_differs(name, a.shape, o.shape)
     g = P.gap(a, o)
     if not g.comparable:
         return TensorCheck(name, Verdict.DIFFERENT, g.max_abs, None, 0.0, math.inf,
@@ -104,6 +106,8 @@ def _lower_check(name: str, a: torch.Tensor | None, o: torch.Tensor, baselines: 
     if a is None:
         return unproduced(name, o, lambda z: _lower_check(name, z.to(dtype), o, baselines, dtype, factor=factor,
                                                           scale=scale, half_rule=half_rule, strict=strict))
+    if a.shape != o.shape:
+        return TensorCheck.shape_differs(name, a.shape, o.shape)
     g = P.gap(a, o)
     gaps = [bg for b, bo in baselines if (bg := P.gap(b, bo)).comparable]
     ref_err = max(bg.max_abs for bg in gaps) if gaps else None

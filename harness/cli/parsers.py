@@ -282,8 +282,8 @@ def add_kernelbench_command(sub) -> None:
                         "a forward-only kernel is judged on its output), or none")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--only", action="append", metavar="REGIME",
-                   help="try only this regime (repeatable: given, seed, signed, scale, size, batch 1, non-contiguous, "
-                        "calls between, mode, no grad; or a name such as 'scale x100')")
+                   help="try only this regime (repeatable: given, seed, signed, scale, offset, size, batch 1, "
+                        "non-contiguous, views, calls between, mode, no grad; or a name such as 'scale x100')")
     p.add_argument("--json", metavar="PATH", help="also write a row per candidate and every verdict as JSON")
     p.add_argument("--csv", metavar="PATH", help="also write a row per candidate as CSV (KernelBench's columns)")
     p.set_defaults(func=Command("harness.cli.kernelbench", "cmd_kernelbench"))
