@@ -131,6 +131,16 @@ def test_a_kernels_built_in_cap_unreached_is_reported():
     assert "inputs scaled past 10000" in report.not_exercised[0].why
 
 
+def test_alibi_as_called_by_a_kernel_that_takes_no_slopes_is_reported():
+    with scratch():
+        load_file(FILE)
+        report = check_all(["attention_kernel"], {"default": CONFIG_MATRIX["default"]}, "cpu", ["float64"],
+                           variants=["attention_kernel/kernel_alibi_called_untaken"], extras=False)
+    assert not report.failures
+    assert [(n.trait, n.value) for n in report.not_exercised] == [("alibi", "as called")]
+    assert "no case passed alibi_slopes" in report.not_exercised[0].why
+
+
 # -- the rules, on hand-made calls ---------------------------------------------------------------
 
 def test_window_reached_only_where_it_removes_a_key_the_mask_allows():

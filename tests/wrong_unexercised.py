@@ -43,3 +43,8 @@ register_kernel(id="kernel_softcap_1e20_deleted", fn=lambda q, k, v, mask, causa
 register(id="dynamic_ntk_deleted", family="attention", source="test",
          build=lambda cfg: LlamaAttention(cfg), call=call, param_map=attention_map(),
          traits={**LLAMA, "rope_scaling": DYNAMIC, "cases": ("causal", "decode")})
+# ALiBi declared as called (flash-attention's alibi_slopes), by a kernel whose call has no such
+# option: no case can pass it the slopes, so the declaration is never exercised
+register_kernel(id="kernel_alibi_called_untaken", fn=lambda q, k, v, mask, causal=False, window=None:
+                eager(q, k, v, mask, causal, window, 0.0),
+                traits={"causal": "top_left", "mask_method": "bool_fill_-inf", "alibi": "as called"})

@@ -52,6 +52,7 @@ from typing import Any, Mapping
 import torch
 
 from harness.base.errors import SpecError
+from harness.families import reach
 from harness.families.conventions.core import AS_CALLED, SCORES, Context, Convention, KernelOption, OptionCase, Regime
 from harness.families.trait_spec import TraitSpec
 
@@ -136,6 +137,20 @@ def with_alibi(value: Any, s: torch.Tensor, ctx: Context) -> torch.Tensor:
     return s + bias.to(dtype=s.dtype, device=s.device)
 
 
+def reached(value: Any, s: torch.Tensor, ctx: Context) -> reach.Reach | None:
+    """Whether this call's scores took a bias: over two keys or more, with slopes (the
+    kernel's own, or ``alibi_slopes`` passed where it is declared ``as called``: a kernel that
+    does not take the option is never given them, and its declaration is not exercised)."""
+    r = reading(value)
+    if r is None:
+        return None
+    passed = r.slopes is not Slopes.CALLED or ctx.inputs.get(OPTION) is not None
+    keys = float(s.shape[-1]) if passed else 0.0
+    why = (f"no case passed {OPTION} to the call (the kernel does not take it?)" if r.slopes is Slopes.CALLED
+           else "no case has more than {amount} key(s); the bias needs {needed}")
+    return reach.Reach("alibi", passed and keys >= 2, keys, 2.0, why)
+
+
 def read_module(module: torch.nn.Module) -> str | None:
     """``real keys`` where a library module is built for ALiBi: its config says ``alibi``
     (Falcon), or its forward takes the ``alibi`` tensor (BLOOM); both build it with BLOOM's
@@ -205,6 +220,7 @@ ALIBI = Convention(
     mistakes={"attention": (*MISTAKES, _reads(OVER_INDICES, {"positions": KEY_INDICES}, only=(REAL_KEYS,))),
               "attention_kernel": (*MISTAKES, (IGNORED, _ignored))},
     read_module=read_module,
+    reached=reached,
     kernel_option=KernelOption(OPTION, called=lambda cfg: None, exercised=lambda cfg: slopes(cfg.heads),
                                to_call=_float32_at_least),
 )
