@@ -304,8 +304,10 @@ def refuse_unwritable(path: str | Path, what: str, *, folder: bool = False, crea
                            "(mkdir -p), or give a path in a folder that exists")
     try:  # the one test the filesystem answers truthfully (permissions, ACLs, a read-only mount, root)
         fd, probe = tempfile.mkstemp(prefix=".harness-probe-", dir=there)
-        os.close(fd)
-        os.unlink(probe)
+        try:
+            os.close(fd)
+        finally:  # the harness's own probe, gone even on an interrupt
+            os.unlink(probe)
         if target.is_file():
             with open(target, "a"):
                 pass
